@@ -1,0 +1,156 @@
+/* lilac: a local inference engine for Mixture-of-Experts language models.
+ *
+ * The one public header. Every function that can fail returns a
+ * lilac_status and fills a lilac_error the caller can print. Objects are
+ * created by *_open / *_new and released by the matching *_free. */
+#ifndef LILAC_H
+#define LILAC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors ------------------------------------------------------------ */
+
+typedef enum lilac_status {
+    LILAC_OK = 0,
+    LILAC_E_IO,          /* a file could not be opened or read */
+    LILAC_E_FORMAT,      /* a file is malformed or truncated */
+    LILAC_E_UNSUPPORTED, /* well-formed, but not something lilac runs */
+    LILAC_E_ARG,         /* a bad argument from the caller */
+    LILAC_E_NOMEM,       /* out of memory */
+    LILAC_E_RANGE,       /* a limit was reached, e.g. the context is full */
+    LILAC_E_INTERNAL,    /* a bug in lilac */
+} lilac_status;
+
+typedef struct lilac_error {
+    lilac_status status;
+    char msg[1024];
+} lilac_error;
+
+const char *lilac_status_name(lilac_status s);
+
+/* ---- models ------------------------------------------------------------ */
+
+#define LILAC_MAX_LAYERS 512
+
+typedef enum lilac_arch {
+    LILAC_ARCH_QWEN3MOE = 1,  /* Qwen3-30B-A3B and kin */
+    LILAC_ARCH_QWEN35MOE = 2, /* Qwen3.5/3.6-MoE text decoder, e.g. Qwen3.6-35B-A3B */
+} lilac_arch;
+
+typedef enum lilac_layer_kind {
+    LILAC_LAYER_ATTENTION = 0, /* full (softmax) attention */
+    LILAC_LAYER_DELTANET = 1,  /* Gated DeltaNet linear attention */
+} lilac_layer_kind;
+
+/* Hyper-parameters, all read from the model file. */
+typedef struct lilac_hparams {
+    lilac_arch arch;
+    int n_layer, n_embd, n_vocab, n_ctx_train;
+    float norm_eps;
+    /* full-attention layers */
+    int n_head, n_head_kv, head_dim;
+    int rope_dims;          /* leading dims of each head that are rotated */
+    float rope_theta;
+    bool attn_output_gate;  /* q_proj also yields a sigmoid gate per head */
+    /* Gated DeltaNet layers */
+    int ssm_k_heads, ssm_v_heads, ssm_k_dim, ssm_v_dim, ssm_conv_kernel;
+    /* mixture of experts */
+    int n_expert, n_expert_used, expert_ff;
+    int shared_ff;          /* 0: no shared expert */
+    bool norm_topk;         /* renormalize the chosen experts' weights */
+    bool tied_embeddings;
+    uint8_t layer_kind[LILAC_MAX_LAYERS]; /* lilac_layer_kind per layer */
+} lilac_hparams;
+
+typedef struct lilac_model lilac_model;
+
+typedef enum lilac_log_level {
+    LILAC_LOG_ERROR = 0,
+    LILAC_LOG_WARN = 1,
+    LILAC_LOG_INFO = 2, /* notes, e.g. tensors skipped at load */
+    LILAC_LOG_DEBUG = 3,
+} lilac_log_level;
+
+/* Where the library's messages go; NULL sends nothing anywhere. */
+typedef void (*lilac_log_fn)(void *user, lilac_log_level level, const char *msg);
+
+typedef struct lilac_model_params {
+    int n_threads;      /* 0: one per online CPU */
+    lilac_log_fn log;   /* may be NULL */
+    void *log_user;
+} lilac_model_params;
+
+lilac_model_params lilac_model_default_params(void);
+
+/* path: a GGUF file (the first part of a split set), or a Hugging Face
+ * checkpoint directory (config.json + safetensors). Weights are mapped, not
+ * copied. */
+lilac_status lilac_model_open(const char *path, const lilac_model_params *params,
+                              lilac_model **out, lilac_error *err);
+void lilac_model_free(lilac_model *m);
+
+const lilac_hparams *lilac_model_hparams(const lilac_model *m);
+const char *lilac_model_arch_name(const lilac_model *m); /* "qwen35moe", "qwen3moe" */
+const char *lilac_model_format(const lilac_model *m);    /* "gguf", "safetensors" */
+int lilac_model_n_threads(const lilac_model *m);
+
+typedef struct lilac_type_count {
+    const char *type_name; /* "BF16", "F32", ... */
+    size_t n_tensors;
+    uint64_t bytes;
+} lilac_type_count;
+
+/* Tensors the model uses, counted by type; returns how many types were
+ * found (at most max are written). */
+size_t lilac_model_type_counts(const lilac_model *m, lilac_type_count *out, size_t max);
+uint64_t lilac_model_weight_bytes(const lilac_model *m);
+uint64_t lilac_model_n_params(const lilac_model *m);
+
+/* Bytes one sequence of n_ctx tokens needs beside the weights. */
+typedef struct lilac_mem_plan {
+    uint64_t kv_bytes;        /* KV cache of the full-attention layers */
+    uint64_t recurrent_bytes; /* conv + recurrent state of the DeltaNet layers */
+    uint64_t scratch_bytes;   /* activations for a batch of n_batch tokens */
+} lilac_mem_plan;
+lilac_mem_plan lilac_model_mem_plan(const lilac_model *m, int n_ctx, int n_batch);
+
+/* ---- sequences --------------------------------------------------------- */
+
+typedef struct lilac_seq lilac_seq;
+
+/* A sequence: its KV cache and recurrent state, up to n_ctx tokens. */
+lilac_status lilac_seq_new(lilac_model *m, int n_ctx, lilac_seq **out, lilac_error *err);
+void lilac_seq_free(lilac_seq *s);
+int lilac_seq_pos(const lilac_seq *s); /* tokens consumed so far */
+void lilac_seq_reset(lilac_seq *s);
+
+typedef enum lilac_logits_mode {
+    LILAC_LOGITS_LAST = 0, /* n_vocab floats: the last position's */
+    LILAC_LOGITS_ALL = 1,  /* n * n_vocab floats, row-major */
+    LILAC_LOGITS_NONE = 2,
+} lilac_logits_mode;
+
+typedef struct lilac_eval_opts {
+    lilac_logits_mode logits_mode;
+    float *logits; /* where logits go (NULL with LILAC_LOGITS_NONE) */
+    /* Optional, for debugging: (n_layer + 1) * n * n_embd floats: the
+     * residual stream after the embedding and after each layer, the last
+     * after the final norm. */
+    float *hidden;
+} lilac_eval_opts;
+
+/* Feed n tokens at the sequence's current position. n > 1 runs the
+ * prefill path (chunked delta rule); n == 1 the decode path. */
+lilac_status lilac_seq_eval(lilac_seq *s, const int32_t *tokens, int n,
+                            const lilac_eval_opts *opts, lilac_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,306 @@
+/* lilac: the command line, a thin client of the library. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lilac.h"
+
+static void usage(FILE *f)
+{
+    fputs("usage: lilac COMMAND [options]\n"
+          "\n"
+          "commands:\n"
+          "  info MODEL [--ctx N]          architecture, hyper-parameters, tensors, memory\n"
+          "  logits -m MODEL --tokens 1,2,3 [-o OUT.f32] [--threads N] [--step] [--hidden H.f32]\n"
+          "                                float32 logits of every position, row-major;\n"
+          "                                --step feeds one token at a time (the decode path),\n"
+          "                                --hidden writes the residual stream after each layer\n"
+          "\n"
+          "MODEL is a GGUF file or a Hugging Face checkpoint directory.\n",
+          f);
+}
+
+static int fail(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "lilac: error: ");
+    fprintf(stderr, fmt, arg);
+    fputc('\n', stderr);
+    return 1;
+}
+
+static int fail_err(const lilac_error *e)
+{
+    fprintf(stderr, "lilac: error: %s\n", e->msg);
+    return 1;
+}
+
+static void log_stderr(void *user, lilac_log_level level, const char *msg)
+{
+    (void)user;
+    static const char *names[] = {"error", "warning", "note", "debug"};
+    if (level <= LILAC_LOG_INFO)
+        fprintf(stderr, "lilac: %s: %s\n", names[level], msg);
+}
+
+/* A positive int from a flag's value; -1 if it is not one. */
+static int parse_int(const char *s)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < 1 || v > 1 << 30)
+        return -1;
+    return (int)v;
+}
+
+static int parse_tokens(const char *s, int32_t **out, int *n)
+{
+    size_t cap = 16, len = 0;
+    int32_t *v = malloc(cap * sizeof *v);
+    if (!v)
+        return -1;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long t = strtol(p, &end, 10);
+        if (errno || end == p || t < 0 || t > INT32_MAX || (*end && *end != ',')) {
+            free(v);
+            return -1;
+        }
+        if (len == cap) {
+            int32_t *nv = realloc(v, (cap *= 2) * sizeof *v);
+            if (!nv) {
+                free(v);
+                return -1;
+            }
+            v = nv;
+        }
+        v[len++] = (int32_t)t;
+        p = *end ? end + 1 : end;
+    }
+    if (len == 0) {
+        free(v);
+        return -1;
+    }
+    *out = v;
+    *n = (int)len;
+    return 0;
+}
+
+static const char *human(double bytes, char *buf, size_t size)
+{
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (bytes >= 1024 && i < 4)
+        bytes /= 1024, i++;
+    snprintf(buf, size, i ? "%.2f %s" : "%.0f %s", bytes, u[i]);
+    return buf;
+}
+
+static int cmd_info(int argc, char **argv)
+{
+    const char *path = NULL;
+    int ctx = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--ctx") && i + 1 < argc) {
+            if ((ctx = parse_int(argv[++i])) < 0)
+                return fail("--ctx wants a positive number, not '%s'", argv[i]);
+        } else if (argv[i][0] == '-' && argv[i][1])
+            return fail("info: unknown option '%s'", argv[i]);
+        else if (!path)
+            path = argv[i];
+        else
+            return fail("info: unexpected argument '%s'", argv[i]);
+    }
+    if (!path)
+        return fail("%s", "info: no MODEL given");
+    lilac_model_params mp = lilac_model_default_params();
+    mp.n_threads = 1;
+    mp.log = log_stderr;
+    lilac_model *m;
+    lilac_error err;
+    if (lilac_model_open(path, &mp, &m, &err))
+        return fail_err(&err);
+    const lilac_hparams *hp = lilac_model_hparams(m);
+    char b1[64], b2[64], b3[64], b4[64];
+    printf("model:        %s\n", path);
+    printf("format:       %s\n", lilac_model_format(m));
+    printf("architecture: %s\n", lilac_model_arch_name(m));
+    printf("parameters:   %.3f M (%s of weights)\n", lilac_model_n_params(m) / 1e6,
+           human((double)lilac_model_weight_bytes(m), b1, sizeof b1));
+    printf("layers:       %d  [", hp->n_layer);
+    int n_attn = 0;
+    for (int i = 0; i < hp->n_layer; i++) {
+        n_attn += hp->layer_kind[i] == LILAC_LAYER_ATTENTION;
+        putchar(hp->layer_kind[i] == LILAC_LAYER_ATTENTION ? 'A' : 'D');
+    }
+    printf("]  (A: full attention %d, D: Gated DeltaNet %d)\n", n_attn, hp->n_layer - n_attn);
+    printf("hidden:       %d, vocabulary %d, trained context %d, rms eps %g\n", hp->n_embd, hp->n_vocab,
+           hp->n_ctx_train, hp->norm_eps);
+    if (n_attn)
+        printf("attention:    %d query / %d key-value heads of %d, rotary on %d dims (theta %g)%s\n", hp->n_head,
+               hp->n_head_kv, hp->head_dim, hp->rope_dims, hp->rope_theta,
+               hp->attn_output_gate ? ", sigmoid output gate" : "");
+    if (n_attn < hp->n_layer)
+        printf("deltanet:     %d key heads of %d, %d value heads of %d, conv kernel %d\n", hp->ssm_k_heads,
+               hp->ssm_k_dim, hp->ssm_v_heads, hp->ssm_v_dim, hp->ssm_conv_kernel);
+    printf("experts:      %d, %d per token, width %d%s", hp->n_expert, hp->n_expert_used, hp->expert_ff,
+           hp->norm_topk ? " (weights renormalized)" : "");
+    if (hp->shared_ff)
+        printf("; shared expert width %d", hp->shared_ff);
+    printf("\nembeddings:   %s\n", hp->tied_embeddings ? "tied" : "untied");
+    lilac_type_count tc[16];
+    size_t nt = lilac_model_type_counts(m, tc, 16);
+    printf("tensors:\n");
+    for (size_t i = 0; i < nt && i < 16; i++)
+        printf("  %-6s %5zu tensors  %s\n", tc[i].type_name, tc[i].n_tensors, human((double)tc[i].bytes, b1, sizeof b1));
+    int ctxs[3] = {ctx ? ctx : 4096, hp->n_ctx_train > 0 ? hp->n_ctx_train : 32768, 0};
+    printf("memory per sequence (beside the weights):\n");
+    for (int i = 0; i < 2; i++) {
+        if (i == 1 && (ctx || ctxs[1] == ctxs[0]))
+            break;
+        lilac_mem_plan p = lilac_model_mem_plan(m, ctxs[i], 256);
+        printf("  context %7d: KV cache %s, recurrent state %s, scratch %s, total %s\n", ctxs[i],
+               human((double)p.kv_bytes, b1, sizeof b1), human((double)p.recurrent_bytes, b2, sizeof b2),
+               human((double)p.scratch_bytes, b3, sizeof b3),
+               human((double)(p.kv_bytes + p.recurrent_bytes + p.scratch_bytes), b4, sizeof b4));
+    }
+    lilac_model_free(m);
+    return 0;
+}
+
+/* Write n floats; on failure say why, remove the partial file, return -1. */
+static int write_f32(const char *path, const float *v, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        fprintf(stderr, "lilac: error: %s: cannot create: %s\n", path, strerror(errno));
+        return -1;
+    }
+    size_t w = fwrite(v, sizeof(float), n, f);
+    if (fclose(f) != 0 || w != n) {
+        fprintf(stderr, "lilac: error: %s: write failed\n", path);
+        remove(path);
+        return -1;
+    }
+    return 0;
+}
+
+static int cmd_logits(int argc, char **argv)
+{
+    const char *path = NULL, *out = NULL, *toks = NULL, *hidden_out = NULL;
+    int threads = 0;
+    int step = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        bool has = i + 1 < argc;
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has)
+            path = argv[++i];
+        else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && has)
+            out = argv[++i];
+        else if (!strcmp(a, "--tokens") && has)
+            toks = argv[++i];
+        else if (!strcmp(a, "--hidden") && has)
+            hidden_out = argv[++i];
+        else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && has) {
+            if ((threads = parse_int(argv[++i])) < 0)
+                return fail("--threads wants a positive number, not '%s'", argv[i]);
+        } else if (!strcmp(a, "--step"))
+            step = 1;
+        else
+            return fail("logits: unknown or incomplete option '%s'", a);
+    }
+    if (!path)
+        return fail("%s", "logits: no model given (-m MODEL)");
+    if (!toks)
+        return fail("%s", "logits: no tokens given (--tokens 1,2,3)");
+    int32_t *tokens;
+    int n;
+    if (parse_tokens(toks, &tokens, &n))
+        return fail("logits: --tokens wants comma-separated token ids, not '%s'", toks);
+    lilac_model_params mp = lilac_model_default_params();
+    mp.n_threads = threads;
+    mp.log = log_stderr;
+    lilac_model *m = NULL;
+    lilac_seq *s = NULL;
+    lilac_error err;
+    float *logits = NULL, *hidden = NULL;
+    int rc = 1;
+    if (lilac_model_open(path, &mp, &m, &err) || lilac_seq_new(m, n, &s, &err)) {
+        fail_err(&err);
+        goto done;
+    }
+    size_t vocab = (size_t)lilac_model_hparams(m)->n_vocab;
+    logits = malloc((size_t)n * vocab * sizeof(float));
+    if (!logits) {
+        fail("%s", "out of memory for the logits");
+        goto done;
+    }
+    if (step) { /* one token at a time: the decode path */
+        for (int i = 0; i < n; i++) {
+            lilac_eval_opts o = {.logits_mode = LILAC_LOGITS_LAST, .logits = logits + (size_t)i * vocab};
+            if (lilac_seq_eval(s, tokens + i, 1, &o, &err)) {
+                fail_err(&err);
+                goto done;
+            }
+        }
+    } else {
+        const lilac_hparams *hp = lilac_model_hparams(m);
+        size_t n_hidden = (size_t)(hp->n_layer + 1) * (size_t)n * (size_t)hp->n_embd;
+        if (hidden_out && !(hidden = malloc(n_hidden * sizeof(float)))) {
+            fail("%s", "out of memory for the hidden states");
+            goto done;
+        }
+        lilac_eval_opts o = {.logits_mode = LILAC_LOGITS_ALL, .logits = logits, .hidden = hidden};
+        if (lilac_seq_eval(s, tokens, n, &o, &err)) {
+            fail_err(&err);
+            goto done;
+        }
+        if (hidden_out && write_f32(hidden_out, hidden, n_hidden))
+            goto done;
+    }
+    if (out) {
+        if (write_f32(out, logits, (size_t)n * vocab))
+            goto done;
+        fprintf(stderr, "lilac: wrote %d x %zu float32 logits to %s\n", n, vocab, out);
+    } else {
+        for (int i = 0; i < n; i++) {
+            const float *row = logits + (size_t)i * vocab;
+            size_t best = 0;
+            for (size_t v = 1; v < vocab; v++)
+                if (row[v] > row[best])
+                    best = v;
+            printf("%d\ttoken %d\targmax %zu\tlogit %.6f\n", i, tokens[i], best, row[best]);
+        }
+    }
+    rc = 0;
+done:
+    free(logits);
+    free(hidden);
+    free(tokens);
+    lilac_seq_free(s);
+    lilac_model_free(m);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "info"))
+        return cmd_info(argc - 2, argv + 2);
+    if (!strcmp(cmd, "logits"))
+        return cmd_logits(argc - 2, argv + 2);
+    fprintf(stderr, "lilac: error: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}

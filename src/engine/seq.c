@@ -1,0 +1,176 @@
+/* seq: creating, sizing and resetting a sequence's state. */
+#include "engine/seq.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/err.h"
+
+static size_t conv_channels(const lilac_hparams *hp)
+{
+    return (size_t)(2 * hp->ssm_k_heads * hp->ssm_k_dim + hp->ssm_v_heads * hp->ssm_v_dim);
+}
+
+static void state_sizes(const lilac_hparams *hp, int n_ctx, uint64_t *kv, uint64_t *rec)
+{
+    *kv = *rec = 0;
+    for (int i = 0; i < hp->n_layer; i++) {
+        if (hp->layer_kind[i] == LILAC_LAYER_ATTENTION)
+            *kv += 2ull * (uint64_t)n_ctx * (uint64_t)(hp->n_head_kv * hp->head_dim);
+        else
+            *rec += (uint64_t)(hp->ssm_conv_kernel - 1) * conv_channels(hp) +
+                    (uint64_t)hp->ssm_v_heads * (uint64_t)hp->ssm_k_dim * (uint64_t)hp->ssm_v_dim;
+    }
+}
+
+/* The widest per-token row any projection writes. */
+static size_t widest(const lilac_hparams *hp)
+{
+    size_t w = (size_t)hp->n_vocab;
+    size_t cand[] = {
+        (size_t)hp->n_head * hp->head_dim * 2, conv_channels(hp),
+        (size_t)hp->expert_ff,                 (size_t)hp->shared_ff,
+        (size_t)hp->n_embd,                    (size_t)hp->ssm_v_heads * hp->ssm_v_dim,
+    };
+    for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++)
+        if (cand[i] > w)
+            w = cand[i];
+    return w;
+}
+
+static size_t per_thread_floats(const lilac_hparams *hp, int n_ctx)
+{
+    /* attention scores over the context, or a DeltaNet chunk's matrices */
+    size_t chunk = 64, dk = (size_t)hp->ssm_k_dim, dv = (size_t)hp->ssm_v_dim;
+    size_t dn = chunk * chunk * 2 + chunk * (dk * 3 + dv * 4) + dk + dv + chunk;
+    size_t at = (size_t)n_ctx;
+    return (dn > at ? dn : at) + 64;
+}
+
+static uint64_t scratch_floats(const lilac_hparams *hp, int n_tok, int n_threads, int n_ctx)
+{
+    uint64_t nt = (uint64_t)n_tok, small = (uint64_t)(hp->n_expert > hp->ssm_v_heads ? hp->n_expert : hp->ssm_v_heads);
+    return nt * (uint64_t)hp->n_embd * 5 + nt * widest(hp) * 3 + nt * small * 2 +
+           nt * (uint64_t)hp->n_expert_used * 2 + nt + (uint64_t)n_threads * per_thread_floats(hp, n_ctx);
+}
+
+lilac_mem_plan lilac_model_mem_plan(const lilac_model *m, int n_ctx, int n_batch)
+{
+    lilac_mem_plan p;
+    state_sizes(&m->hp, n_ctx, &p.kv_bytes, &p.recurrent_bytes);
+    p.kv_bytes *= sizeof(float);
+    p.recurrent_bytes *= sizeof(float);
+    if (n_batch > LILAC_UBATCH)
+        n_batch = LILAC_UBATCH;
+    p.scratch_bytes = scratch_floats(&m->hp, n_batch, m->params.n_threads, n_ctx) * sizeof(float);
+    return p;
+}
+
+lilac_status lilac_seq_new(lilac_model *m, int n_ctx, lilac_seq **out, lilac_error *err)
+{
+    *out = NULL;
+    const lilac_hparams *hp = &m->hp;
+    if (n_ctx < 1)
+        return lilac_fail(err, LILAC_E_ARG, "context size %d must be at least 1", n_ctx);
+    uint64_t kv, rec;
+    state_sizes(hp, n_ctx, &kv, &rec);
+    int n_tok = LILAC_UBATCH;
+    uint64_t total = kv + rec + scratch_floats(hp, n_tok, m->params.n_threads, n_ctx);
+    if (total > (uint64_t)SIZE_MAX / sizeof(float) / 2)
+        return lilac_fail(err, LILAC_E_NOMEM, "a context of %d tokens needs too much memory", n_ctx);
+    lilac_seq *s = calloc(1, sizeof *s);
+    float *mem = calloc((size_t)total, sizeof(float));
+    lilac_layer_state *ls = calloc((size_t)hp->n_layer, sizeof *ls);
+    int *ints = calloc((size_t)n_tok * ((size_t)hp->n_expert_used + 1), sizeof(int));
+    if (!s || !mem || !ls || !ints) {
+        free(s);
+        free(mem);
+        free(ls);
+        free(ints);
+        return lilac_fail(err, LILAC_E_NOMEM, "out of memory for a context of %d tokens (%.1f MiB)", n_ctx,
+                          (double)total * sizeof(float) / (1 << 20));
+    }
+    s->m = m;
+    s->n_ctx = n_ctx;
+    s->mem = mem;
+    s->mem_floats = (size_t)total;
+    s->layers = ls;
+    float *p = mem;
+    size_t kvw = (size_t)n_ctx * (size_t)(hp->n_head_kv * hp->head_dim);
+    for (int i = 0; i < hp->n_layer; i++) {
+        if (hp->layer_kind[i] == LILAC_LAYER_ATTENTION) {
+            ls[i].k = p, p += kvw;
+            ls[i].v = p, p += kvw;
+        } else {
+            ls[i].conv = p, p += (size_t)(hp->ssm_conv_kernel - 1) * conv_channels(hp);
+            ls[i].ssm = p, p += (size_t)hp->ssm_v_heads * hp->ssm_k_dim * hp->ssm_v_dim;
+        }
+    }
+    lilac_scratch *sc = &s->sc;
+    size_t nt = (size_t)n_tok, wide = widest(hp);
+    size_t small = (size_t)(hp->n_expert > hp->ssm_v_heads ? hp->n_expert : hp->ssm_v_heads);
+    sc->n_tok = n_tok;
+    sc->x = p, p += nt * hp->n_embd;
+    sc->xn = p, p += nt * hp->n_embd;
+    sc->tmp = p, p += nt * hp->n_embd;
+    sc->ex_in = p, p += nt * hp->n_embd;
+    sc->ex_out = p, p += nt * hp->n_embd;
+    sc->big0 = p, p += nt * wide;
+    sc->big1 = p, p += nt * wide;
+    sc->big2 = p, p += nt * wide;
+    sc->small0 = p, p += nt * small;
+    sc->small1 = p, p += nt * small;
+    sc->route_w = p, p += nt * (size_t)hp->n_expert_used * 2;
+    sc->per_thread_floats = per_thread_floats(hp, n_ctx);
+    sc->per_thread = p;
+    sc->route_idx = ints;
+    sc->ex_rows = ints + nt * (size_t)hp->n_expert_used;
+    *out = s;
+    return LILAC_OK;
+}
+
+void lilac_seq_free(lilac_seq *s)
+{
+    if (!s)
+        return;
+    free(s->mem);
+    free(s->layers);
+    free(s->sc.route_idx);
+    free(s);
+}
+
+int lilac_seq_pos(const lilac_seq *s) { return s->pos; }
+
+void lilac_seq_reset(lilac_seq *s)
+{
+    /* Only the recurrent state must be cleared: KV rows past pos are never read. */
+    const lilac_hparams *hp = &s->m->hp;
+    for (int i = 0; i < hp->n_layer; i++)
+        if (hp->layer_kind[i] == LILAC_LAYER_DELTANET) {
+            memset(s->layers[i].conv, 0, (size_t)(hp->ssm_conv_kernel - 1) * conv_channels(hp) * sizeof(float));
+            memset(s->layers[i].ssm, 0, (size_t)hp->ssm_v_heads * hp->ssm_k_dim * hp->ssm_v_dim * sizeof(float));
+        }
+    s->pos = 0;
+}
+
+lilac_status lilac_seq_eval(lilac_seq *s, const int32_t *tokens, int n, const lilac_eval_opts *opts,
+                            lilac_error *err)
+{
+    if (n < 1)
+        return lilac_fail(err, LILAC_E_ARG, "no tokens to evaluate");
+    if (!tokens)
+        return lilac_fail(err, LILAC_E_ARG, "no token array given");
+    if (n > s->n_ctx - s->pos)
+        return lilac_fail(err, LILAC_E_RANGE,
+                          "%d tokens do not fit: the sequence holds %d of its %d-token context", n, s->pos, s->n_ctx);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= s->m->hp.n_vocab)
+            return lilac_fail(err, LILAC_E_ARG, "token %d at index %d is outside the vocabulary (0..%d)", tokens[i],
+                              i, s->m->hp.n_vocab - 1);
+    lilac_eval_opts def = {.logits_mode = LILAC_LOGITS_NONE};
+    if (!opts)
+        opts = &def;
+    if (opts->logits_mode != LILAC_LOGITS_NONE && !opts->logits)
+        return lilac_fail(err, LILAC_E_ARG, "logits requested but no buffer given");
+    return lilac_decoder_eval(s, tokens, n, opts, err);
+}

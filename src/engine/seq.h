@@ -1,0 +1,46 @@
+/* seq: one sequence's state — the KV cache of the full-attention layers,
+ * the conv and recurrent state of the DeltaNet layers, its position — and
+ * the scratch its forward passes use. */
+#ifndef LILAC_ENGINE_SEQ_H
+#define LILAC_ENGINE_SEQ_H
+
+#include "model/model.h"
+
+typedef struct lilac_layer_state {
+    float *k, *v; /* attention: [n_ctx][n_head_kv * head_dim] */
+    float *conv;  /* DeltaNet: the last K-1 inputs of the conv, [K-1][channels] */
+    float *ssm;   /* DeltaNet: [v_heads][k_dim][v_dim] */
+} lilac_layer_state;
+
+/* Activations for up to n_tok tokens at once; sized at creation. */
+typedef struct lilac_scratch {
+    int n_tok;
+    float *x, *xn, *tmp;         /* [n_tok][n_embd] */
+    float *big0, *big1, *big2;   /* [n_tok][widest projection] */
+    float *small0, *small1;      /* [n_tok][max(v_heads, n_expert)] */
+    float *ex_in, *ex_out;       /* gathered rows for one expert */
+    int *route_idx;              /* [n_tok][n_expert_used] */
+    float *route_w;
+    int *ex_rows;                /* [n_tok] token rows routed to one expert */
+    float *per_thread;           /* [n_threads][per_thread_floats] */
+    size_t per_thread_floats;
+} lilac_scratch;
+
+struct lilac_seq {
+    lilac_model *m;
+    int n_ctx;
+    int pos;
+    lilac_layer_state *layers;
+    lilac_scratch sc;
+    float *mem; /* one block holds the state */
+    size_t mem_floats;
+};
+
+/* The forward pass over n tokens (decoder.c). */
+lilac_status lilac_decoder_eval(lilac_seq *s, const int32_t *tokens, int n, const lilac_eval_opts *opts,
+                                lilac_error *err);
+
+/* Tokens one internal step takes at most; longer inputs run in steps. */
+#define LILAC_UBATCH 256
+
+#endif

@@ -1,0 +1,46 @@
+/* cpu: the CPU kernels. Each has a plain scalar version (the oracle for the
+ * tests) and SIMD versions picked at run time from the CPU's features. */
+#ifndef LILAC_KERNELS_CPU_H
+#define LILAC_KERNELS_CPU_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels/mat.h"
+#include "util/pool.h"
+
+/* dot(row of `type`, x) over n values, accumulated in float32. */
+typedef float (*lilac_dot_fn)(const void *row, const float *x, int64_t n);
+
+typedef struct lilac_cpu_kernels {
+    const char *name; /* "scalar", "avx2", ... */
+    lilac_dot_fn dot_f32, dot_f16, dot_bf16;
+} lilac_cpu_kernels;
+
+extern const lilac_cpu_kernels lilac_cpu_scalar;
+#if defined(LILAC_X86)
+extern const lilac_cpu_kernels lilac_cpu_avx2;
+#endif
+
+/* The best set this CPU runs; LILAC_CPU_KERNELS=scalar forces the oracle. */
+const lilac_cpu_kernels *lilac_cpu_best(void);
+/* The dot product for a type in a set, or NULL when it has none. */
+lilac_dot_fn lilac_cpu_dot_for(const lilac_cpu_kernels *k, int type);
+bool lilac_cpu_type_supported(int type);
+
+/* Scalar conversions. */
+float lilac_f16_to_f32(uint16_t h);
+static inline float lilac_bf16_to_f32(uint16_t b)
+{
+    union { uint32_t u; float f; } v = {(uint32_t)b << 16};
+    return v.f;
+}
+/* A row of n values of `type` as float32. */
+void lilac_row_to_f32(int type, const void *row, float *out, int64_t n);
+
+/* y[t * W.rows + r] = dot(W row r, x[t * W.cols ...]) for t < n_tok,
+ * split over the pool's threads by rows. */
+void lilac_matmul(const lilac_cpu_kernels *k, lilac_pool *pool, const lilac_mat *W,
+                  const float *x, int64_t n_tok, float *y);
+
+#endif

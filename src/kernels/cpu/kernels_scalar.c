@@ -1,0 +1,87 @@
+/* The scalar kernels: plain loops, the oracle every faster version is
+ * tested against. */
+#include <string.h>
+
+#include "format/dtype.h"
+#include "kernels/cpu/cpu.h"
+
+float lilac_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t man = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: renormalize */
+            int e = -1;
+            do {
+                man <<= 1;
+                e++;
+            } while (!(man & 0x400));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    union { uint32_t u; float f; } v = {bits};
+    return v.f;
+}
+
+static float dot_f32(const void *row, const float *x, int64_t n)
+{
+    const float *w = row;
+    float s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += w[i] * x[i];
+    return s;
+}
+
+static float dot_f16(const void *row, const float *x, int64_t n)
+{
+    const uint16_t *w = row;
+    float s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += lilac_f16_to_f32(w[i]) * x[i];
+    return s;
+}
+
+static float dot_bf16(const void *row, const float *x, int64_t n)
+{
+    const uint16_t *w = row;
+    float s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += lilac_bf16_to_f32(w[i]) * x[i];
+    return s;
+}
+
+const lilac_cpu_kernels lilac_cpu_scalar = {
+    .name = "scalar",
+    .dot_f32 = dot_f32,
+    .dot_f16 = dot_f16,
+    .dot_bf16 = dot_bf16,
+};
+
+void lilac_row_to_f32(int type, const void *row, float *out, int64_t n)
+{
+    const uint16_t *h = row;
+    switch (type) {
+    case LILAC_F32:
+        memcpy(out, row, (size_t)n * sizeof(float));
+        break;
+    case LILAC_F16:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = lilac_f16_to_f32(h[i]);
+        break;
+    case LILAC_BF16:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = lilac_bf16_to_f32(h[i]);
+        break;
+    default: /* callers check lilac_cpu_type_supported at load */
+        memset(out, 0, (size_t)n * sizeof(float));
+        break;
+    }
+}

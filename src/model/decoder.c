@@ -1,0 +1,520 @@
+/* decoder: the forward pass shared by the MoE decoders lilac runs, written
+ * to read as the math. Per layer: x += mixer(norm(x)); x += moe(norm(x)),
+ * where the mixer is gated full attention or Gated DeltaNet as the layer
+ * pattern says. Everything is computed in float32 over the weights as
+ * stored (see docs/ for the reference it follows). */
+#include <math.h>
+#include <string.h>
+
+#include "engine/seq.h"
+#include "util/err.h"
+
+/* ---- small vector helpers ---- */
+
+static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+static float dotf(const float *a, const float *b, int n)
+{
+    float s = 0;
+    for (int i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+/* y = x / sqrt(mean(x^2) + eps) * w  (w NULL: no scale) */
+static void rmsnorm(float *y, const float *x, const float *w, int n, float eps)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    float r = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++)
+        y[i] = x[i] * r * (w ? w[i] : 1.0f);
+}
+
+/* x / sqrt(sum(x^2) + 1e-6), as the reference's l2norm */
+static void l2norm(float *x, int n)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    float r = (float)(1.0 / sqrt(ss + 1e-6));
+    for (int i = 0; i < n; i++)
+        x[i] *= r;
+}
+
+/* Rotate-half (NeoX) rotary embedding on the first `rot` dims of a head:
+ * dim i pairs with i + rot/2; frequencies computed in float32 as the
+ * reference does. */
+static void rope(float *x, int rot, int pos, float theta)
+{
+    int half = rot / 2;
+    for (int i = 0; i < half; i++) {
+        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)rot);
+        float ang = (float)pos * inv_freq;
+        float c = cosf(ang), s = sinf(ang);
+        float x0 = x[i], x1 = x[i + half];
+        x[i] = x0 * c - x1 * s;
+        x[i + half] = x1 * c + x0 * s;
+    }
+}
+
+static void matmul(const lilac_model *m, const lilac_mat *W, const float *x, int n, float *y)
+{
+    lilac_matmul(m->kern, m->pool, W, x, n, y);
+}
+
+/* ---- gated full attention ---- */
+
+typedef struct {
+    const lilac_model *m;
+    const lilac_layer_state *st;
+    lilac_scratch *sc;
+    const float *q; /* [nt][q_stride], q of head h at h * q_step */
+    int q_stride, q_step;
+    float *out;     /* [nt][n_head * head_dim] */
+    int nt, pos0;
+} attn_job;
+
+static void attn_task(void *ctx, int task, int thread)
+{
+    const attn_job *j = ctx;
+    const lilac_hparams *hp = &j->m->hp;
+    int hd = hp->head_dim, kvw = hp->n_head_kv * hd;
+    int t = task / hp->n_head, h = task % hp->n_head;
+    int kvh = h / (hp->n_head / hp->n_head_kv);
+    int n_keys = j->pos0 + t + 1; /* causal: itself and everything before */
+    const float *q = j->q + (size_t)t * j->q_stride + (size_t)h * j->q_step;
+    float *sc = j->sc->per_thread + (size_t)thread * j->sc->per_thread_floats;
+    float scale = 1.0f / sqrtf((float)hd), mx = -INFINITY;
+    for (int p = 0; p < n_keys; p++) {
+        sc[p] = dotf(q, j->st->k + (size_t)p * kvw + (size_t)kvh * hd, hd) * scale;
+        if (sc[p] > mx)
+            mx = sc[p];
+    }
+    double sum = 0;
+    for (int p = 0; p < n_keys; p++) {
+        sc[p] = expf(sc[p] - mx);
+        sum += sc[p];
+    }
+    float inv = (float)(1.0 / sum);
+    float *o = j->out + (size_t)t * hp->n_head * hd + (size_t)h * hd;
+    memset(o, 0, (size_t)hd * sizeof(float));
+    for (int p = 0; p < n_keys; p++) {
+        const float *v = j->st->v + (size_t)p * kvw + (size_t)kvh * hd;
+        float w = sc[p] * inv;
+        for (int d = 0; d < hd; d++)
+            o[d] += w * v[d];
+    }
+}
+
+static void attention(const lilac_model *m, const lilac_layer_weights *lw, lilac_layer_state *st,
+                      lilac_scratch *sc, int nt, int pos0, float *out)
+{
+    const lilac_hparams *hp = &m->hp;
+    int hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv, kvw = nkv * hd;
+    int q_step = hd * (hp->attn_output_gate ? 2 : 1), q_stride = nh * q_step;
+    float *qg = sc->big0, *k = sc->big1, *v = sc->big2;
+    matmul(m, &lw->wq, sc->xn, nt, qg);
+    matmul(m, &lw->wk, sc->xn, nt, k);
+    matmul(m, &lw->wv, sc->xn, nt, v);
+    for (int t = 0; t < nt; t++) {
+        int pos = pos0 + t;
+        for (int h = 0; h < nh; h++) {
+            float *q = qg + (size_t)t * q_stride + (size_t)h * q_step;
+            rmsnorm(q, q, lw->q_norm, hd, hp->norm_eps);
+            rope(q, hp->rope_dims, pos, hp->rope_theta);
+        }
+        for (int h = 0; h < nkv; h++) {
+            float *kh = k + (size_t)t * kvw + (size_t)h * hd;
+            rmsnorm(kh, kh, lw->k_norm, hd, hp->norm_eps);
+            rope(kh, hp->rope_dims, pos, hp->rope_theta);
+        }
+        memcpy(st->k + (size_t)pos * kvw, k + (size_t)t * kvw, (size_t)kvw * sizeof(float));
+        memcpy(st->v + (size_t)pos * kvw, v + (size_t)t * kvw, (size_t)kvw * sizeof(float));
+    }
+    float *o = sc->big1; /* k and v now live in the cache */
+    attn_job j = {m, st, sc, qg, q_stride, q_step, o, nt, pos0};
+    lilac_pool_run(m->pool, nt * nh, attn_task, &j);
+    if (hp->attn_output_gate)
+        for (int t = 0; t < nt; t++)
+            for (int h = 0; h < nh; h++) {
+                const float *g = qg + (size_t)t * q_stride + (size_t)h * q_step + hd;
+                float *oh = o + (size_t)t * nh * hd + (size_t)h * hd;
+                for (int d = 0; d < hd; d++)
+                    oh[d] *= sigmoid(g[d]);
+            }
+    matmul(m, &lw->wo, o, nt, out);
+}
+
+/* ---- Gated DeltaNet ---- */
+
+#define DN_CHUNK 64
+
+typedef struct {
+    const lilac_model *m;
+    const lilac_layer_weights *lw;
+    lilac_layer_state *st;
+    lilac_scratch *sc;
+    const float *qkv; /* [nt][conv channels], after conv, SiLU and q/k L2 norm */
+    const float *g, *beta; /* [nt][v_heads] */
+    float *o;              /* [nt][v_heads * v_dim] */
+    int nt;
+} dn_job;
+
+/* The recurrent form, one token: S *= exp(g); S += k (beta (v - S^T k))^T; o = S^T q. */
+static void dn_recurrent(float *S, const float *q, const float *k, const float *v, float g, float beta,
+                         int dk, int dv, float *o, float *tmp)
+{
+    float decay = expf(g);
+    float *kv_mem = tmp;
+    memset(kv_mem, 0, (size_t)dv * sizeof(float));
+    for (int i = 0; i < dk; i++) {
+        float *row = S + (size_t)i * dv;
+        for (int c = 0; c < dv; c++) {
+            row[c] *= decay;
+            kv_mem[c] += row[c] * k[i];
+        }
+    }
+    for (int c = 0; c < dv; c++)
+        kv_mem[c] = (v[c] - kv_mem[c]) * beta; /* now delta */
+    memset(o, 0, (size_t)dv * sizeof(float));
+    for (int i = 0; i < dk; i++) {
+        float *row = S + (size_t)i * dv;
+        for (int c = 0; c < dv; c++) {
+            row[c] += k[i] * kv_mem[c];
+            o[c] += row[c] * q[i];
+        }
+    }
+}
+
+/* The chunked form over L <= DN_CHUNK tokens, as the reference's
+ * torch_chunk_gated_delta_rule: within the chunk the delta rule is solved
+ * as a triangular system (the WY form), and the state enters once. */
+static void dn_chunk(float *S, const float *const *q, const float *const *k, const float *const *v,
+                     const float *g, const float *beta, int L, int dk, int dv, float *const *o, float *buf)
+{
+    float *G = buf;             /* [L] cumulative log-decay */
+    float *A = G + DN_CHUNK;    /* [L][L] */
+    float *row = A + DN_CHUNK * DN_CHUNK; /* [L] */
+    float *U = row + DN_CHUNK;  /* [L][dv] */
+    float *W = U + (size_t)DN_CHUNK * dv; /* [L][dk] */
+    float *Vn = W + (size_t)DN_CHUNK * dk; /* [L][dv] */
+
+    for (int i = 0; i < L; i++)
+        G[i] = (i ? G[i - 1] : 0.0f) + g[i];
+    /* A = -(beta_i k_i . k_m) exp(G_i - G_m), strictly lower triangular */
+    for (int i = 0; i < L; i++)
+        for (int mm = 0; mm < L; mm++)
+            A[i * DN_CHUNK + mm] = mm < i ? -beta[i] * dotf(k[i], k[mm], dk) * expf(G[i] - G[mm]) : 0.0f;
+    /* forward substitution: T = (I - A')^-1 built row by row from the rows above */
+    for (int i = 1; i < L; i++) {
+        for (int mm = 0; mm < i; mm++) {
+            float s = A[i * DN_CHUNK + mm];
+            for (int r = mm + 1; r < i; r++)
+                s += A[i * DN_CHUNK + r] * A[r * DN_CHUNK + mm];
+            row[mm] = s;
+        }
+        memcpy(A + i * DN_CHUNK, row, (size_t)i * sizeof(float));
+    }
+    for (int i = 0; i < L; i++)
+        A[i * DN_CHUNK + i] = 1.0f;
+    /* U = T (beta v);  W = T (beta exp(G) k) */
+    for (int i = 0; i < L; i++) {
+        float *u = U + (size_t)i * dv, *w = W + (size_t)i * dk;
+        memset(u, 0, (size_t)dv * sizeof(float));
+        memset(w, 0, (size_t)dk * sizeof(float));
+        for (int mm = 0; mm <= i; mm++) {
+            float a = A[i * DN_CHUNK + mm] * beta[mm];
+            float ag = a * expf(G[mm]);
+            for (int c = 0; c < dv; c++)
+                u[c] += a * v[mm][c];
+            for (int d = 0; d < dk; d++)
+                w[d] += ag * k[mm][d];
+        }
+    }
+    /* v_new = U - W S;  o_i = exp(G_i) q_i S + sum_{m<=i} (q_i.k_m) exp(G_i - G_m) v_new_m */
+    for (int i = 0; i < L; i++) {
+        float *vn = Vn + (size_t)i * dv, *oi = o[i];
+        const float *w = W + (size_t)i * dk;
+        memcpy(vn, U + (size_t)i * dv, (size_t)dv * sizeof(float));
+        memset(oi, 0, (size_t)dv * sizeof(float));
+        float eg = expf(G[i]);
+        for (int d = 0; d < dk; d++) {
+            const float *Sd = S + (size_t)d * dv;
+            float wd = w[d], qd = q[i][d] * eg;
+            for (int c = 0; c < dv; c++) {
+                vn[c] -= wd * Sd[c];
+                oi[c] += qd * Sd[c];
+            }
+        }
+    }
+    for (int i = 0; i < L; i++) {
+        float *oi = o[i];
+        for (int mm = 0; mm <= i; mm++) {
+            float a = dotf(q[i], k[mm], dk) * expf(G[i] - G[mm]);
+            const float *vn = Vn + (size_t)mm * dv;
+            for (int c = 0; c < dv; c++)
+                oi[c] += a * vn[c];
+        }
+    }
+    /* S = exp(G_last) S + sum_i exp(G_last - G_i) k_i v_new_i^T */
+    float gl = G[L - 1], el = expf(gl);
+    for (int d = 0; d < dk; d++) {
+        float *Sd = S + (size_t)d * dv;
+        for (int c = 0; c < dv; c++)
+            Sd[c] *= el;
+        for (int i = 0; i < L; i++) {
+            float kd = k[i][d] * expf(gl - G[i]);
+            const float *vn = Vn + (size_t)i * dv;
+            for (int c = 0; c < dv; c++)
+                Sd[c] += kd * vn[c];
+        }
+    }
+}
+
+static void dn_head_task(void *ctx, int j, int thread)
+{
+    const dn_job *jb = ctx;
+    const lilac_hparams *hp = &jb->m->hp;
+    int nk = hp->ssm_k_heads, nv = hp->ssm_v_heads, dk = hp->ssm_k_dim, dv = hp->ssm_v_dim;
+    int C = 2 * nk * dk + nv * dv;
+    int kh = jb->m->w.ssm_v_tiled ? j % nk : j / (nv / nk);
+    float *S = jb->st->ssm + (size_t)j * dk * dv;
+    float *buf = jb->sc->per_thread + (size_t)thread * jb->sc->per_thread_floats;
+    const float *qs[DN_CHUNK], *ks[DN_CHUNK], *vs[DN_CHUNK];
+    float *os[DN_CHUNK], gs[DN_CHUNK], bs[DN_CHUNK];
+    for (int t0 = 0; t0 < jb->nt; t0 += DN_CHUNK) {
+        int L = jb->nt - t0 < DN_CHUNK ? jb->nt - t0 : DN_CHUNK;
+        for (int i = 0; i < L; i++) {
+            const float *row = jb->qkv + (size_t)(t0 + i) * C;
+            qs[i] = row + (size_t)kh * dk;
+            ks[i] = row + (size_t)nk * dk + (size_t)kh * dk;
+            vs[i] = row + (size_t)2 * nk * dk + (size_t)j * dv;
+            os[i] = jb->o + (size_t)(t0 + i) * nv * dv + (size_t)j * dv;
+            gs[i] = jb->g[(size_t)(t0 + i) * nv + j];
+            bs[i] = jb->beta[(size_t)(t0 + i) * nv + j];
+        }
+        if (jb->nt == 1)
+            dn_recurrent(S, qs[0], ks[0], vs[0], gs[0], bs[0], dk, dv, os[0], buf);
+        else
+            dn_chunk(S, qs, ks, vs, gs, bs, L, dk, dv, os, buf);
+    }
+}
+
+static void deltanet(const lilac_model *m, const lilac_layer_weights *lw, lilac_layer_state *st,
+                     lilac_scratch *sc, int nt, float *out)
+{
+    const lilac_hparams *hp = &m->hp;
+    int nk = hp->ssm_k_heads, nv = hp->ssm_v_heads, dk = hp->ssm_k_dim, dv = hp->ssm_v_dim;
+    int C = 2 * nk * dk + nv * dv, K = hp->ssm_conv_kernel;
+    float *qkv = sc->big0, *z = sc->big1, *conv = sc->big2, *a = sc->small0, *b = sc->small1;
+    matmul(m, &lw->ssm_qkv, sc->xn, nt, qkv);
+    matmul(m, &lw->ssm_z, sc->xn, nt, z);
+    matmul(m, &lw->ssm_alpha, sc->xn, nt, a);
+    matmul(m, &lw->ssm_beta, sc->xn, nt, b);
+
+    /* causal depthwise conv over time; inputs before this step come from the state */
+    for (int t = 0; t < nt; t++)
+        for (int c = 0; c < C; c++) {
+            const float *w = lw->ssm_conv + (size_t)c * K;
+            float s = 0;
+            for (int i = 0; i < K; i++) {
+                int tau = t - (K - 1) + i;
+                float xin = tau >= 0 ? qkv[(size_t)tau * C + c] : st->conv[(size_t)(K - 1 + tau) * C + c];
+                s += w[i] * xin;
+            }
+            conv[(size_t)t * C + c] = silu(s);
+        }
+    /* the state keeps the last K-1 inputs */
+    for (int r = 0; r < K - 1; r++) {
+        int tau = nt - (K - 1) + r; /* input index relative to this step */
+        float *dst = st->conv + (size_t)r * C;
+        if (tau >= 0)
+            memcpy(dst, qkv + (size_t)tau * C, (size_t)C * sizeof(float));
+        else
+            memmove(dst, st->conv + (size_t)(K - 1 + tau) * C, (size_t)C * sizeof(float));
+    }
+    float qscale = 1.0f / sqrtf((float)dk);
+    for (int t = 0; t < nt; t++) {
+        float *row = conv + (size_t)t * C;
+        for (int h = 0; h < nk; h++) {
+            float *q = row + (size_t)h * dk, *k = row + (size_t)(nk + h) * dk;
+            l2norm(q, dk);
+            l2norm(k, dk);
+            for (int d = 0; d < dk; d++)
+                q[d] *= qscale;
+        }
+        for (int j = 0; j < nv; j++) {
+            size_t i = (size_t)t * nv + j;
+            a[i] = lw->ssm_a[j] * softplus(a[i] + lw->ssm_dt[j]); /* g, the log-decay */
+            b[i] = sigmoid(b[i]);
+        }
+    }
+    float *o = sc->big0; /* the projections are consumed */
+    dn_job jb = {m, lw, st, sc, conv, a, b, o, nt};
+    lilac_pool_run(m->pool, nv, dn_head_task, &jb);
+    /* gated RMSNorm per value head: norm(o) * w * silu(z) */
+    for (int t = 0; t < nt; t++)
+        for (int j = 0; j < nv; j++) {
+            float *oj = o + (size_t)t * nv * dv + (size_t)j * dv;
+            const float *zj = z + (size_t)t * nv * dv + (size_t)j * dv;
+            rmsnorm(oj, oj, lw->ssm_norm, dv, hp->norm_eps);
+            for (int c = 0; c < dv; c++)
+                oj[c] *= silu(zj[c]);
+        }
+    matmul(m, &lw->ssm_out, o, nt, out);
+}
+
+/* ---- mixture of experts ---- */
+
+static void route(const lilac_hparams *hp, float *logits, int *idx, float *w)
+{
+    int E = hp->n_expert, k = hp->n_expert_used;
+    float mx = -INFINITY;
+    for (int e = 0; e < E; e++)
+        mx = logits[e] > mx ? logits[e] : mx;
+    double sum = 0;
+    for (int e = 0; e < E; e++) {
+        logits[e] = expf(logits[e] - mx);
+        sum += logits[e];
+    }
+    for (int e = 0; e < E; e++)
+        logits[e] = (float)(logits[e] / sum);
+    /* top-k by selection; ties go to the lower index */
+    double chosen = 0;
+    for (int i = 0; i < k; i++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int p = 0; p < i; p++)
+                taken |= idx[p] == e;
+            if (!taken && (best < 0 || logits[e] > logits[best]))
+                best = e;
+        }
+        idx[i] = best;
+        w[i] = logits[best];
+        chosen += w[i];
+    }
+    if (hp->norm_topk)
+        for (int i = 0; i < k; i++)
+            w[i] = (float)(w[i] / chosen);
+}
+
+static void swiglu(float *g, const float *u, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        g[i] = silu(g[i]) * u[i];
+}
+
+static void moe(const lilac_model *m, const lilac_layer_weights *lw, lilac_scratch *sc, int nt, float *out)
+{
+    const lilac_hparams *hp = &m->hp;
+    int E = hp->n_embd, k = hp->n_expert_used, ff = hp->expert_ff;
+    memset(out, 0, (size_t)nt * E * sizeof(float));
+    matmul(m, &lw->router, sc->xn, nt, sc->small0);
+    for (int t = 0; t < nt; t++)
+        route(hp, sc->small0 + (size_t)t * hp->n_expert, sc->route_idx + (size_t)t * k, sc->route_w + (size_t)t * k);
+
+    /* each expert over the tokens routed to it, weights read once per step */
+    for (int e = 0; e < hp->n_expert; e++) {
+        int n = 0;
+        for (int t = 0; t < nt; t++)
+            for (int i = 0; i < k; i++)
+                if (sc->route_idx[t * k + i] == e) {
+                    sc->ex_rows[n] = t;
+                    sc->small1[n] = sc->route_w[t * k + i];
+                    memcpy(sc->ex_in + (size_t)n * E, sc->xn + (size_t)t * E, (size_t)E * sizeof(float));
+                    n++;
+                }
+        if (!n)
+            continue;
+        matmul(m, &lw->exp_gate[e], sc->ex_in, n, sc->big0);
+        matmul(m, &lw->exp_up[e], sc->ex_in, n, sc->big1);
+        swiglu(sc->big0, sc->big1, (size_t)n * ff);
+        matmul(m, &lw->exp_down[e], sc->big0, n, sc->ex_out);
+        for (int r = 0; r < n; r++) {
+            float w = sc->small1[r], *dst = out + (size_t)sc->ex_rows[r] * E;
+            const float *src = sc->ex_out + (size_t)r * E;
+            for (int c = 0; c < E; c++)
+                dst[c] += w * src[c];
+        }
+    }
+    if (hp->shared_ff > 0) {
+        int sff = hp->shared_ff;
+        matmul(m, &lw->sh_gate, sc->xn, nt, sc->big0);
+        matmul(m, &lw->sh_up, sc->xn, nt, sc->big1);
+        swiglu(sc->big0, sc->big1, (size_t)nt * sff);
+        matmul(m, &lw->sh_down, sc->big0, nt, sc->ex_out);
+        for (int t = 0; t < nt; t++) {
+            float gate = sigmoid(dotf(lw->sh_gate_inp, sc->xn + (size_t)t * E, E));
+            float *dst = out + (size_t)t * E;
+            const float *src = sc->ex_out + (size_t)t * E;
+            for (int c = 0; c < E; c++)
+                dst[c] += gate * src[c];
+        }
+    }
+}
+
+/* ---- the whole model ---- */
+
+static void add(float *x, const float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
+/* One step of nt <= LILAC_UBATCH tokens; off/n_total place it in the outputs. */
+static void step(lilac_seq *s, const int32_t *tokens, int nt, int off, int n_total, const lilac_eval_opts *opts)
+{
+    const lilac_model *m = s->m;
+    const lilac_hparams *hp = &m->hp;
+    lilac_scratch *sc = &s->sc;
+    int E = hp->n_embd, L = hp->n_layer;
+    size_t rowsz = (size_t)E * sizeof(float);
+    for (int t = 0; t < nt; t++)
+        lilac_row_to_f32(m->w.tok_embd.type, lilac_mat_row(&m->w.tok_embd, tokens[t]), sc->x + (size_t)t * E, E);
+    if (opts->hidden)
+        memcpy(opts->hidden + (size_t)off * E, sc->x, nt * rowsz);
+
+    for (int il = 0; il < L; il++) {
+        const lilac_layer_weights *lw = &m->w.layers[il];
+        lilac_layer_state *st = &s->layers[il];
+        for (int t = 0; t < nt; t++)
+            rmsnorm(sc->xn + (size_t)t * E, sc->x + (size_t)t * E, lw->attn_norm, E, hp->norm_eps);
+        if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION)
+            attention(m, lw, st, sc, nt, s->pos, sc->tmp);
+        else
+            deltanet(m, lw, st, sc, nt, sc->tmp);
+        add(sc->x, sc->tmp, (size_t)nt * E);
+        for (int t = 0; t < nt; t++)
+            rmsnorm(sc->xn + (size_t)t * E, sc->x + (size_t)t * E, lw->post_norm, E, hp->norm_eps);
+        moe(m, lw, sc, nt, sc->tmp);
+        add(sc->x, sc->tmp, (size_t)nt * E);
+        if (opts->hidden && il < L - 1)
+            memcpy(opts->hidden + ((size_t)(il + 1) * n_total + off) * E, sc->x, nt * rowsz);
+    }
+    for (int t = 0; t < nt; t++)
+        rmsnorm(sc->xn + (size_t)t * E, sc->x + (size_t)t * E, m->w.output_norm, E, hp->norm_eps);
+    if (opts->hidden)
+        memcpy(opts->hidden + ((size_t)L * n_total + off) * E, sc->xn, nt * rowsz);
+
+    if (opts->logits_mode == LILAC_LOGITS_ALL)
+        matmul(m, &m->w.output, sc->xn, nt, opts->logits + (size_t)off * hp->n_vocab);
+    else if (opts->logits_mode == LILAC_LOGITS_LAST && off + nt == n_total)
+        matmul(m, &m->w.output, sc->xn + (size_t)(nt - 1) * E, 1, opts->logits);
+    s->pos += nt;
+}
+
+lilac_status lilac_decoder_eval(lilac_seq *s, const int32_t *tokens, int n, const lilac_eval_opts *opts,
+                                lilac_error *err)
+{
+    (void)err;
+    for (int off = 0; off < n; off += s->sc.n_tok) {
+        int nt = n - off < s->sc.n_tok ? n - off : s->sc.n_tok;
+        step(s, tokens + off, nt, off, n, opts);
+    }
+    return LILAC_OK;
+}

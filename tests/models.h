@@ -1,0 +1,127 @@
+/* models: shared helpers of the model-level tests — opening a model,
+ * running tokens through it, reading golden files and meta.json. */
+#ifndef LILAC_TEST_MODELS_H
+#define LILAC_TEST_MODELS_H
+
+#include <jansson.h>
+#include <math.h>
+
+#include "lilac.h"
+#include "testutil.h"
+
+static inline lilac_model *tm_open(const char *path, int threads)
+{
+    lilac_model_params p = lilac_model_default_params();
+    p.n_threads = threads;
+    lilac_model *m = NULL;
+    lilac_error err;
+    if (lilac_model_open(path, &p, &m, &err)) {
+        fprintf(stderr, "cannot open %s: %s\n", path, err.msg);
+        return NULL;
+    }
+    return m;
+}
+
+/* Logits of every position: prefill all at once (step 0), or `step`
+ * tokens per call (1 = the decode path). Returns malloc'd n*vocab floats. */
+static inline float *tm_logits(lilac_model *m, const int32_t *toks, int n, int step, float *hidden)
+{
+    int V = lilac_model_hparams(m)->n_vocab;
+    float *out = malloc((size_t)n * V * sizeof(float));
+    lilac_seq *s = NULL;
+    lilac_error err;
+    if (!out || lilac_seq_new(m, n, &s, &err)) {
+        free(out);
+        return NULL;
+    }
+    if (step <= 0)
+        step = n;
+    for (int i = 0; i < n; i += step) {
+        int k = n - i < step ? n - i : step;
+        lilac_eval_opts o = {.logits_mode = LILAC_LOGITS_ALL, .logits = out + (size_t)i * V,
+                             .hidden = step == n ? hidden : NULL};
+        if (lilac_seq_eval(s, toks + i, k, &o, &err)) {
+            fprintf(stderr, "eval failed: %s\n", err.msg);
+            free(out);
+            out = NULL;
+            break;
+        }
+    }
+    lilac_seq_free(s);
+    return out;
+}
+
+static inline float tm_max_abs(const float *a, size_t n)
+{
+    float m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = fabsf(a[i]) > m ? fabsf(a[i]) : m;
+    return m;
+}
+
+static inline float tm_max_diff(const float *a, const float *b, size_t n)
+{
+    float m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = fabsf(a[i] - b[i]) > m ? fabsf(a[i] - b[i]) : m;
+    return m;
+}
+
+static inline int tm_argmax(const float *v, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b])
+            b = i;
+    return b;
+}
+
+static inline int tm_argmax_agree(const float *a, const float *b, int rows, int V)
+{
+    int n = 0;
+    for (int r = 0; r < rows; r++)
+        n += tm_argmax(a + (size_t)r * V, V) == tm_argmax(b + (size_t)r * V, V);
+    return n;
+}
+
+/* An int array of a JSON object, by dotted path of two keys at most. */
+static inline int32_t *tm_json_ints(json_t *root, const char *k1, const char *k2, int *n)
+{
+    json_t *a = json_object_get(root, k1);
+    if (k2)
+        a = json_object_get(a, k2);
+    if (!json_is_array(a))
+        return NULL;
+    *n = (int)json_array_size(a);
+    int32_t *v = malloc((size_t)*n * sizeof *v + 1);
+    for (int i = 0; v && i < *n; i++)
+        v[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+    return v;
+}
+
+/* Greedy decoding: feed the prompt, then take the argmax n_new times. */
+static inline int tm_greedy(lilac_model *m, const int32_t *prompt, int n_prompt, int32_t *out, int n_new)
+{
+    int V = lilac_model_hparams(m)->n_vocab;
+    float *lg = malloc((size_t)V * sizeof(float));
+    lilac_seq *s = NULL;
+    lilac_error err;
+    int rc = -1;
+    if (!lg || lilac_seq_new(m, n_prompt + n_new, &s, &err))
+        goto done;
+    lilac_eval_opts o = {.logits_mode = LILAC_LOGITS_LAST, .logits = lg};
+    if (lilac_seq_eval(s, prompt, n_prompt, &o, &err))
+        goto done;
+    for (int i = 0; i < n_new; i++) {
+        out[i] = tm_argmax(lg, V);
+        if (i + 1 < n_new && lilac_seq_eval(s, &out[i], 1, &o, &err))
+            goto done;
+    }
+    rc = 0;
+done:
+    free(lg);
+    lilac_seq_free(s);
+    return rc;
+}
+
+#endif
