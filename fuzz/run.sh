@@ -57,8 +57,10 @@ fi
 
 # The library sources a target links: the parsers and their utilities.
 lib_srcs=(src/util/*.c src/format/*.c)
+# -D_POSIX_C_SOURCE as CMakeLists.txt sets it for the whole build.
+defs=(-D_POSIX_C_SOURCE=200809L)
 cflags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-    -std=c11 -Wall -Wextra -Iinclude -Isrc)
+    -std=c11 -Wall -Wextra "${defs[@]}" -Iinclude -Isrc)
 # shellcheck disable=SC2207
 jansson=($(pkg-config --cflags --libs jansson))
 
@@ -76,7 +78,7 @@ seed() {
     fi
     local test_src=tests/test_$t.c
     if [ -f "$test_src" ] && grep -q -- '--write-seeds' "$test_src"; then
-        if clang -std=c11 -g -O1 -Iinclude -Isrc -Itests -DLILAC_SOURCE_DIR="\"$root\"" \
+        if clang -std=c11 -g -O1 "${defs[@]}" -Iinclude -Isrc -Itests -DLILAC_SOURCE_DIR="\"$root\"" \
             -DLILAC_BINARY_DIR="\"$build\"" "$test_src" "${lib_srcs[@]}" "${jansson[@]}" -lpthread -lm \
             -o "$build/seed_$t" 2>"$build/seed_$t.log" &&
             "$build/seed_$t" --write-seeds "$corpus"; then

@@ -5,7 +5,9 @@
  *
  *   test_gguf [-v]                 -v prints every expected error message
  *   test_gguf --write-seeds DIR    writes valid images for the fuzz corpus */
+#ifndef _POSIX_C_SOURCE /* mkdtemp; the build may set it already */
 #define _POSIX_C_SOURCE 200809L
+#endif
 #include <inttypes.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -718,9 +720,9 @@ static void test_errors(void)
     expect_fail("n_dims 5", one_tensor(&none, (tspec){"x", LILAC_F32, 5, {1, 1, 1, 1, 1}, AUTO}, 32),
                 LILAC_E_FORMAT, "tensor 'x' has n_dims 5");
     expect_fail("ne 0", one_tensor(&none, (tspec){"x", LILAC_F32, 2, {4, 0}, AUTO}, 32), LILAC_E_FORMAT,
-                "tensor 'x' has dimension 1 = 0");
+                "tensor 'x' has ne[1] = 0 (must be positive)");
     expect_fail("ne negative", one_tensor(&none, (tspec){"x", LILAC_F32, 2, {UINT64_MAX, 1}, AUTO}, 32),
-                LILAC_E_FORMAT, "tensor 'x' has dimension 0 = -1");
+                LILAC_E_FORMAT, "tensor 'x' has ne[0] = -1 (must be positive)");
     expect_fail("ne not whole blocks", one_tensor(&none, (tspec){"x", LILAC_Q8_0, 2, {33, 1}, AUTO}, 32),
                 LILAC_E_FORMAT, "not a multiple of the block size 32");
     expect_fail("Q4_K ne0 128", one_tensor(&none, (tspec){"x", LILAC_Q4_K, 1, {128}, AUTO}, 32),

@@ -23,10 +23,11 @@ static void state_sizes(const lilac_hparams *hp, int n_ctx, uint64_t *kv, uint64
     }
 }
 
-/* The widest per-token row any projection writes. */
+/* The widest per-token row any projection writes into scratch (logits go
+ * straight to the caller's buffer). */
 static size_t widest(const lilac_hparams *hp)
 {
-    size_t w = (size_t)hp->n_vocab;
+    size_t w = 0;
     size_t cand[] = {
         (size_t)hp->n_head * hp->head_dim * 2, conv_channels(hp),
         (size_t)hp->expert_ff,                 (size_t)hp->shared_ff,

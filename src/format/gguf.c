@@ -538,7 +538,7 @@ static lilac_status parse_tensor_info(cursor *c, gguf_file *f, uint64_t i, uint6
         if (d < (int)n_dims && (st = read_u64(c, &ne)))
             return st;
         if (ne == 0 || ne > (uint64_t)INT64_MAX)
-            return lilac_fail(c->err, LILAC_E_FORMAT, "%s: tensor '%s' has dimension %d = %" PRId64
+            return lilac_fail(c->err, LILAC_E_FORMAT, "%s: tensor '%s' has ne[%d] = %" PRId64
                               " (must be positive)", c->name, name, d, (int64_t)ne);
         t->ne[d] = (int64_t)ne;
         if (t->ne[d] > INT64_MAX / count)

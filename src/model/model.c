@@ -188,8 +188,13 @@ static lilac_status open_hf(lilac_loader *ld, lilac_error *err)
         s = lilac_fail(err, LILAC_E_FORMAT, "%s: not a JSON object", cfg_path);
         goto done;
     }
-    if (json_is_object(text))
+    if (json_is_object(text)) {
         cfg = text;
+        /* Multimodal configs may say tie_word_embeddings only at the top. */
+        json_t *tie = json_object_get(root, "tie_word_embeddings");
+        if (tie && !json_object_get(text, "tie_word_embeddings"))
+            json_object_set(text, "tie_word_embeddings", tie);
+    }
     const char *mt = json_string_value(json_object_get(cfg, "model_type"));
     if (!mt && cfg != root)
         mt = json_string_value(json_object_get(root, "model_type"));
