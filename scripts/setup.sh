@@ -4,7 +4,7 @@
 # through sudo).
 set -euo pipefail
 
-packages=(build-essential cmake pkg-config libjansson-dev clang libclang-rt-14-dev)
+packages=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev clang libclang-rt-14-dev)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -145,7 +145,7 @@ static lilac_status open_gguf(lilac_loader *ld, lilac_error *err)
         return s;
     char *arch = NULL;
     if ((s = gguf_get_str(m->gguf, "general.architecture", &arch, err)))
-        return lilac_fail_prefix(err, "%s", m->path);
+        return s; /* the message already starts with the file's path */
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
         if (strcmp(arch, archs[i].gguf_arch) == 0) {
             free(arch);
