@@ -162,8 +162,8 @@ lilac_status lilac_seq_eval(lilac_seq *s, const int32_t *tokens, int n, const li
     if (!tokens)
         return lilac_fail(err, LILAC_E_ARG, "no token array given");
     if (n > s->n_ctx - s->pos)
-        return lilac_fail(err, LILAC_E_RANGE,
-                          "%d tokens do not fit: the sequence holds %d of its %d-token context", n, s->pos, s->n_ctx);
+        return lilac_fail(err, LILAC_E_RANGE, "%d token%s not fit: the sequence holds %d of its %d-token context",
+                          n, n == 1 ? " does" : "s do", s->pos, s->n_ctx);
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= s->m->hp.n_vocab)
             return lilac_fail(err, LILAC_E_ARG, "token %d at index %d is outside the vocabulary (0..%d)", tokens[i],

@@ -250,6 +250,13 @@ static const char *config_path(lilac_loader *ld, char *buf, size_t size)
     return buf;
 }
 
+const char *ld_hp_file(lilac_loader *ld)
+{
+    if (ld->is_gguf)
+        return ld->m->path;
+    return config_path(ld, ld->name, sizeof ld->name);
+}
+
 static lilac_status missing_hp(lilac_loader *ld, const char *gguf_key, const char *hf_key)
 {
     char p[4096];
@@ -459,10 +466,7 @@ lilac_status ld_globals(lilac_loader *ld, float norm_add)
 lilac_status ld_prepare(lilac_loader *ld)
 {
     const lilac_hparams *hp = &ld->m->hp;
-    const char *file = ld->m->path;
-    char p[4096];
-    if (!ld->is_gguf)
-        file = config_path(ld, p, sizeof p);
+    const char *file = ld_hp_file(ld);
 #define BAD(...) return lilac_fail(ld->err, LILAC_E_FORMAT, __VA_ARGS__)
     if (hp->n_layer < 1 || hp->n_layer > LILAC_MAX_LAYERS)
         BAD("%s: %d layers; lilac runs 1 to %d", file, hp->n_layer, LILAC_MAX_LAYERS);

@@ -66,6 +66,10 @@ lilac_status ld_f32(lilac_loader *ld, const char *gguf_key, const char *hf_key, 
 lilac_status ld_hf_rope_f32(lilac_loader *ld, const char *key, bool required, float dflt, float *out);
 bool ld_hf_bool(lilac_loader *ld, const char *key, bool dflt);
 
+/* The file hyper-parameters come from, for messages: the GGUF file or the
+ * checkpoint's config.json (in ld->name: use before composing another name). */
+const char *ld_hp_file(lilac_loader *ld);
+
 /* Architecture entry points. */
 lilac_status qwen35moe_load(lilac_loader *ld);
 lilac_status qwen3moe_load(lilac_loader *ld);

@@ -22,7 +22,7 @@ static lilac_status read_hparams(lilac_loader *ld, lilac_hparams *hp)
         (s = ld_f32(ld, "attention.layer_norm_rms_epsilon", "rms_norm_eps", &hp->norm_eps)))
         return s;
     if (u[0] < 1 || u[0] > LILAC_MAX_LAYERS)
-        return lilac_fail(ld->err, LILAC_E_FORMAT, "%s: %u layers; lilac runs 1 to %d", ld->m->path, u[0],
+        return lilac_fail(ld->err, LILAC_E_FORMAT, "%s: %u layers; lilac runs 1 to %d", ld_hp_file(ld), u[0],
                           LILAC_MAX_LAYERS);
     hp->n_layer = (int)u[0];
     hp->n_embd = (int)u[1];
