@@ -348,6 +348,49 @@ lilac_status ld_u32(lilac_loader *ld, const char *gguf_key, const char *hf_key, 
     return LILAC_OK;
 }
 
+static lilac_status to_int(lilac_loader *ld, const char *gguf_key, const char *hf_key, uint32_t v, int *out)
+{
+    if (v > INT32_MAX)
+        return lilac_fail(ld->err, LILAC_E_FORMAT, "%s: '%s' = %u is out of range", ld_hp_file(ld),
+                          ld->is_gguf ? gguf_key : hf_key, v);
+    *out = (int)v;
+    return LILAC_OK;
+}
+
+lilac_status ld_int(lilac_loader *ld, const char *gguf_key, const char *hf_key, int *out)
+{
+    uint32_t v;
+    lilac_status s = ld_u32(ld, gguf_key, hf_key, &v);
+    return s ? s : to_int(ld, gguf_key, hf_key, v, out);
+}
+
+lilac_status ld_int_or(lilac_loader *ld, const char *gguf_key, const char *hf_key, int dflt, int *out)
+{
+    uint32_t v;
+    lilac_status s = ld_u32_or(ld, gguf_key, hf_key, (uint32_t)dflt, &v);
+    return s ? s : to_int(ld, gguf_key, hf_key, v, out);
+}
+
+lilac_status ld_moe_hparams(lilac_loader *ld, lilac_hparams *hp)
+{
+    lilac_status s;
+    if ((s = ld_int(ld, "block_count", "num_hidden_layers", &hp->n_layer)) ||
+        (s = ld_int(ld, "embedding_length", "hidden_size", &hp->n_embd)) ||
+        (s = ld_int(ld, "attention.head_count", "num_attention_heads", &hp->n_head)) ||
+        (s = ld_int(ld, "attention.head_count_kv", "num_key_value_heads", &hp->n_head_kv)) ||
+        (s = ld_int(ld, "expert_count", "num_experts|num_local_experts", &hp->n_expert)) ||
+        (s = ld_int(ld, "expert_used_count", "num_experts_per_tok", &hp->n_expert_used)) ||
+        (s = ld_int(ld, "expert_feed_forward_length", "moe_intermediate_size", &hp->expert_ff)) ||
+        (s = ld_int_or(ld, "context_length", "max_position_embeddings", 0, &hp->n_ctx_train)) ||
+        (s = ld_f32(ld, "attention.layer_norm_rms_epsilon", "rms_norm_eps", &hp->norm_eps)))
+        return s;
+    /* the layer table is sized by this: check it before anything fills it */
+    if (hp->n_layer < 1 || hp->n_layer > LILAC_MAX_LAYERS)
+        return lilac_fail(ld->err, LILAC_E_FORMAT, "%s: %d layers; lilac runs 1 to %d", ld_hp_file(ld),
+                          hp->n_layer, LILAC_MAX_LAYERS);
+    return LILAC_OK;
+}
+
 lilac_status ld_f32(lilac_loader *ld, const char *gguf_key, const char *hf_key, float *out)
 {
     if (ld->is_gguf) {

@@ -61,6 +61,11 @@ lilac_status ld_experts(lilac_loader *ld, int il, int n_expert, int64_t n_embd, 
 /* GGUF metadata "ARCH.KEY" and HF config values. */
 lilac_status ld_u32(lilac_loader *ld, const char *gguf_key, const char *hf_key, uint32_t *out);
 lilac_status ld_u32_or(lilac_loader *ld, const char *gguf_key, const char *hf_key, uint32_t dflt, uint32_t *out);
+/* The same as non-negative ints (values past INT32_MAX are errors). */
+lilac_status ld_int(lilac_loader *ld, const char *gguf_key, const char *hf_key, int *out);
+lilac_status ld_int_or(lilac_loader *ld, const char *gguf_key, const char *hf_key, int dflt, int *out);
+/* What every MoE decoder has: layers, widths, heads, experts, context, eps. */
+lilac_status ld_moe_hparams(lilac_loader *ld, lilac_hparams *hp);
 lilac_status ld_f32(lilac_loader *ld, const char *gguf_key, const char *hf_key, float *out);
 /* HF: a key of rope_parameters (transformers 5) or the top level (older configs). */
 lilac_status ld_hf_rope_f32(lilac_loader *ld, const char *key, bool required, float dflt, float *out);

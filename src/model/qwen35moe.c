@@ -70,76 +70,42 @@ static lilac_status layer_pattern_hf(lilac_loader *ld, lilac_hparams *hp)
 
 static lilac_status read_hparams(lilac_loader *ld, lilac_hparams *hp)
 {
-    uint32_t u[16];
     lilac_status s;
-    if ((s = ld_u32(ld, "block_count", "num_hidden_layers", &u[0])) ||
-        (s = ld_u32(ld, "embedding_length", "hidden_size", &u[1])) ||
-        (s = ld_u32(ld, "attention.head_count", "num_attention_heads", &u[2])) ||
-        (s = ld_u32(ld, "attention.head_count_kv", "num_key_value_heads", &u[3])) ||
-        (s = ld_u32(ld, "expert_count", "num_experts", &u[4])) ||
-        (s = ld_u32(ld, "expert_used_count", "num_experts_per_tok", &u[5])) ||
-        (s = ld_u32(ld, "expert_feed_forward_length", "moe_intermediate_size", &u[6])) ||
-        (s = ld_u32_or(ld, "expert_shared_feed_forward_length", "shared_expert_intermediate_size", 0, &u[7])) ||
-        (s = ld_u32(ld, "ssm.conv_kernel", "linear_conv_kernel_dim", &u[8])) ||
-        (s = ld_u32(ld, "ssm.state_size", "linear_key_head_dim", &u[9])) ||
-        (s = ld_u32(ld, "ssm.group_count", "linear_num_key_heads", &u[10])) ||
-        (s = ld_u32(ld, "ssm.time_step_rank", "linear_num_value_heads", &u[11])) ||
-        (s = ld_u32_or(ld, "context_length", "max_position_embeddings", 0, &u[12])) ||
-        (s = ld_f32(ld, "attention.layer_norm_rms_epsilon", "rms_norm_eps", &hp->norm_eps)))
+    if ((s = ld_moe_hparams(ld, hp)) ||
+        (s = ld_int_or(ld, "expert_shared_feed_forward_length", "shared_expert_intermediate_size", 0, &hp->shared_ff)) ||
+        (s = ld_int(ld, "ssm.conv_kernel", "linear_conv_kernel_dim", &hp->ssm_conv_kernel)) ||
+        (s = ld_int(ld, "ssm.state_size", "linear_key_head_dim", &hp->ssm_k_dim)) ||
+        (s = ld_int(ld, "ssm.group_count", "linear_num_key_heads", &hp->ssm_k_heads)) ||
+        (s = ld_int(ld, "ssm.time_step_rank", "linear_num_value_heads", &hp->ssm_v_heads)))
         return s;
-    if (u[0] < 1 || u[0] > LILAC_MAX_LAYERS)
-        return lilac_fail(ld->err, LILAC_E_FORMAT, "%s: %u layers; lilac runs 1 to %d", ld_hp_file(ld), u[0],
-                          LILAC_MAX_LAYERS);
-    hp->n_layer = (int)u[0];
-    hp->n_embd = (int)u[1];
-    hp->n_head = (int)u[2];
-    hp->n_head_kv = (int)u[3];
-    hp->n_expert = (int)u[4];
-    hp->n_expert_used = (int)u[5];
-    hp->expert_ff = (int)u[6];
-    hp->shared_ff = (int)u[7];
-    hp->ssm_conv_kernel = (int)u[8];
-    hp->ssm_k_dim = (int)u[9];
-    hp->ssm_k_heads = (int)u[10];
-    hp->ssm_v_heads = (int)u[11];
-    hp->n_ctx_train = (int)u[12];
     hp->attn_output_gate = true;
     hp->norm_topk = true;
 
     if (ld->is_gguf) {
-        uint32_t hd, vd, inner, rot;
-        if ((s = ld_u32(ld, "attention.key_length", NULL, &hd)) ||
-            (s = ld_u32_or(ld, "attention.value_length", NULL, hd, &vd)) ||
-            (s = ld_u32(ld, "ssm.inner_size", NULL, &inner)) ||
-            (s = ld_u32_or(ld, "rope.dimension_count", NULL, hd, &rot)) ||
-            (s = ld_f32(ld, "rope.freq_base", NULL, &hp->rope_theta)))
+        int vd, inner, norm;
+        if ((s = ld_int(ld, "attention.key_length", NULL, &hp->head_dim)) ||
+            (s = ld_int_or(ld, "attention.value_length", NULL, hp->head_dim, &vd)) ||
+            (s = ld_int(ld, "ssm.inner_size", NULL, &inner)) ||
+            (s = ld_int_or(ld, "rope.dimension_count", NULL, hp->head_dim, &hp->rope_dims)) ||
+            (s = ld_f32(ld, "rope.freq_base", NULL, &hp->rope_theta)) ||
+            (s = ld_int_or(ld, "expert_weights_norm", NULL, 1, &norm)))
             return s;
-        if (vd != hd)
-            return lilac_fail(ld->err, LILAC_E_UNSUPPORTED, "%s: key length %u differs from value length %u",
-                              ld->m->path, hd, vd);
-        if (hp->ssm_v_heads == 0 || inner % (uint32_t)hp->ssm_v_heads != 0)
-            return lilac_fail(ld->err, LILAC_E_FORMAT, "%s: ssm.inner_size %u is not a multiple of %d value heads",
+        if (vd != hp->head_dim)
+            return lilac_fail(ld->err, LILAC_E_UNSUPPORTED, "%s: key length %d differs from value length %d",
+                              ld->m->path, hp->head_dim, vd);
+        if (hp->ssm_v_heads == 0 || inner % hp->ssm_v_heads != 0)
+            return lilac_fail(ld->err, LILAC_E_FORMAT, "%s: ssm.inner_size %d is not a multiple of %d value heads",
                               ld->m->path, inner, hp->ssm_v_heads);
-        hp->head_dim = (int)hd;
-        hp->ssm_v_dim = (int)(inner / (uint32_t)hp->ssm_v_heads);
-        hp->rope_dims = (int)rot;
-        uint32_t norm = 1;
-        if ((s = ld_u32_or(ld, "expert_weights_norm", NULL, 1, &norm)))
-            return s;
+        hp->ssm_v_dim = inner / hp->ssm_v_heads;
         hp->norm_topk = norm != 0;
         return layer_pattern_gguf(ld, hp);
     }
 
-    uint32_t hd, vd, vocab;
-    if ((s = ld_u32_or(ld, NULL, "head_dim", hp->n_head ? (uint32_t)(hp->n_embd / hp->n_head) : 0, &hd)) ||
-        (s = ld_u32(ld, NULL, "linear_value_head_dim", &vd)) ||
-        (s = ld_u32(ld, NULL, "vocab_size", &vocab)))
-        return s;
-    hp->head_dim = (int)hd;
-    hp->ssm_v_dim = (int)vd;
-    hp->n_vocab = (int)vocab;
     float prf;
-    if ((s = ld_hf_rope_f32(ld, "rope_theta", true, 0, &hp->rope_theta)) ||
+    if ((s = ld_int_or(ld, NULL, "head_dim", hp->n_head ? hp->n_embd / hp->n_head : 0, &hp->head_dim)) ||
+        (s = ld_int(ld, NULL, "linear_value_head_dim", &hp->ssm_v_dim)) ||
+        (s = ld_int(ld, NULL, "vocab_size", &hp->n_vocab)) ||
+        (s = ld_hf_rope_f32(ld, "rope_theta", true, 0, &hp->rope_theta)) ||
         (s = ld_hf_rope_f32(ld, "partial_rotary_factor", false, 1.0f, &prf)))
         return s;
     hp->rope_dims = (int)(hp->head_dim * prf); /* as the reference: int(head_dim * factor) */
