@@ -150,6 +150,68 @@ typedef struct lilac_eval_opts {
 lilac_status lilac_seq_eval(lilac_seq *s, const int32_t *tokens, int n,
                             const lilac_eval_opts *opts, lilac_error *err);
 
+/* ---- sampling ---------------------------------------------------------- */
+
+/* Applied in this order: penalties on the logits; then, unless greedy,
+ * temperature, top-k, top-p, min-p, and a draw from the renormalized
+ * softmax of what is left. */
+typedef struct lilac_sampler_params {
+    float temperature;       /* <= 0: greedy (argmax after penalties) */
+    int top_k;               /* <= 0: off */
+    float top_p;             /* >= 1: off */
+    float min_p;             /* <= 0: off; keep p >= min_p * p_max */
+    float repeat_penalty;    /* 1: off; logit > 0 ? logit / r : logit * r (llama.cpp) */
+    float presence_penalty;  /* 0: off; minus this once a token appeared (OpenAI) */
+    float frequency_penalty; /* 0: off; minus this times the token's count (OpenAI) */
+    int penalty_last_n;      /* tokens the penalties look back over; < 0: all */
+    uint64_t seed;
+} lilac_sampler_params;
+
+lilac_sampler_params lilac_sampler_default_params(void);
+
+typedef struct lilac_sampler lilac_sampler;
+
+lilac_status lilac_sampler_new(const lilac_sampler_params *p, int n_vocab, lilac_sampler **out, lilac_error *err);
+void lilac_sampler_free(lilac_sampler *s);
+/* Forget the history (the penalties' window); the random state stays. */
+void lilac_sampler_reset(lilac_sampler *s);
+/* Add a token to the history the penalties see (prompt tokens too, if the
+ * caller wants them penalized). */
+void lilac_sampler_accept(lilac_sampler *s, int32_t token);
+
+typedef struct lilac_token_logprob {
+    int32_t token;
+    float logprob; /* log-softmax of the model's logits after penalties */
+} lilac_token_logprob;
+
+/* Choose a token from logits (n_vocab floats; modified in place by the
+ * penalties and the truncation). When top is non-NULL, the n_top most
+ * likely tokens are written there, most likely first; *chosen_logprob
+ * (if non-NULL) gets the chosen token's log-probability. The chosen token
+ * is not accepted into the history: call lilac_sampler_accept. */
+int32_t lilac_sampler_sample(lilac_sampler *s, float *logits, float *chosen_logprob, lilac_token_logprob *top,
+                             int n_top);
+
+/* Apply only the penalties (exposed for tests and for callers that sample
+ * elsewhere). */
+void lilac_sampler_apply_penalties(const lilac_sampler *s, float *logits);
+
+/* ---- stop strings ------------------------------------------------------ */
+
+/* Watches generated text for stop strings that may be split across
+ * tokens: text that could still be the start of a stop string is held
+ * back, text that cannot is released. */
+typedef struct lilac_stop lilac_stop;
+
+lilac_status lilac_stop_new(const char *const *stops, int n_stops, lilac_stop **out, lilac_error *err);
+void lilac_stop_free(lilac_stop *st);
+/* Feed the next piece of text. Returns true when a stop string completed;
+ * *emit / *n_emit is the text safe to show now (valid until the next call):
+ * everything before the stop string, never the stop string itself. */
+bool lilac_stop_feed(lilac_stop *st, const char *text, size_t len, const char **emit, size_t *n_emit);
+/* At the end of generation: the text still held back. */
+void lilac_stop_flush(lilac_stop *st, const char **emit, size_t *n_emit);
+
 #ifdef __cplusplus
 }
 #endif
