@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "lilac.h"
+#include "model/convert.h"
 
 static void usage(FILE *f)
 {
@@ -16,6 +17,7 @@ static void usage(FILE *f)
           "                                float32 logits of every position, row-major;\n"
           "                                --step feeds one token at a time (the decode path),\n"
           "                                --hidden writes the residual stream after each layer\n"
+          "  convert IN_HF_DIR OUT.gguf    write a Hugging Face checkpoint as a BF16 GGUF (llama.cpp's layout)\n"
           "\n"
           "MODEL is a GGUF file or a Hugging Face checkpoint directory.\n",
           f);
@@ -285,6 +287,28 @@ done:
     return rc;
 }
 
+static int cmd_convert(int argc, char **argv)
+{
+    const char *in = NULL, *out = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (argv[i][0] == '-' && argv[i][1])
+            return fail("convert: unknown option '%s'", argv[i]);
+        else if (!in)
+            in = argv[i];
+        else if (!out)
+            out = argv[i];
+        else
+            return fail("convert: unexpected argument '%s'", argv[i]);
+    }
+    if (!in || !out)
+        return fail("%s", "convert: usage: lilac convert IN_HF_DIR OUT.gguf");
+    lilac_convert_params cp = {.log = log_stderr, .log_user = NULL};
+    lilac_error err;
+    if (lilac_convert_hf_to_gguf(in, out, &cp, &err))
+        return fail_err(&err);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -300,6 +324,8 @@ int main(int argc, char **argv)
         return cmd_info(argc - 2, argv + 2);
     if (!strcmp(cmd, "logits"))
         return cmd_logits(argc - 2, argv + 2);
+    if (!strcmp(cmd, "convert"))
+        return cmd_convert(argc - 2, argv + 2);
     fprintf(stderr, "lilac: error: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

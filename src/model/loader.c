@@ -371,6 +371,22 @@ lilac_status ld_int_or(lilac_loader *ld, const char *gguf_key, const char *hf_ke
     return s ? s : to_int(ld, gguf_key, hf_key, v, out);
 }
 
+lilac_status ld_gguf_flag(lilac_loader *ld, const char *gguf_key, bool dflt, bool *out)
+{
+    *out = dflt;
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", ld->m->arch_name, gguf_key);
+    const gguf_kv *kv = gguf_find_kv(ld->gguf, key);
+    if (!kv)
+        return LILAC_OK;
+    if (kv->type == GGUF_VT_BOOL)
+        return gguf_get_bool(ld->gguf, key, out, ld->err);
+    uint64_t v;
+    lilac_status s = gguf_get_u64(ld->gguf, key, &v, ld->err);
+    *out = v != 0;
+    return s;
+}
+
 lilac_status ld_moe_hparams(lilac_loader *ld, lilac_hparams *hp)
 {
     lilac_status s;

@@ -64,6 +64,9 @@ lilac_status ld_u32_or(lilac_loader *ld, const char *gguf_key, const char *hf_ke
 /* The same as non-negative ints (values past INT32_MAX are errors). */
 lilac_status ld_int(lilac_loader *ld, const char *gguf_key, const char *hf_key, int *out);
 lilac_status ld_int_or(lilac_loader *ld, const char *gguf_key, const char *hf_key, int dflt, int *out);
+/* A GGUF flag "ARCH.KEY", stored as BOOL (as llama.cpp writes flags) or
+ * as an integer; dflt when absent. */
+lilac_status ld_gguf_flag(lilac_loader *ld, const char *gguf_key, bool dflt, bool *out);
 /* What every MoE decoder has: layers, widths, heads, experts, context, eps. */
 lilac_status ld_moe_hparams(lilac_loader *ld, lilac_hparams *hp);
 lilac_status ld_f32(lilac_loader *ld, const char *gguf_key, const char *hf_key, float *out);

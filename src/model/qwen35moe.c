@@ -82,13 +82,14 @@ static lilac_status read_hparams(lilac_loader *ld, lilac_hparams *hp)
     hp->norm_topk = true;
 
     if (ld->is_gguf) {
-        int vd, inner, norm;
+        int vd, inner;
         if ((s = ld_int(ld, "attention.key_length", NULL, &hp->head_dim)) ||
             (s = ld_int_or(ld, "attention.value_length", NULL, hp->head_dim, &vd)) ||
             (s = ld_int(ld, "ssm.inner_size", NULL, &inner)) ||
             (s = ld_int_or(ld, "rope.dimension_count", NULL, hp->head_dim, &hp->rope_dims)) ||
             (s = ld_f32(ld, "rope.freq_base", NULL, &hp->rope_theta)) ||
-            (s = ld_int_or(ld, "expert_weights_norm", NULL, 1, &norm)))
+            /* absent: llama.cpp renormalizes for this architecture */
+            (s = ld_gguf_flag(ld, "expert_weights_norm", true, &hp->norm_topk)))
             return s;
         if (vd != hp->head_dim)
             return lilac_fail(ld->err, LILAC_E_UNSUPPORTED, "%s: key length %d differs from value length %d",
@@ -97,7 +98,6 @@ static lilac_status read_hparams(lilac_loader *ld, lilac_hparams *hp)
             return lilac_fail(ld->err, LILAC_E_FORMAT, "%s: ssm.inner_size %d is not a multiple of %d value heads",
                               ld->m->path, inner, hp->ssm_v_heads);
         hp->ssm_v_dim = inner / hp->ssm_v_heads;
-        hp->norm_topk = norm != 0;
         return layer_pattern_gguf(ld, hp);
     }
 

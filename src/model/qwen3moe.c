@@ -18,13 +18,12 @@ static lilac_status read_hparams(lilac_loader *ld, lilac_hparams *hp)
         hp->layer_kind[i] = LILAC_LAYER_ATTENTION;
 
     if (ld->is_gguf) {
-        int norm;
         if ((s = ld_int(ld, "attention.key_length", NULL, &hp->head_dim)) ||
             (s = ld_int_or(ld, "rope.dimension_count", NULL, hp->head_dim, &hp->rope_dims)) ||
             (s = ld_f32(ld, "rope.freq_base", NULL, &hp->rope_theta)) ||
-            (s = ld_int_or(ld, "expert_weights_norm", NULL, 1, &norm)))
+            /* absent: llama.cpp renormalizes for this architecture */
+            (s = ld_gguf_flag(ld, "expert_weights_norm", true, &hp->norm_topk)))
             return s;
-        hp->norm_topk = norm != 0; /* llama.cpp renormalizes for this architecture */
         return LILAC_OK;
     }
     int step;
