@@ -150,6 +150,45 @@ typedef struct lilac_eval_opts {
 lilac_status lilac_seq_eval(lilac_seq *s, const int32_t *tokens, int n,
                             const lilac_eval_opts *opts, lilac_error *err);
 
+/* ---- text: tokenizer and chat template --------------------------------- */
+
+typedef struct lilac_tokenizer lilac_tokenizer;
+
+/* A standalone tokenizer: a checkpoint directory (its tokenizer.json), a
+ * tokenizer.json file, or a GGUF file. Free with lilac_tokenizer_free. */
+lilac_status lilac_tokenizer_load(const char *path, lilac_tokenizer **out, lilac_error *err);
+void lilac_tokenizer_free(lilac_tokenizer *t);
+/* The model's own tokenizer (GGUF metadata or the checkpoint's
+ * tokenizer.json), loaded on first use; owned by the model. */
+lilac_status lilac_model_tokenizer(lilac_model *m, lilac_tokenizer **out, lilac_error *err);
+
+/* Token ids of text (valid UTF-8), *ids malloc'd. parse_special: the text
+ * of special tokens ("<|im_start|>") becomes those tokens. */
+lilac_status lilac_tokenize(lilac_tokenizer *t, const char *text, size_t len, bool parse_special, int32_t **ids,
+                            size_t *n_ids, lilac_error *err);
+/* Text of ids as valid UTF-8 (ill-formed bytes as U+FFFD), *text malloc'd. */
+lilac_status lilac_detokenize(const lilac_tokenizer *t, const int32_t *ids, size_t n, char **text,
+                              lilac_error *err);
+int32_t lilac_tokenizer_n_vocab(const lilac_tokenizer *t);
+/* End of generation: EOS, <|im_end|>, <|endoftext|>. */
+bool lilac_token_is_eog(const lilac_tokenizer *t, int32_t id);
+
+/* The chat template the model ships (GGUF tokenizer.chat_template, or the
+ * checkpoint's tokenizer_config.json / chat_template.jinja); NULL if none. */
+const char *lilac_model_chat_template(lilac_model *m);
+
+typedef struct lilac_chat_opts {
+    bool add_generation_prompt;
+    int thinking; /* -1: the template's default, 0: off, 1: on */
+} lilac_chat_opts;
+
+/* Render a conversation (JSON: an array of OpenAI-style messages, or an
+ * object with "messages" and "tools") as the chat template does. Lilac
+ * renders the Qwen3 and Qwen3.5/3.6 ChatML templates; others are refused.
+ * *out malloc'd. */
+lilac_status lilac_chat_render(const char *template_text, const char *conversation_json,
+                               const lilac_chat_opts *opts, char **out, lilac_error *err);
+
 /* ---- sampling ---------------------------------------------------------- */
 
 /* Applied in this order: penalties on the logits; then, unless greedy,
@@ -211,6 +250,50 @@ void lilac_stop_free(lilac_stop *st);
 bool lilac_stop_feed(lilac_stop *st, const char *text, size_t len, const char **emit, size_t *n_emit);
 /* At the end of generation: the text still held back. */
 void lilac_stop_flush(lilac_stop *st, const char **emit, size_t *n_emit);
+
+/* ---- generation -------------------------------------------------------- */
+
+typedef struct lilac_gen_params {
+    int max_tokens;           /* new tokens at most; <= 0: until the context is full */
+    const char *const *stop;  /* stop strings, matched across token boundaries */
+    int n_stop;
+    bool ignore_eos;          /* do not stop at end-of-generation tokens */
+    int n_logprobs;           /* top log-probabilities reported per token (<= 20) */
+} lilac_gen_params;
+
+typedef enum lilac_finish {
+    LILAC_FINISH_STOP = 0,      /* an end-of-generation token or a stop string */
+    LILAC_FINISH_LENGTH = 1,    /* max_tokens reached */
+    LILAC_FINISH_CONTEXT = 2,   /* the sequence's context is full */
+    LILAC_FINISH_CANCELLED = 3, /* the callback asked to stop */
+} lilac_finish;
+
+/* One generated token: the text it completes (may be empty while a UTF-8
+ * character or a possible stop string is pending). */
+typedef struct lilac_gen_event {
+    const char *text;
+    size_t len;
+    int32_t token;
+    float logprob;
+    const lilac_token_logprob *top;
+    int n_top;
+} lilac_gen_event;
+
+/* Return false to stop generating (finish: cancelled). */
+typedef bool (*lilac_gen_fn)(void *user, const lilac_gen_event *ev);
+
+typedef struct lilac_gen_result {
+    int n_prompt, n_generated;
+    lilac_finish finish;
+    double prompt_ms, gen_ms;
+} lilac_gen_result;
+
+/* Feed prompt (may be empty when the sequence already holds one) and
+ * generate, streaming text through fn. Every token sampled, the last
+ * included, is in the sequence afterwards, so a conversation can go on. */
+lilac_status lilac_generate(lilac_seq *s, lilac_tokenizer *t, lilac_sampler *smp, const int32_t *prompt,
+                            int n_prompt, const lilac_gen_params *p, lilac_gen_fn fn, void *user,
+                            lilac_gen_result *res, lilac_error *err);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli.h"
 #include "lilac.h"
 #include "model/convert.h"
 
@@ -12,6 +13,10 @@ static void usage(FILE *f)
     fputs("usage: lilac COMMAND [options]\n"
           "\n"
           "commands:\n"
+          "  run -m MODEL -p PROMPT [options]   generate text, streamed (lilac run --help)\n"
+          "  chat -m MODEL [options]       an interactive conversation; each turn costs only its tokens\n"
+          "  tokenize -m MODEL (--text T | --file F | --jsonl [--file F])\n"
+          "                                token ids (MODEL may be a tokenizer.json)\n"
           "  info MODEL [--ctx N]          architecture, hyper-parameters, tensors, memory\n"
           "  logits -m MODEL --tokens 1,2,3 [-o OUT.f32] [--threads N] [--step] [--hidden H.f32]\n"
           "                                float32 logits of every position, row-major;\n"
@@ -23,7 +28,7 @@ static void usage(FILE *f)
           f);
 }
 
-static int fail(const char *fmt, const char *arg)
+int cli_fail(const char *fmt, const char *arg)
 {
     fprintf(stderr, "lilac: error: ");
     fprintf(stderr, fmt, arg);
@@ -31,13 +36,13 @@ static int fail(const char *fmt, const char *arg)
     return 1;
 }
 
-static int fail_err(const lilac_error *e)
+int cli_fail_err(const lilac_error *e)
 {
     fprintf(stderr, "lilac: error: %s\n", e->msg);
     return 1;
 }
 
-static void log_stderr(void *user, lilac_log_level level, const char *msg)
+void cli_log(void *user, lilac_log_level level, const char *msg)
 {
     (void)user;
     static const char *names[] = {"error", "warning", "note", "debug"};
@@ -46,7 +51,7 @@ static void log_stderr(void *user, lilac_log_level level, const char *msg)
 }
 
 /* A positive int from a flag's value; -1 if it is not one. */
-static int parse_int(const char *s)
+int cli_parse_int(const char *s)
 {
     char *end;
     errno = 0;
@@ -56,7 +61,7 @@ static int parse_int(const char *s)
     return (int)v;
 }
 
-static int parse_tokens(const char *s, int32_t **out, int *n)
+int cli_parse_tokens(const char *s, int32_t **out, int *n)
 {
     size_t cap = 16, len = 0;
     int32_t *v = malloc(cap * sizeof *v);
@@ -107,24 +112,24 @@ static int cmd_info(int argc, char **argv)
     int ctx = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--ctx") && i + 1 < argc) {
-            if ((ctx = parse_int(argv[++i])) < 0)
-                return fail("--ctx wants a positive number, not '%s'", argv[i]);
+            if ((ctx = cli_parse_int(argv[++i])) < 0)
+                return cli_fail("--ctx wants a positive number, not '%s'", argv[i]);
         } else if (argv[i][0] == '-' && argv[i][1])
-            return fail("info: unknown option '%s'", argv[i]);
+            return cli_fail("info: unknown option '%s'", argv[i]);
         else if (!path)
             path = argv[i];
         else
-            return fail("info: unexpected argument '%s'", argv[i]);
+            return cli_fail("info: unexpected argument '%s'", argv[i]);
     }
     if (!path)
-        return fail("%s", "info: no MODEL given");
+        return cli_fail("%s", "info: no MODEL given");
     lilac_model_params mp = lilac_model_default_params();
     mp.n_threads = 1;
-    mp.log = log_stderr;
+    mp.log = cli_log;
     lilac_model *m;
     lilac_error err;
     if (lilac_model_open(path, &mp, &m, &err))
-        return fail_err(&err);
+        return cli_fail_err(&err);
     const lilac_hparams *hp = lilac_model_hparams(m);
     char b1[64], b2[64], b3[64], b4[64];
     printf("model:        %s\n", path);
@@ -207,44 +212,44 @@ static int cmd_logits(int argc, char **argv)
         else if (!strcmp(a, "--hidden") && has)
             hidden_out = argv[++i];
         else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && has) {
-            if ((threads = parse_int(argv[++i])) < 0)
-                return fail("--threads wants a positive number, not '%s'", argv[i]);
+            if ((threads = cli_parse_int(argv[++i])) < 0)
+                return cli_fail("--threads wants a positive number, not '%s'", argv[i]);
         } else if (!strcmp(a, "--step"))
             step = 1;
         else
-            return fail("logits: unknown or incomplete option '%s'", a);
+            return cli_fail("logits: unknown or incomplete option '%s'", a);
     }
     if (!path)
-        return fail("%s", "logits: no model given (-m MODEL)");
+        return cli_fail("%s", "logits: no model given (-m MODEL)");
     if (!toks)
-        return fail("%s", "logits: no tokens given (--tokens 1,2,3)");
+        return cli_fail("%s", "logits: no tokens given (--tokens 1,2,3)");
     int32_t *tokens;
     int n;
-    if (parse_tokens(toks, &tokens, &n))
-        return fail("logits: --tokens wants comma-separated token ids, not '%s'", toks);
+    if (cli_parse_tokens(toks, &tokens, &n))
+        return cli_fail("logits: --tokens wants comma-separated token ids, not '%s'", toks);
     lilac_model_params mp = lilac_model_default_params();
     mp.n_threads = threads;
-    mp.log = log_stderr;
+    mp.log = cli_log;
     lilac_model *m = NULL;
     lilac_seq *s = NULL;
     lilac_error err;
     float *logits = NULL, *hidden = NULL;
     int rc = 1;
     if (lilac_model_open(path, &mp, &m, &err) || lilac_seq_new(m, n, &s, &err)) {
-        fail_err(&err);
+        cli_fail_err(&err);
         goto done;
     }
     size_t vocab = (size_t)lilac_model_hparams(m)->n_vocab;
     logits = malloc((size_t)n * vocab * sizeof(float));
     if (!logits) {
-        fail("%s", "out of memory for the logits");
+        cli_fail("%s", "out of memory for the logits");
         goto done;
     }
     if (step) { /* one token at a time: the decode path */
         for (int i = 0; i < n; i++) {
             lilac_eval_opts o = {.logits_mode = LILAC_LOGITS_LAST, .logits = logits + (size_t)i * vocab};
             if (lilac_seq_eval(s, tokens + i, 1, &o, &err)) {
-                fail_err(&err);
+                cli_fail_err(&err);
                 goto done;
             }
         }
@@ -252,12 +257,12 @@ static int cmd_logits(int argc, char **argv)
         const lilac_hparams *hp = lilac_model_hparams(m);
         size_t n_hidden = (size_t)(hp->n_layer + 1) * (size_t)n * (size_t)hp->n_embd;
         if (hidden_out && !(hidden = malloc(n_hidden * sizeof(float)))) {
-            fail("%s", "out of memory for the hidden states");
+            cli_fail("%s", "out of memory for the hidden states");
             goto done;
         }
         lilac_eval_opts o = {.logits_mode = LILAC_LOGITS_ALL, .logits = logits, .hidden = hidden};
         if (lilac_seq_eval(s, tokens, n, &o, &err)) {
-            fail_err(&err);
+            cli_fail_err(&err);
             goto done;
         }
         if (hidden_out && write_f32(hidden_out, hidden, n_hidden))
@@ -292,20 +297,20 @@ static int cmd_convert(int argc, char **argv)
     const char *in = NULL, *out = NULL;
     for (int i = 0; i < argc; i++) {
         if (argv[i][0] == '-' && argv[i][1])
-            return fail("convert: unknown option '%s'", argv[i]);
+            return cli_fail("convert: unknown option '%s'", argv[i]);
         else if (!in)
             in = argv[i];
         else if (!out)
             out = argv[i];
         else
-            return fail("convert: unexpected argument '%s'", argv[i]);
+            return cli_fail("convert: unexpected argument '%s'", argv[i]);
     }
     if (!in || !out)
-        return fail("%s", "convert: usage: lilac convert IN_HF_DIR OUT.gguf");
-    lilac_convert_params cp = {.log = log_stderr, .log_user = NULL};
+        return cli_fail("%s", "convert: usage: lilac convert IN_HF_DIR OUT.gguf");
+    lilac_convert_params cp = {.log = cli_log, .log_user = NULL};
     lilac_error err;
     if (lilac_convert_hf_to_gguf(in, out, &cp, &err))
-        return fail_err(&err);
+        return cli_fail_err(&err);
     return 0;
 }
 
@@ -320,6 +325,12 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
+    if (!strcmp(cmd, "run"))
+        return cmd_run(argc - 2, argv + 2);
+    if (!strcmp(cmd, "chat"))
+        return cmd_chat(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenize"))
+        return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "info"))
         return cmd_info(argc - 2, argv + 2);
     if (!strcmp(cmd, "logits"))

@@ -53,6 +53,7 @@ void lilac_model_free(lilac_model *m)
 {
     if (!m)
         return;
+    lilac_model_free_text(m);
     lilac_pool_free(m->pool);
     for (size_t i = 0; i < m->owned.n; i++)
         free(m->owned.ptrs[i]);

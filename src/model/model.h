@@ -76,7 +76,14 @@ struct lilac_model {
     uint64_t weight_bytes, n_params;
 
     lilac_alloc_list owned; /* small arrays converted at load */
+
+    struct lilac_tokenizer *tokenizer; /* loaded on first use (engine/text.c) */
+    char *chat_template;               /* likewise; NULL until asked */
+    bool chat_template_loaded;
 };
+
+/* Frees what engine/text.c attached to the model. */
+void lilac_model_free_text(lilac_model *m);
 
 /* Memory owned by the model, freed with it. */
 void *lilac_model_alloc(lilac_model *m, size_t bytes);
