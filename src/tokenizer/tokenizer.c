@@ -521,9 +521,12 @@ lilac_status tok_finish(tok_tokenizer *t, lilac_error *err)
         t->byte_id[b] = tok_strmap_get(&t->vocab, u, (size_t)k);
     }
 
-    /* what each id decodes to: the byte-level inverse when every character
-     * of the token is in the byte alphabet, else its text as it is (HF's
-     * ByteLevel decoder does exactly this, token by token) */
+    /* what each id decodes to: an added token its text; a vocabulary token
+     * the byte-level inverse when every character of it is in the byte
+     * alphabet, else its text as it is (HF's ByteLevel decoder, token by
+     * token; added tokens skip it, as llama.cpp does and HF tokenizers does
+     * since huggingface/tokenizers#1995, so that an added "été" does not
+     * decode to the bytes E9 74 E9) */
     t->dec_off = malloc((size_t)n * sizeof *t->dec_off);
     t->dec_len = malloc((size_t)n * sizeof *t->dec_len);
     t->dec = malloc(t->strs_len + 1);
@@ -537,8 +540,8 @@ lilac_status tok_finish(tok_tokenizer *t, lilac_error *err)
             continue;
         const uint8_t *s = (const uint8_t *)t->strs + t->str_off[id];
         size_t len = t->str_len[id], i = 0, start = dn;
-        bool mapped = true;
-        while (i < len) {
+        bool mapped = !(t->attr[id] & TOK_ATTR_ADDED);
+        while (mapped && i < len) {
             int k = tok_utf8_step(s + i, len - i), b;
             uint32_t cp = 0;
             if (k > 0)

@@ -19,9 +19,10 @@
  * Invalid UTF-8 input is refused with LILAC_E_ARG naming the byte offset
  * (HF cannot be handed invalid UTF-8 at all, so there is nothing to mimic).
  *
- * Decoding maps each token back to bytes (the byte-level inverse) and repairs
- * what is not UTF-8 the way Python's errors="replace" and Rust's
- * from_utf8_lossy do: one U+FFFD per maximal ill-formed subsequence.
+ * Decoding maps each token back to bytes (the byte-level inverse; an added
+ * token is its text) and repairs what is not UTF-8 the way Python's
+ * errors="replace" and Rust's from_utf8_lossy do: one U+FFFD per maximal
+ * ill-formed subsequence.
  *
  * Thread safety: tok_encode and tok_pretokenize serialize on a mutex inside
  * the tokenizer (they share its piece cache); everything else only reads and
