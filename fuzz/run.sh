@@ -56,13 +56,14 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 
 # The library sources a target links: the parsers and their utilities.
-lib_srcs=(src/util/*.c src/format/*.c)
+# (chat.c alone of engine/: the rest needs the model)
+lib_srcs=(src/util/*.c src/format/*.c src/tokenizer/*.c src/engine/chat.c)
 # -D_POSIX_C_SOURCE as CMakeLists.txt sets it for the whole build.
 defs=(-D_POSIX_C_SOURCE=200809L)
 cflags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
     -std=c11 -Wall -Wextra "${defs[@]}" -Iinclude -Isrc)
 # shellcheck disable=SC2207
-jansson=($(pkg-config --cflags --libs jansson))
+libs=($(pkg-config --cflags --libs jansson libpcre2-8 libutf8proc))
 
 # Seed fuzz/corpus-$1/: fixture files of the same extension (their first
 # 64 KiB: enough for headers), then whatever tests/test_$1.c writes when run
@@ -79,7 +80,7 @@ seed() {
     local test_src=tests/test_$t.c
     if [ -f "$test_src" ] && grep -q -- '--write-seeds' "$test_src"; then
         if clang -std=c11 -g -O1 "${defs[@]}" -Iinclude -Isrc -Itests -DLILAC_SOURCE_DIR="\"$root\"" \
-            -DLILAC_BINARY_DIR="\"$build\"" "$test_src" "${lib_srcs[@]}" "${jansson[@]}" -lpthread -lm \
+            -DLILAC_BINARY_DIR="\"$build\"" "$test_src" "${lib_srcs[@]}" "${libs[@]}" -lpthread -lm \
             -o "$build/seed_$t" 2>"$build/seed_$t.log" &&
             "$build/seed_$t" --write-seeds "$corpus"; then
             n=$((n + $(ls "$corpus"/seed-* 2>/dev/null | wc -l)))
@@ -110,7 +111,7 @@ for t in "${targets[@]}"; do
         continue
     fi
     echo "== $t: building"
-    if ! clang "${cflags[@]}" "$src" "${lib_srcs[@]}" "${jansson[@]}" -lpthread -lm -o "$build/fuzz_$t"; then
+    if ! clang "${cflags[@]}" "$src" "${lib_srcs[@]}" "${libs[@]}" -lpthread -lm -o "$build/fuzz_$t"; then
         failed+=("$t (build)")
         continue
     fi

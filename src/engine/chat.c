@@ -407,6 +407,20 @@ static const char *json_kind(const json_t *v)
     return "?";
 }
 
+/* s as it may go into a one-line error message: control characters as '?',
+ * cut (at a character boundary) to fit buf. */
+static const char *printable(const char *s, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (; s[n] && n + 1 < cap; n++)
+        buf[n] = ((unsigned char)s[n] < 0x20 || s[n] == 0x7f) ? '?' : s[n];
+    if (s[n]) /* cut: not inside a UTF-8 sequence */
+        while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80)
+            n--;
+    buf[n] = 0;
+    return buf;
+}
+
 /* ---- the conversation, checked and normalized ----------------------------- */
 
 enum { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT, ROLE_TOOL };
@@ -451,6 +465,17 @@ static bool text_of(const json_t *v, sv *out)
     return true;
 }
 
+/* NULL when v is a string text_of() takes (filling out), else what is wrong
+ * with it, for an error message. */
+static const char *text_problem(const json_t *v, sv *out, char *buf, size_t cap)
+{
+    if (!json_is_string(v)) {
+        snprintf(buf, cap, "must be a string, not %s", json_kind(v));
+        return buf;
+    }
+    return text_of(v, out) ? NULL : "contains a NUL character";
+}
+
 static bool str_is(const json_t *v, const char *s)
 {
     return json_is_string(v) && strcmp(json_string_value(v), s) == 0;
@@ -486,6 +511,8 @@ static lilac_status norm_content(const json_t *m, size_t i, cmsg *cm, lilac_erro
         }
         const json_t *type = json_object_get(part, "type");
         sv text;
+        char whybuf[64];
+        const char *why;
         if (json_object_get(part, "image") || json_object_get(part, "image_url") || str_is(type, "image")) {
             st = lilac_fail(err, LILAC_E_UNSUPPORTED,
                             "message %zu: content part %zu is an image: lilac runs text-only models", i, k);
@@ -497,10 +524,8 @@ static lilac_status norm_content(const json_t *m, size_t i, cmsg *cm, lilac_erro
         } else if (!json_object_get(part, "text")) {
             st = lilac_fail(err, LILAC_E_ARG, "message %zu: content part %zu has no \"text\"", i, k);
             break;
-        } else if (!text_of(json_object_get(part, "text"), &text)) {
-            st = lilac_fail(err, LILAC_E_ARG,
-                            "message %zu: content part %zu: \"text\" must be a string without NUL characters",
-                            i, k);
+        } else if ((why = text_problem(json_object_get(part, "text"), &text, whybuf, sizeof whybuf))) {
+            st = lilac_fail(err, LILAC_E_ARG, "message %zu: content part %zu: \"text\" %s", i, k, why);
             break;
         }
         sb_sv(&b, text);
@@ -552,10 +577,10 @@ static lilac_status norm_calls(chat_style style, const json_t *m, size_t i, cmsg
         const json_t *name = json_object_get(fn, "name");
         if (!name)
             return lilac_fail(err, LILAC_E_ARG, "message %zu: tool call %zu has no function name", i, j);
-        if (!text_of(name, &cc->name))
-            return lilac_fail(err, LILAC_E_ARG,
-                              "message %zu: tool call %zu: the function name must be a string without NUL "
-                              "characters", i, j);
+        char whybuf[64];
+        const char *why = text_problem(name, &cc->name, whybuf, sizeof whybuf);
+        if (why)
+            return lilac_fail(err, LILAC_E_ARG, "message %zu: tool call %zu: the function name %s", i, j, why);
         const json_t *a = json_object_get(fn, "arguments");
         if (!a) {
             /* Qwen3.5: `if tool_call.arguments is defined`; Qwen3 serializes
@@ -567,10 +592,11 @@ static lilac_status norm_calls(chat_style style, const json_t *m, size_t i, cmsg
         if (json_is_string(a)) {
             json_error_t je;
             json_t *parsed = json_loadb(json_string_value(a), json_string_length(a), JSON_DECODE_ANY, &je);
+            char pr[sizeof je.text];
             if (!parsed)
                 return lilac_fail(err, LILAC_E_ARG,
                                   "message %zu: tool call %zu: arguments are not valid JSON (column %d: %s)", i, j,
-                                  je.column, je.text);
+                                  je.column, printable(je.text, pr, sizeof pr));
             if (!json_is_object(parsed)) {
                 lilac_status st = lilac_fail(err, LILAC_E_ARG,
                                              "message %zu: tool call %zu: arguments must hold a JSON object, not %s",
@@ -618,8 +644,9 @@ static lilac_status norm_messages(chat_style style, const json_t *messages, cmsg
             if (strcmp(json_string_value(role), role_names[r]) == 0)
                 cm->role = r;
         if (cm->role < 0) {
-            st = lilac_fail(err, LILAC_E_ARG, "message %zu: unknown role '%.200s' (expected system, user, "
-                            "assistant or tool)", i, json_string_value(role));
+            char pr[128];
+            st = lilac_fail(err, LILAC_E_ARG, "message %zu: unknown role '%s' (expected system, user, "
+                            "assistant or tool)", i, printable(json_string_value(role), pr, sizeof pr));
             break;
         }
         st = norm_content(m, i, cm, err);
@@ -627,9 +654,10 @@ static lilac_status norm_messages(chat_style style, const json_t *messages, cmsg
             continue;
         const json_t *rc = json_object_get(m, "reasoning_content");
         if (rc && !json_is_null(rc)) {
-            if (!json_is_string(rc) || !text_of(rc, &cm->reasoning)) {
-                st = lilac_fail(err, LILAC_E_ARG,
-                                "message %zu: reasoning_content must be a string without NUL characters", i);
+            char whybuf[64];
+            const char *why = text_problem(rc, &cm->reasoning, whybuf, sizeof whybuf);
+            if (why) {
+                st = lilac_fail(err, LILAC_E_ARG, "message %zu: reasoning_content %s", i, why);
                 break;
             }
             cm->has_reasoning = true;
@@ -771,9 +799,11 @@ static lilac_status qwen35_value(sbuf *b, const json_t *v, size_t i, size_t j, c
     case JSON_OBJECT:
     case JSON_ARRAY: return py_json(b, v, 0, err);
     case JSON_STRING:
-        if (!text_of(v, &s))
-            return lilac_fail(err, LILAC_E_ARG, "message %zu: tool call %zu: argument '%.200s' contains a NUL "
-                              "character", i, j, key);
+        if (!text_of(v, &s)) {
+            char pr[128];
+            return lilac_fail(err, LILAC_E_ARG, "message %zu: tool call %zu: argument '%s' contains a NUL "
+                              "character", i, j, printable(key, pr, sizeof pr));
+        }
         sb_sv(b, s);
         return LILAC_OK;
     case JSON_INTEGER:
@@ -988,9 +1018,10 @@ lilac_status chat_parse_conversation(const char *json_text, json_t **messages, j
         return lilac_fail(err, LILAC_E_ARG, "chat_parse_conversation: missing argument");
     json_error_t je;
     json_t *root = json_loads(json_text, JSON_DECODE_ANY, &je);
+    char pr[sizeof je.text];
     if (!root)
         return lilac_fail(err, LILAC_E_ARG, "conversation: invalid JSON at line %d, column %d: %s", je.line,
-                          je.column, je.text);
+                          je.column, printable(je.text, pr, sizeof pr));
     if (json_is_array(root)) {
         *messages = root;
         return LILAC_OK;
