@@ -457,7 +457,7 @@ done:
 
 int cmd_tokenize(int argc, char **argv)
 {
-    const char *model = NULL, *text = NULL, *file = NULL;
+    const char *model = NULL, *text = NULL, *file = NULL, *decode = NULL;
     bool jsonl = false, no_special = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -468,6 +468,8 @@ int cmd_tokenize(int argc, char **argv)
             text = argv[++i];
         else if ((!strcmp(a, "--file") || !strcmp(a, "-f")) && has)
             file = argv[++i];
+        else if (!strcmp(a, "--decode") && has)
+            decode = argv[++i];
         else if (!strcmp(a, "--jsonl"))
             jsonl = true;
         else if (!strcmp(a, "--no-special"))
@@ -477,14 +479,26 @@ int cmd_tokenize(int argc, char **argv)
     }
     if (!model)
         return cli_fail("%s", "tokenize: no model given (-m MODEL: a model, a tokenizer.json or a GGUF file)");
-    if (!jsonl && !!text + !!file != 1)
-        return cli_fail("%s", "tokenize: give --text TEXT or --file FILE");
+    if (!jsonl && !!text + !!file + !!decode != 1)
+        return cli_fail("%s", "tokenize: give --text TEXT, --file FILE or --decode IDS");
     lilac_tokenizer *tok;
     lilac_error err;
     if (lilac_tokenizer_load(model, &tok, &err))
         return cli_fail_err(&err);
     int rc = 0;
-    if (!jsonl) {
+    if (decode) {
+        int32_t *ids = NULL;
+        int n = 0;
+        char *out = NULL;
+        if (cli_parse_tokens(decode, &ids, &n))
+            rc = cli_fail("tokenize: --decode wants comma-separated token ids, not '%s'", decode);
+        else if (lilac_detokenize(tok, ids, (size_t)n, &out, &err))
+            rc = cli_fail_err(&err);
+        else
+            fputs(out, stdout);
+        free(ids);
+        free(out);
+    } else if (!jsonl) {
         char *buf = text ? strdup(text) : read_file(file);
         int32_t *ids = NULL;
         size_t n = 0;

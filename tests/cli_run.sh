@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# lilac run from the command line: greedy decoding reproduces the
+# fixture's continuation, text prompts stream well-formed UTF-8, a seed
+# reproduces a run, a prompt longer than the context is refused with the
+# numbers.  Usage: cli_run.sh LILAC SOURCE_DIR
+set -u
+lilac=$1
+src=$2
+fx=${LILAC_FIXTURES:-$src/../shared/fixtures}
+[ -d "$fx" ] || { echo "SKIP: fixtures not found at $fx"; exit 77; }
+model=$fx/tiny-qwen35moe/gguf/model-bf16.gguf
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+check() { # NAME CONDITION...
+    local name=$1
+    shift
+    if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name"; fi
+}
+meta=$fx/tiny-qwen35moe/golden/meta.json
+prompt=$(python3 -c "import json,sys;print(','.join(map(str,json.load(open(sys.argv[1]))['greedy']['prompt'])))" "$meta")
+cont=$(python3 -c "import json,sys;print(','.join(map(str,json.load(open(sys.argv[1]))['greedy']['continuation'])))" "$meta")
+n=$(echo "$cont" | tr ',' '\n' | wc -l)
+
+"$lilac" run -m "$model" --raw --tokens "$prompt" --temp 0 -n "$n" -o "$tmp/out.txt" >"$tmp/stdout" 2>"$tmp/stderr"
+check "greedy run exits 0" test $? -eq 0
+"$lilac" tokenize -m "$model" --decode "$cont" >"$tmp/want.txt"
+check "greedy run writes the reference continuation" cmp -s "$tmp/out.txt" "$tmp/want.txt"
+check "stdout streams the same text" bash -c "head -c $(stat -c %s "$tmp/want.txt") '$tmp/stdout' | cmp -s - '$tmp/want.txt'"
+check "speeds reported on stderr" grep -q "tok/s" "$tmp/stderr"
+
+for seed in 5 5 6; do
+    "$lilac" run -m "$model" -p "Tell me about ünïcödé, 日本語 and emoji 🦙" -n 40 --seed $seed --temp 1.2 \
+        -o "$tmp/s$seed.$$.$RANDOM" >/dev/null 2>&1
+done
+files=("$tmp"/s5.*)
+check "a seeded text run makes two outputs" test ${#files[@]} -eq 2
+check "the same seed gives the same text" cmp -s "${files[0]}" "${files[1]}"
+check "another seed gives other text" bash -c "! cmp -s '${files[0]}' '$tmp'/s6.*"
+for f in "$tmp"/s*.*; do
+    check "output is well-formed UTF-8 ($f)" python3 -c "open('$f','rb').read().decode('utf-8')"
+done
+
+"$lilac" run -m "$model" -p "$(printf 'word %.0s' $(seq 1 50))" --ctx 16 >"$tmp/o" 2>"$tmp/e"
+rc=$?
+check "an over-long prompt fails with status 1" test $rc -eq 1
+check "the refusal names the numbers" grep -q "tokens but the context holds 16" "$tmp/e"
+check "the refusal is one line" test "$(wc -l <"$tmp/e")" -eq 1
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
