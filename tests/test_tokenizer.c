@@ -716,6 +716,42 @@ static void test_roundtrip(tok_tokenizer *t, const golden *g)
     }
     tok_set_cache(t, 65536);
     CHECKF(fails == 0, "%d random texts did not round-trip", fails);
+
+    /* the same where normalization has most to do: combining marks in every
+     * order, Hangul jamo, composition exclusions, singletons, nuktas */
+    static const uint32_t tricky[] = {
+        'a', 'e', 'o', 'u', 'A', 'E', ' ', 0x300, 0x301, 0x302, 0x303, 0x308, 0x30A, 0x323, 0x327, 0x328, 0x335,
+        0x338, 0x340, 0x341, 0x343, 0x344, 0x345, 0x1100, 0x1101, 0x1161, 0x1162, 0x11A8, 0x11A9, 0xAC00, 0xAC01,
+        0xD7A3, 0x0915, 0x093C, 0x0928, 0x0958, 0x0F71, 0x0F72, 0x0F73, 0x0F80, 0x212B, 0x2126, 0x00C5, 0xF900,
+        0x0CC6, 0x0CC2, 0x0CD5, 0x09C7, 0x09BE, 0x09D7, 0x0B47, 0x0B3E, 0x0B56, 0x0B57, 0x1B05, 0x1B35, 0x3099,
+        0x309A, 0x304B, 0x30AB, 0x0391, 0x03B1, 0x0313, 0x0314, 0x0342, 0x1E9B, 0x05D0, 0x05B7, 0xFB2E, 0x1D15E,
+        0x1D165, 0x1D16E, 0x0E33, 0x0E4D, 0x0E48, 0x0E38, 0xFE0F, 0x200D, 0x1F600};
+    size_t nt = sizeof tricky / sizeof tricky[0];
+    fails = 0;
+    for (int trial = 0; trial < 2000; trial++) {
+        size_t k = 0, len = 1 + trial % 40;
+        for (size_t i = 0; i < len; i++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            k += (size_t)utf8proc_encode_char((utf8proc_int32_t)tricky[(rng >> 33) % nt], (utf8proc_uint8_t *)buf + k);
+        }
+        buf[k] = 0;
+        tok_ids v = enc(t, buf, k, true);
+        size_t l;
+        char *d = dec(t, v.ids, v.n, &l);
+        char *want = nfc(buf);
+        if (!d || !want || strcmp(d, want) != 0) {
+            if (fails++ < 3) {
+                fprintf(stderr, "NFC round trip failed for:");
+                for (size_t i = 0; i < k; i++)
+                    fprintf(stderr, " %02X", (unsigned char)buf[i]);
+                fputc('\n', stderr);
+            }
+        }
+        free(want);
+        free(d);
+        tok_ids_free(&v);
+    }
+    CHECKF(fails == 0, "%d texts with combining marks did not round-trip to their NFC", fails);
     free(buf);
     free(cps);
 }
@@ -887,6 +923,15 @@ static void test_gguf_tiny(const char *fixtures, const char *model, const golden
     CHECK(strcmp(tok_pre_name(tg), "qwen2") == 0);
     CHECK(tok_n_vocab(tg) == 2048 && tok_n_vocab(tj) == 2007);
     CHECK(tok_eos_id(tg) == 2002 && tok_eos_id(tj) == 2002);
+    /* the unused rows 2007..2047 ("[PAD2047]", token_type 5) have no text */
+    CHECK(tok_token_str(tg, 2006) && !tok_token_str(tg, 2007) && !tok_token_str(tg, 2047));
+    int32_t unused = 2047;
+    char *o = NULL;
+    size_t ol = 1;
+    CHECK(tok_decode(tg, &unused, 1, false, &o, &ol, &err) == LILAC_OK && o && ol == 0 && !o[0]);
+    free(o);
+    unused = 2048;
+    CHECK(tok_decode(tg, &unused, 1, false, &o, &ol, &err) == LILAC_E_ARG && one_line(&err));
     size_t same = 0;
     for (size_t i = 0; i < g->n; i++) {
         size_t tl;

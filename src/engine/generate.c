@@ -1,7 +1,6 @@
 /* generate: the decode loop — feed the prompt, then sample, stream the
  * text (held while a character or a stop string is incomplete), and feed
  * each token back, until a stop condition. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -39,24 +38,13 @@ lilac_status lilac_generate(lilac_seq *s, lilac_tokenizer *t, lilac_sampler *smp
         return lilac_fail(err, LILAC_E_ARG, "an empty prompt: lilac_generate needs the tokens to continue from");
 
     float *logits = malloc((size_t)V * sizeof(float));
-    /* Rows of the output the tokenizer has no token for (padding up to the
-     * matrix size) can never be text: they are never sampled. */
     tok_tokenizer *tk = lilac_tokenizer_tok(t);
-    int32_t *dead = malloc((size_t)V * sizeof *dead), n_dead = 0;
-    for (int32_t id = 0; dead && id < V; id++) {
-        size_t len;
-        if (id >= tok_n_vocab(tk) || !tok_token_bytes(tk, id, &len))
-            dead[n_dead++] = id;
-    }
     lilac_token_logprob top[20];
     tok_stream *ts = NULL;
     lilac_stop *stop = NULL;
     lilac_status st = LILAC_OK;
-    if (!logits || !dead) {
-        free(logits);
-        free(dead);
+    if (!logits)
         return lilac_fail(err, LILAC_E_NOMEM, "out of memory");
-    }
     if ((st = tok_stream_new(tk, false, &ts, err)) ||
         (st = lilac_stop_new(p->stop, p->n_stop, &stop, err)))
         goto done;
@@ -78,8 +66,6 @@ lilac_status lilac_generate(lilac_seq *s, lilac_tokenizer *t, lilac_sampler *smp
             res->finish = LILAC_FINISH_CONTEXT;
             break;
         }
-        for (int32_t i = 0; i < n_dead; i++)
-            logits[dead[i]] = -INFINITY;
         float lp = 0;
         int32_t tok = lilac_sampler_sample(smp, logits, &lp, n_top ? top : NULL, n_top);
         lilac_sampler_accept(smp, tok);
@@ -92,7 +78,10 @@ lilac_status lilac_generate(lilac_seq *s, lilac_tokenizer *t, lilac_sampler *smp
         }
         const char *piece, *emit;
         size_t n_piece, n_emit;
-        if ((st = tok_stream_feed(ts, tok, &piece, &n_piece, err)))
+        /* Rows past the tokenizer's vocabulary (padding of the output
+         * matrix) have no text, as in the reference: nothing to show. */
+        piece = "", n_piece = 0;
+        if (tok < tok_n_vocab(tk) && (st = tok_stream_feed(ts, tok, &piece, &n_piece, err)))
             goto done;
         bool stopped = lilac_stop_feed(stop, piece, n_piece, &emit, &n_emit);
         lilac_gen_event ev = {emit, n_emit, tok, lp, top, n_top};
@@ -126,6 +115,5 @@ done:
     tok_stream_free(ts);
     lilac_stop_free(stop);
     free(logits);
-    free(dead);
     return st;
 }

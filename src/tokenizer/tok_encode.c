@@ -408,8 +408,10 @@ static lilac_status bpe_piece(enc_ctx *c, const uint8_t *s, size_t n)
         if (e)
             return push_ids(c, t->cids + e->ids_off, e->n_ids);
     }
-    /* symbols: id[n], then prev/next or ranks, then the heap (3 n entries) */
-    size_t need = n * (3 * sizeof(int32_t) + 3 * sizeof(heap_ent));
+    /* symbols: id[n], then prev/next or ranks, then the heap: it starts
+     * with at most n - 1 entries and each merge pops one and pushes at most
+     * two, so it never holds more than 2 n */
+    size_t need = n * (3 * sizeof(int32_t) + 2 * sizeof(heap_ent));
     if (n > SIZE_MAX / 64 || !grow_buf((char **)&t->scratch, &t->scratch_cap, need))
         return lilac_fail(c->err, LILAC_E_NOMEM, "tok_encode: out of memory");
     int32_t *id = t->scratch, *a1 = id + n, *a2 = a1 + n;

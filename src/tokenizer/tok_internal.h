@@ -76,6 +76,7 @@ struct tok_tokenizer {
 
     /* id -> stored token string (NUL-terminated in strs) */
     int32_t n_ids;
+    int32_t min_ids; /* tok_finish trims unused ids at the end down to this */
     uint32_t *str_off; /* UINT32_MAX: unused id */
     uint32_t *str_len;
     char *strs;

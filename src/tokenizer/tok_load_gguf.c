@@ -1,7 +1,10 @@
 /* tok_load_gguf: the tokenizer.ggml.* keys of a GGUF file (llama.cpp's
  * "gpt2" byte-level BPE). token_type: 3 (control) -> a special added token,
- * 4 (user defined) -> an added token matched in text, anything else -> the
- * model vocabulary. The pre-tokenizer comes from a preset name, as in
+ * 4 (user defined) -> an added token matched in text, 5 (unused, e.g. the
+ * "[PAD2047]" rows that pad a vocabulary to the embedding's size) -> an id
+ * with no token (tok_token_str gives NULL, tok_decode nothing, as in
+ * llama.cpp), anything else -> the model
+ * vocabulary. tok_n_vocab is the number of tokens in the file. The pre-tokenizer comes from a preset name, as in
  * llama.cpp; the text is NFC-normalized as the models' tokenizer.json asks
  * (llama.cpp itself skips that, which only matters for text that is not NFC
  * already). Merges whose parts or result are not in the vocabulary are
@@ -119,7 +122,7 @@ lilac_status tok_load_gguf(const gguf_file *f, tok_tokenizer **out, lilac_error 
             goto fail;
         }
         const gguf_str *s = &tokens->v.arr.strs[i];
-        if (ty == TT_CONTROL || ty == TT_USER)
+        if (ty == TT_CONTROL || ty == TT_USER || ty == TT_UNUSED)
             continue;
         if ((st = tok_set_vocab(t, (int32_t)i, s->ptr, (size_t)s->len, err)))
             goto fail;
@@ -147,6 +150,7 @@ lilac_status tok_load_gguf(const gguf_file *f, tok_tokenizer **out, lilac_error 
             goto fail;
     }
     t->nfc = true;
+    t->min_ids = (int32_t)n;
     char what[64];
     snprintf(what, sizeof what, "tokenizer.ggml.pre \"%s\"", presets[preset].name);
     if ((st = tok_add_split(t, presets[preset].re, strlen(presets[preset].re), false, what, err)) ||

@@ -506,12 +506,12 @@ static int cmp_match_q(const void *pa, const void *pb)
 
 lilac_status tok_finish(tok_tokenizer *t, lilac_error *err)
 {
-    /* trim the id space to the largest id used */
+    /* trim the id space to the largest id used (or the size declared) */
     int32_t n = t->n_ids;
-    while (n > 0 && t->str_off[n - 1] == UINT32_MAX)
+    while (n > 0 && n > t->min_ids && t->str_off[n - 1] == UINT32_MAX)
         n--;
     t->n_ids = n;
-    if (n == 0)
+    if (n == 0 || t->strs_len == 0)
         return lilac_fail(err, LILAC_E_FORMAT, "%s: the vocabulary is empty", t->source);
 
     /* each byte's one-character token */
@@ -593,6 +593,10 @@ lilac_status tok_finish(tok_tokenizer *t, lilac_error *err)
             return nomem(t, err);
     if (!(t->mctx = pcre2_match_context_create(NULL)))
         return nomem(t, err);
+    /* The default match limit (10 M) stops a 10 MB run of spaces: these
+     * patterns backtrack at most across the run they then consume, so the
+     * work stays linear in the text and no limit is needed. */
+    pcre2_set_match_limit(t->mctx, UINT32_MAX);
     /* long runs of one class make the JIT's backtracking stack grow */
     if ((t->jit_stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL)))
         pcre2_jit_stack_assign(t->mctx, NULL, t->jit_stack);
@@ -703,10 +707,9 @@ static lilac_status bad_id(const tok_tokenizer *t, int32_t id, lilac_error *err)
                       t->n_ids - 1);
 }
 
-static bool id_ok(const tok_tokenizer *t, int32_t id)
-{
-    return id >= 0 && id < t->n_ids && t->str_off[id] != UINT32_MAX;
-}
+/* In range: an unused id (no token) decodes to nothing, as in HF
+ * tokenizers and llama.cpp; its dec_len is 0. */
+static bool id_ok(const tok_tokenizer *t, int32_t id) { return id >= 0 && id < t->n_ids; }
 
 lilac_status tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **out,
                         size_t *out_len, lilac_error *err)

@@ -97,8 +97,10 @@ void tok_set_cache(tok_tokenizer *t, size_t max_entries);
 
 /* The text of ids, valid UTF-8 (ill-formed bytes become U+FFFD), as a
  * NUL-terminated malloc'd string in *out (its length in *out_len, may be
- * NULL). skip_special leaves out tokens flagged special. An id outside the
- * vocabulary fails with LILAC_E_ARG. */
+ * NULL). skip_special leaves out tokens flagged special. An id outside
+ * 0..tok_n_vocab-1 fails with LILAC_E_ARG; an unused id inside it (no token,
+ * e.g. a GGUF's "[PAD2047]" rows of token_type 5) decodes to nothing, as in
+ * HF tokenizers and llama.cpp. */
 lilac_status tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **out,
                         size_t *out_len, lilac_error *err);
 
@@ -124,7 +126,8 @@ int32_t tok_n_vocab(const tok_tokenizer *t);
 /* The token as stored (byte-level alphabet, e.g. "Ġthe"; added tokens as
  * their text); NULL for an id out of range or unused. NUL-terminated. */
 const char *tok_token_str(const tok_tokenizer *t, int32_t id);
-/* The bytes the token decodes to (not NUL-terminated); NULL if no such id. */
+/* The bytes the token decodes to (not NUL-terminated); NULL for an id out
+ * of range or unused. */
 const char *tok_token_bytes(const tok_tokenizer *t, int32_t id, size_t *len);
 /* The id of a token given as stored (byte-level form or added-token text),
  * or -1. */
