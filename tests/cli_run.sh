@@ -47,5 +47,15 @@ check "an over-long prompt fails with status 1" test $rc -eq 1
 check "the refusal names the numbers" grep -q "tokens but the context holds 16" "$tmp/e"
 check "the refusal is one line" test "$(wc -l <"$tmp/e")" -eq 1
 
+# lilac chat keeps the sequence between turns: a turn feeds only its own tokens
+printf 'Hello there\nAnd a second turn of the conversation\n' |
+    "$lilac" chat -m "$model" -n 8 --seed 3 --no-think >"$tmp/chat.out" 2>"$tmp/chat.err"
+check "chat exits 0" test $? -eq 0
+mapfile -t prompts < <(grep -o "prompt [0-9]* tokens" "$tmp/chat.err" | awk '{print $2}')
+check "chat answered two turns" test ${#prompts[@]} -eq 2
+# turn 2 = "<|im_end|>\n<|im_start|>user\n" + 7 words + "<|im_end|>\n<|im_start|>assistant\n<think>..."
+check "the second turn costs only its new tokens (${prompts[1]:-?})" test "${prompts[1]:-99}" -lt 30
+check "chat output is well-formed UTF-8" python3 -c "open('$tmp/chat.out','rb').read().decode('utf-8')"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
