@@ -271,15 +271,6 @@ static lilac_status fetch(cv *c, int il, const char *suffix, bool required, cons
     return LILAC_OK;
 }
 
-static void shape_str(const int64_t *sh, int n, char *buf, size_t size)
-{
-    size_t o = (size_t)snprintf(buf, size, "[");
-    for (int i = 0; i < n && o < size; i++)
-        o += (size_t)snprintf(buf + o, size - o, "%s%lld", i ? ", " : "", (long long)sh[i]);
-    if (o < size)
-        snprintf(buf + o, size - o, "]");
-}
-
 /* Check a tensor's shape (row-major, as safetensors lists it). Size-1
  * dimensions other than the listed ones are allowed (conv1d's [C, 1, K]). */
 static lilac_status check_shape(cv *c, const st_tensor *t, int n, ...)
@@ -301,8 +292,8 @@ static lilac_status check_shape(cv *c, const st_tensor *t, int n, ...)
     if (ok)
         return LILAC_OK;
     char a[160], b[160];
-    shape_str(t->shape, t->n_dims, a, sizeof a);
-    shape_str(want, n, b, sizeof b);
+    lilac_shape_str(t->shape, t->n_dims, a, sizeof a);
+    lilac_shape_str(want, n, b, sizeof b);
     return lilac_fail(c->err, LILAC_E_FORMAT, "%s: tensor '%s' has shape %s but config.json needs %s",
                       st_file_path(c->st, t->file), t->name, a, b);
 }

@@ -82,21 +82,12 @@ lilac_status ld_get(lilac_loader *ld, int il, const char *gguf_name, const char 
     return LILAC_OK;
 }
 
-static void shape_str(const int64_t *shape, int n_dims, char *buf, size_t size)
-{
-    size_t o = (size_t)snprintf(buf, size, "[");
-    for (int i = 0; i < n_dims && o < size; i++)
-        o += (size_t)snprintf(buf + o, size - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
-    if (o < size)
-        snprintf(buf + o, size - o, "]");
-}
-
 static lilac_status wrong_shape(lilac_loader *ld, const ld_tensor *t, const int64_t *want,
                                 int want_dims)
 {
     char have[128], need[128];
-    shape_str(t->shape, t->n_dims, have, sizeof have);
-    shape_str(want, want_dims, need, sizeof need);
+    lilac_shape_str(t->shape, t->n_dims, have, sizeof have);
+    lilac_shape_str(want, want_dims, need, sizeof need);
     return lilac_fail(ld->err, LILAC_E_FORMAT,
                       "%s: tensor '%s' has shape %s but the model's hyper-parameters need %s",
                       t->file, t->name, have, need);

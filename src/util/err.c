@@ -49,3 +49,12 @@ const char *lilac_status_name(lilac_status s)
     }
     return "unknown status";
 }
+
+void lilac_shape_str(const int64_t *shape, int n_dims, char *buf, size_t size)
+{
+    size_t o = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < n_dims && o < size; i++)
+        o += (size_t)snprintf(buf + o, size - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (o < size)
+        snprintf(buf + o, size - o, "]");
+}

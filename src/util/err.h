@@ -13,4 +13,10 @@ lilac_status lilac_fail(lilac_error *err, lilac_status status, const char *fmt, 
 lilac_status lilac_fail_prefix(lilac_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+#include <stddef.h>
+#include <stdint.h>
+
+/* "[2048, 256]": a shape for messages, cut to fit buf. */
+void lilac_shape_str(const int64_t *shape, int n_dims, char *buf, size_t size);
+
 #endif
