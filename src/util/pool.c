@@ -1,25 +1,60 @@
+/* pool: a persistent pool whose workers spin briefly on a generation
+ * counter before sleeping. A decode step of a large MoE runs a thousand or
+ * more short parallel jobs; waking threads through a condition variable
+ * for each would cost more than the work, so a new job is published with
+ * one atomic increment and seen within nanoseconds by spinning workers.
+ * Workers idle for longer than the spin window sleep on a condition
+ * variable and are woken only when they do. */
 #include "util/pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "util/err.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+static inline void cpu_relax(void) { _mm_pause(); }
+#elif defined(__aarch64__)
+static inline void cpu_relax(void) { __asm__ __volatile__("yield"); }
+#else
+static inline void cpu_relax(void) {}
+#endif
+
+/* Waiting: pauses first (a job usually comes within microseconds), then
+ * yields, so that on a machine with more runnable threads than cores the
+ * thread being waited for gets the core; after SPIN_LIMIT rounds a worker
+ * sleeps. */
+#define PAUSE_ROUNDS 1024
+#define SPIN_LIMIT (1 << 14)
+
+static inline void backoff(int spins)
+{
+    if (spins < PAUSE_ROUNDS)
+        cpu_relax();
+    else
+        sched_yield();
+}
+
 struct lilac_pool {
     int n_threads;
     pthread_t *threads; /* n_threads - 1 workers */
-    pthread_mutex_t mu;
-    pthread_cond_t wake, done;
-    /* the job in flight; a new generation number announces it */
+
+    /* the job in flight; written before gen is bumped, read after */
     lilac_pool_fn fn;
     void *ctx;
     int n_tasks;
-    atomic_int next;     /* next task to take */
-    int busy;            /* workers still on the current job */
-    unsigned long generation;
-    bool quit;
+    atomic_int next;    /* next task to take */
+    atomic_int pending; /* workers not yet done with this job */
+    atomic_uint gen;    /* bumped to publish a job */
+    atomic_bool quit;
+
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    atomic_int sleepers;
 };
 
 typedef struct {
@@ -30,10 +65,27 @@ typedef struct {
 static void take_tasks(lilac_pool *p, lilac_pool_fn fn, void *ctx, int n, int thread)
 {
     for (;;) {
-        int t = atomic_fetch_add(&p->next, 1);
+        int t = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
         if (t >= n)
             break;
         fn(ctx, t, thread);
+    }
+}
+
+static void wait_for_job(lilac_pool *p, unsigned seen)
+{
+    for (int spins = 0; atomic_load(&p->gen) == seen && !atomic_load(&p->quit);) {
+        if (++spins < SPIN_LIMIT) {
+            backoff(spins);
+            continue;
+        }
+        pthread_mutex_lock(&p->mu);
+        atomic_fetch_add(&p->sleepers, 1);
+        while (atomic_load(&p->gen) == seen && !atomic_load(&p->quit))
+            pthread_cond_wait(&p->wake, &p->mu);
+        atomic_fetch_sub(&p->sleepers, 1);
+        pthread_mutex_unlock(&p->mu);
+        spins = 0;
     }
 }
 
@@ -42,24 +94,15 @@ static void *worker_main(void *arg)
     worker_arg wa = *(worker_arg *)arg;
     free(arg);
     lilac_pool *p = wa.p;
-    unsigned long seen = 0;
-    pthread_mutex_lock(&p->mu);
+    unsigned seen = 0;
     for (;;) {
-        while (!p->quit && p->generation == seen)
-            pthread_cond_wait(&p->wake, &p->mu);
-        if (p->quit)
+        wait_for_job(p, seen);
+        if (atomic_load(&p->quit))
             break;
-        seen = p->generation;
-        lilac_pool_fn fn = p->fn;
-        void *ctx = p->ctx;
-        int n = p->n_tasks;
-        pthread_mutex_unlock(&p->mu);
-        take_tasks(p, fn, ctx, n, wa.id);
-        pthread_mutex_lock(&p->mu);
-        if (--p->busy == 0)
-            pthread_cond_signal(&p->done);
+        seen = atomic_load(&p->gen);
+        take_tasks(p, p->fn, p->ctx, p->n_tasks, wa.id);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -74,7 +117,6 @@ lilac_status lilac_pool_new(int n_threads, lilac_pool **out, lilac_error *err)
     p->n_threads = n_threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
-    pthread_cond_init(&p->done, NULL);
     if (n_threads > 1) {
         p->threads = calloc((size_t)n_threads - 1, sizeof *p->threads);
         if (!p->threads) {
@@ -102,7 +144,7 @@ void lilac_pool_free(lilac_pool *p)
     if (!p)
         return;
     pthread_mutex_lock(&p->mu);
-    p->quit = true;
+    atomic_store(&p->quit, true);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; p->threads && i < p->n_threads - 1; i++)
@@ -110,7 +152,6 @@ void lilac_pool_free(lilac_pool *p)
     free(p->threads);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->wake);
-    pthread_cond_destroy(&p->done);
     free(p);
 }
 
@@ -125,20 +166,20 @@ void lilac_pool_run(lilac_pool *p, int n_tasks, lilac_pool_fn fn, void *ctx)
             fn(ctx, t, 0);
         return;
     }
-    pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
     p->n_tasks = n_tasks;
-    atomic_store(&p->next, 0);
-    p->busy = p->n_threads - 1;
-    p->generation++;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->mu);
-
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->pending, p->n_threads - 1, memory_order_relaxed);
+    /* seq_cst: a worker going to sleep either sees the new generation or
+     * is counted in sleepers here */
+    atomic_fetch_add(&p->gen, 1);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->mu);
+    }
     take_tasks(p, fn, ctx, n_tasks, 0);
-
-    pthread_mutex_lock(&p->mu);
-    while (p->busy > 0)
-        pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++)
+        backoff(spins);
 }
