@@ -18,5 +18,6 @@ int cli_parse_tokens(const char *s, int32_t **out, int *n);
 int cmd_run(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

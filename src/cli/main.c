@@ -17,6 +17,8 @@ static void usage(FILE *f)
           "  chat -m MODEL [options]       an interactive conversation; each turn costs only its tokens\n"
           "  tokenize -m MODEL (--text T | --file F | --jsonl [--file F] | --decode IDS)\n"
           "                                token ids, or the text of ids (MODEL may be a tokenizer.json)\n"
+          "  bench -m MODEL [-p 512] [-n 64] [-d DEPTH] [-t THREADS] [-r REPS] [--json]\n"
+          "                                prompt processing and generation speed (llama-bench's tests)\n"
           "  info MODEL [--ctx N]          architecture, hyper-parameters, tensors, memory\n"
           "  logits -m MODEL --tokens 1,2,3 [-o OUT.f32] [--threads N] [--step] [--hidden H.f32]\n"
           "                                float32 logits of every position, row-major;\n"
@@ -325,6 +327,8 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
+    if (!strcmp(cmd, "bench"))
+        return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "run"))
         return cmd_run(argc - 2, argv + 2);
     if (!strcmp(cmd, "chat"))

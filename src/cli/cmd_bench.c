@@ -1,0 +1,203 @@
+/* lilac bench: prompt processing and generation speed, load time, peak
+ * resident memory — named as llama-bench names its tests (pp512, tg64). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "cli/cli.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static long long peak_rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %lld kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    if (kib < 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        kib = ru.ru_maxrss;
+    }
+    return kib * 1024;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    const char *model;
+    int n_prompt, n_gen, depth, threads, reps;
+    bool json;
+} bench_opts;
+
+static void fill_tokens(int32_t *t, int n, int vocab, uint64_t *state)
+{
+    for (int i = 0; i < n; i++) {
+        *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+        t[i] = (int32_t)((*state >> 33) % (uint64_t)(vocab > 1000 ? 1000 : vocab)); /* ordinary ids */
+    }
+}
+
+/* One repetition: a fresh context of `depth` tokens, then the test. */
+static int run_once(lilac_model *m, const bench_opts *o, bool gen, double *tps)
+{
+    const lilac_hparams *hp = lilac_model_hparams(m);
+    int n = gen ? o->n_gen : o->n_prompt;
+    int n_ctx = o->depth + n + 1;
+    lilac_seq *s = NULL;
+    lilac_error err;
+    int32_t *toks = malloc((size_t)(o->depth + n + 1) * sizeof *toks);
+    float *logits = malloc((size_t)hp->n_vocab * sizeof(float));
+    uint64_t rng = 12345;
+    int rc = 1;
+    if (!toks || !logits) {
+        cli_fail("%s", "out of memory");
+        goto done;
+    }
+    if (lilac_seq_new(m, n_ctx, &s, &err)) {
+        cli_fail_err(&err);
+        goto done;
+    }
+    fill_tokens(toks, o->depth + n, hp->n_vocab, &rng);
+    lilac_eval_opts eo = {.logits_mode = LILAC_LOGITS_LAST, .logits = logits};
+    if (o->depth > 0 && lilac_seq_eval(s, toks, o->depth, &eo, &err)) {
+        cli_fail_err(&err);
+        goto done;
+    }
+    double t0 = now_s();
+    if (!gen) {
+        if (lilac_seq_eval(s, toks + o->depth, n, &eo, &err)) {
+            cli_fail_err(&err);
+            goto done;
+        }
+    } else {
+        for (int i = 0; i < n; i++)
+            if (lilac_seq_eval(s, toks + o->depth + i, 1, &eo, &err)) {
+                cli_fail_err(&err);
+                goto done;
+            }
+    }
+    *tps = n / (now_s() - t0);
+    rc = 0;
+done:
+    lilac_seq_free(s);
+    free(toks);
+    free(logits);
+    return rc;
+}
+
+static int run_test(lilac_model *m, const bench_opts *o, bool gen, double load_s)
+{
+    int n = gen ? o->n_gen : o->n_prompt;
+    if (n <= 0)
+        return 0;
+    double *t = calloc((size_t)o->reps, sizeof *t);
+    if (!t)
+        return cli_fail("%s", "out of memory");
+    for (int r = 0; r < o->reps; r++)
+        if (run_once(m, o, gen, &t[r])) {
+            free(t);
+            return 1;
+        }
+    qsort(t, (size_t)o->reps, sizeof *t, cmp_double);
+    double med = o->reps % 2 ? t[o->reps / 2] : (t[o->reps / 2 - 1] + t[o->reps / 2]) / 2;
+    double mean = 0, sd = 0;
+    for (int r = 0; r < o->reps; r++)
+        mean += t[r] / o->reps;
+    for (int r = 0; r < o->reps; r++)
+        sd += (t[r] - mean) * (t[r] - mean) / (o->reps > 1 ? o->reps - 1 : 1);
+    sd = sqrt(sd);
+    char name[32];
+    snprintf(name, sizeof name, "%s%d", gen ? "tg" : "pp", n);
+    const lilac_hparams *hp = lilac_model_hparams(m);
+    if (o->json)
+        printf("{\"test\": \"%s\", \"model\": \"%s\", \"arch\": \"%s\", \"n_params\": %llu, \"model_bytes\": %llu, "
+               "\"depth\": %d, \"threads\": %d, \"reps\": %d, \"tokens_per_s\": %.3f, \"min_tokens_per_s\": %.3f, "
+               "\"max_tokens_per_s\": %.3f, \"stddev\": %.3f, \"load_s\": %.3f, \"peak_rss_bytes\": %lld, "
+               "\"n_layer\": %d}\n",
+               name, o->model, lilac_model_arch_name(m), (unsigned long long)lilac_model_n_params(m),
+               (unsigned long long)lilac_model_weight_bytes(m), o->depth, lilac_model_n_threads(m), o->reps, med, t[0],
+               t[o->reps - 1], sd, load_s, peak_rss_bytes(), hp->n_layer);
+    else
+        printf("| %-10s | %9.2f GiB | %8.2f B | %7d | %-6s | %5d | %8.2f ± %6.2f | %8.2f | %8.2f |\n",
+               lilac_model_arch_name(m), lilac_model_weight_bytes(m) / 1073741824.0, lilac_model_n_params(m) / 1e9,
+               lilac_model_n_threads(m), name, o->depth, med, sd, t[0], t[o->reps - 1]);
+    fflush(stdout);
+    free(t);
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    bench_opts o = {.n_prompt = 512, .n_gen = 64, .reps = 3};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int *dst = NULL;
+        bool zero_ok = false;
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) {
+            o.model = argv[++i];
+            continue;
+        } else if (!strcmp(a, "--json")) {
+            o.json = true;
+            continue;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt"))
+            dst = &o.n_prompt, zero_ok = true;
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen"))
+            dst = &o.n_gen, zero_ok = true;
+        else if (!strcmp(a, "-d") || !strcmp(a, "--depth"))
+            dst = &o.depth, zero_ok = true;
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
+            dst = &o.threads;
+        else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions"))
+            dst = &o.reps;
+        else
+            return cli_fail("bench: unknown option '%s'", a);
+        if (!v)
+            return cli_fail("option '%s' needs a value", a);
+        i++;
+        int x = zero_ok && !strcmp(v, "0") ? 0 : cli_parse_int(v);
+        if (x < 0)
+            return cli_fail("bench: a count wants a number, not '%s'", v);
+        *dst = x;
+    }
+    if (!o.model)
+        return cli_fail("%s", "bench: no model given (-m MODEL)");
+    lilac_model_params mp = lilac_model_default_params();
+    mp.n_threads = o.threads;
+    mp.log = cli_log;
+    lilac_model *m;
+    lilac_error err;
+    double t0 = now_s();
+    if (lilac_model_open(o.model, &mp, &m, &err))
+        return cli_fail_err(&err);
+    double load_s = now_s() - t0;
+    if (!o.json) {
+        printf("model %s: loaded in %.3f s\n", o.model, load_s);
+        printf("| model      |          size |   params | threads | test   | depth |          t/s      |      min |      max |\n");
+        printf("| ---------- | ------------: | -------: | ------: | ------ | ----: | ----------------: | -------: | -------: |\n");
+    }
+    int rc = run_test(m, &o, false, load_s);
+    if (!rc)
+        rc = run_test(m, &o, true, load_s);
+    if (!rc && !o.json)
+        printf("peak resident memory: %.2f GiB\n", peak_rss_bytes() / 1073741824.0);
+    lilac_model_free(m);
+    return rc;
+}
