@@ -25,6 +25,11 @@ lilac_dot_fn lilac_cpu_dot_for(const lilac_cpu_kernels *k, int type)
     case LILAC_F32: return k->dot_f32;
     case LILAC_F16: return k->dot_f16;
     case LILAC_BF16: return k->dot_bf16;
+    case LILAC_Q8_0: return k->dot_q8_0;
+    case LILAC_Q4_0: return k->dot_q4_0;
+    case LILAC_Q4_K: return k->dot_q4_K;
+    case LILAC_Q5_K: return k->dot_q5_K;
+    case LILAC_Q6_K: return k->dot_q6_K;
     default: return NULL;
     }
 }

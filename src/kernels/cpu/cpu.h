@@ -15,6 +15,9 @@ typedef float (*lilac_dot_fn)(const void *row, const float *x, int64_t n);
 typedef struct lilac_cpu_kernels {
     const char *name; /* "scalar", "avx2", ... */
     lilac_dot_fn dot_f32, dot_f16, dot_bf16;
+    /* GGUF block types (kernels/cpu/quant.h): float32 x against the
+     * dequantized weights. */
+    lilac_dot_fn dot_q8_0, dot_q4_0, dot_q4_K, dot_q5_K, dot_q6_K;
 } lilac_cpu_kernels;
 
 extern const lilac_cpu_kernels lilac_cpu_scalar;
@@ -35,7 +38,8 @@ static inline float lilac_bf16_to_f32(uint16_t b)
     union { uint32_t u; float f; } v = {(uint32_t)b << 16};
     return v.f;
 }
-/* A row of n values of `type` as float32. */
+/* A row of n values of `type` as float32 (for a block type, n is a whole
+ * number of blocks); any type lilac_cpu_type_supported accepts. */
 void lilac_row_to_f32(int type, const void *row, float *out, int64_t n);
 
 /* y[t * W.rows + r] = dot(W row r, x[t * W.cols ...]) for t < n_tok,

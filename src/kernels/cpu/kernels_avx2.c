@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/quant.h"
 
 static inline float hsum(__m256 v)
 {
@@ -55,4 +56,9 @@ const lilac_cpu_kernels lilac_cpu_avx2 = {
     .dot_f32 = dot_f32,
     .dot_f16 = dot_f16,
     .dot_bf16 = dot_bf16,
+    .dot_q8_0 = lilac_dot_q8_0_avx2,
+    .dot_q4_0 = lilac_dot_q4_0_avx2,
+    .dot_q4_K = lilac_dot_q4_K_avx2,
+    .dot_q5_K = lilac_dot_q5_K_avx2,
+    .dot_q6_K = lilac_dot_q6_K_avx2,
 };

@@ -4,6 +4,7 @@
 
 #include "format/dtype.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/quant.h"
 
 float lilac_f16_to_f32(uint16_t h)
 {
@@ -63,6 +64,11 @@ const lilac_cpu_kernels lilac_cpu_scalar = {
     .dot_f32 = dot_f32,
     .dot_f16 = dot_f16,
     .dot_bf16 = dot_bf16,
+    .dot_q8_0 = lilac_dot_q8_0_scalar,
+    .dot_q4_0 = lilac_dot_q4_0_scalar,
+    .dot_q4_K = lilac_dot_q4_K_scalar,
+    .dot_q5_K = lilac_dot_q5_K_scalar,
+    .dot_q6_K = lilac_dot_q6_K_scalar,
 };
 
 void lilac_row_to_f32(int type, const void *row, float *out, int64_t n)
@@ -80,6 +86,11 @@ void lilac_row_to_f32(int type, const void *row, float *out, int64_t n)
         for (int64_t i = 0; i < n; i++)
             out[i] = lilac_bf16_to_f32(h[i]);
         break;
+    case LILAC_Q8_0: lilac_dequant_q8_0(row, out, n); break;
+    case LILAC_Q4_0: lilac_dequant_q4_0(row, out, n); break;
+    case LILAC_Q4_K: lilac_dequant_q4_K(row, out, n); break;
+    case LILAC_Q5_K: lilac_dequant_q5_K(row, out, n); break;
+    case LILAC_Q6_K: lilac_dequant_q6_K(row, out, n); break;
     default: /* callers check lilac_cpu_type_supported at load */
         memset(out, 0, (size_t)n * sizeof(float));
         break;

@@ -1,0 +1,177 @@
+/* The quantized tiny GGUFs of the shared fixtures on the precise path
+ * (float32 activations against the dequantized weights) against the
+ * logits llama.cpp computes from the same dequantized weights in float32
+ * (golden/exact-logits-TYPE.f32): mean KL divergence and argmax at every
+ * position; llama.cpp's own quantized path is printed beside for scale.
+ * Then one-token decode against prefill, and the scalar kernels against
+ * the SIMD ones. */
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "kernels/cpu/cpu.h"
+#include "models.h"
+
+typedef struct {
+    const char *model, *type;
+} quant_case;
+
+static const quant_case cases[] = {
+    {"tiny-qwen35moe", "Q8_0"},   {"tiny-qwen35moe", "Q6_K"}, {"tiny-qwen35moe", "Q5_K_M"},
+    {"tiny-qwen35moe", "Q4_K_M"}, {"tiny-qwen35moe", "Q4_0"}, {"tiny-qwen3moe", "Q8_0"},
+    {"tiny-qwen3moe", "Q4_K_M"},
+};
+
+static float *read_f32(const char *path, size_t want)
+{
+    size_t size = 0;
+    float *v = tu_read_file(path, &size);
+    if (!v || size != want * sizeof(float)) {
+        fprintf(stderr, "%s: missing or not %zu floats\n", path, want);
+        free(v);
+        return NULL;
+    }
+    return v;
+}
+
+/* log-softmax of one row, in double */
+static void log_softmax(const float *z, int V, double *out)
+{
+    double mx = z[0], s = 0;
+    for (int i = 1; i < V; i++)
+        mx = z[i] > mx ? z[i] : mx;
+    for (int i = 0; i < V; i++)
+        s += exp((double)z[i] - mx);
+    double lse = mx + log(s);
+    for (int i = 0; i < V; i++)
+        out[i] = (double)z[i] - lse;
+}
+
+/* mean over positions of KL(softmax(p) || softmax(q)) */
+static double mean_kl(const float *p, const float *q, int n, int V)
+{
+    double *lp = malloc((size_t)V * sizeof(double)), *lq = malloc((size_t)V * sizeof(double));
+    double total = 0;
+    for (int r = 0; r < n; r++) {
+        log_softmax(p + (size_t)r * V, V, lp);
+        log_softmax(q + (size_t)r * V, V, lq);
+        double kl = 0;
+        for (int i = 0; i < V; i++)
+            kl += exp(lp[i]) * (lp[i] - lq[i]);
+        total += kl;
+    }
+    free(lp);
+    free(lq);
+    return total / n;
+}
+
+/* 1 when the file ran, 0 when its fixtures are missing */
+static int run_case(const char *fx, const quant_case *c, const int32_t *toks, int n, int V_meta)
+{
+    char path[4096], p2[4096];
+    if (snprintf(path, sizeof path, "%s/%s/gguf/model-%s.gguf", fx, c->model, c->type) >= (int)sizeof path ||
+        snprintf(p2, sizeof p2, "%s/%s/golden/exact-logits-%s.f32", fx, c->model, c->type) >= (int)sizeof p2) {
+        CHECKF(0, "fixture paths under %s are too long", fx);
+        return 1;
+    }
+    FILE *f1 = fopen(path, "rb"), *f2 = fopen(p2, "rb");
+    int present = f1 && f2;
+    if (f1)
+        fclose(f1);
+    if (f2)
+        fclose(f2);
+    if (!present) {
+        printf("skipped %s %s: %s or %s missing\n", c->model, c->type, path, p2);
+        return 0;
+    }
+    lilac_model *m = tm_open(path, 2);
+    CHECKF(m != NULL, "%s loads", path);
+    if (!m)
+        return 1;
+    int V = lilac_model_hparams(m)->n_vocab;
+    CHECKF(V == V_meta, "%s: vocabulary %d, meta.json says %d", path, V, V_meta);
+    size_t nv = (size_t)n * V;
+    float *exact = read_f32(p2, nv);
+    bool fits = snprintf(p2, sizeof p2, "%s/%s/golden/llamacpp-logits-%s.f32", fx, c->model, c->type) < (int)sizeof p2;
+    float *llama = fits ? read_f32(p2, nv) : NULL;
+    float *pre = tm_logits(m, toks, n, 0, NULL);
+    CHECKF(exact && pre, "%s: exact logits and prefill", path);
+    if (exact && pre) {
+        float mx = tm_max_abs(exact, nv);
+        double kl = mean_kl(exact, pre, n, V);
+        float d = tm_max_diff(pre, exact, nv);
+        int agree = tm_argmax_agree(pre, exact, n, V);
+        printf("%s %-6s: mean KL %.3e, max|d|/max|logit| %.3e, argmax %d/%d", c->model, c->type, kl, d / mx, agree,
+               n);
+        if (llama)
+            printf("   (llama.cpp quantized path: mean KL %.3e, max|d|/max|logit| %.3e, argmax %d/%d)",
+                   mean_kl(exact, llama, n, V), tm_max_diff(llama, exact, nv) / mx, tm_argmax_agree(llama, exact, n, V),
+                   n);
+        printf("\n");
+        CHECKF(kl <= 1e-4, "%s: mean KL %.3e > 1e-4 against llama.cpp's float32 logits", path, kl);
+        CHECKF(agree == n, "%s: argmax agrees at %d of %d positions", path, agree, n);
+
+        /* one token at a time: the decode path over the same weights */
+        float *dec = tm_logits(m, toks, n, 1, NULL);
+        CHECKF(dec != NULL, "%s: decode", path);
+        if (dec) {
+            float dd = tm_max_diff(dec, pre, nv);
+            printf("  decode vs prefill max|d|/max|logit| = %.3e\n", dd / mx);
+            CHECKF(dd <= 1e-4 * mx, "%s: decode differs from prefill by %.4g (bound %.4g)", path, dd, 1e-4 * mx);
+        }
+        free(dec);
+
+        /* the scalar oracle kernels over the whole model */
+        const lilac_cpu_kernels *best = lilac_cpu_best();
+        if (best != &lilac_cpu_scalar) {
+            setenv("LILAC_CPU_KERNELS", "scalar", 1);
+            lilac_model *ms = tm_open(path, 2);
+            unsetenv("LILAC_CPU_KERNELS");
+            float *sc = ms ? tm_logits(ms, toks, n, 0, NULL) : NULL;
+            CHECKF(sc != NULL, "%s: scalar kernels run", path);
+            if (sc) {
+                float ds = tm_max_diff(sc, pre, nv);
+                printf("  %s vs scalar kernels max|d|/max|logit| = %.3e\n", best->name, ds / mx);
+                CHECKF(ds <= 1e-4 * mx, "%s: %s and scalar kernels differ by %.4g", path, best->name, ds);
+            }
+            free(sc);
+            lilac_model_free(ms);
+        }
+    }
+    free(exact);
+    free(llama);
+    free(pre);
+    lilac_model_free(m);
+    return 1;
+}
+
+int main(void)
+{
+    const char *fx = tu_require_fixtures();
+    int ran = 0;
+    const char *meta_of = NULL;
+    json_t *meta = NULL;
+    int32_t *toks = NULL;
+    int n = 0, V = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (!meta_of || strcmp(meta_of, cases[i].model) != 0) {
+            char p[4096];
+            bool fits = snprintf(p, sizeof p, "%s/%s/golden/meta.json", fx, cases[i].model) < (int)sizeof p;
+            json_decref(meta);
+            free(toks);
+            json_error_t je;
+            meta = fits ? json_load_file(p, 0, &je) : NULL;
+            toks = meta ? tm_json_ints(meta, "tokens", NULL, &n) : NULL;
+            V = meta ? (int)json_integer_value(json_object_get(meta, "vocab")) : 0;
+            meta_of = cases[i].model;
+            if (!toks)
+                printf("skipped %s: %s missing or without \"tokens\"\n", cases[i].model, p);
+        }
+        if (toks)
+            ran += run_case(fx, &cases[i], toks, n, V);
+    }
+    json_decref(meta);
+    free(toks);
+    if (ran == 0)
+        SKIP("no quantized tiny GGUF with its exact-logits golden found under %s", fx);
+    TEST_END();
+}
