@@ -295,6 +295,32 @@ lilac_status lilac_generate(lilac_seq *s, lilac_tokenizer *t, lilac_sampler *smp
                             int n_prompt, const lilac_gen_params *p, lilac_gen_fn fn, void *user,
                             lilac_gen_result *res, lilac_error *err);
 
+/* ---- evaluation -------------------------------------------------------- */
+
+typedef struct lilac_eval_params {
+    int n_ctx;      /* tokens per chunk; each chunk starts from an empty sequence */
+    int score_from; /* score the predictions of positions >= this in each chunk
+                       (llama.cpp's perplexity scores the second half) */
+    lilac_model *ref_model;     /* reference to compare with, or NULL */
+    const char *ref_logits;     /* or raw float32 logits of the same chunks, or NULL */
+    const char *save_logits;    /* write this model's logits of the chunks here, or NULL */
+} lilac_eval_params;
+
+typedef struct lilac_eval_result {
+    long n_scored;
+    double nll_mean, ppl;      /* of the next token, over the scored positions */
+    /* against the reference (NaN without one): KL(reference || model) */
+    double kl_mean, kl_p99, kl_max;
+    double top1;               /* fraction of positions with the same argmax */
+    double ref_ppl;
+    int n_chunks;
+} lilac_eval_result;
+
+/* Perplexity of tokens in chunks of n_ctx (the tail shorter than a chunk
+ * is dropped) and, given a reference, KL divergence and top-1 agreement. */
+lilac_status lilac_eval_tokens(lilac_model *m, const int32_t *tokens, int n_tokens, const lilac_eval_params *p,
+                               lilac_eval_result *res, lilac_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -19,6 +19,9 @@ static void usage(FILE *f)
           "                                token ids, or the text of ids (MODEL may be a tokenizer.json)\n"
           "  bench -m MODEL [-p 512] [-n 64] [-d DEPTH] [-t THREADS] [-r REPS] [--json]\n"
           "                                prompt processing and generation speed (llama-bench's tests)\n"
+          "  eval -m MODEL -f TEXT [--ctx 512] [--reference REF] [--save-logits F] [--json]\n"
+          "  eval --compare A.gguf B.gguf ... --reference REF -f TEXT\n"
+          "                                perplexity; KL and top-1 against a reference model or logits\n"
           "  info MODEL [--ctx N]          architecture, hyper-parameters, tensors, memory\n"
           "  logits -m MODEL --tokens 1,2,3 [-o OUT.f32] [--threads N] [--step] [--hidden H.f32]\n"
           "                                float32 logits of every position, row-major;\n"
@@ -327,6 +330,8 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
+    if (!strcmp(cmd, "eval"))
+        return cmd_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench"))
         return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "run"))
