@@ -111,6 +111,9 @@ typedef struct lilac_type_count {
 size_t lilac_model_type_counts(const lilac_model *m, lilac_type_count *out, size_t max);
 uint64_t lilac_model_weight_bytes(const lilac_model *m);
 uint64_t lilac_model_n_params(const lilac_model *m);
+/* Weight bytes one token reads: everything but the routed experts, plus
+ * n_expert_used / n_expert of them. */
+uint64_t lilac_model_active_bytes(const lilac_model *m);
 
 /* Bytes one sequence of n_ctx tokens needs beside the weights. */
 typedef struct lilac_mem_plan {
@@ -119,6 +122,22 @@ typedef struct lilac_mem_plan {
     uint64_t scratch_bytes;   /* activations for a batch of n_batch tokens */
 } lilac_mem_plan;
 lilac_mem_plan lilac_model_mem_plan(const lilac_model *m, int n_ctx, int n_batch);
+
+/* What running the model needs against what the machine can give. Weights
+ * count in full: they are mapped, and a MoE touches all its experts soon,
+ * so the file must stay in memory or every step reads the disk. */
+typedef struct lilac_mem_report {
+    uint64_t weights, kv, recurrent, scratch, other, total;
+    uint64_t mem_total, mem_available, swap_total;
+    uint64_t cgroup_limit, cgroup_usage; /* 0: no limit found */
+    uint64_t budget;                     /* what this process can use */
+    bool fits;
+    int max_ctx;                         /* the largest context that fits (0: none) */
+} lilac_mem_report;
+
+lilac_mem_report lilac_model_mem_report(const lilac_model *m, int n_ctx, int n_parallel);
+/* LILAC_OK, or LILAC_E_NOMEM with the numbers and what to change. */
+lilac_status lilac_model_mem_check(const lilac_model *m, int n_ctx, int n_parallel, lilac_error *err);
 
 /* ---- sequences --------------------------------------------------------- */
 

@@ -20,5 +20,7 @@ int cmd_chat(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
 
 #endif

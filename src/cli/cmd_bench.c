@@ -188,6 +188,10 @@ int cmd_bench(int argc, char **argv)
     if (lilac_model_open(o.model, &mp, &m, &err))
         return cli_fail_err(&err);
     double load_s = now_s() - t0;
+    if (lilac_model_mem_check(m, o.depth + (o.n_prompt > o.n_gen ? o.n_prompt : o.n_gen) + 1, 1, &err)) {
+        lilac_model_free(m);
+        return cli_fail_err(&err);
+    }
     if (!o.json) {
         printf("model %s: loaded in %.3f s\n", o.model, load_s);
         printf("| model      |          size |   params | threads | test   | depth |          t/s      |      min |      max |\n");

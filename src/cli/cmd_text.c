@@ -293,8 +293,8 @@ static int session_start(session *s)
     lilac_model_params mp = lilac_model_default_params();
     mp.n_threads = s->o.threads;
     mp.log = cli_log;
-    if (lilac_model_open(s->o.model, &mp, &s->m, &err) || lilac_model_tokenizer(s->m, &s->tok, &err) ||
-        lilac_seq_new(s->m, s->o.n_ctx, &s->seq, &err) ||
+    if (lilac_model_open(s->o.model, &mp, &s->m, &err) || lilac_model_mem_check(s->m, s->o.n_ctx, 1, &err) ||
+        lilac_model_tokenizer(s->m, &s->tok, &err) || lilac_seq_new(s->m, s->o.n_ctx, &s->seq, &err) ||
         lilac_sampler_new(&s->o.sp, lilac_model_hparams(s->m)->n_vocab, &s->smp, &err))
         return cli_fail_err(&err);
     if (s->o.out && !(s->out = fopen(s->o.out, "wb"))) {

@@ -22,6 +22,8 @@ static void usage(FILE *f)
           "  eval -m MODEL -f TEXT [--ctx 512] [--reference REF] [--save-logits F] [--json]\n"
           "  eval --compare A.gguf B.gguf ... --reference REF -f TEXT\n"
           "                                perplexity; KL and top-1 against a reference model or logits\n"
+          "  plan -m MODEL [--ctx N] [--parallel P]   memory needed against memory available\n"
+          "  doctor [-m MODEL]             CPU, SIMD paths, memory, libraries; whether a model fits\n"
           "  info MODEL [--ctx N]          architecture, hyper-parameters, tensors, memory\n"
           "  logits -m MODEL --tokens 1,2,3 [-o OUT.f32] [--threads N] [--step] [--hidden H.f32]\n"
           "                                float32 logits of every position, row-major;\n"
@@ -330,6 +332,10 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
+    if (!strcmp(cmd, "plan"))
+        return cmd_plan(argc - 2, argv + 2);
+    if (!strcmp(cmd, "doctor"))
+        return cmd_doctor(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval"))
         return cmd_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench"))

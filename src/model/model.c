@@ -26,8 +26,10 @@ void *lilac_model_alloc(lilac_model *m, size_t bytes)
         l->cap = cap;
     }
     void *mem = calloc(1, bytes ? bytes : 1);
-    if (mem)
+    if (mem) {
         l->ptrs[l->n++] = mem;
+        m->owned_bytes += bytes;
+    }
     return mem;
 }
 
@@ -116,6 +118,8 @@ static void account(lilac_loader *ld, size_t n_tensors)
         }
         m->weight_bytes += nbytes;
         m->n_params += n_el;
+        if (strstr(name, "_exps.") || (strstr(name, "mlp.experts.") && !strstr(name, "shared")))
+            m->expert_bytes += nbytes;
         const lilac_dtype_info *di = lilac_dtype_get(type);
         const char *tn = di ? di->name : "?";
         size_t k = 0;
@@ -284,6 +288,12 @@ const char *lilac_model_format(const lilac_model *m) { return m->format; }
 int lilac_model_n_threads(const lilac_model *m) { return m->params.n_threads; }
 uint64_t lilac_model_weight_bytes(const lilac_model *m) { return m->weight_bytes; }
 uint64_t lilac_model_n_params(const lilac_model *m) { return m->n_params; }
+
+uint64_t lilac_model_active_bytes(const lilac_model *m)
+{
+    double unused = 1.0 - (double)m->hp.n_expert_used / m->hp.n_expert;
+    return m->weight_bytes - (uint64_t)(unused * (double)m->expert_bytes);
+}
 
 size_t lilac_model_type_counts(const lilac_model *m, lilac_type_count *out, size_t max)
 {

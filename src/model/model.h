@@ -74,8 +74,10 @@ struct lilac_model {
     lilac_type_count counts[16];
     size_t n_counts;
     uint64_t weight_bytes, n_params;
+    uint64_t expert_bytes; /* of the routed experts, within weight_bytes */
 
     lilac_alloc_list owned; /* small arrays converted at load */
+    uint64_t owned_bytes;
 
     struct lilac_tokenizer *tokenizer; /* loaded on first use (engine/text.c) */
     char *chat_template;               /* likewise; NULL until asked */
