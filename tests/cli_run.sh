@@ -47,6 +47,13 @@ check "an over-long prompt fails with status 1" test $rc -eq 1
 check "the refusal names the numbers" grep -q "tokens but the context holds 16" "$tmp/e"
 check "the refusal is one line" test "$(wc -l <"$tmp/e")" -eq 1
 
+# a plan that does not fit is refused before the weights are touched
+LILAC_MEM_LIMIT=100M "$lilac" run -m "$model" -p "hi" --ctx 100000 >"$tmp/o" 2>"$tmp/e"
+check "a plan over the memory limit fails with status 1" test $? -eq 1
+check "the refusal gives the numbers and the fix" grep -q "GiB is available.*context of [0-9]* or less" "$tmp/e"
+LILAC_MEM_LIMIT=100M "$lilac" plan -m "$model" --ctx 100000 >"$tmp/o" 2>&1
+check "plan says it does not fit" grep -q "does NOT fit" "$tmp/o"
+
 # lilac chat keeps the sequence between turns: a turn feeds only its own tokens
 printf 'Hello there\nAnd a second turn of the conversation\n' |
     "$lilac" chat -m "$model" -n 8 --seed 3 --no-think >"$tmp/chat.out" 2>"$tmp/chat.err"

@@ -3,6 +3,7 @@
  * start when it would not fit, rather than swap or be killed. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/model.h"
@@ -101,6 +102,16 @@ lilac_mem_report lilac_model_mem_report(const lilac_model *m, int n_ctx, int n_p
     r.swap_total = meminfo("SwapTotal");
     cgroup_memory(&r.cgroup_limit, &r.cgroup_usage);
     r.budget = r.mem_available;
+    /* LILAC_MEM_LIMIT (bytes, or with a K/M/G suffix) caps what lilac may use */
+    const char *cap = getenv("LILAC_MEM_LIMIT");
+    if (cap && *cap) {
+        char *end;
+        double v = strtod(cap, &end);
+        double mult = *end == 'K' || *end == 'k' ? 1024.0 : *end == 'M' || *end == 'm' ? 1048576.0
+                    : *end == 'G' || *end == 'g' ? 1073741824.0 : 1.0;
+        if (v > 0 && v * mult < (double)r.budget)
+            r.budget = (uint64_t)(v * mult);
+    }
     if (r.cgroup_limit) {
         uint64_t room = r.cgroup_limit > r.cgroup_usage ? r.cgroup_limit - r.cgroup_usage : 0;
         if (room < r.budget)
@@ -136,5 +147,5 @@ lilac_status lilac_model_mem_check(const lilac_model *m, int n_ctx, int n_parall
                       "%s: needs %.2f GiB (weights %.2f, KV cache %.2f, recurrent state %.2f, scratch %.2f, other "
                       "%.2f) for context %d x %d but %.2f GiB is available%s; %s",
                       m->path, r.total / G, r.weights / G, r.kv / G, r.recurrent / G, r.scratch / G, r.other / G,
-                      n_ctx, n_parallel, r.budget / G, r.budget < r.mem_available ? " (cgroup limit)" : "", advice);
+                      n_ctx, n_parallel, r.budget / G, r.budget < r.mem_available ? " (a limit applies)" : "", advice);
 }
