@@ -30,6 +30,9 @@ static void usage(FILE *f)
           "                                --step feeds one token at a time (the decode path),\n"
           "                                --hidden writes the residual stream after each layer\n"
           "  convert IN_HF_DIR OUT.gguf    write a Hugging Face checkpoint as a BF16 GGUF (llama.cpp's layout)\n"
+          "  quantize IN OUT.gguf TYPE     quantize a checkpoint or GGUF as llama-quantize does (Q8_0, Q6_K, Q4_K_M, ...)\n"
+          "  synth --preset NAME --type MIX [--tokenizer PATH] [--seed N] -o FILE.gguf\n"
+          "                                random weights in a published model's shape (lilac synth --help)\n"
           "\n"
           "MODEL is a GGUF file or a Hugging Face checkpoint directory.\n",
           f);
@@ -352,6 +355,10 @@ int main(int argc, char **argv)
         return cmd_logits(argc - 2, argv + 2);
     if (!strcmp(cmd, "convert"))
         return cmd_convert(argc - 2, argv + 2);
+    if (!strcmp(cmd, "quantize"))
+        return cmd_quantize(argc - 2, argv + 2);
+    if (!strcmp(cmd, "synth"))
+        return cmd_synth(argc - 2, argv + 2);
     fprintf(stderr, "lilac: error: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

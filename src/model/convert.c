@@ -22,7 +22,9 @@
 #include "format/dtype.h"
 #include "format/gguf_writer.h"
 #include "format/safetensors.h"
+#include "model/gguf_meta.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/quantize.h"
 #include "util/err.h"
 
 enum { OP_NONE = 0, OP_ADD1, OP_NEGEXP };
@@ -50,7 +52,7 @@ typedef struct cv_plan {
 } cv_plan;
 
 typedef struct cv {
-    const char *in, *out;
+    const char *in;
     lilac_error *err;
     const lilac_convert_params *params;
     json_t *root, *cfg;
@@ -592,32 +594,6 @@ static lilac_status make_plans(cv *c)
 
 /* ---- metadata ---- */
 
-/* gguf-py's model_weight_count_rounded_notation(n, min_digits=2). */
-static void count_notation(uint64_t n, char *buf, size_t size)
-{
-    double x = (double)n;
-    const char *suf;
-    if (x > 1e15)
-        x *= 1e-15, suf = "Q";
-    else if (x > 1e12)
-        x *= 1e-12, suf = "T";
-    else if (x > 1e9)
-        x *= 1e-9, suf = "B";
-    else if (x > 1e6)
-        x *= 1e-6, suf = "M";
-    else
-        x *= 1e-3, suf = "K";
-    char digits[64];
-    snprintf(digits, sizeof digits, "%.0f", nearbyint(x));
-    const char *d = digits;
-    while (*d == '0')
-        d++;
-    int fix = 2 - (int)strlen(d);
-    if (fix < 0)
-        fix = 0;
-    snprintf(buf, size, "%.*f%s", fix, x, suf);
-}
-
 /* The directory's name in title case, as llama.cpp names models
  * ("tiny-qwen35moe" -> "Tiny Qwen35Moe"); "hf" defers to its parent. */
 static void model_name(const char *dir, char *buf, size_t size)
@@ -649,12 +625,9 @@ static void model_name(const char *dir, char *buf, size_t size)
     buf[o] = 0;
 }
 
-static lilac_status write_hparams(cv *c, gguf_writer *w)
+static lilac_status write_hparams(cv *c, gm_out *o, bool type_keys_last)
 {
-    lilac_error *e = c->err;
-    char k[256], name[512], label[64];
-    lilac_status s;
-#define KEY(x) (snprintf(k, sizeof k, "%s.%s", c->arch, x), k)
+    char name[512], label[64];
     model_name(c->in, name, sizeof name);
     uint64_t shared = 0, expert = 0;
     for (size_t i = 0; i < c->n_plans; i++) {
@@ -665,94 +638,25 @@ static lilac_status write_hparams(cv *c, gguf_writer *w)
         else
             shared += n;
     }
-    char cnt[48];
-    count_notation(shared + expert, cnt, sizeof cnt);
-    snprintf(label, sizeof label, "%lldx%s", (long long)c->n_expert, cnt);
-    if ((s = gguf_writer_kv_str(w, "general.architecture", c->arch, e)) ||
-        (s = gguf_writer_kv_str(w, "general.type", "model", e)) ||
-        (s = gguf_writer_kv_str(w, "general.name", name, e)) ||
-        (s = gguf_writer_kv_str(w, "general.size_label", label, e)) ||
-        (s = gguf_writer_kv_u32(w, KEY("block_count"), (uint32_t)c->n_layer, e)) ||
-        (c->n_ctx && (s = gguf_writer_kv_u32(w, KEY("context_length"), (uint32_t)c->n_ctx, e))) ||
-        (s = gguf_writer_kv_u32(w, KEY("embedding_length"), (uint32_t)c->n_embd, e)) ||
-        (c->ff && (s = gguf_writer_kv_u32(w, KEY("feed_forward_length"), (uint32_t)c->ff, e))) ||
-        (s = gguf_writer_kv_u32(w, KEY("attention.head_count"), (uint32_t)c->n_head, e)) ||
-        (s = gguf_writer_kv_u32(w, KEY("attention.head_count_kv"), (uint32_t)c->n_head_kv, e)))
-        return s;
-    if (c->has_sections) {
-        int32_t sec[4];
-        for (int i = 0; i < 4; i++)
-            sec[i] = (int32_t)c->sections[i];
-        if ((s = gguf_writer_kv_arr(w, KEY("rope.dimension_sections"), GGUF_VT_I32, sec, 4, e)))
-            return s;
-    }
-    if ((s = gguf_writer_kv_f32(w, KEY("rope.freq_base"), c->theta, e)) ||
-        (s = gguf_writer_kv_f32(w, KEY("attention.layer_norm_rms_epsilon"), c->eps, e)) ||
-        (s = gguf_writer_kv_u32(w, KEY("expert_count"), (uint32_t)c->n_expert, e)) ||
-        (s = gguf_writer_kv_u32(w, KEY("expert_used_count"), (uint32_t)c->n_used, e)) ||
-        (s = gguf_writer_kv_u32(w, KEY("attention.key_length"), (uint32_t)c->head_dim, e)) ||
-        (s = gguf_writer_kv_u32(w, KEY("attention.value_length"), (uint32_t)c->head_dim, e)) ||
-        (s = gguf_writer_kv_u32(w, "general.file_type", 32 /* LLAMA_FTYPE_MOSTLY_BF16 */, e)) ||
-        (s = gguf_writer_kv_u32(w, KEY("expert_feed_forward_length"), (uint32_t)c->eff, e)))
-        return s;
-    if (!c->q35 && !c->norm_topk) {
-        /* llama.cpp always renormalizes qwen3moe's chosen experts; a checkpoint
-         * with norm_topk_prob false says otherwise, under llama.cpp's key. */
-        if ((s = gguf_writer_kv_bool(w, KEY("expert_weights_norm"), false, e)))
-            return s;
-    }
-    if (c->q35) {
-        uint8_t *rec = malloc((size_t)c->n_layer);
-        if (!rec)
-            return lilac_fail(e, LILAC_E_NOMEM, "out of memory");
-        for (int64_t i = 0; i < c->n_layer; i++)
-            rec[i] = c->is_ssm[i];
-        if ((c->sff && (s = gguf_writer_kv_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)c->sff, e))) ||
-            (s = gguf_writer_kv_u32(w, KEY("ssm.conv_kernel"), (uint32_t)c->K, e)) ||
-            (s = gguf_writer_kv_u32(w, KEY("ssm.state_size"), (uint32_t)c->dk, e)) ||
-            (s = gguf_writer_kv_u32(w, KEY("ssm.group_count"), (uint32_t)c->nk, e)) ||
-            (s = gguf_writer_kv_u32(w, KEY("ssm.time_step_rank"), (uint32_t)c->nv, e)) ||
-            (s = gguf_writer_kv_u32(w, KEY("ssm.inner_size"), (uint32_t)(c->nv * c->dv), e)) ||
-            (s = gguf_writer_kv_arr(w, KEY("attention.recurrent_layers"), GGUF_VT_BOOL, rec, (size_t)c->n_layer, e)) ||
-            (s = gguf_writer_kv_u32(w, KEY("full_attention_interval"), (uint32_t)c->interval, e)) ||
-            (s = gguf_writer_kv_u32(w, KEY("rope.dimension_count"), (uint32_t)c->rope_dims, e))) {
-            free(rec);
-            return s;
-        }
-        free(rec);
-    }
-#undef KEY
-    return gguf_writer_kv_u32(w, "general.quantization_version", 2, e);
+    gm_size_label(c->n_expert, shared + expert, label, sizeof label);
+    gm_hparams hp = {
+        .arch = c->arch, .q35 = c->q35, .name = name, .size_label = label,
+        .file_type = GM_FTYPE_MOSTLY_BF16,
+        .n_layer = c->n_layer, .n_ctx = c->n_ctx, .n_embd = c->n_embd, .ff = c->ff,
+        .n_head = c->n_head, .n_head_kv = c->n_head_kv, .head_dim = c->head_dim,
+        .n_expert = c->n_expert, .n_used = c->n_used, .eff = c->eff, .sff = c->sff,
+        .K = c->K, .dk = c->dk, .nk = c->nk, .nv = c->nv, .dv = c->dv, .interval = c->interval,
+        .rope_dims = c->rope_dims, .has_sections = c->has_sections, .norm_topk = c->norm_topk,
+        .eps = c->eps, .theta = c->theta, .is_ssm = c->is_ssm,
+    };
+    memcpy(hp.sections, c->sections, sizeof hp.sections);
+    hp.type_keys_last = type_keys_last;
+    return gm_write_hparams(o, &hp, c->err);
 }
 
 /* ---- tokenizer ---- */
 
-static bool looks_special(const char *t)
-{
-    size_t n = strlen(t);
-    if (!strcmp(t, "<pad>") || !strcmp(t, "<mask>") || !strcmp(t, "<2mass>") || !strcmp(t, "[@BOS@]"))
-        return true;
-    if (n >= 4 && !strncmp(t, "<|", 2) && !strcmp(t + n - 2, "|>"))
-        return true;
-    if (n >= 8 && !strncmp(t, "<\xef\xbd\x9c", 4) && !strcmp(t + n - 4, "\xef\xbd\x9c>"))
-        return true;
-    return n >= 8 && !strncmp(t, "<unused", 7) && t[n - 1] == '>';
-}
-
-typedef struct tok_state {
-    json_t *tj, *tc;
-    char **owned; /* strings made here, freed at the end */
-    size_t n_owned;
-} tok_state;
-
-static char *own(tok_state *ts, char *p)
-{
-    if (p)
-        ts->owned[ts->n_owned++] = p;
-    return p;
-}
-
-static lilac_status write_tokenizer(cv *c, gguf_writer *w)
+static lilac_status write_tokenizer(cv *c, gm_out *o)
 {
     char path[4200];
     struct stat sb;
@@ -761,244 +665,13 @@ static lilac_status write_tokenizer(cv *c, gguf_writer *w)
         cv_log(c, LILAC_LOG_INFO, "%s: no tokenizer.json; the GGUF will hold no tokenizer", c->in);
         return LILAC_OK;
     }
-    lilac_error *e = c->err;
-    lilac_status s = LILAC_OK;
-    json_error_t je;
-    tok_state ts = {0};
-    const char **toks = NULL, **merges = NULL;
-    size_t *merge_len = NULL;
-    int32_t *types = NULL;
-    char *merge_buf = NULL;
-    size_t n = 0;
-    ts.tj = json_load_file(path, 0, &je);
-    if (!ts.tj) {
-        s = lilac_fail(e, LILAC_E_FORMAT, "%s: invalid JSON at line %d: %s", path, je.line, je.text);
-        goto done;
-    }
-    json_t *model = json_object_get(ts.tj, "model");
-    const char *mtype = json_string_value(json_object_get(model, "type"));
-    json_t *vocab = json_object_get(model, "vocab");
-    if (!mtype || strcmp(mtype, "BPE") || !json_is_object(vocab)) {
-        s = lilac_fail(e, LILAC_E_UNSUPPORTED, "%s: model type '%s'; the converter writes BPE tokenizers only", path,
-                       mtype ? mtype : "(none)");
-        goto done;
-    }
-    char cpath[4200];
-    snprintf(cpath, sizeof cpath, "%s/tokenizer_config.json", c->in);
-    ts.tc = json_load_file(cpath, 0, &je); /* optional */
-
-    json_t *added = json_object_get(ts.tj, "added_tokens");
-    int64_t max_id = -1;
-    const char *key;
-    json_t *val;
-    json_object_foreach(vocab, key, val) {
-        if (json_integer_value(val) > max_id)
-            max_id = json_integer_value(val);
-    }
-    for (size_t i = 0; i < json_array_size(added); i++) {
-        int64_t id = json_integer_value(json_object_get(json_array_get(added, i), "id"));
-        if (id > max_id)
-            max_id = id;
-    }
-    n = (size_t)(c->vocab > max_id + 1 ? c->vocab : max_id + 1);
-    if (max_id >= 1 << 24) {
-        s = lilac_fail(e, LILAC_E_FORMAT, "%s: token id %lld is out of range", path, (long long)max_id);
-        goto done;
-    }
-    toks = calloc(n, sizeof *toks);
-    types = calloc(n, sizeof *types);
-    ts.owned = calloc(2 * n + 8, sizeof *ts.owned);
-    if (!toks || !types || !ts.owned) {
-        s = lilac_fail(e, LILAC_E_NOMEM, "out of memory");
-        goto done;
-    }
-    json_object_foreach(vocab, key, val) {
-        int64_t id = json_integer_value(val);
-        if (id < 0 || !json_is_integer(val)) {
-            s = lilac_fail(e, LILAC_E_FORMAT, "%s: token '%s' has a bad id", path, key);
-            goto done;
-        }
-        toks[id] = key;
-        types[id] = 1; /* NORMAL */
-    }
-    for (size_t i = 0; i < json_array_size(added); i++) {
-        json_t *a = json_array_get(added, i);
-        int64_t id = json_integer_value(json_object_get(a, "id"));
-        const char *content = json_string_value(json_object_get(a, "content"));
-        if (id < 0 || !content) {
-            s = lilac_fail(e, LILAC_E_FORMAT, "%s: added_tokens[%zu] is malformed", path, i);
-            goto done;
-        }
-        if (json_is_true(json_object_get(a, "special")) || looks_special(content)) {
-            toks[id] = content;
-            types[id] = 3; /* CONTROL */
-        } else {
-            /* user-defined: llama.cpp turns the SentencePiece space into ' ' */
-            size_t l = strlen(content);
-            char *t = own(&ts, malloc(l + 1));
-            if (!t) {
-                s = lilac_fail(e, LILAC_E_NOMEM, "out of memory");
-                goto done;
-            }
-            size_t o = 0;
-            for (size_t j = 0; j < l; j++) {
-                if (j + 2 < l && !memcmp(content + j, "\xe2\x96\x81", 3)) {
-                    t[o++] = ' ';
-                    j += 2;
-                } else {
-                    t[o++] = content[j];
-                }
-            }
-            t[o] = 0;
-            toks[id] = t;
-            types[id] = 4; /* USER_DEFINED */
-        }
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (toks[i])
-            continue;
-        char *t = own(&ts, malloc(32));
-        if (!t) {
-            s = lilac_fail(e, LILAC_E_NOMEM, "out of memory");
-            goto done;
-        }
-        snprintf(t, 32, "[PAD%zu]", i);
-        toks[i] = t;
-        types[i] = 5; /* UNUSED */
-    }
-
-    /* The pre-tokenizer: Qwen3.5's letter runs take combining marks. */
-    char *pre_dump = json_dumps(json_object_get(ts.tj, "pre_tokenizer"), JSON_COMPACT);
-    const char *pre = pre_dump && strstr(pre_dump, "\\\\p{L}\\\\p{M}") ? "qwen35" : "qwen2";
-    free(pre_dump);
-
-    if ((s = gguf_writer_kv_str(w, "tokenizer.ggml.model", "gpt2", e)) ||
-        (s = gguf_writer_kv_str(w, "tokenizer.ggml.pre", pre, e)) ||
-        (s = gguf_writer_kv_str_arr(w, "tokenizer.ggml.tokens", toks, NULL, n, e)) ||
-        (s = gguf_writer_kv_arr(w, "tokenizer.ggml.token_type", GGUF_VT_I32, types, n, e)))
-        goto done;
-
-    json_t *jm = json_object_get(model, "merges");
-    size_t nm = json_array_size(jm), total = 0;
-    for (size_t i = 0; i < nm; i++) {
-        json_t *m = json_array_get(jm, i);
-        if (json_is_string(m))
-            total += json_string_length(m) + 1;
-        else if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
-                 json_is_string(json_array_get(m, 1)))
-            total += json_string_length(json_array_get(m, 0)) + json_string_length(json_array_get(m, 1)) + 2;
-        else {
-            s = lilac_fail(e, LILAC_E_FORMAT, "%s: merges[%zu] is neither \"a b\" nor [a, b]", path, i);
-            goto done;
-        }
-    }
-    if (nm) {
-        merges = malloc(nm * sizeof *merges);
-        merge_len = malloc(nm * sizeof *merge_len);
-        merge_buf = malloc(total + 1);
-        if (!merges || !merge_len || !merge_buf) {
-            s = lilac_fail(e, LILAC_E_NOMEM, "out of memory");
-            goto done;
-        }
-        size_t o = 0;
-        for (size_t i = 0; i < nm; i++) {
-            json_t *m = json_array_get(jm, i);
-            merges[i] = merge_buf + o;
-            if (json_is_string(m)) {
-                size_t l = json_string_length(m);
-                memcpy(merge_buf + o, json_string_value(m), l);
-                o += l;
-            } else {
-                json_t *a = json_array_get(m, 0), *b = json_array_get(m, 1);
-                memcpy(merge_buf + o, json_string_value(a), json_string_length(a));
-                o += json_string_length(a);
-                merge_buf[o++] = ' ';
-                memcpy(merge_buf + o, json_string_value(b), json_string_length(b));
-                o += json_string_length(b);
-            }
-            merge_len[i] = (size_t)(merge_buf + o - merges[i]);
-        }
-        if ((s = gguf_writer_kv_str_arr(w, "tokenizer.ggml.merges", merges, merge_len, nm, e)))
-            goto done;
-    }
-
-    /* Special tokens, as gguf-py's SpecialVocab finds them: by content in
-     * tokenizer_config.json, else the *_token_id of config.json. */
-    static const char *const kinds[7] = {"bos", "eos", "unk", "sep", "pad", "cls", "mask"};
-    static const char *const gkeys[7] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
-                                         "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.seperator_token_id",
-                                         "tokenizer.ggml.padding_token_id", "tokenizer.ggml.cls_token_id",
-                                         "tokenizer.ggml.mask_token_id"};
-    for (int k = 0; k < 7; k++) {
-        char ck[32];
-        int64_t id = -1;
-        snprintf(ck, sizeof ck, "%s_token", kinds[k]);
-        json_t *v = json_object_get(ts.tc, ck);
-        const char *content = json_is_object(v) ? json_string_value(json_object_get(v, "content"))
-                                                : json_string_value(v);
-        for (size_t i = 0; content && id < 0 && i < json_array_size(added); i++) {
-            json_t *a = json_array_get(added, i);
-            const char *ac = json_string_value(json_object_get(a, "content"));
-            if (ac && !strcmp(ac, content))
-                id = json_integer_value(json_object_get(a, "id"));
-        }
-        if (id < 0) {
-            snprintf(ck, sizeof ck, "%s_token_id", kinds[k]);
-            json_t *cv_ = json_object_get(c->cfg, ck);
-            if (!json_is_integer(cv_))
-                cv_ = json_object_get(c->root, ck);
-            if (json_is_integer(cv_))
-                id = json_integer_value(cv_);
-        }
-        if (id >= 0 && (size_t)id < n && (s = gguf_writer_kv_u32(w, gkeys[k], (uint32_t)id, e)))
-            goto done;
-    }
-    static const char *const adds[3] = {"bos", "eos", "sep"};
-    for (int k = 0; k < 3; k++) {
-        char ck[32], gk[64];
-        snprintf(ck, sizeof ck, "add_%s_token", adds[k]);
-        snprintf(gk, sizeof gk, "tokenizer.ggml.add_%s_token", adds[k]);
-        json_t *v = json_object_get(ts.tc, ck);
-        if (json_is_boolean(v) && (s = gguf_writer_kv_bool(w, gk, json_is_true(v), e)))
-            goto done;
-    }
-    const char *tmpl = json_string_value(json_object_get(ts.tc, "chat_template"));
-    char *jinja = NULL;
-    if (!tmpl) {
-        char jp[4200];
-        snprintf(jp, sizeof jp, "%s/chat_template.jinja", c->in);
-        FILE *f = fopen(jp, "rb");
-        if (f) {
-            long sz = (fseek(f, 0, SEEK_END) == 0) ? ftell(f) : -1;
-            if (sz >= 0 && fseek(f, 0, SEEK_SET) == 0 && (jinja = malloc((size_t)sz + 1))) {
-                size_t got = fread(jinja, 1, (size_t)sz, f);
-                jinja[got] = 0;
-                tmpl = jinja;
-            }
-            fclose(f);
-        }
-    }
-    if (tmpl)
-        s = gguf_writer_kv_str(w, "tokenizer.chat_template", tmpl, e);
-    free(jinja);
-done:
-    if (ts.owned)
-        for (size_t i = 0; i < ts.n_owned; i++)
-            free(ts.owned[i]);
-    free(ts.owned);
-    free(toks);
-    free(types);
-    free(merges);
-    free(merge_len);
-    free(merge_buf);
-    json_decref(ts.tj);
-    json_decref(ts.tc);
-    return s;
+    return gm_write_tokenizer_json(o, path, c->in, c->cfg, c->root, c->vocab, false, c->err);
 }
 
 /* ---- data ---- */
 
-#define CHUNK 4096
+/* Elements between two progress reports. */
+#define PROGRESS_STEP ((int64_t)1 << 20)
 
 static size_t dtype_bytes(int t)
 {
@@ -1017,43 +690,73 @@ static float load_elem(int type, const uint8_t *p)
     return type == LILAC_BF16 ? lilac_bf16_to_f32(h) : lilac_f16_to_f32(h);
 }
 
-/* gguf-py's float32 -> bfloat16: NaN kept quiet, round to nearest even. */
-static uint16_t f32_to_bf16(float f)
+/* Where a plan's values go: straight through (raw) when the source bytes
+ * already are the output, else one GGUF row at a time through the row
+ * quantizer of the output type. */
+typedef struct cv_sink {
+    gguf_writer *w;
+    const cv_plan *pl;
+    int type;  /* output type */
+    bool raw;
+    lilac_quantize_fn quantize;
+    float *row; /* ne[0] values */
+    int64_t n;  /* values in row */
+    uint8_t *out;
+    size_t out_bytes;
+    int64_t pending; /* elements written since the last progress report */
+    void (*progress)(void *user, int64_t n);
+    void *progress_user;
+} cv_sink;
+
+static void sink_progress(cv_sink *k, int64_t n, bool flush)
 {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        u = (u & 0xffff0000u) | (64u << 16);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    k->pending += n;
+    if (k->progress && (k->pending >= PROGRESS_STEP || (flush && k->pending > 0))) {
+        k->progress(k->progress_user, k->pending);
+        k->pending = 0;
+    }
 }
 
-/* n elements of a source row (type st) at p, converted, to the file. */
-static lilac_status emit(cv *c, gguf_writer *w, const cv_plan *pl, int st, const uint8_t *p, int64_t n)
+static lilac_status sink_row(cv *c, cv_sink *k)
 {
-    if (st == pl->type && pl->op == OP_NONE)
-        return gguf_writer_write(w, p, (size_t)n * dtype_bytes(st), c->err);
-    uint8_t out[CHUNK * 4];
+    const cv_plan *pl = k->pl;
+    bool ok = k->quantize(k->row, k->out, pl->ne[0]);
+    if (!ok && lilac_dtype_get(k->type)->blck > 1) {
+        /* llama.cpp rejects such rows too ("quantized data validation failed") */
+        return lilac_fail(c->err, LILAC_E_RANGE,
+                          "%s: tensor '%s' holds values %s cannot represent (not finite, or a block scale beyond "
+                          "float16)",
+                          c->in, pl->name, lilac_dtype_get(k->type)->name);
+    }
+    k->n = 0;
+    sink_progress(k, pl->ne[0], false);
+    return gguf_writer_write(k->w, k->out, k->out_bytes, c->err);
+}
+
+/* n elements of a source row (type st) at p, converted, to the file. The
+ * values are those of the converter's own type (pl->type), rounded to it
+ * before they are quantized further, so that quantizing from a checkpoint
+ * gives what quantizing its BF16 GGUF gives. */
+static lilac_status emit(cv *c, cv_sink *k, int st, const uint8_t *p, int64_t n)
+{
+    const cv_plan *pl = k->pl;
+    if (k->raw) {
+        sink_progress(k, n, false);
+        return gguf_writer_write(k->w, p, (size_t)n * dtype_bytes(st), c->err);
+    }
     size_t es = dtype_bytes(st);
-    while (n > 0) {
-        int64_t k = n < CHUNK ? n : CHUNK;
-        for (int64_t i = 0; i < k; i++) {
-            float f = load_elem(st, p + (size_t)i * es);
-            if (pl->op == OP_ADD1)
-                f = f + 1.0f;
-            else if (pl->op == OP_NEGEXP)
-                f = (float)-exp((double)f);
-            if (pl->type == LILAC_F32) {
-                memcpy(out + 4 * i, &f, 4);
-            } else {
-                uint16_t b = f32_to_bf16(f);
-                memcpy(out + 2 * i, &b, 2);
-            }
-        }
-        lilac_status s = gguf_writer_write(w, out, (size_t)k * dtype_bytes(pl->type), c->err);
-        if (s)
+    for (int64_t i = 0; i < n; i++) {
+        float f = load_elem(st, p + (size_t)i * es);
+        if (pl->op == OP_ADD1)
+            f = f + 1.0f;
+        else if (pl->op == OP_NEGEXP)
+            f = (float)-exp((double)f);
+        if (pl->type == LILAC_BF16)
+            f = lilac_bf16_to_f32(lilac_f32_to_bf16(f));
+        k->row[k->n++] = f;
+        lilac_status s;
+        if (k->n == pl->ne[0] && (s = sink_row(c, k)))
             return s;
-        p += (size_t)k * es;
-        n -= k;
     }
     return LILAC_OK;
 }
@@ -1064,8 +767,9 @@ static int64_t vhead(const cv *c, int64_t g)
     return (g % c->nk) * r + g / c->nk;
 }
 
-static lilac_status write_plan(cv *c, gguf_writer *w, const cv_plan *pl)
+static lilac_status write_plan(cv *c, cv_sink *k)
 {
+    const cv_plan *pl = k->pl;
     lilac_status s;
     for (int si = 0; si < pl->n_src; si++) {
         const cv_src *src = &pl->src[si];
@@ -1082,71 +786,172 @@ static lilac_status write_plan(cv *c, gguf_writer *w, const cv_plan *pl)
                 const uint8_t *row = base + ((size_t)(m * src->mat_rows + r) * (size_t)pl->row_len) * es;
                 if (pl->perm == PERM_COLS) {
                     for (int64_t g = 0; g < pl->row_len / pl->perm_block; g++)
-                        if ((s = emit(c, w, pl, st, row + (size_t)(vhead(c, g) * pl->perm_block) * es, pl->perm_block)))
+                        if ((s = emit(c, k, st, row + (size_t)(vhead(c, g) * pl->perm_block) * es, pl->perm_block)))
                             return s;
-                } else if ((s = emit(c, w, pl, st, row, pl->row_len))) {
+                } else if ((s = emit(c, k, st, row, pl->row_len))) {
                     return s;
                 }
             }
         }
     }
+    sink_progress(k, 0, true);
     return LILAC_OK;
 }
 
-lilac_status lilac_convert_hf_to_gguf(const char *in_dir, const char *out_path,
-                                      const lilac_convert_params *params, lilac_error *err)
+/* ---- the converter as a tensor source ---- */
+
+struct lilac_hf_source {
+    cv c;
+};
+
+lilac_status lilac_hf_source_open(const char *in_dir, const lilac_convert_params *params, lilac_hf_source **out,
+                                  lilac_error *err)
 {
     struct stat sb;
-    if (!in_dir || !out_path)
-        return lilac_fail(err, LILAC_E_ARG, "convert: no input or output path given");
+    *out = NULL;
+    if (!in_dir)
+        return lilac_fail(err, LILAC_E_ARG, "convert: no input path given");
     if (stat(in_dir, &sb) != 0)
         return lilac_fail(err, LILAC_E_IO, "%s: %s", in_dir, strerror(errno));
     if (!S_ISDIR(sb.st_mode))
         return lilac_fail(err, LILAC_E_ARG, "%s: not a directory; convert wants a Hugging Face checkpoint directory",
                           in_dir);
-    cv c;
-    memset(&c, 0, sizeof c);
-    c.in = in_dir;
-    c.out = out_path;
-    c.err = err;
-    c.params = params;
-    gguf_writer *w = NULL;
-    lilac_status s = read_config(&c);
-    if (s)
-        goto done;
-    if ((s = st_open(in_dir, &c.st, err)))
-        goto done;
-    c.prefix = st_find(c.st, "model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
-    c.used = calloc(st_n_tensors(c.st) + 1, 1);
-    if (!c.used) {
-        s = lilac_fail(err, LILAC_E_NOMEM, "out of memory");
-        goto done;
+    lilac_hf_source *src = calloc(1, sizeof *src);
+    if (!src)
+        return lilac_fail(err, LILAC_E_NOMEM, "out of memory");
+    cv *c = &src->c;
+    c->in = in_dir;
+    c->err = err;
+    c->params = params;
+    lilac_status s = read_config(c);
+    if (!s)
+        s = st_open(in_dir, &c->st, err);
+    if (!s) {
+        c->prefix = st_find(c->st, "model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
+        c->used = calloc(st_n_tensors(c->st) + 1, 1);
+        if (!c->used)
+            s = lilac_fail(err, LILAC_E_NOMEM, "out of memory");
     }
-    if ((s = make_plans(&c)))
+    if (!s)
+        s = make_plans(c);
+    if (s) {
+        lilac_hf_source_free(src);
+        return s;
+    }
+    *out = src;
+    return LILAC_OK;
+}
+
+void lilac_hf_source_free(lilac_hf_source *src)
+{
+    if (!src)
+        return;
+    cv *c = &src->c;
+    for (size_t i = 0; i < c->n_plans; i++)
+        free(c->plans[i].src);
+    free(c->plans);
+    free(c->used);
+    free(c->is_ssm);
+    st_close(c->st);
+    json_decref(c->root);
+    free(src);
+}
+
+const char *lilac_hf_source_arch(const lilac_hf_source *src)
+{
+    return src->c.arch;
+}
+
+void lilac_hf_source_counts(const lilac_hf_source *src, int *n_layer, int *n_expert)
+{
+    *n_layer = (int)src->c.n_layer;
+    *n_expert = (int)src->c.n_expert;
+}
+
+size_t lilac_hf_source_n_tensors(const lilac_hf_source *src)
+{
+    return src->c.n_plans;
+}
+
+lilac_hf_tensor lilac_hf_source_tensor(const lilac_hf_source *src, size_t i)
+{
+    const cv_plan *p = &src->c.plans[i];
+    lilac_hf_tensor t = {p->name, p->type, p->n_dims, {p->ne[0], p->ne[1], p->ne[2], p->ne[3]}};
+    return t;
+}
+
+lilac_status lilac_hf_source_write_metadata(lilac_hf_source *src, gguf_writer *w, int file_type, lilac_error *err)
+{
+    cv *c = &src->c;
+    c->err = err;
+    gm_out o = {.w = w};
+    lilac_status s;
+    if ((s = write_hparams(c, &o, file_type >= 0)) || (s = write_tokenizer(c, &o)))
+        return s;
+    return file_type >= 0 ? gm_write_type_keys(&o, (uint32_t)file_type, err) : LILAC_OK;
+}
+
+lilac_status lilac_hf_source_write_tensor(lilac_hf_source *src, size_t i, int type, gguf_writer *w,
+                                          void (*progress)(void *user, int64_t n), void *progress_user,
+                                          lilac_error *err)
+{
+    cv *c = &src->c;
+    c->err = err;
+    const cv_plan *pl = &c->plans[i];
+    cv_sink k = {.w = w, .pl = pl, .type = type, .progress = progress, .progress_user = progress_user};
+    k.quantize = lilac_quantizer_for(type);
+    k.out_bytes = lilac_dtype_row_bytes(type, pl->ne[0]);
+    if (!k.quantize || !k.out_bytes) {
+        const lilac_dtype_info *di = lilac_dtype_get(type);
+        return lilac_fail(err, LILAC_E_UNSUPPORTED, "tensor '%s': cannot write rows of %lld values as %s", pl->name,
+                          (long long)pl->ne[0], di ? di->name : "an unknown type");
+    }
+    k.raw = type == pl->type && pl->op == OP_NONE;
+    for (int si = 0; si < pl->n_src; si++)
+        k.raw = k.raw && pl->src[si].t->dtype == type;
+    if (!k.raw) {
+        k.row = malloc((size_t)pl->ne[0] * sizeof *k.row);
+        k.out = malloc(k.out_bytes);
+        if (!k.row || !k.out) {
+            free(k.row);
+            free(k.out);
+            return lilac_fail(err, LILAC_E_NOMEM, "out of memory");
+        }
+    }
+    lilac_status s = write_plan(c, &k);
+    free(k.row);
+    free(k.out);
+    return s;
+}
+
+lilac_status lilac_convert_hf_to_gguf(const char *in_dir, const char *out_path,
+                                      const lilac_convert_params *params, lilac_error *err)
+{
+    if (!in_dir || !out_path)
+        return lilac_fail(err, LILAC_E_ARG, "convert: no input or output path given");
+    lilac_hf_source *src = NULL;
+    gguf_writer *w = NULL;
+    lilac_status s = lilac_hf_source_open(in_dir, params, &src, err);
+    if (s)
+        return s;
+    size_t n = lilac_hf_source_n_tensors(src);
+    if ((s = gguf_writer_open(out_path, &w, err)) || (s = lilac_hf_source_write_metadata(src, w, -1, err)))
         goto done;
-    if ((s = gguf_writer_open(out_path, &w, err)) || (s = write_hparams(&c, w)) || (s = write_tokenizer(&c, w)))
-        goto done;
-    for (size_t i = 0; i < c.n_plans; i++) {
-        const cv_plan *p = &c.plans[i];
-        if ((s = gguf_writer_add_tensor(w, p->name, p->type, p->n_dims, p->ne, err)))
+    for (size_t i = 0; i < n; i++) {
+        lilac_hf_tensor t = lilac_hf_source_tensor(src, i);
+        if ((s = gguf_writer_add_tensor(w, t.name, t.type, t.n_dims, t.ne, err)))
             goto done;
     }
     if ((s = gguf_writer_begin_data(w, err)))
         goto done;
-    for (size_t i = 0; i < c.n_plans; i++)
-        if ((s = write_plan(&c, w, &c.plans[i])))
+    for (size_t i = 0; i < n; i++)
+        if ((s = lilac_hf_source_write_tensor(src, i, lilac_hf_source_tensor(src, i).type, w, NULL, NULL, err)))
             goto done;
     if ((s = gguf_writer_finish(w, err)))
         goto done;
-    cv_log(&c, LILAC_LOG_INFO, "wrote %zu tensors to %s", c.n_plans, out_path);
+    cv_log(&src->c, LILAC_LOG_INFO, "wrote %zu tensors to %s", n, out_path);
 done:
     gguf_writer_free(w); /* removes OUT.tmp unless finished */
-    for (size_t i = 0; i < c.n_plans; i++)
-        free(c.plans[i].src);
-    free(c.plans);
-    free(c.used);
-    free(c.is_ssm);
-    st_close(c.st);
-    json_decref(c.root);
+    lilac_hf_source_free(src);
     return s;
 }
