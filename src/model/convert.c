@@ -691,18 +691,18 @@ static float load_elem(int type, const uint8_t *p)
 }
 
 /* Where a plan's values go: straight through (raw) when the source bytes
- * already are the output, else one GGUF row at a time through the row
- * quantizer of the output type. */
+ * already are the output, else into a batch of GGUF rows that go through
+ * the output type's row quantizer together (on the pool's threads). */
 typedef struct cv_sink {
     gguf_writer *w;
     const cv_plan *pl;
-    int type;  /* output type */
+    int type; /* output type */
     bool raw;
-    lilac_quantize_fn quantize;
-    float *row; /* ne[0] values */
-    int64_t n;  /* values in row */
+    lilac_pool *pool;
+    float *rows; /* cap rows of ne[0] values */
+    int64_t n, cap; /* values in rows; capacity in values */
     uint8_t *out;
-    size_t out_bytes;
+    size_t row_bytes;
     int64_t pending; /* elements written since the last progress report */
     void (*progress)(void *user, int64_t n);
     void *progress_user;
@@ -717,10 +717,13 @@ static void sink_progress(cv_sink *k, int64_t n, bool flush)
     }
 }
 
-static lilac_status sink_row(cv *c, cv_sink *k)
+static lilac_status sink_flush(cv *c, cv_sink *k)
 {
     const cv_plan *pl = k->pl;
-    bool ok = k->quantize(k->row, k->out, pl->ne[0]);
+    int64_t n_rows = k->n / pl->ne[0];
+    if (n_rows == 0)
+        return LILAC_OK;
+    bool ok = lilac_quantize_rows(k->pool, k->type, k->rows, k->out, n_rows, pl->ne[0]);
     if (!ok && lilac_dtype_get(k->type)->blck > 1) {
         /* llama.cpp rejects such rows too ("quantized data validation failed") */
         return lilac_fail(c->err, LILAC_E_RANGE,
@@ -729,8 +732,8 @@ static lilac_status sink_row(cv *c, cv_sink *k)
                           c->in, pl->name, lilac_dtype_get(k->type)->name);
     }
     k->n = 0;
-    sink_progress(k, pl->ne[0], false);
-    return gguf_writer_write(k->w, k->out, k->out_bytes, c->err);
+    sink_progress(k, n_rows * pl->ne[0], false);
+    return gguf_writer_write(k->w, k->out, (size_t)n_rows * k->row_bytes, c->err);
 }
 
 /* n elements of a source row (type st) at p, converted, to the file. The
@@ -753,9 +756,9 @@ static lilac_status emit(cv *c, cv_sink *k, int st, const uint8_t *p, int64_t n)
             f = (float)-exp((double)f);
         if (pl->type == LILAC_BF16)
             f = lilac_bf16_to_f32(lilac_f32_to_bf16(f));
-        k->row[k->n++] = f;
+        k->rows[k->n++] = f;
         lilac_status s;
-        if (k->n == pl->ne[0] && (s = sink_row(c, k)))
+        if (k->n == k->cap && (s = sink_flush(c, k)))
             return s;
     }
     return LILAC_OK;
@@ -794,6 +797,8 @@ static lilac_status write_plan(cv *c, cv_sink *k)
             }
         }
     }
+    if (!k->raw && (s = sink_flush(c, k)))
+        return s;
     sink_progress(k, 0, true);
     return LILAC_OK;
 }
@@ -891,17 +896,16 @@ lilac_status lilac_hf_source_write_metadata(lilac_hf_source *src, gguf_writer *w
     return file_type >= 0 ? gm_write_type_keys(&o, (uint32_t)file_type, err) : LILAC_OK;
 }
 
-lilac_status lilac_hf_source_write_tensor(lilac_hf_source *src, size_t i, int type, gguf_writer *w,
+lilac_status lilac_hf_source_write_tensor(lilac_hf_source *src, size_t i, int type, gguf_writer *w, lilac_pool *pool,
                                           void (*progress)(void *user, int64_t n), void *progress_user,
                                           lilac_error *err)
 {
     cv *c = &src->c;
     c->err = err;
     const cv_plan *pl = &c->plans[i];
-    cv_sink k = {.w = w, .pl = pl, .type = type, .progress = progress, .progress_user = progress_user};
-    k.quantize = lilac_quantizer_for(type);
-    k.out_bytes = lilac_dtype_row_bytes(type, pl->ne[0]);
-    if (!k.quantize || !k.out_bytes) {
+    cv_sink k = {.w = w, .pl = pl, .type = type, .pool = pool, .progress = progress, .progress_user = progress_user};
+    k.row_bytes = lilac_dtype_row_bytes(type, pl->ne[0]);
+    if (!lilac_quantizer_for(type) || !k.row_bytes) {
         const lilac_dtype_info *di = lilac_dtype_get(type);
         return lilac_fail(err, LILAC_E_UNSUPPORTED, "tensor '%s': cannot write rows of %lld values as %s", pl->name,
                           (long long)pl->ne[0], di ? di->name : "an unknown type");
@@ -910,16 +914,24 @@ lilac_status lilac_hf_source_write_tensor(lilac_hf_source *src, size_t i, int ty
     for (int si = 0; si < pl->n_src; si++)
         k.raw = k.raw && pl->src[si].t->dtype == type;
     if (!k.raw) {
-        k.row = malloc((size_t)pl->ne[0] * sizeof *k.row);
-        k.out = malloc(k.out_bytes);
-        if (!k.row || !k.out) {
-            free(k.row);
+        /* a batch of about 4M values, or one row when they are longer */
+        int64_t rows = (((int64_t)1 << 22) + pl->ne[0] - 1) / pl->ne[0];
+        int64_t total_rows = pl->ne[1] * pl->ne[2] * pl->ne[3];
+        if (rows > total_rows)
+            rows = total_rows;
+        if (rows < 1)
+            rows = 1;
+        k.cap = rows * pl->ne[0];
+        k.rows = malloc((size_t)k.cap * sizeof *k.rows);
+        k.out = malloc((size_t)rows * k.row_bytes);
+        if (!k.rows || !k.out) {
+            free(k.rows);
             free(k.out);
             return lilac_fail(err, LILAC_E_NOMEM, "out of memory");
         }
     }
     lilac_status s = write_plan(c, &k);
-    free(k.row);
+    free(k.rows);
     free(k.out);
     return s;
 }
@@ -945,7 +957,7 @@ lilac_status lilac_convert_hf_to_gguf(const char *in_dir, const char *out_path,
     if ((s = gguf_writer_begin_data(w, err)))
         goto done;
     for (size_t i = 0; i < n; i++)
-        if ((s = lilac_hf_source_write_tensor(src, i, lilac_hf_source_tensor(src, i).type, w, NULL, NULL, err)))
+        if ((s = lilac_hf_source_write_tensor(src, i, lilac_hf_source_tensor(src, i).type, w, NULL, NULL, NULL, err)))
             goto done;
     if ((s = gguf_writer_finish(w, err)))
         goto done;
