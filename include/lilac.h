@@ -84,6 +84,12 @@ typedef struct lilac_model_params {
     int n_threads;      /* 0: one per online CPU */
     lilac_log_fn log;   /* may be NULL */
     void *log_user;
+    /* Keep activations in float32 against quantized (Q8_0, Q4_0, Q*_K)
+     * weights: slower, within float32 rounding of the dequantized model.
+     * false (the default): the fast path, which rounds each activation to
+     * 16-bit fixed point per block of 32 for integer dot products (still
+     * far closer to the model than llama.cpp's 8-bit activations). */
+    bool precise;
 } lilac_model_params;
 
 lilac_model_params lilac_model_default_params(void);
