@@ -107,7 +107,7 @@ static void test_matmul(void)
         W[i] = frand();
     for (int i = 0; i < ntok * cols; i++)
         x[i] = frand();
-    lilac_mat m = {W, LILAC_F32, rows, cols, (size_t)cols * 4};
+    lilac_mat m = {.data = W, .type = LILAC_F32, .rows = rows, .cols = cols, .row_bytes = (size_t)cols * 4};
     lilac_pool *p1, *p3;
     lilac_error err;
     CHECK(lilac_pool_new(1, &p1, &err) == LILAC_OK && lilac_pool_new(3, &p3, &err) == LILAC_OK);
@@ -159,10 +159,14 @@ int main(void)
     const lilac_cpu_kernels *best = lilac_cpu_best();
     printf("best CPU kernels here: %s\n", best->name);
 #if defined(LILAC_X86)
-    if (best == &lilac_cpu_avx2)
-        test_dots(&lilac_cpu_avx2);
-    else
-        printf("SKIP: this CPU lacks AVX2/FMA; the avx2 kernels were not run\n");
+    /* every SIMD set this CPU runs, against the oracle */
+    const lilac_cpu_kernels *simd[] = {&lilac_cpu_avx2, &lilac_cpu_avx512};
+    for (int i = 0; i < 2; i++) {
+        if (lilac_cpu_runs(simd[i]))
+            test_dots(simd[i]);
+        else
+            printf("SKIP (part): this CPU cannot run the %s kernels\n", simd[i]->name);
+    }
 #endif
     test_matmul();
     test_pool();

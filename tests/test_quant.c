@@ -394,7 +394,8 @@ static void test_matmul_quant(const lilac_cpu_kernels *k)
         float *x = malloc((size_t)(ntok * cols) * sizeof(float)), *y = malloc((size_t)ntok * rows * sizeof(float));
         for (int64_t i = 0; i < ntok * cols; i++)
             x[i] = frand();
-        lilac_mat m = {W, t->type, rows, cols, lilac_dtype_row_bytes(t->type, cols)};
+        lilac_mat m = {.data = W, .type = t->type, .rows = rows, .cols = cols,
+                       .row_bytes = lilac_dtype_row_bytes(t->type, cols)};
         lilac_matmul(k, pool, &m, x, ntok, y);
         int bad = 0;
         lilac_dot_fn dot = lilac_cpu_dot_for(k, t->type);
@@ -412,14 +413,17 @@ int main(void)
     test_layouts();
     test_kq_scales();
     test_known_blocks();
-    const lilac_cpu_kernels *sets[2] = {&lilac_cpu_scalar, NULL};
+    const lilac_cpu_kernels *sets[3] = {&lilac_cpu_scalar, NULL, NULL};
 #if defined(LILAC_X86)
-    if (lilac_cpu_best() == &lilac_cpu_avx2)
-        sets[1] = &lilac_cpu_avx2;
-    else
-        printf("SKIP (part): this CPU lacks AVX2/FMA; the avx2 quant kernels were not run\n");
+    const lilac_cpu_kernels *simd[2] = {&lilac_cpu_avx2, &lilac_cpu_avx512};
+    for (int i = 0; i < 2; i++) {
+        if (lilac_cpu_runs(simd[i]))
+            sets[1 + i] = simd[i];
+        else
+            printf("SKIP (part): this CPU cannot run the %s quant kernels\n", simd[i]->name);
+    }
 #endif
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < 3; s++) {
         if (!sets[s])
             continue;
         for (size_t ti = 0; ti < N_TYPES; ti++) {

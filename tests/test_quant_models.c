@@ -1,10 +1,16 @@
-/* The quantized tiny GGUFs of the shared fixtures on the precise path
- * (float32 activations against the dequantized weights) against the
- * logits llama.cpp computes from the same dequantized weights in float32
- * (golden/exact-logits-TYPE.f32): mean KL divergence and argmax at every
- * position; llama.cpp's own quantized path is printed beside for scale.
- * Then one-token decode against prefill, and the scalar kernels against
- * the SIMD ones. */
+/* The quantized tiny GGUFs of the shared fixtures against the logits
+ * llama.cpp computes from the same dequantized weights in float32
+ * (golden/exact-logits-TYPE.f32), on both paths:
+ *  - precise (lilac_model_params.precise: float32 activations against the
+ *    dequantized weights): mean KL <= 1e-4 and the argmax at every
+ *    position;
+ *  - fast (the default: activations rounded to 16-bit fixed point per 32
+ *    for integer dot products, kernels/cpu/qfast.h): mean KL at most half
+ *    of llama.cpp's own (its quantized path, llamacpp-logits-TYPE.f32,
+ *    which rounds activations to 8 bits), or 1e-3 where that is larger,
+ *    and the argmax at 62 of 64 positions or more.
+ * Both print llama.cpp's numbers beside. Then, per path, one-token decode
+ * against prefill and the scalar kernels against the SIMD ones. */
 #include <stdbool.h>
 #include <stdlib.h>
 
@@ -13,13 +19,28 @@
 
 typedef struct {
     const char *model, *type;
+    double llama_kl; /* fixtures/README.md, used when llamacpp-logits-TYPE.f32 is missing */
 } quant_case;
 
 static const quant_case cases[] = {
-    {"tiny-qwen35moe", "Q8_0"},   {"tiny-qwen35moe", "Q6_K"}, {"tiny-qwen35moe", "Q5_K_M"},
-    {"tiny-qwen35moe", "Q4_K_M"}, {"tiny-qwen35moe", "Q4_0"}, {"tiny-qwen3moe", "Q8_0"},
-    {"tiny-qwen3moe", "Q4_K_M"},
+    {"tiny-qwen35moe", "Q8_0", 1.3e-2},   {"tiny-qwen35moe", "Q6_K", 1.9e-2}, {"tiny-qwen35moe", "Q5_K_M", 2.4e-2},
+    {"tiny-qwen35moe", "Q4_K_M", 9.0e-2}, {"tiny-qwen35moe", "Q4_0", 3.8e-2}, {"tiny-qwen3moe", "Q8_0", 1.0e-3},
+    {"tiny-qwen3moe", "Q4_K_M", 6.7e-3},
 };
+
+static lilac_model *open_mode(const char *path, bool precise)
+{
+    lilac_model_params p = lilac_model_default_params();
+    p.n_threads = 2;
+    p.precise = precise;
+    lilac_model *m = NULL;
+    lilac_error err;
+    if (lilac_model_open(path, &p, &m, &err)) {
+        fprintf(stderr, "cannot open %s: %s\n", path, err.msg);
+        return NULL;
+    }
+    return m;
+}
 
 static float *read_f32(const char *path, size_t want)
 {
@@ -83,64 +104,91 @@ static int run_case(const char *fx, const quant_case *c, const int32_t *toks, in
         printf("skipped %s %s: %s or %s missing\n", c->model, c->type, path, p2);
         return 0;
     }
-    lilac_model *m = tm_open(path, 2);
-    CHECKF(m != NULL, "%s loads", path);
-    if (!m)
-        return 1;
-    int V = lilac_model_hparams(m)->n_vocab;
-    CHECKF(V == V_meta, "%s: vocabulary %d, meta.json says %d", path, V, V_meta);
-    size_t nv = (size_t)n * V;
-    float *exact = read_f32(p2, nv);
-    bool fits = snprintf(p2, sizeof p2, "%s/%s/golden/llamacpp-logits-%s.f32", fx, c->model, c->type) < (int)sizeof p2;
-    float *llama = fits ? read_f32(p2, nv) : NULL;
-    float *pre = tm_logits(m, toks, n, 0, NULL);
-    CHECKF(exact && pre, "%s: exact logits and prefill", path);
-    if (exact && pre) {
-        float mx = tm_max_abs(exact, nv);
-        double kl = mean_kl(exact, pre, n, V);
-        float d = tm_max_diff(pre, exact, nv);
-        int agree = tm_argmax_agree(pre, exact, n, V);
-        printf("%s %-6s: mean KL %.3e, max|d|/max|logit| %.3e, argmax %d/%d", c->model, c->type, kl, d / mx, agree,
-               n);
-        if (llama)
-            printf("   (llama.cpp quantized path: mean KL %.3e, max|d|/max|logit| %.3e, argmax %d/%d)",
-                   mean_kl(exact, llama, n, V), tm_max_diff(llama, exact, nv) / mx, tm_argmax_agree(llama, exact, n, V),
-                   n);
-        printf("\n");
-        CHECKF(kl <= 1e-4, "%s: mean KL %.3e > 1e-4 against llama.cpp's float32 logits", path, kl);
-        CHECKF(agree == n, "%s: argmax agrees at %d of %d positions", path, agree, n);
-
-        /* one token at a time: the decode path over the same weights */
-        float *dec = tm_logits(m, toks, n, 1, NULL);
-        CHECKF(dec != NULL, "%s: decode", path);
-        if (dec) {
-            float dd = tm_max_diff(dec, pre, nv);
-            printf("  decode vs prefill max|d|/max|logit| = %.3e\n", dd / mx);
-            CHECKF(dd <= 1e-4 * mx, "%s: decode differs from prefill by %.4g (bound %.4g)", path, dd, 1e-4 * mx);
+    float *exact = NULL, *llama = NULL;
+    double llama_kl = c->llama_kl;
+    for (int mode = 0; mode < 2; mode++) {
+        const bool precise = mode == 0;
+        const char *mname = precise ? "precise" : "fast";
+        lilac_model *m = open_mode(path, precise);
+        CHECKF(m != NULL, "%s loads", path);
+        if (!m)
+            break;
+        int V = lilac_model_hparams(m)->n_vocab;
+        CHECKF(V == V_meta, "%s: vocabulary %d, meta.json says %d", path, V, V_meta);
+        size_t nv = (size_t)n * V;
+        if (!exact) {
+            exact = read_f32(p2, nv);
+            bool fits = snprintf(p2, sizeof p2, "%s/%s/golden/llamacpp-logits-%s.f32", fx, c->model, c->type) <
+                        (int)sizeof p2;
+            llama = fits ? read_f32(p2, nv) : NULL;
+            if (exact && llama)
+                llama_kl = mean_kl(exact, llama, n, V);
         }
-        free(dec);
-
-        /* the scalar oracle kernels over the whole model */
-        const lilac_cpu_kernels *best = lilac_cpu_best();
-        if (best != &lilac_cpu_scalar) {
-            setenv("LILAC_CPU_KERNELS", "scalar", 1);
-            lilac_model *ms = tm_open(path, 2);
-            unsetenv("LILAC_CPU_KERNELS");
-            float *sc = ms ? tm_logits(ms, toks, n, 0, NULL) : NULL;
-            CHECKF(sc != NULL, "%s: scalar kernels run", path);
-            if (sc) {
-                float ds = tm_max_diff(sc, pre, nv);
-                printf("  %s vs scalar kernels max|d|/max|logit| = %.3e\n", best->name, ds / mx);
-                CHECKF(ds <= 1e-4 * mx, "%s: %s and scalar kernels differ by %.4g", path, best->name, ds);
+        float *pre = tm_logits(m, toks, n, 0, NULL);
+        CHECKF(exact && pre, "%s: exact logits and prefill", path);
+        if (exact && pre) {
+            float mx = tm_max_abs(exact, nv);
+            double kl = mean_kl(exact, pre, n, V);
+            float d = tm_max_diff(pre, exact, nv);
+            int agree = tm_argmax_agree(pre, exact, n, V);
+            printf("%s %-6s %-7s: mean KL %.3e, max|d|/max|logit| %.3e, argmax %d/%d", c->model, c->type, mname, kl,
+                   d / mx, agree, n);
+            if (llama)
+                printf("   (llama.cpp quantized path: mean KL %.3e, max|d|/max|logit| %.3e, argmax %d/%d)", llama_kl,
+                       tm_max_diff(llama, exact, nv) / mx, tm_argmax_agree(llama, exact, n, V), n);
+            else
+                printf("   (llama.cpp quantized path: mean KL %.1e per fixtures/README.md)", llama_kl);
+            printf("\n");
+            if (precise) {
+                CHECKF(kl <= 1e-4, "%s precise: mean KL %.3e > 1e-4 against llama.cpp's float32 logits", path, kl);
+                CHECKF(agree == n, "%s precise: argmax agrees at %d of %d positions", path, agree, n);
+            } else {
+                double bound = 0.5 * llama_kl > 1e-3 ? 0.5 * llama_kl : 1e-3;
+                CHECKF(kl <= bound, "%s fast: mean KL %.3e > %.3e (half of llama.cpp's %.3e, at least 1e-3)", path, kl,
+                       bound, llama_kl);
+                CHECKF(agree >= 62, "%s fast: argmax agrees at %d of %d positions (want 62 or more)", path, agree, n);
             }
-            free(sc);
-            lilac_model_free(ms);
+
+            /* On the fast path a last-ulp difference upstream (another sum
+             * order) can move an activation across a rounding boundary of its
+             * 16-bit grid: one unit, 2^-15 of its block's largest value. Such
+             * steps stay well below the path's own distance to the exact
+             * logits (~1e-4 of the largest); allow five times the precise
+             * bound there. */
+            const float same = (precise ? 1e-4f : 5e-4f) * mx;
+
+            /* one token at a time: the decode path over the same weights */
+            float *dec = tm_logits(m, toks, n, 1, NULL);
+            CHECKF(dec != NULL, "%s: decode", path);
+            if (dec) {
+                float dd = tm_max_diff(dec, pre, nv);
+                printf("  %s: decode vs prefill max|d|/max|logit| = %.3e\n", mname, dd / mx);
+                CHECKF(dd <= same, "%s %s: decode differs from prefill by %.4g (bound %.4g)", path, mname, dd, same);
+            }
+            free(dec);
+
+            /* the scalar oracle kernels over the whole model */
+            const lilac_cpu_kernels *best = lilac_cpu_best();
+            if (best != &lilac_cpu_scalar) {
+                setenv("LILAC_CPU_KERNELS", "scalar", 1);
+                lilac_model *ms = open_mode(path, precise);
+                unsetenv("LILAC_CPU_KERNELS");
+                float *sc = ms ? tm_logits(ms, toks, n, 0, NULL) : NULL;
+                CHECKF(sc != NULL, "%s: scalar kernels run", path);
+                if (sc) {
+                    float ds = tm_max_diff(sc, pre, nv);
+                    printf("  %s: %s vs scalar kernels max|d|/max|logit| = %.3e\n", mname, best->name, ds / mx);
+                    CHECKF(ds <= same, "%s %s: %s and scalar kernels differ by %.4g", path, mname, best->name, ds);
+                }
+                free(sc);
+                lilac_model_free(ms);
+            }
         }
+        free(pre);
+        lilac_model_free(m);
     }
     free(exact);
     free(llama);
-    free(pre);
-    lilac_model_free(m);
     return 1;
 }
 

@@ -44,6 +44,7 @@ typedef struct {
     const char *model;
     int n_prompt, n_gen, depth, threads, reps;
     bool json;
+    bool precise; /* float32 activations against quantized weights */
 } bench_opts;
 
 static void fill_tokens(int32_t *t, int n, int vocab, uint64_t *state)
@@ -130,10 +131,10 @@ static int run_test(lilac_model *m, const bench_opts *o, bool gen, double load_s
         printf("{\"test\": \"%s\", \"model\": \"%s\", \"arch\": \"%s\", \"n_params\": %llu, \"model_bytes\": %llu, "
                "\"depth\": %d, \"threads\": %d, \"reps\": %d, \"tokens_per_s\": %.3f, \"min_tokens_per_s\": %.3f, "
                "\"max_tokens_per_s\": %.3f, \"stddev\": %.3f, \"load_s\": %.3f, \"peak_rss_bytes\": %lld, "
-               "\"n_layer\": %d}\n",
+               "\"n_layer\": %d, \"precise\": %s}\n",
                name, o->model, lilac_model_arch_name(m), (unsigned long long)lilac_model_n_params(m),
                (unsigned long long)lilac_model_weight_bytes(m), o->depth, lilac_model_n_threads(m), o->reps, med, t[0],
-               t[o->reps - 1], sd, load_s, peak_rss_bytes(), hp->n_layer);
+               t[o->reps - 1], sd, load_s, peak_rss_bytes(), hp->n_layer, o->precise ? "true" : "false");
     else
         printf("| %-10s | %9.2f GiB | %8.2f B | %7d | %-6s | %5d | %8.2f ± %6.2f | %8.2f | %8.2f |\n",
                lilac_model_arch_name(m), lilac_model_weight_bytes(m) / 1073741824.0, lilac_model_n_params(m) / 1e9,
@@ -156,6 +157,9 @@ int cmd_bench(int argc, char **argv)
             continue;
         } else if (!strcmp(a, "--json")) {
             o.json = true;
+            continue;
+        } else if (!strcmp(a, "--precise")) {
+            o.precise = true;
             continue;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt"))
             dst = &o.n_prompt, zero_ok = true;
@@ -181,6 +185,7 @@ int cmd_bench(int argc, char **argv)
         return cli_fail("%s", "bench: no model given (-m MODEL)");
     lilac_model_params mp = lilac_model_default_params();
     mp.n_threads = o.threads;
+    mp.precise = o.precise;
     mp.log = cli_log;
     lilac_model *m;
     lilac_error err;
@@ -193,7 +198,8 @@ int cmd_bench(int argc, char **argv)
         return cli_fail_err(&err);
     }
     if (!o.json) {
-        printf("model %s: loaded in %.3f s\n", o.model, load_s);
+        printf("model %s: loaded in %.3f s; %s path for quantized weights\n", o.model, load_s,
+               o.precise ? "precise (float32 activations)" : "fast (16-bit activations)");
         printf("| model      |          size |   params | threads | test   | depth |          t/s      |      min |      max |\n");
         printf("| ---------- | ------------: | -------: | ------: | ------ | ----: | ----------------: | -------: | -------: |\n");
     }

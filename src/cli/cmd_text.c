@@ -18,6 +18,7 @@ typedef struct run_opts {
     const char *stop[16];
     int n_stop;
     bool quiet;
+    bool precise; /* float32 activations against quantized weights */
 } run_opts;
 
 static const char *run_usage =
@@ -34,7 +35,9 @@ static const char *run_usage =
     "  --logprobs N        print the top-N log-probabilities of each token to stderr\n"
     "  -o FILE             also write the generated text to FILE\n"
     "  --ctx N             context size (default 4096)\n"
-    "  -t, --threads N\n";
+    "  -t, --threads N\n"
+    "  --precise           float32 activations against quantized weights (slower; by default\n"
+    "                      they are rounded to 16 bits per 32 for integer dot products)\n";
 
 static int parse_float(const char *s, float *out)
 {
@@ -99,6 +102,8 @@ static int parse_run_opts(int argc, char **argv, bool chat, run_opts *o)
             o->out = v;
         } else if (!chat && !strcmp(a, "--raw"))
             o->raw = true;
+        else if (!strcmp(a, "--precise"))
+            o->precise = true;
         else if (!strcmp(a, "--think"))
             o->thinking = 1;
         else if (!strcmp(a, "--no-think"))
@@ -292,6 +297,7 @@ static int session_start(session *s)
     lilac_error err;
     lilac_model_params mp = lilac_model_default_params();
     mp.n_threads = s->o.threads;
+    mp.precise = s->o.precise;
     mp.log = cli_log;
     if (lilac_model_open(s->o.model, &mp, &s->m, &err) || lilac_model_mem_check(s->m, s->o.n_ctx, 1, &err) ||
         lilac_model_tokenizer(s->m, &s->tok, &err) || lilac_seq_new(s->m, s->o.n_ctx, &s->seq, &err) ||

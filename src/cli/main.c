@@ -17,7 +17,7 @@ static void usage(FILE *f)
           "  chat -m MODEL [options]       an interactive conversation; each turn costs only its tokens\n"
           "  tokenize -m MODEL (--text T | --file F | --jsonl [--file F] | --decode IDS)\n"
           "                                token ids, or the text of ids (MODEL may be a tokenizer.json)\n"
-          "  bench -m MODEL [-p 512] [-n 64] [-d DEPTH] [-t THREADS] [-r REPS] [--json]\n"
+          "  bench -m MODEL [-p 512] [-n 64] [-d DEPTH] [-t THREADS] [-r REPS] [--json] [--precise]\n"
           "                                prompt processing and generation speed (llama-bench's tests)\n"
           "  eval -m MODEL -f TEXT [--ctx 512] [--reference REF] [--save-logits F] [--json]\n"
           "  eval --compare A.gguf B.gguf ... --reference REF -f TEXT\n"
@@ -25,7 +25,7 @@ static void usage(FILE *f)
           "  plan -m MODEL [--ctx N] [--parallel P]   memory needed against memory available\n"
           "  doctor [-m MODEL]             CPU, SIMD paths, memory, libraries; whether a model fits\n"
           "  info MODEL [--ctx N]          architecture, hyper-parameters, tensors, memory\n"
-          "  logits -m MODEL --tokens 1,2,3 [-o OUT.f32] [--threads N] [--step] [--hidden H.f32]\n"
+          "  logits -m MODEL --tokens 1,2,3 [-o OUT.f32] [--threads N] [--step] [--hidden H.f32] [--precise]\n"
           "                                float32 logits of every position, row-major;\n"
           "                                --step feeds one token at a time (the decode path),\n"
           "                                --hidden writes the residual stream after each layer\n"
@@ -34,7 +34,10 @@ static void usage(FILE *f)
           "  synth --preset NAME --type MIX [--tokenizer PATH] [--seed N] -o FILE.gguf\n"
           "                                random weights in a published model's shape (lilac synth --help)\n"
           "\n"
-          "MODEL is a GGUF file or a Hugging Face checkpoint directory.\n",
+          "MODEL is a GGUF file or a Hugging Face checkpoint directory.\n"
+          "--precise (run, chat, bench, logits): keep activations in float32 against quantized\n"
+          "weights; slower. By default they are rounded to 16 bits per block of 32 for integer\n"
+          "dot products (far closer to the model than 8-bit activations).\n",
           f);
 }
 
@@ -210,6 +213,7 @@ static int cmd_logits(int argc, char **argv)
     const char *path = NULL, *out = NULL, *toks = NULL, *hidden_out = NULL;
     int threads = 0;
     int step = 0;
+    bool precise = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         bool has = i + 1 < argc;
@@ -226,6 +230,8 @@ static int cmd_logits(int argc, char **argv)
                 return cli_fail("--threads wants a positive number, not '%s'", argv[i]);
         } else if (!strcmp(a, "--step"))
             step = 1;
+        else if (!strcmp(a, "--precise"))
+            precise = true;
         else
             return cli_fail("logits: unknown or incomplete option '%s'", a);
     }
@@ -239,6 +245,7 @@ static int cmd_logits(int argc, char **argv)
         return cli_fail("logits: --tokens wants comma-separated token ids, not '%s'", toks);
     lilac_model_params mp = lilac_model_default_params();
     mp.n_threads = threads;
+    mp.precise = precise;
     mp.log = cli_log;
     lilac_model *m = NULL;
     lilac_seq *s = NULL;

@@ -26,6 +26,7 @@ static const struct {
     {LILAC_U32, {"U32", 1, 4}},          {LILAC_U64, {"U64", 1, 8}},
     {LILAC_BOOL, {"BOOL", 1, 1}},        {LILAC_F8_E4M3, {"F8_E4M3", 1, 1}},
     {LILAC_F8_E5M2, {"F8_E5M2", 1, 1}},
+    {LILAC_MLX_AFFINE, {"MLX_AFFINE", 1, 0}}, /* size 0: row bytes depend on the bits */
 };
 
 const lilac_dtype_info *lilac_dtype_get(int type)
@@ -39,7 +40,7 @@ const lilac_dtype_info *lilac_dtype_get(int type)
 size_t lilac_dtype_row_bytes(int type, int64_t n)
 {
     const lilac_dtype_info *t = lilac_dtype_get(type);
-    if (!t || n < 0 || n % t->blck != 0)
+    if (!t || t->size == 0 || n < 0 || n % t->blck != 0)
         return 0;
     return (size_t)(n / t->blck) * t->size;
 }

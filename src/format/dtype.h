@@ -49,6 +49,10 @@ typedef enum lilac_dtype {
     LILAC_BOOL = 1004,
     LILAC_F8_E4M3 = 1005,
     LILAC_F8_E5M2 = 1006,
+    /* Not a file element type: a matrix of MLX affine-quantized weights
+     * (packed uint32 codes with separate scales and biases; kernels/mat.h).
+     * Its row size depends on the bits, so lilac_dtype_row_bytes is 0. */
+    LILAC_MLX_AFFINE = 1100,
 } lilac_dtype;
 
 typedef struct lilac_dtype_info {

@@ -475,7 +475,7 @@ static void step(lilac_seq *s, const int32_t *tokens, int nt, int off, int n_tot
     int E = hp->n_embd, L = hp->n_layer;
     size_t rowsz = (size_t)E * sizeof(float);
     for (int t = 0; t < nt; t++)
-        lilac_row_to_f32(m->w.tok_embd.type, lilac_mat_row(&m->w.tok_embd, tokens[t]), sc->x + (size_t)t * E, E);
+        lilac_mat_row_to_f32(&m->w.tok_embd, tokens[t], sc->x + (size_t)t * E); /* any type, MLX included */
     if (opts->hidden)
         memcpy(opts->hidden + (size_t)off * E, sc->x, nt * rowsz);
 

@@ -20,8 +20,8 @@ static const char *compose(lilac_loader *ld, int il, const char *gguf_name, cons
     } else {
         if (il >= 0)
             snprintf(ld->name, sizeof ld->name, "%slayers.%d.%s", ld->hf_prefix, il, n);
-        else if (strcmp(n, "lm_head.weight") == 0)
-            snprintf(ld->name, sizeof ld->name, "%s", n);
+        else if (strcmp(n, "lm_head.weight") == 0) /* MLX: under language_model. */
+            snprintf(ld->name, sizeof ld->name, "%s%s", ld->hf_head_prefix ? ld->hf_head_prefix : "", n);
         else
             snprintf(ld->name, sizeof ld->name, "%s%s", ld->hf_prefix, n);
     }
@@ -128,6 +128,8 @@ lilac_status ld_mat(lilac_loader *ld, int il, const char *gguf_name, const char 
     lilac_status s = ld_get(ld, il, gguf_name, hf_name, &t);
     if (s)
         return s;
+    if (ld_mlx_quantized(ld, &t)) /* MLX affine: model/loader_mlx.c */
+        return ld_mlx_mat(ld, &t, rows, cols, out);
     int64_t want[2] = {rows, cols};
     if (t.n_dims != 2 || t.shape[0] != rows || t.shape[1] != cols)
         return wrong_shape(ld, &t, want, 2);
@@ -143,6 +145,8 @@ lilac_status ld_vec(lilac_loader *ld, int il, const char *gguf_name, const char 
     lilac_status s = ld_get(ld, il, gguf_name, hf_name, &t);
     if (s)
         return s;
+    if (ld_mlx_quantized(ld, &t)) /* MLX affine: model/loader_mlx.c */
+        return ld_mlx_vec(ld, &t, n, add, out);
     int64_t count = 1;
     for (int i = 0; i < t.n_dims; i++)
         count *= t.shape[i];
@@ -204,6 +208,8 @@ lilac_status ld_experts(lilac_loader *ld, int il, int n_expert, int64_t n_embd, 
         }
         return LILAC_OK;
     }
+    if (ld_has(ld, il, NULL, "mlp.switch_mlp.gate_proj.weight")) /* MLX: model/loader_mlx.c */
+        return ld_mlx_experts(ld, il, n_expert, n_embd, ff, lw);
     if (ld_has(ld, il, NULL, "mlp.experts.gate_up_proj")) {
         /* Fused: gate_up_proj [E, 2*ff, n_embd], gate rows first; down_proj [E, n_embd, ff]. */
         if ((s = ld_get(ld, il, NULL, "mlp.experts.gate_up_proj", &g)) ||
@@ -491,6 +497,8 @@ lilac_status ld_globals(lilac_loader *ld, float norm_add)
     ld_tensor t;
     lilac_status s = ld_get(ld, -1, "token_embd.weight", "embed_tokens.weight", &t);
     if (s)
+        return s;
+    if ((s = ld_mlx_unpack_shape(ld, &t))) /* MLX affine: the width in values */
         return s;
     if (t.n_dims != 2 || t.shape[1] != hp->n_embd || t.shape[0] < 1) {
         int64_t want[2] = {hp->n_vocab > 0 ? hp->n_vocab : t.shape[0], hp->n_embd};

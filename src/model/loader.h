@@ -28,6 +28,10 @@ typedef struct lilac_loader {
     st_set *st;
     const char *hf_prefix; /* "model." or "model.language_model." */
     json_t *config;        /* HF: the text model's config object (borrowed) */
+    /* MLX checkpoints (model/loader_mlx.c) */
+    const char *hf_head_prefix; /* before HF's lm_head.weight: NULL, or MLX's "language_model." */
+    json_t *mlx_quant;          /* the config's affine quantization block (borrowed), or NULL */
+    bool mlx_layout;            /* saved by mlx-lm: qwen3.5 norms hold their +1 already */
     uint8_t *used;         /* per source tensor: bound to the model */
     char name[512];        /* scratch for composed names */
 } lilac_loader;
@@ -83,6 +87,26 @@ lilac_status qwen35moe_load(lilac_loader *ld);
 lilac_status qwen3moe_load(lilac_loader *ld);
 
 
+
+/* MLX checkpoints (model/loader_mlx.c): safetensors directories saved by
+ * mlx / mlx-lm, affine-quantized (NAME.weight packed uint32 codes with
+ * NAME.scales and NAME.biases) or not. */
+/* After the prefix is guessed: picks MLX's prefixes ("language_model.model."
+ * and "language_model." before lm_head) and reads the quantization block of
+ * config.json (`root`: "quantization" or "quantization_config"). */
+lilac_status ld_mlx_detect(lilac_loader *ld, json_t *root);
+/* Whether t is an MLX-quantized weight (packed uint32, or with NAME.scales). */
+bool ld_mlx_quantized(lilac_loader *ld, const ld_tensor *t);
+/* If t is MLX-quantized: its last dimension in values instead of words;
+ * fails when its quantization is one lilac cannot read. */
+lilac_status ld_mlx_unpack_shape(lilac_loader *ld, ld_tensor *t);
+/* ld_mat / ld_vec for an MLX-quantized tensor t (from ld_get). */
+lilac_status ld_mlx_mat(lilac_loader *ld, const ld_tensor *t, int64_t rows, int64_t cols, lilac_mat *out);
+lilac_status ld_mlx_vec(lilac_loader *ld, const ld_tensor *t, int64_t n, float add, float **out);
+/* MLX's stacked experts mlp.switch_mlp.{gate,up,down}_proj [E, rows, ...],
+ * quantized or not. */
+lilac_status ld_mlx_experts(lilac_loader *ld, int il, int n_expert, int64_t n_embd, int64_t ff,
+                            lilac_layer_weights *lw);
 
 /* Shared bindings: both architectures name these tensors alike. */
 /* Full attention of layer il (q/k norms get `norm_add`). */

@@ -231,6 +231,8 @@ static lilac_status open_hf(lilac_loader *ld, lilac_error *err)
         s = lilac_fail(err, LILAC_E_NOMEM, "out of memory");
         goto done;
     }
+    if ((s = ld_mlx_detect(ld, root))) /* MLX checkpoints: model/loader_mlx.c */
+        goto done;
     if ((s = archs[a].load(ld)))
         goto done;
     account(ld, st_n_tensors(m->st));
@@ -271,8 +273,16 @@ lilac_status lilac_model_open(const char *path, const lilac_model_params *params
     if (!s) {
         int n = m->params.n_threads > 0 ? m->params.n_threads : online_cpus();
         m->params.n_threads = n;
-        m->kern = lilac_cpu_best();
-        s = lilac_pool_new(n, &m->pool, err);
+        /* the model's own copy of the kernel set, on the fast path
+         * for quantized weights unless asked to be precise */
+        lilac_cpu_kernels *k = lilac_model_alloc(m, sizeof *k);
+        if (!k) {
+            s = lilac_fail(err, LILAC_E_NOMEM, "out of memory");
+        } else {
+            *k = lilac_cpu_with(lilac_cpu_best(), !m->params.precise);
+            m->kern = k;
+            s = lilac_pool_new(n, &m->pool, err);
+        }
     }
     if (s) {
         lilac_model_free(m);

@@ -146,7 +146,7 @@ lilac_status qwen35moe_load(lilac_loader *ld)
         return s;
     /* HF stores zero-centred norm weights (applied as 1 + w); llama.cpp's
      * converter folds the 1 in. The DeltaNet output norm is plain in both. */
-    float norm_add = ld->is_gguf ? 0.0f : 1.0f;
+    float norm_add = ld->is_gguf || ld->mlx_layout ? 0.0f : 1.0f; /* mlx-lm folds it in too */
     m->w.ssm_v_tiled = ld->is_gguf;
     if ((s = ld_globals(ld, norm_add)))
         return s;

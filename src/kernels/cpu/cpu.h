@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kernels/cpu/qfast.h"
 #include "kernels/mat.h"
 #include "util/pool.h"
 
@@ -18,17 +19,42 @@ typedef struct lilac_cpu_kernels {
     /* GGUF block types (kernels/cpu/quant.h): float32 x against the
      * dequantized weights. */
     lilac_dot_fn dot_q8_0, dot_q4_0, dot_q4_K, dot_q5_K, dot_q6_K;
+    /* The fast path of the same types (kernels/cpu/qfast.h): activations
+     * quantized to two int8 terms per value, integer dot products. */
+    lilac_qx_quantize_fn qx_quantize;
+    lilac_qdot_fn qdot_q8_0, qdot_q4_0, qdot_q4_K, qdot_q5_K, qdot_q6_K;
+    /* lilac_matmul takes the fast path for the block types when set. The
+     * sets below leave it off (precise); a model copies its set and turns
+     * it on unless lilac_model_params.precise (lilac_cpu_with). */
+    bool fast;
 } lilac_cpu_kernels;
 
 extern const lilac_cpu_kernels lilac_cpu_scalar;
 #if defined(LILAC_X86)
 extern const lilac_cpu_kernels lilac_cpu_avx2;
+extern const lilac_cpu_kernels lilac_cpu_avx512; /* F, BW, VL, DQ + VNNI */
+#endif
+#if defined(__aarch64__)
+extern const lilac_cpu_kernels lilac_cpu_neon; /* NEON + dotprod */
+bool lilac_cpu_neon_dotprod(void);             /* whether this CPU has sdot */
 #endif
 
-/* The best set this CPU runs; LILAC_CPU_KERNELS=scalar forces the oracle. */
+/* The best set this CPU runs. LILAC_CPU_KERNELS=scalar|avx2|avx512|neon
+ * forces one (or the best this CPU has below it). */
 const lilac_cpu_kernels *lilac_cpu_best(void);
+/* Whether this CPU runs a set (by pointer). */
+bool lilac_cpu_runs(const lilac_cpu_kernels *k);
+/* A copy of k on the fast (fast = true) or precise path. */
+static inline lilac_cpu_kernels lilac_cpu_with(const lilac_cpu_kernels *k, bool fast)
+{
+    lilac_cpu_kernels c = *k;
+    c.fast = fast;
+    return c;
+}
 /* The dot product for a type in a set, or NULL when it has none. */
 lilac_dot_fn lilac_cpu_dot_for(const lilac_cpu_kernels *k, int type);
+/* The fast-path dot product for a block type, or NULL (unquantized types). */
+lilac_qdot_fn lilac_cpu_qdot_for(const lilac_cpu_kernels *k, int type);
 bool lilac_cpu_type_supported(int type);
 
 /* Scalar conversions. */
@@ -43,7 +69,10 @@ static inline float lilac_bf16_to_f32(uint16_t b)
 void lilac_row_to_f32(int type, const void *row, float *out, int64_t n);
 
 /* y[t * W.rows + r] = dot(W row r, x[t * W.cols ...]) for t < n_tok,
- * split over the pool's threads by rows. */
+ * split over the pool's threads by rows. With k->fast and a block type,
+ * each row of x is first quantized (k->qx_quantize) into a scratch buffer
+ * of the calling thread that grows as needed and is freed when the thread
+ * ends, and the products are k's qdot_*. */
 void lilac_matmul(const lilac_cpu_kernels *k, lilac_pool *pool, const lilac_mat *W,
                   const float *x, int64_t n_tok, float *y);
 

@@ -61,4 +61,10 @@ const lilac_cpu_kernels lilac_cpu_avx2 = {
     .dot_q4_K = lilac_dot_q4_K_avx2,
     .dot_q5_K = lilac_dot_q5_K_avx2,
     .dot_q6_K = lilac_dot_q6_K_avx2,
+    .qx_quantize = lilac_qx_quantize_avx2,
+    .qdot_q8_0 = lilac_qdot_q8_0_avx2,
+    .qdot_q4_0 = lilac_qdot_q4_0_avx2,
+    .qdot_q4_K = lilac_qdot_q4_K_avx2,
+    .qdot_q5_K = lilac_qdot_q5_K_avx2,
+    .qdot_q6_K = lilac_qdot_q6_K_avx2,
 };

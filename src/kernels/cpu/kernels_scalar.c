@@ -69,6 +69,12 @@ const lilac_cpu_kernels lilac_cpu_scalar = {
     .dot_q4_K = lilac_dot_q4_K_scalar,
     .dot_q5_K = lilac_dot_q5_K_scalar,
     .dot_q6_K = lilac_dot_q6_K_scalar,
+    .qx_quantize = lilac_qx_quantize_scalar,
+    .qdot_q8_0 = lilac_qdot_q8_0_scalar,
+    .qdot_q4_0 = lilac_qdot_q4_0_scalar,
+    .qdot_q4_K = lilac_qdot_q4_K_scalar,
+    .qdot_q5_K = lilac_qdot_q5_K_scalar,
+    .qdot_q6_K = lilac_qdot_q6_K_scalar,
 };
 
 void lilac_row_to_f32(int type, const void *row, float *out, int64_t n)
