@@ -13,6 +13,7 @@
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
 #include "model/convert.h"
+#include "gguf_compare.h"
 #include "models.h"
 
 static char tmpdir[256];
@@ -40,61 +41,6 @@ static bool nothing_left(const char *p)
 }
 
 /* ---- oracle comparison ---- */
-
-static bool kv_equal(const gguf_kv *a, const gguf_kv *b, char *why, size_t wn)
-{
-    if (a->type != b->type) {
-        snprintf(why, wn, "type %d vs %d", a->type, b->type);
-        return false;
-    }
-    switch (a->type) {
-    case GGUF_VT_STRING:
-        if (a->v.s.len != b->v.s.len || memcmp(a->v.s.ptr, b->v.s.ptr, a->v.s.len)) {
-            snprintf(why, wn, "'%.*s' vs '%.*s'", (int)(a->v.s.len < 60 ? a->v.s.len : 60), a->v.s.ptr,
-                     (int)(b->v.s.len < 60 ? b->v.s.len : 60), b->v.s.ptr);
-            return false;
-        }
-        return true;
-    case GGUF_VT_ARRAY:
-        if (a->v.arr.type != b->v.arr.type || a->v.arr.n != b->v.arr.n) {
-            snprintf(why, wn, "array of %llu x type %d vs %llu x type %d", (unsigned long long)a->v.arr.n,
-                     a->v.arr.type, (unsigned long long)b->v.arr.n, b->v.arr.type);
-            return false;
-        }
-        for (uint64_t i = 0; i < a->v.arr.n; i++) {
-            if (a->v.arr.type == GGUF_VT_STRING) {
-                const gguf_str *x = &a->v.arr.strs[i], *y = &b->v.arr.strs[i];
-                if (x->len != y->len || memcmp(x->ptr, y->ptr, x->len)) {
-                    snprintf(why, wn, "element %llu: '%.*s' vs '%.*s'", (unsigned long long)i,
-                             (int)(x->len < 60 ? x->len : 60), x->ptr, (int)(y->len < 60 ? y->len : 60), y->ptr);
-                    return false;
-                }
-            } else {
-                double x = 0, y = 0;
-                gguf_arr_f64(a, i, &x);
-                gguf_arr_f64(b, i, &y);
-                if (x != y) {
-                    snprintf(why, wn, "element %llu: %g vs %g", (unsigned long long)i, x, y);
-                    return false;
-                }
-            }
-        }
-        return true;
-    case GGUF_VT_F32:
-    case GGUF_VT_F64:
-        if (a->v.f != b->v.f) {
-            snprintf(why, wn, "%.9g vs %.9g", a->v.f, b->v.f);
-            return false;
-        }
-        return true;
-    default:
-        if (a->v.u != b->v.u) {
-            snprintf(why, wn, "%llu vs %llu", (unsigned long long)a->v.u, (unsigned long long)b->v.u);
-            return false;
-        }
-        return true;
-    }
-}
 
 static void compare_to_oracle(const char *fx, const char *model)
 {
@@ -159,7 +105,7 @@ static void compare_to_oracle(const char *fx, const char *model)
         CHECKF(i < gguf_n_kv(a) && gguf_kv_at(a, i) == ka, "%s: metadata '%s' is not at position %zu", model,
                kb->key, i);
         char why[300];
-        bool eq = kv_equal(ka, kb, why, sizeof why);
+        bool eq = gc_kv_equal(ka, kb, why, sizeof why);
         bool naming = !strcmp(kb->key, "general.name") || !strcmp(kb->key, "general.size_label");
         if (!eq && naming)
             printf("%s: note: '%s' differs (allowed): %s\n", model, kb->key, why);

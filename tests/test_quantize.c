@@ -21,6 +21,7 @@
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quantize.h"
 #include "model/quantize.h"
+#include "gguf_compare.h"
 #include "models.h"
 
 static char tmpdir[256];
@@ -362,38 +363,6 @@ static void type_rules(void)
 
 /* ---- 5. whole files ---- */
 
-static bool kv_equal(const gguf_kv *a, const gguf_kv *b)
-{
-    if (a->type != b->type)
-        return false;
-    switch (a->type) {
-    case GGUF_VT_STRING:
-        return a->v.s.len == b->v.s.len && !memcmp(a->v.s.ptr, b->v.s.ptr, a->v.s.len);
-    case GGUF_VT_ARRAY:
-        if (a->v.arr.type != b->v.arr.type || a->v.arr.n != b->v.arr.n)
-            return false;
-        for (uint64_t i = 0; i < a->v.arr.n; i++) {
-            if (a->v.arr.type == GGUF_VT_STRING) {
-                const gguf_str *x = &a->v.arr.strs[i], *y = &b->v.arr.strs[i];
-                if (x->len != y->len || memcmp(x->ptr, y->ptr, x->len))
-                    return false;
-            } else {
-                double x = 0, y = 0;
-                gguf_arr_f64(a, i, &x);
-                gguf_arr_f64(b, i, &y);
-                if (x != y)
-                    return false;
-            }
-        }
-        return true;
-    case GGUF_VT_F32:
-    case GGUF_VT_F64:
-        return a->v.f == b->v.f;
-    default:
-        return a->v.u == b->v.u;
-    }
-}
-
 /* Compare our file to llama-quantize's: names, order, shapes, types,
  * bytes, metadata. Returns how many tensors have identical bytes. */
 static size_t compare_files(const char *ours, const char *theirs, const char *label, size_t *n_tensors)
@@ -430,7 +399,7 @@ static size_t compare_files(const char *ours, const char *theirs, const char *la
         CHECKF(!strcmp(x->key, y->key), "%s: key %zu is '%s', llama-quantize's is '%s'", label, i, x->key, y->key);
         if (!strcmp(y->key, "general.name") || !strcmp(y->key, "general.size_label"))
             continue;
-        bool eq = !strcmp(x->key, y->key) && kv_equal(x, y);
+        bool eq = !strcmp(x->key, y->key) && gc_kv_equal(x, y, NULL, 0);
         CHECKF(eq, "%s: metadata '%s' differs", label, y->key);
         kv_same += eq;
     }

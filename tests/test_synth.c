@@ -28,6 +28,7 @@
 #include "format/gguf.h"
 #include "kernels/cpu/cpu.h"
 #include "model/synth.h"
+#include "gguf_compare.h"
 #include "models.h"
 #include "testutil.h"
 
@@ -72,36 +73,6 @@ static lilac_status synth(const char *preset, const char *type, const char *toke
 
 /* ---- comparing with a fixture ---- */
 
-static bool kv_equal(const gguf_kv *a, const gguf_kv *b)
-{
-    if (a->type != b->type)
-        return false;
-    switch (a->type) {
-    case GGUF_VT_STRING:
-        return a->v.s.len == b->v.s.len && !memcmp(a->v.s.ptr, b->v.s.ptr, a->v.s.len);
-    case GGUF_VT_ARRAY:
-        if (a->v.arr.type != b->v.arr.type || a->v.arr.n != b->v.arr.n)
-            return false;
-        for (uint64_t i = 0; i < a->v.arr.n; i++) {
-            if (a->v.arr.type == GGUF_VT_STRING) {
-                const gguf_str *x = &a->v.arr.strs[i], *y = &b->v.arr.strs[i];
-                if (x->len != y->len || memcmp(x->ptr, y->ptr, x->len))
-                    return false;
-            } else {
-                double x, y;
-                if (!gguf_arr_f64(a, i, &x) || !gguf_arr_f64(b, i, &y) || x != y)
-                    return false;
-            }
-        }
-        return true;
-    case GGUF_VT_F32:
-    case GGUF_VT_F64:
-        return a->v.f == b->v.f;
-    default:
-        return a->v.u == b->v.u;
-    }
-}
-
 /* The same keys in the same order with the same types and values (but
  * general.name), and the same tensors in the same order, names, shapes and
  * types; `types` false skips the tensor types and general.file_type. */
@@ -119,7 +90,7 @@ static void compare_layout(const char *what, const char *path, const char *fixtu
         const gguf_kv *x = gguf_kv_at(a, i), *y = gguf_kv_at(b, i);
         CHECKF(!strcmp(x->key, y->key), "%s: key %zu is '%s', the fixture's '%s'", what, i, x->key, y->key);
         if (strcmp(x->key, "general.name") && (types || strcmp(x->key, "general.file_type")))
-            CHECKF(kv_equal(x, y), "%s: '%s' differs from the fixture's", what, x->key);
+            CHECKF(gc_kv_equal(x, y, NULL, 0), "%s: '%s' differs from the fixture's", what, x->key);
     }
     CHECKF(gguf_n_tensors(a) == gguf_n_tensors(b), "%s: %zu tensors, the fixture has %zu", what, gguf_n_tensors(a),
            gguf_n_tensors(b));
