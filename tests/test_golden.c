@@ -22,17 +22,6 @@ static const model_case cases[] = {
     {"tiny-qwen3moe", 2.6e-3, 63, "tests/data/reference/tiny-qwen3moe.transformers-5.17-f64.logits.f32"},
 };
 
-static float *read_f32(const char *path, size_t want)
-{
-    size_t size = 0;
-    float *v = tu_read_file(path, &size);
-    if (!v || size != want * sizeof(float)) {
-        fprintf(stderr, "%s: missing or not %zu floats\n", path, want);
-        free(v);
-        return NULL;
-    }
-    return v;
-}
 
 static void report_hidden(const char *what, const float *h, const float *gold, int L1, int n, int E)
 {
@@ -67,9 +56,9 @@ static void run_model(const char *fx, const model_case *c, const char *src)
     CHECKF(V == (int)json_integer_value(json_object_get(meta, "vocab")), "%s: vocabulary %d", path, V);
 
     snprintf(p2, sizeof p2, "%s/%s/golden/logits.f32", fx, c->name);
-    float *gold = read_f32(p2, (size_t)n * V);
+    float *gold = tu_read_f32(p2, (size_t)n * V);
     snprintf(p2, sizeof p2, "%s/%s/golden/hidden.f32", fx, c->name);
-    float *gold_h = read_f32(p2, (size_t)L1 * n * E);
+    float *gold_h = tu_read_f32(p2, (size_t)L1 * n * E);
     float *hidden = malloc((size_t)L1 * n * E * sizeof(float));
     float *pre = tm_logits(m, toks, n, 0, hidden);
     CHECKF(gold && gold_h && pre, "%s: golden files and prefill", path);
@@ -86,7 +75,7 @@ static void run_model(const char *fx, const model_case *c, const char *src)
 
     if (c->strict_ref) {
         snprintf(p2, sizeof p2, "%s/%s", LILAC_SOURCE_DIR, c->strict_ref);
-        float *ref = read_f32(p2, (size_t)n * V);
+        float *ref = tu_read_f32(p2, (size_t)n * V);
         CHECKF(ref != NULL, "%s readable", p2);
         if (ref) {
             float dr = tm_max_diff(pre, ref, (size_t)n * V), mr = tm_max_abs(ref, (size_t)n * V);

@@ -193,17 +193,6 @@ static void test_known_blocks(void)
     CHECKF(bad == 0, "Q5_K: the fifth bit of value l of group g is bit g of qh[l]");
 }
 
-static float *read_f32(const char *path, size_t want)
-{
-    size_t size = 0;
-    float *v = tu_read_file(path, &size);
-    if (!v || size != want * sizeof(float)) {
-        fprintf(stderr, "%s: missing or not %zu floats\n", path, want);
-        free(v);
-        return NULL;
-    }
-    return v;
-}
 
 /* Every type's decoder against llama.cpp's gguf-py decoding of a real
  * tensor, bit for bit; then the dot products over those rows. */
@@ -247,7 +236,7 @@ static void test_fixture_dequant(const char *fx)
             continue;
         }
         snprintf(path, sizeof path, "%s/dequant/%s", fx, golden);
-        float *want = read_f32(path, (size_t)n);
+        float *want = tu_read_f32(path, (size_t)n);
         float *got = malloc((size_t)n * sizeof(float));
         CHECKF(want != NULL, "%s readable", path);
         if (want) {

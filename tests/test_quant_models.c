@@ -42,17 +42,6 @@ static lilac_model *open_mode(const char *path, bool precise)
     return m;
 }
 
-static float *read_f32(const char *path, size_t want)
-{
-    size_t size = 0;
-    float *v = tu_read_file(path, &size);
-    if (!v || size != want * sizeof(float)) {
-        fprintf(stderr, "%s: missing or not %zu floats\n", path, want);
-        free(v);
-        return NULL;
-    }
-    return v;
-}
 
 /* log-softmax of one row, in double */
 static void log_softmax(const float *z, int V, double *out)
@@ -117,10 +106,10 @@ static int run_case(const char *fx, const quant_case *c, const int32_t *toks, in
         CHECKF(V == V_meta, "%s: vocabulary %d, meta.json says %d", path, V, V_meta);
         size_t nv = (size_t)n * V;
         if (!exact) {
-            exact = read_f32(p2, nv);
+            exact = tu_read_f32(p2, nv);
             bool fits = snprintf(p2, sizeof p2, "%s/%s/golden/llamacpp-logits-%s.f32", fx, c->model, c->type) <
                         (int)sizeof p2;
-            llama = fits ? read_f32(p2, nv) : NULL;
+            llama = fits ? tu_read_f32(p2, nv) : NULL;
             if (exact && llama)
                 llama_kl = mean_kl(exact, llama, n, V);
         }

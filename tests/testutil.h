@@ -86,6 +86,20 @@ static inline void *tu_read_file(const char *path, size_t *size)
     return buf;
 }
 
+/* A file of exactly `want` float32 values, malloc'd; NULL (and a line on
+ * stderr) when it is missing or of another size. */
+static inline float *tu_read_f32(const char *path, size_t want)
+{
+    size_t size = 0;
+    float *v = tu_read_file(path, &size);
+    if (!v || size != want * sizeof(float)) {
+        fprintf(stderr, "%s: missing or not %zu floats\n", path, want);
+        free(v);
+        return NULL;
+    }
+    return v;
+}
+
 /* Write a buffer to a file; 0 on success. */
 static inline int tu_write_file(const char *path, const void *data, size_t size)
 {
