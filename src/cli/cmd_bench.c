@@ -111,6 +111,14 @@ static int run_test(lilac_model *m, const bench_opts *o, bool gen, double load_s
     double *t = calloc((size_t)o->reps, sizeof *t);
     if (!t)
         return cli_fail("%s", "out of memory");
+    /* one untimed warm-up first, as llama-bench does, so that the timed
+     * runs are steady state (weights paged in, caches and pool warm); its
+     * speed is reported apart */
+    double warm = 0;
+    if (run_once(m, o, gen, &warm)) {
+        free(t);
+        return 1;
+    }
     for (int r = 0; r < o->reps; r++)
         if (run_once(m, o, gen, &t[r])) {
             free(t);
@@ -131,14 +139,14 @@ static int run_test(lilac_model *m, const bench_opts *o, bool gen, double load_s
         printf("{\"test\": \"%s\", \"model\": \"%s\", \"arch\": \"%s\", \"n_params\": %llu, \"model_bytes\": %llu, "
                "\"depth\": %d, \"threads\": %d, \"reps\": %d, \"tokens_per_s\": %.3f, \"min_tokens_per_s\": %.3f, "
                "\"max_tokens_per_s\": %.3f, \"stddev\": %.3f, \"load_s\": %.3f, \"peak_rss_bytes\": %lld, "
-               "\"n_layer\": %d, \"precise\": %s}\n",
+               "\"warmup_tokens_per_s\": %.3f, \"n_layer\": %d, \"precise\": %s}\n",
                name, o->model, lilac_model_arch_name(m), (unsigned long long)lilac_model_n_params(m),
                (unsigned long long)lilac_model_weight_bytes(m), o->depth, lilac_model_n_threads(m), o->reps, med, t[0],
-               t[o->reps - 1], sd, load_s, peak_rss_bytes(), hp->n_layer, o->precise ? "true" : "false");
+               t[o->reps - 1], sd, load_s, peak_rss_bytes(), warm, hp->n_layer, o->precise ? "true" : "false");
     else
-        printf("| %-10s | %9.2f GiB | %8.2f B | %7d | %-6s | %5d | %8.2f ± %6.2f | %8.2f | %8.2f |\n",
+        printf("| %-10s | %9.2f GiB | %8.2f B | %7d | %-6s | %5d | %8.2f ± %6.2f | %8.2f | %8.2f | %8.2f |\n",
                lilac_model_arch_name(m), lilac_model_weight_bytes(m) / 1073741824.0, lilac_model_n_params(m) / 1e9,
-               lilac_model_n_threads(m), name, o->depth, med, sd, t[0], t[o->reps - 1]);
+               lilac_model_n_threads(m), name, o->depth, med, sd, t[0], t[o->reps - 1], warm);
     fflush(stdout);
     free(t);
     return 0;
@@ -200,8 +208,8 @@ int cmd_bench(int argc, char **argv)
     if (!o.json) {
         printf("model %s: loaded in %.3f s; %s path for quantized weights\n", o.model, load_s,
                o.precise ? "precise (float32 activations)" : "fast (16-bit activations)");
-        printf("| model      |          size |   params | threads | test   | depth |          t/s      |      min |      max |\n");
-        printf("| ---------- | ------------: | -------: | ------: | ------ | ----: | ----------------: | -------: | -------: |\n");
+        printf("| model      |          size |   params | threads | test   | depth |          t/s      |      min |      max |  warm-up |\n");
+        printf("| ---------- | ------------: | -------: | ------: | ------ | ----: | ----------------: | -------: | -------: | -------: |\n");
     }
     int rc = run_test(m, &o, false, load_s);
     if (!rc)

@@ -67,6 +67,18 @@ lilac_mem_plan lilac_model_mem_plan(const lilac_model *m, int n_ctx, int n_batch
     return p;
 }
 
+/* Write a zero into each page of calloc'd memory (already zero), so that
+ * the page faults of first use are taken here rather than by the first
+ * token (for a DeltaNet state, a fault per page on the hot path, with a TLB
+ * shootdown each when another thread runs). */
+static void prefault(float *p, size_t floats)
+{
+    volatile unsigned char *b = (volatile unsigned char *)p;
+    size_t bytes = floats * sizeof(float);
+    for (size_t i = 0; i < bytes; i += 4096)
+        b[i] = 0;
+}
+
 lilac_status lilac_seq_new(lilac_model *m, int n_ctx, lilac_seq **out, lilac_error *err)
 {
     *out = NULL;
@@ -119,12 +131,20 @@ lilac_status lilac_seq_new(lilac_model *m, int n_ctx, lilac_seq **out, lilac_err
     sc->big0 = p, p += nt * wide;
     sc->big1 = p, p += nt * wide;
     sc->big2 = p, p += nt * wide;
+    sc->big_floats = nt * wide;
     sc->small0 = p, p += nt * small;
     sc->small1 = p, p += nt * small;
     sc->route_w = p, p += nt * (size_t)hp->n_expert_used * 2;
     sc->per_thread_floats = per_thread_floats(hp, n_ctx);
     sc->per_thread = p;
     sc->route_idx = ints;
+    /* the recurrent state and the scratch are written from the first
+     * token on; the KV cache only as it fills */
+    for (int i = 0; i < hp->n_layer; i++)
+        if (hp->layer_kind[i] != LILAC_LAYER_ATTENTION)
+            prefault(ls[i].conv, (size_t)(hp->ssm_conv_kernel - 1) * conv_channels(hp) +
+                                     (size_t)hp->ssm_v_heads * hp->ssm_k_dim * hp->ssm_v_dim);
+    prefault(sc->x, (size_t)(mem + total - sc->x));
     sc->ex_rows = ints + nt * (size_t)hp->n_expert_used;
     *out = s;
     return LILAC_OK;

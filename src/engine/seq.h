@@ -17,6 +17,7 @@ typedef struct lilac_scratch {
     int n_tok;
     float *x, *xn, *tmp;         /* [n_tok][n_embd] */
     float *big0, *big1, *big2;   /* [n_tok][widest projection] */
+    size_t big_floats;           /* floats in each of them */
     float *small0, *small1;      /* [n_tok][max(v_heads, n_expert)] */
     float *ex_in, *ex_out;       /* gathered rows for one expert */
     int *route_idx;              /* [n_tok][n_expert_used] */

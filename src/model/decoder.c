@@ -117,9 +117,8 @@ static void attention(const lilac_model *m, const lilac_layer_weights *lw, lilac
     int hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv, kvw = nkv * hd;
     int q_step = hd * (hp->attn_output_gate ? 2 : 1), q_stride = nh * q_step;
     float *qg = sc->big0, *k = sc->big1, *v = sc->big2;
-    matmul(m, &lw->wq, sc->xn, nt, qg);
-    matmul(m, &lw->wk, sc->xn, nt, k);
-    matmul(m, &lw->wv, sc->xn, nt, v);
+    lilac_mm_item qkv[3] = {{&lw->wq, sc->xn, qg}, {&lw->wk, sc->xn, k}, {&lw->wv, sc->xn, v}};
+    lilac_matmul_multi(m->kern, m->pool, qkv, 3, nt);
     for (int t = 0; t < nt; t++) {
         int pos = pos0 + t;
         for (int h = 0; h < nh; h++) {
@@ -311,10 +310,9 @@ static void deltanet(const lilac_model *m, const lilac_layer_weights *lw, lilac_
     int nk = hp->ssm_k_heads, nv = hp->ssm_v_heads, dk = hp->ssm_k_dim, dv = hp->ssm_v_dim;
     int C = 2 * nk * dk + nv * dv, K = hp->ssm_conv_kernel;
     float *qkv = sc->big0, *z = sc->big1, *conv = sc->big2, *a = sc->small0, *b = sc->small1;
-    matmul(m, &lw->ssm_qkv, sc->xn, nt, qkv);
-    matmul(m, &lw->ssm_z, sc->xn, nt, z);
-    matmul(m, &lw->ssm_alpha, sc->xn, nt, a);
-    matmul(m, &lw->ssm_beta, sc->xn, nt, b);
+    lilac_mm_item proj[4] = {{&lw->ssm_qkv, sc->xn, qkv}, {&lw->ssm_z, sc->xn, z},
+                             {&lw->ssm_alpha, sc->xn, a}, {&lw->ssm_beta, sc->xn, b}};
+    lilac_matmul_multi(m->kern, m->pool, proj, 4, nt);
 
     /* causal depthwise conv over time; inputs before this step come from the state */
     for (int t = 0; t < nt; t++)
@@ -409,10 +407,73 @@ static void swiglu(float *g, const float *u, size_t n)
         g[i] = silu(g[i]) * u[i];
 }
 
+/* One token (decode): the router and the shared expert's gate and up in
+ * one job, every selected expert's gate and up in the next, all downs in a
+ * third; the same products as moe() below, added in the same order (experts
+ * by index, then the shared one), so the sums are bitwise the same. */
+static void moe_one(const lilac_model *m, const lilac_layer_weights *lw, lilac_scratch *sc, float *out)
+{
+    const lilac_hparams *hp = &m->hp;
+    int E = hp->n_embd, k = hp->n_expert_used, ff = hp->expert_ff, sff = hp->shared_ff;
+    bool shared = sff > 0;
+    lilac_mm_item it[LILAC_MM_MAX];
+    int n = 0;
+    it[n++] = (lilac_mm_item){&lw->router, sc->xn, sc->small0};
+    float *sh_g = sc->big0 + (size_t)k * ff, *sh_u = sc->big1 + (size_t)k * ff;
+    if (shared) {
+        it[n++] = (lilac_mm_item){&lw->sh_gate, sc->xn, sh_g};
+        it[n++] = (lilac_mm_item){&lw->sh_up, sc->xn, sh_u};
+    }
+    lilac_matmul_multi(m->kern, m->pool, it, n, 1);
+    int *idx = sc->route_idx;
+    float *w = sc->route_w;
+    route(hp, sc->small0, idx, w);
+    /* by expert index, the order moe() adds them in */
+    for (int i = 1; i < k; i++)
+        for (int p = i; p > 0 && idx[p - 1] > idx[p]; p--) {
+            int ti = idx[p];
+            idx[p] = idx[p - 1], idx[p - 1] = ti;
+            float tw = w[p];
+            w[p] = w[p - 1], w[p - 1] = tw;
+        }
+    n = 0;
+    for (int i = 0; i < k; i++) {
+        it[n++] = (lilac_mm_item){&lw->exp_gate[idx[i]], sc->xn, sc->big0 + (size_t)i * ff};
+        it[n++] = (lilac_mm_item){&lw->exp_up[idx[i]], sc->xn, sc->big1 + (size_t)i * ff};
+    }
+    lilac_matmul_multi(m->kern, m->pool, it, n, 1);
+    swiglu(sc->big0, sc->big1, (size_t)k * ff);
+    if (shared)
+        swiglu(sh_g, sh_u, (size_t)sff);
+    n = 0;
+    for (int i = 0; i < k; i++)
+        it[n++] = (lilac_mm_item){&lw->exp_down[idx[i]], sc->big0 + (size_t)i * ff, sc->ex_out + (size_t)i * E};
+    if (shared)
+        it[n++] = (lilac_mm_item){&lw->sh_down, sh_g, sc->ex_out + (size_t)k * E};
+    lilac_matmul_multi(m->kern, m->pool, it, n, 1);
+    memset(out, 0, (size_t)E * sizeof(float));
+    for (int i = 0; i < k; i++) {
+        const float *src = sc->ex_out + (size_t)i * E;
+        for (int c = 0; c < E; c++)
+            out[c] += w[i] * src[c];
+    }
+    if (shared) {
+        float gate = sigmoid(dotf(lw->sh_gate_inp, sc->xn, E));
+        const float *src = sc->ex_out + (size_t)k * E;
+        for (int c = 0; c < E; c++)
+            out[c] += gate * src[c];
+    }
+}
+
 static void moe(const lilac_model *m, const lilac_layer_weights *lw, lilac_scratch *sc, int nt, float *out)
 {
     const lilac_hparams *hp = &m->hp;
     int E = hp->n_embd, k = hp->n_expert_used, ff = hp->expert_ff;
+    if (nt == 1 && 2 * k + 3 <= LILAC_MM_MAX && k + 1 <= sc->n_tok &&
+        (size_t)k * ff + (size_t)hp->shared_ff <= sc->big_floats) {
+        moe_one(m, lw, sc, out);
+        return;
+    }
     memset(out, 0, (size_t)nt * E * sizeof(float));
     matmul(m, &lw->router, sc->xn, nt, sc->small0);
     for (int t = 0; t < nt; t++)

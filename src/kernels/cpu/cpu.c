@@ -139,15 +139,12 @@ typedef struct {
     int qx_layout;
 } matmul_job;
 
-static void matmul_task(void *ctx, int task, int thread)
+/* Rows r0..r1 of one product (the same per-row dots whatever the split). */
+static void matmul_rows(const matmul_job *j, int64_t r0, int64_t r1)
 {
-    (void)thread;
-    const matmul_job *j = ctx;
-    int64_t r0 = task * j->rows_per_task;
-    int64_t r1 = r0 + j->rows_per_task;
-    if (r1 > j->W->rows)
-        r1 = j->W->rows;
     int64_t cols = j->W->cols, rows = j->W->rows;
+    if (r1 > rows)
+        r1 = rows;
     if (j->qdot) {
         for (int64_t r = r0; r < r1; r++) {
             const void *row = lilac_mat_row(j->W, r);
@@ -163,6 +160,14 @@ static void matmul_task(void *ctx, int task, int thread)
         for (int64_t t = 0; t < j->n_tok; t++)
             j->y[t * rows + r] = j->dot(row, j->x + t * cols, cols);
     }
+}
+
+static void matmul_task(void *ctx, int task, int thread)
+{
+    (void)thread;
+    const matmul_job *j = ctx;
+    int64_t r0 = task * j->rows_per_task;
+    matmul_rows(j, r0, r0 + j->rows_per_task);
 }
 
 void lilac_matmul(const lilac_cpu_kernels *k, lilac_pool *pool, const lilac_mat *W,
@@ -198,4 +203,113 @@ void lilac_matmul(const lilac_cpu_kernels *k, lilac_pool *pool, const lilac_mat 
     j.rows_per_task = (W->rows + n_tasks - 1) / n_tasks;
     n_tasks = (int)((W->rows + j.rows_per_task - 1) / j.rows_per_task);
     lilac_pool_run(pool, n_tasks, matmul_task, &j);
+}
+
+/* ---- several products in one job ---- */
+
+typedef struct {
+    matmul_job part[LILAC_MM_MAX];
+    int task0[LILAC_MM_MAX + 1]; /* the first task of each part; task0[n] = all tasks */
+    int n;
+} multi_job;
+
+static void multi_task(void *ctx, int task, int thread)
+{
+    (void)thread;
+    const multi_job *mj = ctx;
+    int i = 0;
+    while (task >= mj->task0[i + 1])
+        i++;
+    const matmul_job *j = &mj->part[i];
+    int64_t r0 = (int64_t)(task - mj->task0[i]) * j->rows_per_task;
+    matmul_rows(j, r0, r0 + j->rows_per_task);
+}
+
+void lilac_matmul_multi(const lilac_cpu_kernels *k, lilac_pool *pool, const lilac_mm_item *items, int n_items,
+                        int64_t n_tok)
+{
+    multi_job mj;
+    int n = 0;
+    /* where each part's quantized rows start in the buffer (SIZE_MAX: none) */
+    size_t off[LILAC_MM_MAX], total = 0;
+    for (int i = 0; i < n_items; i++) {
+        const lilac_mat *W = items[i].W;
+        if (W->type == LILAC_MLX_AFFINE || n >= LILAC_MM_MAX) {
+            lilac_matmul(k, pool, W, items[i].x, n_tok, items[i].y);
+            continue;
+        }
+        matmul_job *j = &mj.part[n];
+        *j = (matmul_job){.W = W, .dot = lilac_cpu_dot_for(k, W->type), .x = items[i].x, .n_tok = n_tok,
+                          .y = items[i].y};
+        off[n] = SIZE_MAX;
+        lilac_qdot_fn qdot = k->fast ? lilac_cpu_qdot_for(k, W->type) : NULL;
+        int layout = lilac_qx_layout(W->type);
+        if (qdot && k->qx_quantize && W->cols % (layout == LILAC_QX_KQ ? 256 : LILAC_QX_BLOCK) == 0 && n_tok > 0) {
+            j->qdot = qdot;
+            j->qx_layout = layout;
+            j->qx_bytes = lilac_qx_row_bytes(W->cols);
+            for (int p = 0; p < n && off[n] == SIZE_MAX; p++) /* the same rows quantized already? */
+                if (off[p] != SIZE_MAX && mj.part[p].x == j->x && mj.part[p].qx_layout == layout &&
+                    mj.part[p].W->cols == W->cols)
+                    off[n] = off[p];
+            if (off[n] == SIZE_MAX) {
+                off[n] = total;
+                total += j->qx_bytes * (size_t)n_tok;
+            }
+        }
+        n++;
+    }
+    if (!n)
+        return;
+    uint8_t *buf = total ? scratch_get(total) : NULL;
+    for (int i = 0; i < n; i++) {
+        matmul_job *j = &mj.part[i];
+        if (!j->qdot)
+            continue;
+        if (!buf) { /* the precise path, which needs no memory */
+            j->qdot = NULL;
+            continue;
+        }
+        j->qx = buf + off[i];
+        bool first = true;
+        for (int p = 0; p < i && first; p++)
+            first = !(mj.part[p].qdot && off[p] == off[i]);
+        if (first)
+            for (int64_t t = 0; t < n_tok; t++) {
+                lilac_qx q = lilac_qx_carve(j->qx + (size_t)t * j->qx_bytes, j->W->cols, j->qx_layout);
+                k->qx_quantize(j->x + t * j->W->cols, j->W->cols, &q);
+            }
+    }
+    /* about 16 tasks per thread over the whole job, each part split in
+     * proportion to its work; a tiny job runs inline */
+    int n_threads = lilac_pool_size(pool);
+    double work = 0;
+    for (int i = 0; i < n; i++)
+        work += (double)mj.part[i].W->rows * (double)mj.part[i].W->cols * (double)n_tok;
+    double target = work < 32768 ? 1 : n_threads * 16;
+    int tasks = 0;
+    for (int i = 0; i < n; i++) {
+        matmul_job *j = &mj.part[i];
+        int64_t rows = j->W->rows;
+        double share = (double)rows * (double)j->W->cols * (double)n_tok / (work > 0 ? work : 1);
+        int64_t nt = (int64_t)(share * target + 0.5);
+        if (nt < 1)
+            nt = 1;
+        if (nt > rows)
+            nt = rows > 0 ? rows : 1;
+        j->rows_per_task = rows > 0 ? (rows + nt - 1) / nt : 1;
+        nt = rows > 0 ? (rows + j->rows_per_task - 1) / j->rows_per_task : 0;
+        mj.task0[i] = tasks;
+        tasks += (int)nt;
+    }
+    mj.task0[n] = tasks;
+    mj.n = n;
+    if (tasks == 0)
+        return;
+    if (work < 32768) {
+        for (int t = 0; t < tasks; t++)
+            multi_task(&mj, t, 0);
+        return;
+    }
+    lilac_pool_run(pool, tasks, multi_task, &mj);
 }

@@ -76,4 +76,22 @@ void lilac_row_to_f32(int type, const void *row, float *out, int64_t n);
 void lilac_matmul(const lilac_cpu_kernels *k, lilac_pool *pool, const lilac_mat *W,
                   const float *x, int64_t n_tok, float *y);
 
+/* One product of a lilac_matmul_multi batch. */
+typedef struct lilac_mm_item {
+    const lilac_mat *W;
+    const float *x; /* [n_tok][W->cols] */
+    float *y;       /* [n_tok][W->rows] */
+} lilac_mm_item;
+
+/* Several independent products over n_tok tokens each, as ONE parallel job
+ * (one barrier): tasks over (item, row chunk). Each product is computed
+ * exactly as lilac_matmul computes it (the same per-row dot, the same
+ * quantized activations), so the results are bitwise the same; an input
+ * row shared by several items (the same x pointer and layout) is quantized
+ * once. Items of an MLX type run through lilac_matmul one by one. At most
+ * LILAC_MM_MAX items. */
+#define LILAC_MM_MAX 32
+void lilac_matmul_multi(const lilac_cpu_kernels *k, lilac_pool *pool, const lilac_mm_item *items, int n_items,
+                        int64_t n_tok);
+
 #endif
