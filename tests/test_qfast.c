@@ -534,7 +534,7 @@ static void test_matmul(void)
         for (size_t ti = 0; ti < N_TYPES; ti++) {
             const qtype *t = &types[ti];
             int rows = 37, nb = t->qk == 32 ? 9 : 3;
-            for (int ntok = 1; ntok <= 5; ntok += 2) {
+            for (int ntok = 1; ntok <= 11; ntok += (ntok < 9 ? 1 : 2)) {
                 int64_t cols = (int64_t)nb * t->qk;
                 uint8_t *W = rand_row(t, rows * nb, 1);
                 float *x = malloc((size_t)(ntok * cols) * sizeof(float));
@@ -599,6 +599,54 @@ static void test_matmul(void)
     }
     lilac_pool_free(p1);
     lilac_pool_free(p3);
+}
+
+/* ---- the multi-row dots: bit for bit the single-row ones ---- */
+
+static void test_multi_dots(void)
+{
+    enum { NT = LILAC_QDOT_NT };
+    for (int k = 0; k < n_sets; k++) {
+        int runs = 0, bad = 0;
+        for (size_t ti = 0; ti < N_TYPES; ti++) {
+            const qtype *t = &types[ti];
+            lilac_qdotn_fn fn = lilac_cpu_qdotn_for(sets[k], t->type);
+            lilac_qdot_fn one = lilac_cpu_qdot_for(sets[k], t->type);
+            if (!fn)
+                continue;
+            static const int nbs[] = {1, 2, 3, 5, 7, 11};
+            for (size_t bi = 0; bi < sizeof nbs / sizeof nbs[0]; bi++)
+                for (int rep = 0; rep < 4; rep++) {
+                    int nb = nbs[bi];
+                    int64_t n = (int64_t)nb * t->qk;
+                    uint8_t *row = rand_row(t, nb, rep & 1);
+                    float *x = malloc((size_t)n * sizeof(float));
+                    qrow r[NT];
+                    lilac_qx q[NT];
+                    for (int u = 0; u < NT; u++) {
+                        r[u] = qrow_new(n, lilac_qx_layout(t->type));
+                        rand_x(x, n, rep >= 2);
+                        sets[k]->qx_quantize(x, n, &r[u].q);
+                        q[u] = r[u].q;
+                    }
+                    for (int nt = 1; nt <= NT; nt++) {
+                        float out[NT];
+                        fn(row, q, nt, n, out);
+                        for (int u = 0; u < nt; u++) {
+                            float want = one(row, &q[u], n);
+                            /* bitwise, NaN included */
+                            bad += memcmp(&out[u], &want, sizeof want) != 0;
+                            runs++;
+                        }
+                    }
+                    for (int u = 0; u < NT; u++)
+                        free(r[u].buf);
+                    free(row), free(x);
+                }
+        }
+        printf("%s multi-row dots vs single-row: %d outputs\n", sets[k]->name, runs);
+        CHECKF(bad == 0, "%s multi-row dots: %d outputs differ from the single-row dot", sets[k]->name, bad);
+    }
 }
 
 /* ---- every set's precise dots against the scalar ones ---- */
@@ -672,6 +720,7 @@ int main(void)
     test_quantize();
     test_dots();
     test_nonfinite();
+    test_multi_dots();
     test_matmul();
     test_precise_sets();
     TEST_END();

@@ -492,8 +492,9 @@ static void moe(const lilac_model *m, const lilac_layer_weights *lw, lilac_scrat
                 }
         if (!n)
             continue;
-        matmul(m, &lw->exp_gate[e], sc->ex_in, n, sc->big0);
-        matmul(m, &lw->exp_up[e], sc->ex_in, n, sc->big1);
+        /* gate and up in one job, the rows quantized once */
+        const lilac_mm_item gu[2] = {{&lw->exp_gate[e], sc->ex_in, sc->big0}, {&lw->exp_up[e], sc->ex_in, sc->big1}};
+        lilac_matmul_multi(m->kern, m->pool, gu, 2, n);
         swiglu(sc->big0, sc->big1, (size_t)n * ff);
         matmul(m, &lw->exp_down[e], sc->big0, n, sc->ex_out);
         for (int r = 0; r < n; r++) {
@@ -505,8 +506,8 @@ static void moe(const lilac_model *m, const lilac_layer_weights *lw, lilac_scrat
     }
     if (hp->shared_ff > 0) {
         int sff = hp->shared_ff;
-        matmul(m, &lw->sh_gate, sc->xn, nt, sc->big0);
-        matmul(m, &lw->sh_up, sc->xn, nt, sc->big1);
+        const lilac_mm_item gu[2] = {{&lw->sh_gate, sc->xn, sc->big0}, {&lw->sh_up, sc->xn, sc->big1}};
+        lilac_matmul_multi(m->kern, m->pool, gu, 2, nt);
         swiglu(sc->big0, sc->big1, (size_t)nt * sff);
         matmul(m, &lw->sh_down, sc->big0, nt, sc->ex_out);
         for (int t = 0; t < nt; t++) {

@@ -80,6 +80,15 @@ lilac_qdot_fn lilac_cpu_qdot_for(const lilac_cpu_kernels *k, int type)
     }
 }
 
+lilac_qdotn_fn lilac_cpu_qdotn_for(const lilac_cpu_kernels *k, int type)
+{
+    switch (type) {
+    case LILAC_Q4_K: return k->qdotn_q4_K;
+    case LILAC_Q6_K: return k->qdotn_q6_K;
+    default: return NULL;
+    }
+}
+
 bool lilac_cpu_type_supported(int type) { return lilac_cpu_dot_for(&lilac_cpu_scalar, type) != NULL; }
 
 /* The quantized activations of the calling thread: grown as needed, freed
@@ -134,6 +143,7 @@ typedef struct {
     int64_t rows_per_task;
     /* the fast path: qdot over the quantized rows of x at qx, qx_bytes apart */
     lilac_qdot_fn qdot;
+    lilac_qdotn_fn qdotn; /* up to LILAC_QDOT_NT rows at once, or NULL */
     uint8_t *qx;
     size_t qx_bytes;
     int qx_layout;
@@ -146,11 +156,30 @@ static void matmul_rows(const matmul_job *j, int64_t r0, int64_t r1)
     if (r1 > rows)
         r1 = rows;
     if (j->qdot) {
-        for (int64_t r = r0; r < r1; r++) {
-            const void *row = lilac_mat_row(j->W, r);
-            for (int64_t t = 0; t < j->n_tok; t++) {
+        /* chunks of RB rows: a group of NT activation rows is read from
+         * L1 for every row of the chunk, the chunk's weights stay there
+         * for every group */
+        enum { NT = LILAC_QDOT_NT, RB = 8 };
+        for (int64_t rc = r0; rc < r1; rc += RB) {
+            const int64_t re = rc + RB < r1 ? rc + RB : r1;
+            int64_t t0 = 0;
+            if (j->qdotn && j->n_tok >= 2)
+                for (; t0 < j->n_tok; t0 += NT) {
+                    const int nt = j->n_tok - t0 < NT ? (int)(j->n_tok - t0) : NT;
+                    lilac_qx q[NT];
+                    for (int u = 0; u < nt; u++)
+                        q[u] = lilac_qx_carve(j->qx + (size_t)(t0 + u) * j->qx_bytes, cols, j->qx_layout);
+                    for (int64_t r = rc; r < re; r++) {
+                        float o[NT];
+                        j->qdotn(lilac_mat_row(j->W, r), q, nt, cols, o);
+                        for (int u = 0; u < nt; u++)
+                            j->y[(t0 + u) * rows + r] = o[u];
+                    }
+                }
+            for (int64_t t = t0; t < j->n_tok; t++) {
                 lilac_qx q = lilac_qx_carve(j->qx + (size_t)t * j->qx_bytes, cols, j->qx_layout);
-                j->y[t * rows + r] = j->qdot(row, &q, cols);
+                for (int64_t r = rc; r < re; r++)
+                    j->y[t * rows + r] = j->qdot(lilac_mat_row(j->W, r), &q, cols);
             }
         }
         return;
@@ -189,6 +218,7 @@ void lilac_matmul(const lilac_cpu_kernels *k, lilac_pool *pool, const lilac_mat 
                 k->qx_quantize(x + t * W->cols, W->cols, &q);
             }
             j.qdot = qdot;
+            j.qdotn = lilac_cpu_qdotn_for(k, W->type);
             j.qx = buf;
             j.qx_bytes = rb;
             j.qx_layout = layout;
@@ -246,6 +276,7 @@ void lilac_matmul_multi(const lilac_cpu_kernels *k, lilac_pool *pool, const lila
         int layout = lilac_qx_layout(W->type);
         if (qdot && k->qx_quantize && W->cols % (layout == LILAC_QX_KQ ? 256 : LILAC_QX_BLOCK) == 0 && n_tok > 0) {
             j->qdot = qdot;
+            j->qdotn = lilac_cpu_qdotn_for(k, W->type);
             j->qx_layout = layout;
             j->qx_bytes = lilac_qx_row_bytes(W->cols);
             for (int p = 0; p < n && off[n] == SIZE_MAX; p++) /* the same rows quantized already? */
@@ -268,6 +299,7 @@ void lilac_matmul_multi(const lilac_cpu_kernels *k, lilac_pool *pool, const lila
             continue;
         if (!buf) { /* the precise path, which needs no memory */
             j->qdot = NULL;
+            j->qdotn = NULL;
             continue;
         }
         j->qx = buf + off[i];

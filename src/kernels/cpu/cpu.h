@@ -23,6 +23,9 @@ typedef struct lilac_cpu_kernels {
      * quantized to two int8 terms per value, integer dot products. */
     lilac_qx_quantize_fn qx_quantize;
     lilac_qdot_fn qdot_q8_0, qdot_q4_0, qdot_q4_K, qdot_q5_K, qdot_q6_K;
+    /* Their LILAC_QDOT_NT-row versions, bitwise the same; NULL where a
+     * set has none (the single-row dot then runs per row). */
+    lilac_qdotn_fn qdotn_q4_K, qdotn_q6_K;
     /* lilac_matmul takes the fast path for the block types when set. The
      * sets below leave it off (precise); a model copies its set and turns
      * it on unless lilac_model_params.precise (lilac_cpu_with). */
@@ -55,6 +58,8 @@ static inline lilac_cpu_kernels lilac_cpu_with(const lilac_cpu_kernels *k, bool 
 lilac_dot_fn lilac_cpu_dot_for(const lilac_cpu_kernels *k, int type);
 /* The fast-path dot product for a block type, or NULL (unquantized types). */
 lilac_qdot_fn lilac_cpu_qdot_for(const lilac_cpu_kernels *k, int type);
+/* The multi-row fast dot for a block type, or NULL. */
+lilac_qdotn_fn lilac_cpu_qdotn_for(const lilac_cpu_kernels *k, int type);
 bool lilac_cpu_type_supported(int type);
 
 /* Scalar conversions. */

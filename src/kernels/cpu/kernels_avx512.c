@@ -77,4 +77,6 @@ const lilac_cpu_kernels lilac_cpu_avx512 = {
     .qdot_q4_K = lilac_qdot_q4_K_avx512,
     .qdot_q5_K = lilac_qdot_q5_K_avx512,
     .qdot_q6_K = lilac_qdot_q6_K_avx512,
+    .qdotn_q4_K = lilac_qdotn_q4_K_avx512,
+    .qdotn_q6_K = lilac_qdotn_q6_K_avx512,
 };

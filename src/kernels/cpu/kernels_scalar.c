@@ -75,6 +75,8 @@ const lilac_cpu_kernels lilac_cpu_scalar = {
     .qdot_q4_K = lilac_qdot_q4_K_scalar,
     .qdot_q5_K = lilac_qdot_q5_K_scalar,
     .qdot_q6_K = lilac_qdot_q6_K_scalar,
+    .qdotn_q4_K = lilac_qdotn_q4_K_scalar,
+    .qdotn_q6_K = lilac_qdotn_q6_K_scalar,
 };
 
 void lilac_row_to_f32(int type, const void *row, float *out, int64_t n)

@@ -119,6 +119,12 @@ static inline lilac_qx lilac_qx_carve(void *buf, int64_t n, int layout)
 typedef void (*lilac_qx_quantize_fn)(const float *x, int64_t n, const lilac_qx *q);
 /* dot(weight row of a block type, quantized activations) over n values. */
 typedef float (*lilac_qdot_fn)(const void *row, const lilac_qx *x, int64_t n);
+/* The same for nt activation rows x[0 .. nt) at once, 1 <= nt <=
+ * LILAC_QDOT_NT: out[t] is bit for bit the single-row dot of x[t] (the
+ * same integer sums and float steps per row); each weight block is
+ * decoded once for all nt. */
+#define LILAC_QDOT_NT 4
+typedef void (*lilac_qdotn_fn)(const void *row, const lilac_qx *x, int nt, int64_t n, float *out);
 
 /* The scalar oracles: plain loops, integer sums per weight group, then
  * float32 scales. */
@@ -128,6 +134,8 @@ float lilac_qdot_q4_0_scalar(const void *row, const lilac_qx *x, int64_t n);
 float lilac_qdot_q4_K_scalar(const void *row, const lilac_qx *x, int64_t n);
 float lilac_qdot_q5_K_scalar(const void *row, const lilac_qx *x, int64_t n);
 float lilac_qdot_q6_K_scalar(const void *row, const lilac_qx *x, int64_t n);
+void lilac_qdotn_q4_K_scalar(const void *row, const lilac_qx *x, int nt, int64_t n, float *out);
+void lilac_qdotn_q6_K_scalar(const void *row, const lilac_qx *x, int nt, int64_t n, float *out);
 
 #if defined(LILAC_X86)
 /* AVX2 (+ FMA, F16C): vpmaddubsw + vpmaddwd. */
@@ -145,6 +153,8 @@ float lilac_qdot_q4_0_avx512(const void *row, const lilac_qx *x, int64_t n);
 float lilac_qdot_q4_K_avx512(const void *row, const lilac_qx *x, int64_t n);
 float lilac_qdot_q5_K_avx512(const void *row, const lilac_qx *x, int64_t n);
 float lilac_qdot_q6_K_avx512(const void *row, const lilac_qx *x, int64_t n);
+void lilac_qdotn_q4_K_avx512(const void *row, const lilac_qx *x, int nt, int64_t n, float *out);
+void lilac_qdotn_q6_K_avx512(const void *row, const lilac_qx *x, int nt, int64_t n, float *out);
 #endif
 
 #if defined(__aarch64__)

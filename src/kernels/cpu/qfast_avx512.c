@@ -271,8 +271,13 @@ static inline __m512i group_idx(int j)
  * and Z' = [a1 a3 b1 b3] (16..31): their low nibbles against activation
  * runs 0 and 1 are the even groups 2 (l / 4) of lane l, their high nibbles
  * against runs 2 and 3 the odd groups. */
-static inline float qdot_kq(const uint8_t *blocks, size_t bsize, size_t off_qs, size_t off_qh, int has_qh,
-                            const lilac_qx *x, int64_t n)
+#define QFAST_INLINE static inline __attribute__((always_inline))
+
+/* nt rows of activations x[0 .. nt) against one weight row: the weights
+ * are decoded once per super-block, and each row takes exactly the steps
+ * it takes alone (so nt = 1 is the single-row dot, bit for bit). */
+QFAST_INLINE void qdot_kq(const uint8_t *blocks, size_t bsize, size_t off_qs, size_t off_qh, int has_qh,
+                          const lilac_qx *x, int nt, int64_t n, float *out)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
     const __m512i even = _mm512_set_epi32(6, 6, 6, 6, 4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0);
@@ -282,23 +287,23 @@ static inline float qdot_kq(const uint8_t *blocks, size_t bsize, size_t off_qs, 
                                             0x10101010, 0x10101010, 0x04040404, 0x04040404, 0x04040404, 0x04040404,
                                             0x01010101, 0x01010101, 0x01010101, 0x01010101);
     const __m512i bits_o = _mm512_add_epi8(bits_e, bits_e);
-    __m512 acc_e = _mm512_setzero_ps(), acc_o = acc_e;
-    __m256 accm = _mm256_setzero_ps();
+    __m512 acc_e[LILAC_QDOT_NT], acc_o[LILAC_QDOT_NT];
+    __m256 accm[LILAC_QDOT_NT];
+    for (int t = 0; t < nt; t++) {
+        acc_e[t] = _mm512_setzero_ps();
+        acc_o[t] = acc_e[t];
+        accm[t] = _mm256_setzero_ps();
+    }
     for (int64_t i = 0; i < n / LILAC_QK_K; i++) {
         const uint8_t *blk = blocks + (size_t)i * bsize;
         prefetch(blk, bsize);
         uint16_t dh, dminh; /* d, dmin and scales lead both block types */
         memcpy(&dh, blk + offsetof(block_q4_K, d), 2);
         memcpy(&dminh, blk + offsetof(block_q4_K, dmin), 2);
-        const int8_t *xh = x->hi + 256 * i, *xl = x->lo + 256 * i;
-        const __m256 u = _mm256_loadu_ps(x->unit + 8 * i);
         __m128i sm = kq_scales_mins(blk + offsetof(block_q4_K, scales));
-        __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm));
-        __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8)));
-        /* per group: d * sc * unit, dmin * m * unit (the oracle's order) */
-        const __m256 F = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(h2f(dh)), sc), u);
-        const __m256 M = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(h2f(dminh)), mn), u);
-        accm = _mm256_fmadd_ps(M, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(x->sum32 + 8 * i))), accm);
+        const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(h2f(dh)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)));
+        const __m256 dmn =
+            _mm256_mul_ps(_mm256_set1_ps(h2f(dminh)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))));
 
         const __m512i L0 = _mm512_loadu_si512(blk + off_qs), L1 = _mm512_loadu_si512(blk + off_qs + 64);
         const __m512i Z = _mm512_shuffle_i64x2(L0, L1, _MM_SHUFFLE(2, 0, 2, 0));
@@ -313,39 +318,66 @@ static inline float qdot_kq(const uint8_t *blocks, size_t bsize, size_t off_qs, 
             w2 = _mm512_mask_add_epi8(w2, _mm512_test_epi8_mask(h0, bits_o), w2, sixteen);
             w3 = _mm512_mask_add_epi8(w3, _mm512_test_epi8_mask(h1, bits_o), w3, sixteen);
         }
-        const __m512i z = _mm512_setzero_si512();
-        __m512i se = _mm512_dpbusd_epi32(z, w0, _mm512_loadu_si512(xh));
-        __m512i so = _mm512_dpbusd_epi32(z, w2, _mm512_loadu_si512(xh + 128));
-        se = _mm512_dpbusd_epi32(se, w1, _mm512_loadu_si512(xh + 64));
-        so = _mm512_dpbusd_epi32(so, w3, _mm512_loadu_si512(xh + 192));
-        se = _mm512_slli_epi32(se, 8);
-        so = _mm512_slli_epi32(so, 8);
-        se = _mm512_dpbusd_epi32(se, w0, _mm512_loadu_si512(xl));
-        so = _mm512_dpbusd_epi32(so, w2, _mm512_loadu_si512(xl + 128));
-        se = _mm512_dpbusd_epi32(se, w1, _mm512_loadu_si512(xl + 64));
-        so = _mm512_dpbusd_epi32(so, w3, _mm512_loadu_si512(xl + 192));
-        const __m512 F512 = _mm512_castps256_ps512(F);
-        acc_e = _mm512_fmadd_ps(_mm512_cvtepi32_ps(se), _mm512_permutexvar_ps(even, F512), acc_e);
-        acc_o = _mm512_fmadd_ps(_mm512_cvtepi32_ps(so), _mm512_permutexvar_ps(odd, F512), acc_o);
+        for (int t = 0; t < nt; t++) {
+            const lilac_qx *xt = &x[t];
+            const int8_t *xh = xt->hi + 256 * i, *xl = xt->lo + 256 * i;
+            const __m256 u = _mm256_loadu_ps(xt->unit + 8 * i);
+            /* per group: d * sc * unit, dmin * m * unit (the oracle's order) */
+            const __m256 F = _mm256_mul_ps(dsc, u);
+            const __m256 M = _mm256_mul_ps(dmn, u);
+            accm[t] = _mm256_fmadd_ps(M, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(xt->sum32 + 8 * i))),
+                                      accm[t]);
+            const __m512i z = _mm512_setzero_si512();
+            __m512i se = _mm512_dpbusd_epi32(z, w0, _mm512_loadu_si512(xh));
+            __m512i so = _mm512_dpbusd_epi32(z, w2, _mm512_loadu_si512(xh + 128));
+            se = _mm512_dpbusd_epi32(se, w1, _mm512_loadu_si512(xh + 64));
+            so = _mm512_dpbusd_epi32(so, w3, _mm512_loadu_si512(xh + 192));
+            se = _mm512_slli_epi32(se, 8);
+            so = _mm512_slli_epi32(so, 8);
+            se = _mm512_dpbusd_epi32(se, w0, _mm512_loadu_si512(xl));
+            so = _mm512_dpbusd_epi32(so, w2, _mm512_loadu_si512(xl + 128));
+            se = _mm512_dpbusd_epi32(se, w1, _mm512_loadu_si512(xl + 64));
+            so = _mm512_dpbusd_epi32(so, w3, _mm512_loadu_si512(xl + 192));
+            const __m512 F512 = _mm512_castps256_ps512(F);
+            acc_e[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(se), _mm512_permutexvar_ps(even, F512), acc_e[t]);
+            acc_o[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(so), _mm512_permutexvar_ps(odd, F512), acc_o[t]);
+        }
     }
     /* one reduction: the minimums ride in the low half */
-    __m512 acc = _mm512_sub_ps(_mm512_add_ps(acc_e, acc_o), _mm512_zextps256_ps512(accm));
-    return _mm512_reduce_add_ps(acc);
+    for (int t = 0; t < nt; t++) {
+        __m512 acc = _mm512_sub_ps(_mm512_add_ps(acc_e[t], acc_o[t]), _mm512_zextps256_ps512(accm[t]));
+        out[t] = _mm512_reduce_add_ps(acc);
+    }
 }
 
 float lilac_qdot_q4_K_avx512(const void *row, const lilac_qx *x, int64_t n)
 {
-    return qdot_kq(row, sizeof(block_q4_K), offsetof(block_q4_K, qs), 0, 0, x, n);
+    float s;
+    qdot_kq(row, sizeof(block_q4_K), offsetof(block_q4_K, qs), 0, 0, x, 1, n, &s);
+    return s;
+}
+
+void lilac_qdotn_q4_K_avx512(const void *row, const lilac_qx *x, int nt, int64_t n, float *out)
+{
+#define KQ4(NT) qdot_kq(row, sizeof(block_q4_K), offsetof(block_q4_K, qs), 0, 0, x, NT, n, out)
+    switch (nt) {
+    case 4: KQ4(4); break;
+    case 3: KQ4(3); break;
+    case 2: KQ4(2); break;
+    default: KQ4(1); break;
+    }
+#undef KQ4
 }
 
 float lilac_qdot_q5_K_avx512(const void *row, const lilac_qx *x, int64_t n)
 {
-    return qdot_kq(row, sizeof(block_q5_K), offsetof(block_q5_K, qs), offsetof(block_q5_K, qh), 1, x, n);
+    float s;
+    qdot_kq(row, sizeof(block_q5_K), offsetof(block_q5_K, qs), offsetof(block_q5_K, qh), 1, x, 1, n, &s);
+    return s;
 }
 
-float lilac_qdot_q6_K_avx512(const void *row, const lilac_qx *x, int64_t n)
+QFAST_INLINE void qdot_q6_K(const block_q6_K *b, const lilac_qx *x, int nt, int64_t n, float *out)
 {
-    const block_q6_K *b = row;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     /* 16-bit shift counts: [4 | 2] brings qh bits 0-1 / 2-3 to bits 4-5,
      * [0 | 2] bits 4-5 / 6-7 (values 32..63 of each half take the second) */
@@ -353,16 +385,15 @@ float lilac_qdot_q6_K_avx512(const void *row, const lilac_qx *x, int64_t n)
     const __m512i shB = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
     const __m512i idx0 = group_idx(0), idx1 = group_idx(1), idx2 = group_idx(2), idx3 = group_idx(3);
     const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, accc = acc0;
+    __m512 acc0[LILAC_QDOT_NT], acc1[LILAC_QDOT_NT], acc2[LILAC_QDOT_NT], acc3[LILAC_QDOT_NT], accc[LILAC_QDOT_NT];
+    for (int t = 0; t < nt; t++) {
+        acc0[t] = _mm512_setzero_ps();
+        acc1[t] = acc0[t], acc2[t] = acc0[t], acc3[t] = acc0[t], accc[t] = acc0[t];
+    }
     for (int64_t i = 0; i < n / LILAC_QK_K; i++) {
         prefetch(b + i, sizeof(block_q6_K));
-        const int8_t *xh = x->hi + 256 * i, *xl = x->lo + 256 * i;
-        /* the unit of each 16 values */
-        const __m512 u = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(x->unit + 8 * i)));
         const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b[i].scales)));
-        const __m512 F = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(h2f(b[i].d)), sc), u);
-        /* the offset: q - 32 against Q is q * Q - 32 * Q */
-        accc = _mm512_fmadd_ps(F, _mm512_cvtepi32_ps(_mm512_loadu_si512(x->sum16 + 16 * i)), accc);
+        const __m512 dsc = _mm512_mul_ps(_mm512_set1_ps(h2f(b[i].d)), sc);
         __m512i w[4];
         for (int h = 0; h < 2; h++) {
             __m512i ql = _mm512_loadu_si512(b[i].ql + 64 * h);
@@ -373,13 +404,42 @@ float lilac_qdot_q6_K_avx512(const void *row, const lilac_qx *x, int64_t n)
             w[2 * h] = _mm512_ternarylogic_epi32(m4, ql, ha, 0xCA);
             w[2 * h + 1] = _mm512_ternarylogic_epi32(m4, _mm512_srli_epi16(ql, 4), hb, 0xCA);
         }
-        acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(wq64(w[0], xh, xl)), _mm512_permutexvar_ps(idx0, F), acc0);
-        acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(wq64(w[1], xh + 64, xl + 64)), _mm512_permutexvar_ps(idx1, F), acc1);
-        acc2 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(wq64(w[2], xh + 128, xl + 128)), _mm512_permutexvar_ps(idx2, F),
-                               acc2);
-        acc3 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(wq64(w[3], xh + 192, xl + 192)), _mm512_permutexvar_ps(idx3, F),
-                               acc3);
+        for (int t = 0; t < nt; t++) {
+            const lilac_qx *xt = &x[t];
+            const int8_t *xh = xt->hi + 256 * i, *xl = xt->lo + 256 * i;
+            /* the unit of each 16 values */
+            const __m512 u = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(xt->unit + 8 * i)));
+            const __m512 F = _mm512_mul_ps(dsc, u);
+            /* the offset: q - 32 against Q is q * Q - 32 * Q */
+            accc[t] = _mm512_fmadd_ps(F, _mm512_cvtepi32_ps(_mm512_loadu_si512(xt->sum16 + 16 * i)), accc[t]);
+            acc0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(wq64(w[0], xh, xl)), _mm512_permutexvar_ps(idx0, F), acc0[t]);
+            acc1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(wq64(w[1], xh + 64, xl + 64)), _mm512_permutexvar_ps(idx1, F),
+                                      acc1[t]);
+            acc2[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(wq64(w[2], xh + 128, xl + 128)),
+                                      _mm512_permutexvar_ps(idx2, F), acc2[t]);
+            acc3[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(wq64(w[3], xh + 192, xl + 192)),
+                                      _mm512_permutexvar_ps(idx3, F), acc3[t]);
+        }
     }
-    __m512 acc = _mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3));
-    return _mm512_reduce_add_ps(_mm512_fnmadd_ps(_mm512_set1_ps(32.0f), accc, acc));
+    for (int t = 0; t < nt; t++) {
+        __m512 acc = _mm512_add_ps(_mm512_add_ps(acc0[t], acc1[t]), _mm512_add_ps(acc2[t], acc3[t]));
+        out[t] = _mm512_reduce_add_ps(_mm512_fnmadd_ps(_mm512_set1_ps(32.0f), accc[t], acc));
+    }
+}
+
+float lilac_qdot_q6_K_avx512(const void *row, const lilac_qx *x, int64_t n)
+{
+    float s;
+    qdot_q6_K(row, x, 1, n, &s);
+    return s;
+}
+
+void lilac_qdotn_q6_K_avx512(const void *row, const lilac_qx *x, int nt, int64_t n, float *out)
+{
+    switch (nt) {
+    case 4: qdot_q6_K(row, x, 4, n, out); break;
+    case 3: qdot_q6_K(row, x, 3, n, out); break;
+    case 2: qdot_q6_K(row, x, 2, n, out); break;
+    default: qdot_q6_K(row, x, 1, n, out); break;
+    }
 }

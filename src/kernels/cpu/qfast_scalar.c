@@ -147,6 +147,20 @@ float lilac_qdot_q4_K_scalar(const void *row, const lilac_qx *x, int64_t n)
     return s;
 }
 
+void lilac_qdotn_q4_K_scalar(const void *row, const lilac_qx *x, int nt, int64_t n, float *out)
+{
+    const block_q4_K *w = row;
+    uint8_t q[LILAC_QK_K];
+    float s[LILAC_QDOT_NT] = {0};
+    for (int64_t i = 0; i < n / LILAC_QK_K; i++) {
+        kq_quants(w[i].qs, NULL, q); /* once for all rows */
+        for (int t = 0; t < nt; t++)
+            s[t] += kq_block(w[i].d, w[i].dmin, w[i].scales, q, &x[t], i * LILAC_QK_K);
+    }
+    for (int t = 0; t < nt; t++)
+        out[t] = s[t];
+}
+
 float lilac_qdot_q5_K_scalar(const void *row, const lilac_qx *x, int64_t n)
 {
     const block_q5_K *w = row;
@@ -175,6 +189,20 @@ static void q6_quants(const block_q6_K *b, uint8_t q[LILAC_QK_K])
     }
 }
 
+/* One Q6_K super-block against one activation row. */
+static float q6_block(const block_q6_K *b, const uint8_t q[LILAC_QK_K], const lilac_qx *x, int64_t at)
+{
+    const float d = lilac_f16_to_f32(b->d);
+    float sb = 0;
+    for (int k = 0; k < 16; k++) {
+        const int64_t a = at + 16 * k;
+        /* sum (q - 32) * Q: exact in int32 */
+        const int32_t is = isum_u8(q + 16 * k, x, a, 16) - 32 * x->sum16[a / 16];
+        sb += (d * (float)b->scales[k] * x->unit[a / 32]) * (float)is;
+    }
+    return sb;
+}
+
 float lilac_qdot_q6_K_scalar(const void *row, const lilac_qx *x, int64_t n)
 {
     const block_q6_K *w = row;
@@ -182,15 +210,21 @@ float lilac_qdot_q6_K_scalar(const void *row, const lilac_qx *x, int64_t n)
     float s = 0;
     for (int64_t i = 0; i < n / LILAC_QK_K; i++) {
         q6_quants(&w[i], q);
-        const float d = lilac_f16_to_f32(w[i].d);
-        float sb = 0;
-        for (int k = 0; k < 16; k++) {
-            const int64_t a = i * LILAC_QK_K + 16 * k;
-            /* sum (q - 32) * Q: exact in int32 */
-            const int32_t is = isum_u8(q + 16 * k, x, a, 16) - 32 * x->sum16[a / 16];
-            sb += (d * (float)w[i].scales[k] * x->unit[a / 32]) * (float)is;
-        }
-        s += sb;
+        s += q6_block(&w[i], q, x, i * LILAC_QK_K);
     }
     return s;
+}
+
+void lilac_qdotn_q6_K_scalar(const void *row, const lilac_qx *x, int nt, int64_t n, float *out)
+{
+    const block_q6_K *w = row;
+    uint8_t q[LILAC_QK_K];
+    float s[LILAC_QDOT_NT] = {0};
+    for (int64_t i = 0; i < n / LILAC_QK_K; i++) {
+        q6_quants(&w[i], q); /* once for all rows */
+        for (int t = 0; t < nt; t++)
+            s[t] += q6_block(&w[i], q, &x[t], i * LILAC_QK_K);
+    }
+    for (int t = 0; t < nt; t++)
+        out[t] = s[t];
 }
