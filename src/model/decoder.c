@@ -401,6 +401,19 @@ static void route(const lilac_hparams *hp, float *logits, int *idx, float *w)
             w[i] = (float)(w[i] / chosen);
 }
 
+/* x += w * y: a weighted expert output into the residual update */
+static void add_scaled(float *x, float w, const float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] += w * y[i];
+}
+
+static void add(float *x, const float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
 static void swiglu(float *g, const float *u, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -452,17 +465,10 @@ static void moe_one(const lilac_model *m, const lilac_layer_weights *lw, lilac_s
         it[n++] = (lilac_mm_item){&lw->sh_down, sh_g, sc->ex_out + (size_t)k * E};
     lilac_matmul_multi(m->kern, m->pool, it, n, 1);
     memset(out, 0, (size_t)E * sizeof(float));
-    for (int i = 0; i < k; i++) {
-        const float *src = sc->ex_out + (size_t)i * E;
-        for (int c = 0; c < E; c++)
-            out[c] += w[i] * src[c];
-    }
-    if (shared) {
-        float gate = sigmoid(dotf(lw->sh_gate_inp, sc->xn, E));
-        const float *src = sc->ex_out + (size_t)k * E;
-        for (int c = 0; c < E; c++)
-            out[c] += gate * src[c];
-    }
+    for (int i = 0; i < k; i++)
+        add_scaled(out, w[i], sc->ex_out + (size_t)i * E, (size_t)E);
+    if (shared)
+        add_scaled(out, sigmoid(dotf(lw->sh_gate_inp, sc->xn, E)), sc->ex_out + (size_t)k * E, (size_t)E);
 }
 
 static void moe(const lilac_model *m, const lilac_layer_weights *lw, lilac_scratch *sc, int nt, float *out)
@@ -497,12 +503,8 @@ static void moe(const lilac_model *m, const lilac_layer_weights *lw, lilac_scrat
         lilac_matmul_multi(m->kern, m->pool, gu, 2, n);
         swiglu(sc->big0, sc->big1, (size_t)n * ff);
         matmul(m, &lw->exp_down[e], sc->big0, n, sc->ex_out);
-        for (int r = 0; r < n; r++) {
-            float w = sc->small1[r], *dst = out + (size_t)sc->ex_rows[r] * E;
-            const float *src = sc->ex_out + (size_t)r * E;
-            for (int c = 0; c < E; c++)
-                dst[c] += w * src[c];
-        }
+        for (int r = 0; r < n; r++)
+            add_scaled(out + (size_t)sc->ex_rows[r] * E, sc->small1[r], sc->ex_out + (size_t)r * E, (size_t)E);
     }
     if (hp->shared_ff > 0) {
         int sff = hp->shared_ff;
@@ -510,23 +512,14 @@ static void moe(const lilac_model *m, const lilac_layer_weights *lw, lilac_scrat
         lilac_matmul_multi(m->kern, m->pool, gu, 2, nt);
         swiglu(sc->big0, sc->big1, (size_t)nt * sff);
         matmul(m, &lw->sh_down, sc->big0, nt, sc->ex_out);
-        for (int t = 0; t < nt; t++) {
-            float gate = sigmoid(dotf(lw->sh_gate_inp, sc->xn + (size_t)t * E, E));
-            float *dst = out + (size_t)t * E;
-            const float *src = sc->ex_out + (size_t)t * E;
-            for (int c = 0; c < E; c++)
-                dst[c] += gate * src[c];
-        }
+        for (int t = 0; t < nt; t++)
+            add_scaled(out + (size_t)t * E, sigmoid(dotf(lw->sh_gate_inp, sc->xn + (size_t)t * E, E)),
+                       sc->ex_out + (size_t)t * E, (size_t)E);
     }
 }
 
 /* ---- the whole model ---- */
 
-static void add(float *x, const float *y, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] += y[i];
-}
 
 /* One step of nt <= LILAC_UBATCH tokens; off/n_total place it in the outputs. */
 static void step(lilac_seq *s, const int32_t *tokens, int nt, int off, int n_total, const lilac_eval_opts *opts)

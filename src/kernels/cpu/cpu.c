@@ -191,14 +191,6 @@ static void matmul_rows(const matmul_job *j, int64_t r0, int64_t r1)
     }
 }
 
-static void matmul_task(void *ctx, int task, int thread)
-{
-    (void)thread;
-    const matmul_job *j = ctx;
-    int64_t r0 = task * j->rows_per_task;
-    matmul_rows(j, r0, r0 + j->rows_per_task);
-}
-
 void lilac_matmul(const lilac_cpu_kernels *k, lilac_pool *pool, const lilac_mat *W,
                   const float *x, int64_t n_tok, float *y)
 {
@@ -206,33 +198,9 @@ void lilac_matmul(const lilac_cpu_kernels *k, lilac_pool *pool, const lilac_mat 
         lilac_mlx_matmul(k, pool, W, x, n_tok, y);
         return;
     }
-    matmul_job j = {.W = W, .dot = lilac_cpu_dot_for(k, W->type), .x = x, .n_tok = n_tok, .y = y};
-    lilac_qdot_fn qdot = k->fast ? lilac_cpu_qdot_for(k, W->type) : NULL;
-    int layout = lilac_qx_layout(W->type);
-    if (qdot && k->qx_quantize && W->cols % (layout == LILAC_QX_KQ ? 256 : LILAC_QX_BLOCK) == 0 && n_tok > 0) {
-        size_t rb = lilac_qx_row_bytes(W->cols);
-        uint8_t *buf = scratch_get(rb * (size_t)n_tok);
-        if (buf) { /* else the precise path, which needs no memory */
-            for (int64_t t = 0; t < n_tok; t++) {
-                lilac_qx q = lilac_qx_carve(buf + (size_t)t * rb, W->cols, layout);
-                k->qx_quantize(x + t * W->cols, W->cols, &q);
-            }
-            j.qdot = qdot;
-            j.qdotn = lilac_cpu_qdotn_for(k, W->type);
-            j.qx = buf;
-            j.qx_bytes = rb;
-            j.qx_layout = layout;
-        }
-    }
-    int n_threads = lilac_pool_size(pool);
-    /* A few tasks per thread balance uneven progress; tiny matrices run inline. */
-    int64_t work = W->rows * W->cols * n_tok;
-    int n_tasks = work < 32768 ? 1 : n_threads * 4;
-    if (n_tasks > W->rows)
-        n_tasks = (int)W->rows;
-    j.rows_per_task = (W->rows + n_tasks - 1) / n_tasks;
-    n_tasks = (int)((W->rows + j.rows_per_task - 1) / j.rows_per_task);
-    lilac_pool_run(pool, n_tasks, matmul_task, &j);
+    /* one product is a job of one part */
+    const lilac_mm_item item = {W, x, y};
+    lilac_matmul_multi(k, pool, &item, 1, n_tok);
 }
 
 /* ---- several products in one job ---- */
