@@ -175,6 +175,33 @@ typedef struct lilac_eval_opts {
 lilac_status lilac_seq_eval(lilac_seq *s, const int32_t *tokens, int n,
                             const lilac_eval_opts *opts, lilac_error *err);
 
+/* ---- batches: several sequences in one step ----------------------------- */
+
+/* Runs the tokens of several sequences together, so that each weight
+ * matrix is read once per step for all of them (continuous batching: a
+ * decode token of each running sequence and a chunk of a new prompt can
+ * share a step). Each sequence's results are those it gets alone. */
+typedef struct lilac_batch lilac_batch;
+
+/* For up to n_seq_max items per call, of sequences with contexts up to n_ctx_max. */
+lilac_status lilac_batch_new(lilac_model *m, int n_seq_max, int n_ctx_max, lilac_batch **out, lilac_error *err);
+void lilac_batch_free(lilac_batch *b);
+
+typedef struct lilac_batch_item {
+    lilac_seq *seq;
+    const int32_t *tokens;
+    int n;            /* >= 1 */
+    bool want_logits; /* the logits after the item's last token */
+} lilac_batch_item;
+
+/* Feed every item's tokens at its sequence's position (a sequence at most
+ * once per call). Long items run in several internal steps. On an error
+ * nothing has been evaluated. */
+lilac_status lilac_batch_eval(lilac_batch *b, const lilac_batch_item *items, int n_items, lilac_error *err);
+/* Item i's logits (n_vocab floats) from the last lilac_batch_eval, NULL
+ * unless it asked for them; valid until the next call. */
+float *lilac_batch_logits(lilac_batch *b, int i);
+
 /* ---- text: tokenizer and chat template --------------------------------- */
 
 typedef struct lilac_tokenizer lilac_tokenizer;

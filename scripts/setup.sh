@@ -6,7 +6,7 @@ set -euo pipefail
 
 # gcc-aarch64-linux-gnu, libc6-dev-arm64-cross, qemu-user-static: the NEON
 # kernels' test (tests/neon/run.sh) cross-compiles and runs under qemu.
-packages=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev clang libclang-rt-14-dev
+packages=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libssl-dev clang libclang-rt-14-dev
           gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static)
 
 missing=()

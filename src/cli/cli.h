@@ -24,5 +24,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
 
 #endif

@@ -43,6 +43,7 @@ static int cmp_double(const void *a, const void *b)
 typedef struct {
     const char *model;
     int n_prompt, n_gen, depth, threads, reps;
+    int parallel; /* sequences decoded together in the generation test */
     bool json;
     bool precise; /* float32 activations against quantized weights */
 } bench_opts;
@@ -103,6 +104,60 @@ done:
     return rc;
 }
 
+/* Generation with o->parallel sequences in one batch: each step feeds one
+ * token to every sequence; tokens/s counts all of them. */
+static int run_once_parallel(lilac_model *m, const bench_opts *o, double *tps)
+{
+    const lilac_hparams *hp = lilac_model_hparams(m);
+    int P = o->parallel, n = o->n_gen, n_ctx = o->depth + n + 1;
+    lilac_seq **s = calloc((size_t)P, sizeof *s);
+    lilac_batch_item *it = calloc((size_t)P, sizeof *it);
+    int32_t *toks = malloc((size_t)P * (o->depth + n + 1) * sizeof *toks);
+    lilac_batch *b = NULL;
+    lilac_error err;
+    uint64_t rng = 12345;
+    int rc = 1;
+    if (!s || !it || !toks) {
+        cli_fail("%s", "out of memory");
+        goto done;
+    }
+    if (lilac_batch_new(m, P, n_ctx, &b, &err)) {
+        cli_fail_err(&err);
+        goto done;
+    }
+    for (int i = 0; i < P; i++) {
+        if (lilac_seq_new(m, n_ctx, &s[i], &err)) {
+            cli_fail_err(&err);
+            goto done;
+        }
+        fill_tokens(toks + (size_t)i * (o->depth + n + 1), o->depth + n, hp->n_vocab, &rng);
+        it[i] = (lilac_batch_item){s[i], toks + (size_t)i * (o->depth + n + 1), o->depth, false};
+    }
+    if (o->depth > 0 && lilac_batch_eval(b, it, P, &err)) {
+        cli_fail_err(&err);
+        goto done;
+    }
+    double t0 = now_s();
+    for (int k = 0; k < n; k++) {
+        for (int i = 0; i < P; i++)
+            it[i] = (lilac_batch_item){s[i], toks + (size_t)i * (o->depth + n + 1) + o->depth + k, 1, true};
+        if (lilac_batch_eval(b, it, P, &err)) {
+            cli_fail_err(&err);
+            goto done;
+        }
+    }
+    *tps = (double)P * n / (now_s() - t0);
+    rc = 0;
+done:
+    for (int i = 0; s && i < P; i++)
+        lilac_seq_free(s[i]);
+    lilac_batch_free(b);
+    free(s);
+    free(it);
+    free(toks);
+    return rc;
+}
+
 static int run_test(lilac_model *m, const bench_opts *o, bool gen, double load_s)
 {
     int n = gen ? o->n_gen : o->n_prompt;
@@ -115,12 +170,13 @@ static int run_test(lilac_model *m, const bench_opts *o, bool gen, double load_s
      * runs are steady state (weights paged in, caches and pool warm); its
      * speed is reported apart */
     double warm = 0;
-    if (run_once(m, o, gen, &warm)) {
+    bool par = gen && o->parallel > 1;
+    if (par ? run_once_parallel(m, o, &warm) : run_once(m, o, gen, &warm)) {
         free(t);
         return 1;
     }
     for (int r = 0; r < o->reps; r++)
-        if (run_once(m, o, gen, &t[r])) {
+        if (par ? run_once_parallel(m, o, &t[r]) : run_once(m, o, gen, &t[r])) {
             free(t);
             return 1;
         }
@@ -133,15 +189,19 @@ static int run_test(lilac_model *m, const bench_opts *o, bool gen, double load_s
         sd += (t[r] - mean) * (t[r] - mean) / (o->reps > 1 ? o->reps - 1 : 1);
     sd = sqrt(sd);
     char name[32];
-    snprintf(name, sizeof name, "%s%d", gen ? "tg" : "pp", n);
+    if (par)
+        snprintf(name, sizeof name, "tg%dx%d", n, o->parallel);
+    else
+        snprintf(name, sizeof name, "%s%d", gen ? "tg" : "pp", n);
     const lilac_hparams *hp = lilac_model_hparams(m);
     if (o->json)
         printf("{\"test\": \"%s\", \"model\": \"%s\", \"arch\": \"%s\", \"n_params\": %llu, \"model_bytes\": %llu, "
-               "\"depth\": %d, \"threads\": %d, \"reps\": %d, \"tokens_per_s\": %.3f, \"min_tokens_per_s\": %.3f, "
+               "\"depth\": %d, \"threads\": %d, \"parallel\": %d, \"reps\": %d, \"tokens_per_s\": %.3f, \"min_tokens_per_s\": %.3f, "
                "\"max_tokens_per_s\": %.3f, \"stddev\": %.3f, \"load_s\": %.3f, \"peak_rss_bytes\": %lld, "
                "\"warmup_tokens_per_s\": %.3f, \"n_layer\": %d, \"precise\": %s}\n",
                name, o->model, lilac_model_arch_name(m), (unsigned long long)lilac_model_n_params(m),
-               (unsigned long long)lilac_model_weight_bytes(m), o->depth, lilac_model_n_threads(m), o->reps, med, t[0],
+               (unsigned long long)lilac_model_weight_bytes(m), o->depth, lilac_model_n_threads(m), gen ? o->parallel : 1,
+               o->reps, med, t[0],
                t[o->reps - 1], sd, load_s, peak_rss_bytes(), warm, hp->n_layer, o->precise ? "true" : "false");
     else
         printf("| %-10s | %9.2f GiB | %8.2f B | %7d | %-6s | %5d | %8.2f ± %6.2f | %8.2f | %8.2f | %8.2f |\n",
@@ -154,7 +214,7 @@ static int run_test(lilac_model *m, const bench_opts *o, bool gen, double load_s
 
 int cmd_bench(int argc, char **argv)
 {
-    bench_opts o = {.n_prompt = 512, .n_gen = 64, .reps = 3};
+    bench_opts o = {.n_prompt = 512, .n_gen = 64, .reps = 3, .parallel = 1};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -177,6 +237,8 @@ int cmd_bench(int argc, char **argv)
             dst = &o.depth, zero_ok = true;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
             dst = &o.threads;
+        else if (!strcmp(a, "-P") || !strcmp(a, "--parallel"))
+            dst = &o.parallel;
         else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions"))
             dst = &o.reps;
         else
@@ -201,7 +263,7 @@ int cmd_bench(int argc, char **argv)
     if (lilac_model_open(o.model, &mp, &m, &err))
         return cli_fail_err(&err);
     double load_s = now_s() - t0;
-    if (lilac_model_mem_check(m, o.depth + (o.n_prompt > o.n_gen ? o.n_prompt : o.n_gen) + 1, 1, &err)) {
+    if (lilac_model_mem_check(m, o.depth + (o.n_prompt > o.n_gen ? o.n_prompt : o.n_gen) + 1, o.parallel, &err)) {
         lilac_model_free(m);
         return cli_fail_err(&err);
     }

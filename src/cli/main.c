@@ -17,14 +17,18 @@ static void usage(FILE *f)
           "  chat -m MODEL [options]       an interactive conversation; each turn costs only its tokens\n"
           "  tokenize -m MODEL (--text T | --file F | --jsonl [--file F] | --decode IDS)\n"
           "                                token ids, or the text of ids (MODEL may be a tokenizer.json)\n"
-          "  bench -m MODEL [-p 512] [-n 64] [-d DEPTH] [-t THREADS] [-r REPS] [--json] [--precise]\n"
-          "                                prompt processing and generation speed (llama-bench's tests)\n"
+          "  bench -m MODEL [-p 512] [-n 64] [-d DEPTH] [-t THREADS] [-P PARALLEL] [-r REPS] [--json] [--precise]\n"
+          "                                prompt processing and generation speed (llama-bench's tests);\n"
+          "                                -P N: generation of N sequences together (total tokens/s)\n"
           "  eval -m MODEL -f TEXT [--ctx 512] [--reference REF] [--save-logits F] [--json]\n"
           "  eval --compare A.gguf B.gguf ... --reference REF -f TEXT\n"
           "                                perplexity; KL and top-1 against a reference model or logits\n"
           "  plan -m MODEL [--ctx N] [--parallel P]   memory needed against memory available\n"
           "  doctor [-m MODEL]             CPU, SIMD paths, memory, libraries; whether a model fits\n"
           "  info MODEL [--ctx N]          architecture, hyper-parameters, tensors, memory\n"
+          "  verify FILE... [--sha256 HEX | --manifest SUMS]\n"
+          "                                SHA-256 of model files, as sha256sum prints it or checked\n"
+          "                                against a published hash or manifest (lilac verify --help)\n"
           "  logits -m MODEL --tokens 1,2,3 [-o OUT.f32] [--threads N] [--step] [--hidden H.f32] [--precise]\n"
           "                                float32 logits of every position, row-major;\n"
           "                                --step feeds one token at a time (the decode path),\n"
@@ -356,6 +360,8 @@ int main(int argc, char **argv)
         return cmd_chat(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize"))
         return cmd_tokenize(argc - 2, argv + 2);
+    if (!strcmp(cmd, "verify"))
+        return cmd_verify(argc - 2, argv + 2);
     if (!strcmp(cmd, "info"))
         return cmd_info(argc - 2, argv + 2);
     if (!strcmp(cmd, "logits"))

@@ -11,7 +11,7 @@ static size_t conv_channels(const lilac_hparams *hp)
     return (size_t)(2 * hp->ssm_k_heads * hp->ssm_k_dim + hp->ssm_v_heads * hp->ssm_v_dim);
 }
 
-static void state_sizes(const lilac_hparams *hp, int n_ctx, uint64_t *kv, uint64_t *rec)
+void lilac_state_sizes(const lilac_hparams *hp, int n_ctx, uint64_t *kv, uint64_t *rec)
 {
     *kv = *rec = 0;
     for (int i = 0; i < hp->n_layer; i++) {
@@ -52,18 +52,19 @@ static uint64_t scratch_floats(const lilac_hparams *hp, int n_tok, int n_threads
 {
     uint64_t nt = (uint64_t)n_tok, small = (uint64_t)(hp->n_expert > hp->ssm_v_heads ? hp->n_expert : hp->ssm_v_heads);
     return nt * (uint64_t)hp->n_embd * 5 + nt * widest(hp) * 3 + nt * small * 2 +
-           nt * (uint64_t)hp->n_expert_used * 2 + nt + (uint64_t)n_threads * per_thread_floats(hp, n_ctx);
+           nt * (uint64_t)hp->n_expert_used * 2 + (uint64_t)n_threads * per_thread_floats(hp, n_ctx);
 }
 
 lilac_mem_plan lilac_model_mem_plan(const lilac_model *m, int n_ctx, int n_batch)
 {
     lilac_mem_plan p;
-    state_sizes(&m->hp, n_ctx, &p.kv_bytes, &p.recurrent_bytes);
+    lilac_state_sizes(&m->hp, n_ctx, &p.kv_bytes, &p.recurrent_bytes);
     p.kv_bytes *= sizeof(float);
     p.recurrent_bytes *= sizeof(float);
     if (n_batch > LILAC_UBATCH)
         n_batch = LILAC_UBATCH;
-    p.scratch_bytes = scratch_floats(&m->hp, n_batch, m->params.n_threads, n_ctx) * sizeof(float);
+    p.scratch_bytes = scratch_floats(&m->hp, n_batch, m->params.n_threads, n_ctx) * sizeof(float) +
+                      (uint64_t)n_batch * (uint64_t)(m->hp.n_expert_used + 3) * sizeof(int);
     return p;
 }
 
@@ -79,6 +80,54 @@ static void prefault(float *p, size_t floats)
         b[i] = 0;
 }
 
+lilac_status lilac_scratch_init(lilac_scratch *sc, const lilac_model *m, int n_tok, int n_ctx, lilac_error *err)
+{
+    const lilac_hparams *hp = &m->hp;
+    memset(sc, 0, sizeof *sc);
+    uint64_t total = scratch_floats(hp, n_tok, m->params.n_threads, n_ctx);
+    if (total > (uint64_t)SIZE_MAX / sizeof(float) / 2)
+        return lilac_fail(err, LILAC_E_NOMEM, "scratch for %d tokens of a %d-token context is too large", n_tok, n_ctx);
+    size_t nt = (size_t)n_tok, wide = widest(hp);
+    size_t small = (size_t)(hp->n_expert > hp->ssm_v_heads ? hp->n_expert : hp->ssm_v_heads);
+    sc->mem = calloc((size_t)total, sizeof(float));
+    sc->ints = calloc(nt * ((size_t)hp->n_expert_used + 3), sizeof(int));
+    if (!sc->mem || !sc->ints) {
+        lilac_scratch_free(sc);
+        return lilac_fail(err, LILAC_E_NOMEM, "out of memory for %d tokens of scratch (%.1f MiB)", n_tok,
+                          (double)total * sizeof(float) / (1 << 20));
+    }
+    float *p = sc->mem;
+    sc->n_tok = n_tok;
+    sc->x = p, p += nt * hp->n_embd;
+    sc->xn = p, p += nt * hp->n_embd;
+    sc->tmp = p, p += nt * hp->n_embd;
+    sc->ex_in = p, p += nt * hp->n_embd;
+    sc->ex_out = p, p += nt * hp->n_embd;
+    sc->big0 = p, p += nt * wide;
+    sc->big1 = p, p += nt * wide;
+    sc->big2 = p, p += nt * wide;
+    sc->big_floats = nt * wide;
+    sc->small0 = p, p += nt * small;
+    sc->small1 = p, p += nt * small;
+    sc->route_w = p, p += nt * (size_t)hp->n_expert_used * 2;
+    sc->per_thread_floats = per_thread_floats(hp, n_ctx);
+    sc->per_thread = p;
+    sc->route_idx = sc->ints;
+    sc->ex_rows = sc->ints + nt * (size_t)hp->n_expert_used;
+    sc->tok_seg = sc->ex_rows + nt;
+    sc->tok_pos = sc->tok_seg + nt;
+    /* written from the first token on */
+    prefault(sc->mem, (size_t)total);
+    return LILAC_OK;
+}
+
+void lilac_scratch_free(lilac_scratch *sc)
+{
+    free(sc->mem);
+    free(sc->ints);
+    memset(sc, 0, sizeof *sc);
+}
+
 lilac_status lilac_seq_new(lilac_model *m, int n_ctx, lilac_seq **out, lilac_error *err)
 {
     *out = NULL;
@@ -86,20 +135,17 @@ lilac_status lilac_seq_new(lilac_model *m, int n_ctx, lilac_seq **out, lilac_err
     if (n_ctx < 1)
         return lilac_fail(err, LILAC_E_ARG, "context size %d must be at least 1", n_ctx);
     uint64_t kv, rec;
-    state_sizes(hp, n_ctx, &kv, &rec);
-    int n_tok = LILAC_UBATCH;
-    uint64_t total = kv + rec + scratch_floats(hp, n_tok, m->params.n_threads, n_ctx);
+    lilac_state_sizes(hp, n_ctx, &kv, &rec);
+    uint64_t total = kv + rec;
     if (total > (uint64_t)SIZE_MAX / sizeof(float) / 2)
         return lilac_fail(err, LILAC_E_NOMEM, "a context of %d tokens needs too much memory", n_ctx);
     lilac_seq *s = calloc(1, sizeof *s);
     float *mem = calloc((size_t)total, sizeof(float));
     lilac_layer_state *ls = calloc((size_t)hp->n_layer, sizeof *ls);
-    int *ints = calloc((size_t)n_tok * ((size_t)hp->n_expert_used + 1), sizeof(int));
-    if (!s || !mem || !ls || !ints) {
+    if (!s || !mem || !ls) {
         free(s);
         free(mem);
         free(ls);
-        free(ints);
         return lilac_fail(err, LILAC_E_NOMEM, "out of memory for a context of %d tokens (%.1f MiB)", n_ctx,
                           (double)total * sizeof(float) / (1 << 20));
     }
@@ -119,33 +165,16 @@ lilac_status lilac_seq_new(lilac_model *m, int n_ctx, lilac_seq **out, lilac_err
             ls[i].ssm = p, p += (size_t)hp->ssm_v_heads * hp->ssm_k_dim * hp->ssm_v_dim;
         }
     }
-    lilac_scratch *sc = &s->sc;
-    size_t nt = (size_t)n_tok, wide = widest(hp);
-    size_t small = (size_t)(hp->n_expert > hp->ssm_v_heads ? hp->n_expert : hp->ssm_v_heads);
-    sc->n_tok = n_tok;
-    sc->x = p, p += nt * hp->n_embd;
-    sc->xn = p, p += nt * hp->n_embd;
-    sc->tmp = p, p += nt * hp->n_embd;
-    sc->ex_in = p, p += nt * hp->n_embd;
-    sc->ex_out = p, p += nt * hp->n_embd;
-    sc->big0 = p, p += nt * wide;
-    sc->big1 = p, p += nt * wide;
-    sc->big2 = p, p += nt * wide;
-    sc->big_floats = nt * wide;
-    sc->small0 = p, p += nt * small;
-    sc->small1 = p, p += nt * small;
-    sc->route_w = p, p += nt * (size_t)hp->n_expert_used * 2;
-    sc->per_thread_floats = per_thread_floats(hp, n_ctx);
-    sc->per_thread = p;
-    sc->route_idx = ints;
-    /* the recurrent state and the scratch are written from the first
-     * token on; the KV cache only as it fills */
+    /* the recurrent state is written from the first token on; the KV cache only as it fills */
     for (int i = 0; i < hp->n_layer; i++)
         if (hp->layer_kind[i] != LILAC_LAYER_ATTENTION)
             prefault(ls[i].conv, (size_t)(hp->ssm_conv_kernel - 1) * conv_channels(hp) +
                                      (size_t)hp->ssm_v_heads * hp->ssm_k_dim * hp->ssm_v_dim);
-    prefault(sc->x, (size_t)(mem + total - sc->x));
-    sc->ex_rows = ints + nt * (size_t)hp->n_expert_used;
+    lilac_status st = lilac_scratch_init(&s->sc, m, LILAC_UBATCH, n_ctx, err);
+    if (st != LILAC_OK) {
+        lilac_seq_free(s);
+        return st;
+    }
     *out = s;
     return LILAC_OK;
 }
@@ -156,7 +185,7 @@ void lilac_seq_free(lilac_seq *s)
         return;
     free(s->mem);
     free(s->layers);
-    free(s->sc.route_idx);
+    lilac_scratch_free(&s->sc);
     free(s);
 }
 

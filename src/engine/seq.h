@@ -23,9 +23,16 @@ typedef struct lilac_scratch {
     int *route_idx;              /* [n_tok][n_expert_used] */
     float *route_w;
     int *ex_rows;                /* [n_tok] token rows routed to one expert */
+    int *tok_seg, *tok_pos;      /* [n_tok] each token's segment and position */
     float *per_thread;           /* [n_threads][per_thread_floats] */
     size_t per_thread_floats;
+    float *mem;                  /* the floats above live here */
+    int *ints;                   /* and the ints here */
 } lilac_scratch;
+
+/* Scratch for up to n_tok tokens of sequences of up to n_ctx tokens. */
+lilac_status lilac_scratch_init(lilac_scratch *sc, const lilac_model *m, int n_tok, int n_ctx, lilac_error *err);
+void lilac_scratch_free(lilac_scratch *sc);
 
 struct lilac_seq {
     lilac_model *m;
@@ -37,9 +44,26 @@ struct lilac_seq {
     size_t mem_floats;
 };
 
-/* The forward pass over n tokens (decoder.c). */
+/* The bytes of a sequence's state (KV cache and recurrent state). */
+void lilac_state_sizes(const lilac_hparams *hp, int n_ctx, uint64_t *kv_floats, uint64_t *rec_floats);
+
+/* The forward pass over n tokens of one sequence (decoder.c). */
 lilac_status lilac_decoder_eval(lilac_seq *s, const int32_t *tokens, int n, const lilac_eval_opts *opts,
                                 lilac_error *err);
+
+/* One step over several sequences (decoder.c): segment g feeds tokens
+ * [t0, t0 + n) of the step to seq s at its position. Logits are computed
+ * for the rows listed in last_rows (n_last of them), written row after
+ * row to logits. The caller has checked contexts, tokens and the scratch
+ * size (sum of n <= sc->n_tok; per-thread scratch sized for every seq's
+ * context). */
+typedef struct lilac_dec_seg {
+    lilac_seq *s;
+    int t0, n;
+} lilac_dec_seg;
+
+void lilac_decoder_step_multi(lilac_scratch *sc, const lilac_model *m, const lilac_dec_seg *segs, int n_seg,
+                              const int32_t *tokens, const int *last_rows, int n_last, float *logits);
 
 /* Tokens one internal step takes at most; longer inputs run in steps. */
 #define LILAC_UBATCH 256

@@ -70,12 +70,12 @@ static void matmul(const lilac_model *m, const lilac_mat *W, const float *x, int
 
 typedef struct {
     const lilac_model *m;
-    const lilac_layer_state *st;
+    const lilac_dec_seg *segs;
+    int il;
     lilac_scratch *sc;
     const float *q; /* [nt][q_stride], q of head h at h * q_step */
     int q_stride, q_step;
     float *out;     /* [nt][n_head * head_dim] */
-    int nt, pos0;
 } attn_job;
 
 static void attn_task(void *ctx, int task, int thread)
@@ -85,12 +85,13 @@ static void attn_task(void *ctx, int task, int thread)
     int hd = hp->head_dim, kvw = hp->n_head_kv * hd;
     int t = task / hp->n_head, h = task % hp->n_head;
     int kvh = h / (hp->n_head / hp->n_head_kv);
-    int n_keys = j->pos0 + t + 1; /* causal: itself and everything before */
+    const lilac_layer_state *st = &j->segs[j->sc->tok_seg[t]].s->layers[j->il];
+    int n_keys = j->sc->tok_pos[t] + 1; /* causal: itself and everything before */
     const float *q = j->q + (size_t)t * j->q_stride + (size_t)h * j->q_step;
     float *sc = j->sc->per_thread + (size_t)thread * j->sc->per_thread_floats;
     float scale = 1.0f / sqrtf((float)hd), mx = -INFINITY;
     for (int p = 0; p < n_keys; p++) {
-        sc[p] = dotf(q, j->st->k + (size_t)p * kvw + (size_t)kvh * hd, hd) * scale;
+        sc[p] = dotf(q, st->k + (size_t)p * kvw + (size_t)kvh * hd, hd) * scale;
         if (sc[p] > mx)
             mx = sc[p];
     }
@@ -103,24 +104,25 @@ static void attn_task(void *ctx, int task, int thread)
     float *o = j->out + (size_t)t * hp->n_head * hd + (size_t)h * hd;
     memset(o, 0, (size_t)hd * sizeof(float));
     for (int p = 0; p < n_keys; p++) {
-        const float *v = j->st->v + (size_t)p * kvw + (size_t)kvh * hd;
+        const float *v = st->v + (size_t)p * kvw + (size_t)kvh * hd;
         float w = sc[p] * inv;
         for (int d = 0; d < hd; d++)
             o[d] += w * v[d];
     }
 }
 
-static void attention(const lilac_model *m, const lilac_layer_weights *lw, lilac_layer_state *st,
-                      lilac_scratch *sc, int nt, int pos0, float *out)
+static void attention(const lilac_model *m, const lilac_layer_weights *lw, int il, const lilac_dec_seg *segs,
+                      lilac_scratch *sc, int nt, float *out)
 {
     const lilac_hparams *hp = &m->hp;
     int hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv, kvw = nkv * hd;
     int q_step = hd * (hp->attn_output_gate ? 2 : 1), q_stride = nh * q_step;
     float *qg = sc->big0, *k = sc->big1, *v = sc->big2;
-    lilac_mm_item qkv[3] = {{&lw->wq, sc->xn, qg}, {&lw->wk, sc->xn, k}, {&lw->wv, sc->xn, v}};
+    lilac_mm_item qkv[3] = {{&lw->wq, sc->xn, qg, 0}, {&lw->wk, sc->xn, k, 0}, {&lw->wv, sc->xn, v, 0}};
     lilac_matmul_multi(m->kern, m->pool, qkv, 3, nt);
     for (int t = 0; t < nt; t++) {
-        int pos = pos0 + t;
+        int pos = sc->tok_pos[t];
+        lilac_layer_state *st = &segs[sc->tok_seg[t]].s->layers[il];
         for (int h = 0; h < nh; h++) {
             float *q = qg + (size_t)t * q_stride + (size_t)h * q_step;
             rmsnorm(q, q, lw->q_norm, hd, hp->norm_eps);
@@ -135,7 +137,7 @@ static void attention(const lilac_model *m, const lilac_layer_weights *lw, lilac
         memcpy(st->v + (size_t)pos * kvw, v + (size_t)t * kvw, (size_t)kvw * sizeof(float));
     }
     float *o = sc->big1; /* k and v now live in the cache */
-    attn_job j = {m, st, sc, qg, q_stride, q_step, o, nt, pos0};
+    attn_job j = {m, segs, il, sc, qg, q_stride, q_step, o};
     lilac_pool_run(m->pool, nt * nh, attn_task, &j);
     if (hp->attn_output_gate)
         for (int t = 0; t < nt; t++)
@@ -154,13 +156,12 @@ static void attention(const lilac_model *m, const lilac_layer_weights *lw, lilac
 
 typedef struct {
     const lilac_model *m;
-    const lilac_layer_weights *lw;
-    lilac_layer_state *st;
+    const lilac_dec_seg *segs;
+    int il;
     lilac_scratch *sc;
     const float *qkv; /* [nt][conv channels], after conv, SiLU and q/k L2 norm */
     const float *g, *beta; /* [nt][v_heads] */
     float *o;              /* [nt][v_heads * v_dim] */
-    int nt;
 } dn_job;
 
 /* The recurrent form, one token: S *= exp(g); S += k (beta (v - S^T k))^T; o = S^T q. */
@@ -274,19 +275,22 @@ static void dn_chunk(float *S, const float *const *q, const float *const *k, con
     }
 }
 
-static void dn_head_task(void *ctx, int j, int thread)
+/* task: value head j of segment task / v_heads */
+static void dn_head_task(void *ctx, int task, int thread)
 {
     const dn_job *jb = ctx;
+    const lilac_dec_seg *seg = &jb->segs[task / jb->m->hp.ssm_v_heads];
+    int j = task % jb->m->hp.ssm_v_heads;
     const lilac_hparams *hp = &jb->m->hp;
     int nk = hp->ssm_k_heads, nv = hp->ssm_v_heads, dk = hp->ssm_k_dim, dv = hp->ssm_v_dim;
     int C = 2 * nk * dk + nv * dv;
     int kh = jb->m->w.ssm_v_tiled ? j % nk : j / (nv / nk);
-    float *S = jb->st->ssm + (size_t)j * dk * dv;
+    float *S = seg->s->layers[jb->il].ssm + (size_t)j * dk * dv;
     float *buf = jb->sc->per_thread + (size_t)thread * jb->sc->per_thread_floats;
     const float *qs[DN_CHUNK], *ks[DN_CHUNK], *vs[DN_CHUNK];
     float *os[DN_CHUNK], gs[DN_CHUNK], bs[DN_CHUNK];
-    for (int t0 = 0; t0 < jb->nt; t0 += DN_CHUNK) {
-        int L = jb->nt - t0 < DN_CHUNK ? jb->nt - t0 : DN_CHUNK;
+    for (int t0 = seg->t0; t0 < seg->t0 + seg->n; t0 += DN_CHUNK) {
+        int L = seg->t0 + seg->n - t0 < DN_CHUNK ? seg->t0 + seg->n - t0 : DN_CHUNK;
         for (int i = 0; i < L; i++) {
             const float *row = jb->qkv + (size_t)(t0 + i) * C;
             qs[i] = row + (size_t)kh * dk;
@@ -296,44 +300,49 @@ static void dn_head_task(void *ctx, int j, int thread)
             gs[i] = jb->g[(size_t)(t0 + i) * nv + j];
             bs[i] = jb->beta[(size_t)(t0 + i) * nv + j];
         }
-        if (jb->nt == 1)
+        if (seg->n == 1)
             dn_recurrent(S, qs[0], ks[0], vs[0], gs[0], bs[0], dk, dv, os[0], buf);
         else
             dn_chunk(S, qs, ks, vs, gs, bs, L, dk, dv, os, buf);
     }
 }
 
-static void deltanet(const lilac_model *m, const lilac_layer_weights *lw, lilac_layer_state *st,
-                     lilac_scratch *sc, int nt, float *out)
+static void deltanet(const lilac_model *m, const lilac_layer_weights *lw, int il, const lilac_dec_seg *segs,
+                     int n_seg, lilac_scratch *sc, int nt, float *out)
 {
     const lilac_hparams *hp = &m->hp;
     int nk = hp->ssm_k_heads, nv = hp->ssm_v_heads, dk = hp->ssm_k_dim, dv = hp->ssm_v_dim;
     int C = 2 * nk * dk + nv * dv, K = hp->ssm_conv_kernel;
     float *qkv = sc->big0, *z = sc->big1, *conv = sc->big2, *a = sc->small0, *b = sc->small1;
-    lilac_mm_item proj[4] = {{&lw->ssm_qkv, sc->xn, qkv}, {&lw->ssm_z, sc->xn, z},
-                             {&lw->ssm_alpha, sc->xn, a}, {&lw->ssm_beta, sc->xn, b}};
+    lilac_mm_item proj[4] = {{&lw->ssm_qkv, sc->xn, qkv, 0}, {&lw->ssm_z, sc->xn, z, 0},
+                             {&lw->ssm_alpha, sc->xn, a, 0}, {&lw->ssm_beta, sc->xn, b, 0}};
     lilac_matmul_multi(m->kern, m->pool, proj, 4, nt);
 
-    /* causal depthwise conv over time; inputs before this step come from the state */
-    for (int t = 0; t < nt; t++)
-        for (int c = 0; c < C; c++) {
-            const float *w = lw->ssm_conv + (size_t)c * K;
-            float s = 0;
-            for (int i = 0; i < K; i++) {
-                int tau = t - (K - 1) + i;
-                float xin = tau >= 0 ? qkv[(size_t)tau * C + c] : st->conv[(size_t)(K - 1 + tau) * C + c];
-                s += w[i] * xin;
+    /* causal depthwise conv over each segment's tokens; inputs before them come from its state */
+    for (int g = 0; g < n_seg; g++) {
+        lilac_layer_state *st = &segs[g].s->layers[il];
+        const float *in = qkv + (size_t)segs[g].t0 * C;
+        int n = segs[g].n;
+        for (int t = 0; t < n; t++)
+            for (int c = 0; c < C; c++) {
+                const float *w = lw->ssm_conv + (size_t)c * K;
+                float s = 0;
+                for (int i = 0; i < K; i++) {
+                    int tau = t - (K - 1) + i;
+                    float xin = tau >= 0 ? in[(size_t)tau * C + c] : st->conv[(size_t)(K - 1 + tau) * C + c];
+                    s += w[i] * xin;
+                }
+                conv[(size_t)(segs[g].t0 + t) * C + c] = silu(s);
             }
-            conv[(size_t)t * C + c] = silu(s);
+        /* the state keeps the last K-1 inputs */
+        for (int r = 0; r < K - 1; r++) {
+            int tau = n - (K - 1) + r; /* input index relative to this segment */
+            float *dst = st->conv + (size_t)r * C;
+            if (tau >= 0)
+                memcpy(dst, in + (size_t)tau * C, (size_t)C * sizeof(float));
+            else
+                memmove(dst, st->conv + (size_t)(K - 1 + tau) * C, (size_t)C * sizeof(float));
         }
-    /* the state keeps the last K-1 inputs */
-    for (int r = 0; r < K - 1; r++) {
-        int tau = nt - (K - 1) + r; /* input index relative to this step */
-        float *dst = st->conv + (size_t)r * C;
-        if (tau >= 0)
-            memcpy(dst, qkv + (size_t)tau * C, (size_t)C * sizeof(float));
-        else
-            memmove(dst, st->conv + (size_t)(K - 1 + tau) * C, (size_t)C * sizeof(float));
     }
     float qscale = 1.0f / sqrtf((float)dk);
     for (int t = 0; t < nt; t++) {
@@ -352,8 +361,8 @@ static void deltanet(const lilac_model *m, const lilac_layer_weights *lw, lilac_
         }
     }
     float *o = sc->big0; /* the projections are consumed */
-    dn_job jb = {m, lw, st, sc, conv, a, b, o, nt};
-    lilac_pool_run(m->pool, nv, dn_head_task, &jb);
+    dn_job jb = {m, segs, il, sc, conv, a, b, o};
+    lilac_pool_run(m->pool, n_seg * nv, dn_head_task, &jb);
     /* gated RMSNorm per value head: norm(o) * w * silu(z) */
     for (int t = 0; t < nt; t++)
         for (int j = 0; j < nv; j++) {
@@ -420,66 +429,89 @@ static void swiglu(float *g, const float *u, size_t n)
         g[i] = silu(g[i]) * u[i];
 }
 
-/* One token (decode): the router and the shared expert's gate and up in
- * one job, every selected expert's gate and up in the next, all downs in a
- * third; the same products as moe() below, added in the same order (experts
- * by index, then the shared one), so the sums are bitwise the same. */
-static void moe_one(const lilac_model *m, const lilac_layer_weights *lw, lilac_scratch *sc, float *out)
+/* Few tokens (decode, one or several sequences): three jobs for the whole
+ * layer — the router with the shared expert's gate and up; every selected
+ * expert's gate and up over the rows routed to it; all downs — rather than
+ * two per expert. The same products as the expert loop below, added in the
+ * same order (experts by index, then the shared one), so the sums are
+ * bitwise the same. Returns false when the rows do not fit its buffers. */
+static bool moe_few(const lilac_model *m, const lilac_layer_weights *lw, lilac_scratch *sc, int nt, float *out)
 {
     const lilac_hparams *hp = &m->hp;
     int E = hp->n_embd, k = hp->n_expert_used, ff = hp->expert_ff, sff = hp->shared_ff;
     bool shared = sff > 0;
+    size_t R = (size_t)nt * k; /* routed rows */
+    if (R + (size_t)nt > (size_t)sc->n_tok || R * ff + (size_t)nt * sff > sc->big_floats)
+        return false;
     lilac_mm_item it[LILAC_MM_MAX];
     int n = 0;
-    it[n++] = (lilac_mm_item){&lw->router, sc->xn, sc->small0};
-    float *sh_g = sc->big0 + (size_t)k * ff, *sh_u = sc->big1 + (size_t)k * ff;
+    it[n++] = (lilac_mm_item){&lw->router, sc->xn, sc->small0, nt};
+    float *sh_g = sc->big0 + R * ff, *sh_u = sc->big1 + R * ff;
     if (shared) {
-        it[n++] = (lilac_mm_item){&lw->sh_gate, sc->xn, sh_g};
-        it[n++] = (lilac_mm_item){&lw->sh_up, sc->xn, sh_u};
+        it[n++] = (lilac_mm_item){&lw->sh_gate, sc->xn, sh_g, nt};
+        it[n++] = (lilac_mm_item){&lw->sh_up, sc->xn, sh_u, nt};
     }
-    lilac_matmul_multi(m->kern, m->pool, it, n, 1);
-    int *idx = sc->route_idx;
-    float *w = sc->route_w;
-    route(hp, sc->small0, idx, w);
-    /* by expert index, the order moe() adds them in */
-    for (int i = 1; i < k; i++)
-        for (int p = i; p > 0 && idx[p - 1] > idx[p]; p--) {
-            int ti = idx[p];
-            idx[p] = idx[p - 1], idx[p - 1] = ti;
-            float tw = w[p];
-            w[p] = w[p - 1], w[p - 1] = tw;
-        }
-    n = 0;
-    for (int i = 0; i < k; i++) {
-        it[n++] = (lilac_mm_item){&lw->exp_gate[idx[i]], sc->xn, sc->big0 + (size_t)i * ff};
-        it[n++] = (lilac_mm_item){&lw->exp_up[idx[i]], sc->xn, sc->big1 + (size_t)i * ff};
+    lilac_matmul_multi(m->kern, m->pool, it, n, nt);
+    for (int t = 0; t < nt; t++)
+        route(hp, sc->small0 + (size_t)t * hp->n_expert, sc->route_idx + (size_t)t * k, sc->route_w + (size_t)t * k);
+
+    /* the rows of each expert, by expert index: group g holds rows [g0[g], g0[g] + gn[g]) */
+    int g_exp[LILAC_MM_MAX], g0[LILAC_MM_MAX], gn[LILAC_MM_MAX], n_groups = 0;
+    size_t r = 0;
+    for (int e = 0; e < hp->n_expert; e++) {
+        size_t first = r;
+        for (int t = 0; t < nt; t++)
+            for (int i = 0; i < k; i++)
+                if (sc->route_idx[t * k + i] == e) {
+                    sc->ex_rows[r] = t;
+                    sc->small1[r] = sc->route_w[t * k + i];
+                    memcpy(sc->ex_in + r * E, sc->xn + (size_t)t * E, (size_t)E * sizeof(float));
+                    r++;
+                }
+        if (r == first)
+            continue;
+        if (2 * n_groups + 3 > LILAC_MM_MAX)
+            return false; /* nothing written to out yet: the caller's loop redoes it */
+        g_exp[n_groups] = e;
+        g0[n_groups] = (int)first;
+        gn[n_groups++] = (int)(r - first);
     }
-    lilac_matmul_multi(m->kern, m->pool, it, n, 1);
-    swiglu(sc->big0, sc->big1, (size_t)k * ff);
-    if (shared)
-        swiglu(sh_g, sh_u, (size_t)sff);
     n = 0;
-    for (int i = 0; i < k; i++)
-        it[n++] = (lilac_mm_item){&lw->exp_down[idx[i]], sc->big0 + (size_t)i * ff, sc->ex_out + (size_t)i * E};
+    for (int g = 0; g < n_groups; g++) {
+        int e = g_exp[g];
+        /* a lone row straight from xn, so that the rows of one token quantize once */
+        const float *x = gn[g] == 1 ? sc->xn + (size_t)sc->ex_rows[g0[g]] * E : sc->ex_in + (size_t)g0[g] * E;
+        it[n++] = (lilac_mm_item){&lw->exp_gate[e], x, sc->big0 + (size_t)g0[g] * ff, gn[g]};
+        it[n++] = (lilac_mm_item){&lw->exp_up[e], x, sc->big1 + (size_t)g0[g] * ff, gn[g]};
+    }
+    lilac_matmul_multi(m->kern, m->pool, it, n, nt);
+    swiglu(sc->big0, sc->big1, R * ff);
     if (shared)
-        it[n++] = (lilac_mm_item){&lw->sh_down, sh_g, sc->ex_out + (size_t)k * E};
-    lilac_matmul_multi(m->kern, m->pool, it, n, 1);
-    memset(out, 0, (size_t)E * sizeof(float));
-    for (int i = 0; i < k; i++)
-        add_scaled(out, w[i], sc->ex_out + (size_t)i * E, (size_t)E);
+        swiglu(sh_g, sh_u, (size_t)nt * sff);
+    n = 0;
+    for (int g = 0; g < n_groups; g++)
+        it[n++] = (lilac_mm_item){&lw->exp_down[g_exp[g]], sc->big0 + (size_t)g0[g] * ff,
+                                  sc->ex_out + (size_t)g0[g] * E, gn[g]};
+    float *sh_out = sc->ex_out + R * E;
     if (shared)
-        add_scaled(out, sigmoid(dotf(lw->sh_gate_inp, sc->xn, E)), sc->ex_out + (size_t)k * E, (size_t)E);
+        it[n++] = (lilac_mm_item){&lw->sh_down, sh_g, sh_out, nt};
+    lilac_matmul_multi(m->kern, m->pool, it, n, nt);
+    memset(out, 0, (size_t)nt * E * sizeof(float));
+    for (size_t i = 0; i < R; i++)
+        add_scaled(out + (size_t)sc->ex_rows[i] * E, sc->small1[i], sc->ex_out + i * E, (size_t)E);
+    if (shared)
+        for (int t = 0; t < nt; t++)
+            add_scaled(out + (size_t)t * E, sigmoid(dotf(lw->sh_gate_inp, sc->xn + (size_t)t * E, E)),
+                       sh_out + (size_t)t * E, (size_t)E);
+    return true;
 }
 
 static void moe(const lilac_model *m, const lilac_layer_weights *lw, lilac_scratch *sc, int nt, float *out)
 {
     const lilac_hparams *hp = &m->hp;
     int E = hp->n_embd, k = hp->n_expert_used, ff = hp->expert_ff;
-    if (nt == 1 && 2 * k + 3 <= LILAC_MM_MAX && k + 1 <= sc->n_tok &&
-        (size_t)k * ff + (size_t)hp->shared_ff <= sc->big_floats) {
-        moe_one(m, lw, sc, out);
+    if (moe_few(m, lw, sc, nt, out))
         return;
-    }
     memset(out, 0, (size_t)nt * E * sizeof(float));
     matmul(m, &lw->router, sc->xn, nt, sc->small0);
     for (int t = 0; t < nt; t++)
@@ -499,7 +531,8 @@ static void moe(const lilac_model *m, const lilac_layer_weights *lw, lilac_scrat
         if (!n)
             continue;
         /* gate and up in one job, the rows quantized once */
-        const lilac_mm_item gu[2] = {{&lw->exp_gate[e], sc->ex_in, sc->big0}, {&lw->exp_up[e], sc->ex_in, sc->big1}};
+        const lilac_mm_item gu[2] = {{&lw->exp_gate[e], sc->ex_in, sc->big0, 0},
+                                     {&lw->exp_up[e], sc->ex_in, sc->big1, 0}};
         lilac_matmul_multi(m->kern, m->pool, gu, 2, n);
         swiglu(sc->big0, sc->big1, (size_t)n * ff);
         matmul(m, &lw->exp_down[e], sc->big0, n, sc->ex_out);
@@ -508,7 +541,7 @@ static void moe(const lilac_model *m, const lilac_layer_weights *lw, lilac_scrat
     }
     if (hp->shared_ff > 0) {
         int sff = hp->shared_ff;
-        const lilac_mm_item gu[2] = {{&lw->sh_gate, sc->xn, sc->big0}, {&lw->sh_up, sc->xn, sc->big1}};
+        const lilac_mm_item gu[2] = {{&lw->sh_gate, sc->xn, sc->big0, 0}, {&lw->sh_up, sc->xn, sc->big1, 0}};
         lilac_matmul_multi(m->kern, m->pool, gu, 2, nt);
         swiglu(sc->big0, sc->big1, (size_t)nt * sff);
         matmul(m, &lw->sh_down, sc->big0, nt, sc->ex_out);
@@ -521,46 +554,83 @@ static void moe(const lilac_model *m, const lilac_layer_weights *lw, lilac_scrat
 /* ---- the whole model ---- */
 
 
-/* One step of nt <= LILAC_UBATCH tokens; off/n_total place it in the outputs. */
-static void step(lilac_seq *s, const int32_t *tokens, int nt, int off, int n_total, const lilac_eval_opts *opts)
+/* Where a step's outputs go: the residual stream and every row's logits
+ * (one sequence, off/n_total placing the step in them), and the logits of
+ * selected rows, one after another. */
+typedef struct {
+    float *hidden;
+    float *logits_all;
+    int off, n_total;
+    const int *last_rows;
+    int n_last;
+    float *logits;
+} step_out;
+
+/* One step of nt <= sc->n_tok tokens over the segments' sequences. */
+static void step(lilac_scratch *sc, const lilac_model *m, const lilac_dec_seg *segs, int n_seg, const int32_t *tokens,
+                 int nt, const step_out *out)
 {
-    const lilac_model *m = s->m;
     const lilac_hparams *hp = &m->hp;
-    lilac_scratch *sc = &s->sc;
     int E = hp->n_embd, L = hp->n_layer;
     size_t rowsz = (size_t)E * sizeof(float);
+    for (int g = 0; g < n_seg; g++)
+        for (int i = 0; i < segs[g].n; i++) {
+            sc->tok_seg[segs[g].t0 + i] = g;
+            sc->tok_pos[segs[g].t0 + i] = segs[g].s->pos + i;
+        }
     for (int t = 0; t < nt; t++)
         lilac_mat_row_to_f32(&m->w.tok_embd, tokens[t], sc->x + (size_t)t * E); /* any type, MLX included */
-    if (opts->hidden)
-        memcpy(opts->hidden + (size_t)off * E, sc->x, nt * rowsz);
+    if (out->hidden)
+        memcpy(out->hidden + (size_t)out->off * E, sc->x, nt * rowsz);
 
     for (int il = 0; il < L; il++) {
         const lilac_layer_weights *lw = &m->w.layers[il];
-        lilac_layer_state *st = &s->layers[il];
         for (int t = 0; t < nt; t++)
             rmsnorm(sc->xn + (size_t)t * E, sc->x + (size_t)t * E, lw->attn_norm, E, hp->norm_eps);
         if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION)
-            attention(m, lw, st, sc, nt, s->pos, sc->tmp);
+            attention(m, lw, il, segs, sc, nt, sc->tmp);
         else
-            deltanet(m, lw, st, sc, nt, sc->tmp);
+            deltanet(m, lw, il, segs, n_seg, sc, nt, sc->tmp);
         add(sc->x, sc->tmp, (size_t)nt * E);
         for (int t = 0; t < nt; t++)
             rmsnorm(sc->xn + (size_t)t * E, sc->x + (size_t)t * E, lw->post_norm, E, hp->norm_eps);
         moe(m, lw, sc, nt, sc->tmp);
         add(sc->x, sc->tmp, (size_t)nt * E);
-        if (opts->hidden && il < L - 1)
-            memcpy(opts->hidden + ((size_t)(il + 1) * n_total + off) * E, sc->x, nt * rowsz);
+        if (out->hidden && il < L - 1)
+            memcpy(out->hidden + ((size_t)(il + 1) * out->n_total + out->off) * E, sc->x, nt * rowsz);
     }
     for (int t = 0; t < nt; t++)
         rmsnorm(sc->xn + (size_t)t * E, sc->x + (size_t)t * E, m->w.output_norm, E, hp->norm_eps);
-    if (opts->hidden)
-        memcpy(opts->hidden + ((size_t)L * n_total + off) * E, sc->xn, nt * rowsz);
+    if (out->hidden)
+        memcpy(out->hidden + ((size_t)L * out->n_total + out->off) * E, sc->xn, nt * rowsz);
 
-    if (opts->logits_mode == LILAC_LOGITS_ALL)
-        matmul(m, &m->w.output, sc->xn, nt, opts->logits + (size_t)off * hp->n_vocab);
-    else if (opts->logits_mode == LILAC_LOGITS_LAST && off + nt == n_total)
-        matmul(m, &m->w.output, sc->xn + (size_t)(nt - 1) * E, 1, opts->logits);
-    s->pos += nt;
+    if (out->logits_all)
+        matmul(m, &m->w.output, sc->xn, nt, out->logits_all + (size_t)out->off * hp->n_vocab);
+    if (out->n_last > 0) {
+        /* the rows side by side, so the output matrix is read once for all */
+        const float *rows = sc->xn + (size_t)out->last_rows[0] * E;
+        bool contiguous = true;
+        for (int i = 1; i < out->n_last; i++)
+            contiguous &= out->last_rows[i] == out->last_rows[0] + i;
+        if (!contiguous) {
+            for (int i = 0; i < out->n_last; i++)
+                memcpy(sc->tmp + (size_t)i * E, sc->xn + (size_t)out->last_rows[i] * E, rowsz);
+            rows = sc->tmp;
+        }
+        matmul(m, &m->w.output, rows, out->n_last, out->logits);
+    }
+    for (int g = 0; g < n_seg; g++)
+        segs[g].s->pos += segs[g].n;
+}
+
+void lilac_decoder_step_multi(lilac_scratch *sc, const lilac_model *m, const lilac_dec_seg *segs, int n_seg,
+                              const int32_t *tokens, const int *last_rows, int n_last, float *logits)
+{
+    int nt = 0;
+    for (int g = 0; g < n_seg; g++)
+        nt += segs[g].n;
+    step_out out = {.last_rows = last_rows, .n_last = n_last, .logits = logits};
+    step(sc, m, segs, n_seg, tokens, nt, &out);
 }
 
 lilac_status lilac_decoder_eval(lilac_seq *s, const int32_t *tokens, int n, const lilac_eval_opts *opts,
@@ -569,7 +639,14 @@ lilac_status lilac_decoder_eval(lilac_seq *s, const int32_t *tokens, int n, cons
     (void)err;
     for (int off = 0; off < n; off += s->sc.n_tok) {
         int nt = n - off < s->sc.n_tok ? n - off : s->sc.n_tok;
-        step(s, tokens + off, nt, off, n, opts);
+        lilac_dec_seg seg = {s, 0, nt};
+        int last = nt - 1;
+        step_out out = {.hidden = opts->hidden, .off = off, .n_total = n};
+        if (opts->logits_mode == LILAC_LOGITS_ALL)
+            out.logits_all = opts->logits;
+        else if (opts->logits_mode == LILAC_LOGITS_LAST && off + nt == n)
+            out.last_rows = &last, out.n_last = 1, out.logits = opts->logits;
+        step(&s->sc, s->m, &seg, 1, tokens + off, nt, &out);
     }
     return LILAC_OK;
 }

@@ -199,7 +199,7 @@ void lilac_matmul(const lilac_cpu_kernels *k, lilac_pool *pool, const lilac_mat 
         return;
     }
     /* one product is a job of one part */
-    const lilac_mm_item item = {W, x, y};
+    const lilac_mm_item item = {W, x, y, n_tok};
     lilac_matmul_multi(k, pool, &item, 1, n_tok);
 }
 
@@ -232,28 +232,29 @@ void lilac_matmul_multi(const lilac_cpu_kernels *k, lilac_pool *pool, const lila
     size_t off[LILAC_MM_MAX], total = 0;
     for (int i = 0; i < n_items; i++) {
         const lilac_mat *W = items[i].W;
+        int64_t nt_i = items[i].n > 0 ? items[i].n : n_tok;
         if (W->type == LILAC_MLX_AFFINE || n >= LILAC_MM_MAX) {
-            lilac_matmul(k, pool, W, items[i].x, n_tok, items[i].y);
+            lilac_matmul(k, pool, W, items[i].x, nt_i, items[i].y);
             continue;
         }
         matmul_job *j = &mj.part[n];
-        *j = (matmul_job){.W = W, .dot = lilac_cpu_dot_for(k, W->type), .x = items[i].x, .n_tok = n_tok,
+        *j = (matmul_job){.W = W, .dot = lilac_cpu_dot_for(k, W->type), .x = items[i].x, .n_tok = nt_i,
                           .y = items[i].y};
         off[n] = SIZE_MAX;
         lilac_qdot_fn qdot = k->fast ? lilac_cpu_qdot_for(k, W->type) : NULL;
         int layout = lilac_qx_layout(W->type);
-        if (qdot && k->qx_quantize && W->cols % (layout == LILAC_QX_KQ ? 256 : LILAC_QX_BLOCK) == 0 && n_tok > 0) {
+        if (qdot && k->qx_quantize && W->cols % (layout == LILAC_QX_KQ ? 256 : LILAC_QX_BLOCK) == 0 && nt_i > 0) {
             j->qdot = qdot;
             j->qdotn = lilac_cpu_qdotn_for(k, W->type);
             j->qx_layout = layout;
             j->qx_bytes = lilac_qx_row_bytes(W->cols);
             for (int p = 0; p < n && off[n] == SIZE_MAX; p++) /* the same rows quantized already? */
                 if (off[p] != SIZE_MAX && mj.part[p].x == j->x && mj.part[p].qx_layout == layout &&
-                    mj.part[p].W->cols == W->cols)
+                    mj.part[p].W->cols == W->cols && mj.part[p].n_tok == nt_i)
                     off[n] = off[p];
             if (off[n] == SIZE_MAX) {
                 off[n] = total;
-                total += j->qx_bytes * (size_t)n_tok;
+                total += j->qx_bytes * (size_t)nt_i;
             }
         }
         n++;
@@ -275,7 +276,7 @@ void lilac_matmul_multi(const lilac_cpu_kernels *k, lilac_pool *pool, const lila
         for (int p = 0; p < i && first; p++)
             first = !(mj.part[p].qdot && off[p] == off[i]);
         if (first)
-            for (int64_t t = 0; t < n_tok; t++) {
+            for (int64_t t = 0; t < j->n_tok; t++) {
                 lilac_qx q = lilac_qx_carve(j->qx + (size_t)t * j->qx_bytes, j->W->cols, j->qx_layout);
                 k->qx_quantize(j->x + t * j->W->cols, j->W->cols, &q);
             }
@@ -285,13 +286,13 @@ void lilac_matmul_multi(const lilac_cpu_kernels *k, lilac_pool *pool, const lila
     int n_threads = lilac_pool_size(pool);
     double work = 0;
     for (int i = 0; i < n; i++)
-        work += (double)mj.part[i].W->rows * (double)mj.part[i].W->cols * (double)n_tok;
+        work += (double)mj.part[i].W->rows * (double)mj.part[i].W->cols * (double)mj.part[i].n_tok;
     double target = work < 32768 ? 1 : n_threads * 16;
     int tasks = 0;
     for (int i = 0; i < n; i++) {
         matmul_job *j = &mj.part[i];
         int64_t rows = j->W->rows;
-        double share = (double)rows * (double)j->W->cols * (double)n_tok / (work > 0 ? work : 1);
+        double share = (double)rows * (double)j->W->cols * (double)j->n_tok / (work > 0 ? work : 1);
         int64_t nt = (int64_t)(share * target + 0.5);
         if (nt < 1)
             nt = 1;

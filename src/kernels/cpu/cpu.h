@@ -84,8 +84,9 @@ void lilac_matmul(const lilac_cpu_kernels *k, lilac_pool *pool, const lilac_mat 
 /* One product of a lilac_matmul_multi batch. */
 typedef struct lilac_mm_item {
     const lilac_mat *W;
-    const float *x; /* [n_tok][W->cols] */
-    float *y;       /* [n_tok][W->rows] */
+    const float *x; /* [n][W->cols] */
+    float *y;       /* [n][W->rows] */
+    int64_t n;      /* its rows of x; 0: the call's n_tok */
 } lilac_mm_item;
 
 /* Several independent products over n_tok tokens each, as ONE parallel job
@@ -95,7 +96,7 @@ typedef struct lilac_mm_item {
  * row shared by several items (the same x pointer and layout) is quantized
  * once. Items of an MLX type run through lilac_matmul one by one. At most
  * LILAC_MM_MAX items. */
-#define LILAC_MM_MAX 32
+#define LILAC_MM_MAX 520
 void lilac_matmul_multi(const lilac_cpu_kernels *k, lilac_pool *pool, const lilac_mm_item *items, int n_items,
                         int64_t n_tok);
 

@@ -1,0 +1,141 @@
+/* batch: several sequences evaluated in shared steps (continuous
+ * batching). The items' tokens are laid out side by side, up to the
+ * scratch's n_tok per step; an item longer than what is left of a step
+ * continues in the next one. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/seq.h"
+#include "util/err.h"
+
+struct lilac_batch {
+    lilac_model *m;
+    int n_seq_max, n_ctx_max;
+    lilac_scratch sc;
+    lilac_dec_seg *segs;  /* [n_seq_max] */
+    int *last_rows;       /* [n_seq_max] */
+    int *last_item;       /* [n_seq_max] the item each logits row belongs to */
+    int32_t *tokens;      /* [sc.n_tok] */
+    float *step_logits;   /* [n_seq_max][n_vocab] one step's */
+    float *logits;        /* [n_seq_max][n_vocab] by item */
+    bool *has_logits;     /* [n_seq_max] */
+};
+
+lilac_status lilac_batch_new(lilac_model *m, int n_seq_max, int n_ctx_max, lilac_batch **out, lilac_error *err)
+{
+    *out = NULL;
+    if (n_seq_max < 1 || n_seq_max > LILAC_UBATCH)
+        return lilac_fail(err, LILAC_E_ARG, "a batch holds 1 to %d sequences, not %d", LILAC_UBATCH, n_seq_max);
+    if (n_ctx_max < 1)
+        return lilac_fail(err, LILAC_E_ARG, "context size %d must be at least 1", n_ctx_max);
+    lilac_batch *b = calloc(1, sizeof *b);
+    if (!b)
+        return lilac_fail(err, LILAC_E_NOMEM, "out of memory for a batch");
+    b->m = m;
+    b->n_seq_max = n_seq_max;
+    b->n_ctx_max = n_ctx_max;
+    size_t nv = (size_t)m->hp.n_vocab, ns = (size_t)n_seq_max;
+    lilac_status st = lilac_scratch_init(&b->sc, m, LILAC_UBATCH, n_ctx_max, err);
+    if (st != LILAC_OK) {
+        free(b);
+        return st;
+    }
+    b->segs = calloc(ns, sizeof *b->segs);
+    b->last_rows = calloc(ns, sizeof(int));
+    b->last_item = calloc(ns, sizeof(int));
+    b->tokens = calloc((size_t)b->sc.n_tok, sizeof(int32_t));
+    b->step_logits = malloc(ns * nv * sizeof(float));
+    b->logits = malloc(ns * nv * sizeof(float));
+    b->has_logits = calloc(ns, sizeof(bool));
+    if (!b->segs || !b->last_rows || !b->last_item || !b->tokens || !b->step_logits || !b->logits || !b->has_logits) {
+        lilac_batch_free(b);
+        return lilac_fail(err, LILAC_E_NOMEM, "out of memory for a batch of %d sequences", n_seq_max);
+    }
+    *out = b;
+    return LILAC_OK;
+}
+
+void lilac_batch_free(lilac_batch *b)
+{
+    if (!b)
+        return;
+    lilac_scratch_free(&b->sc);
+    free(b->segs);
+    free(b->last_rows);
+    free(b->last_item);
+    free(b->tokens);
+    free(b->step_logits);
+    free(b->logits);
+    free(b->has_logits);
+    free(b);
+}
+
+static lilac_status check_items(const lilac_batch *b, const lilac_batch_item *items, int n_items, lilac_error *err)
+{
+    if (n_items < 1 || n_items > b->n_seq_max)
+        return lilac_fail(err, LILAC_E_ARG, "%d items: this batch takes 1 to %d", n_items, b->n_seq_max);
+    for (int i = 0; i < n_items; i++) {
+        const lilac_batch_item *it = &items[i];
+        if (!it->seq || !it->tokens || it->n < 1)
+            return lilac_fail(err, LILAC_E_ARG, "item %d: no sequence, no tokens or n < 1", i);
+        if (it->seq->m != b->m)
+            return lilac_fail(err, LILAC_E_ARG, "item %d: the sequence belongs to another model", i);
+        if (it->seq->n_ctx > b->n_ctx_max)
+            return lilac_fail(err, LILAC_E_ARG, "item %d: a %d-token context is larger than the batch's %d", i,
+                              it->seq->n_ctx, b->n_ctx_max);
+        if (it->n > it->seq->n_ctx - it->seq->pos)
+            return lilac_fail(err, LILAC_E_RANGE, "item %d: %d tokens do not fit: the sequence holds %d of its %d", i,
+                              it->n, it->seq->pos, it->seq->n_ctx);
+        for (int t = 0; t < it->n; t++)
+            if (it->tokens[t] < 0 || it->tokens[t] >= b->m->hp.n_vocab)
+                return lilac_fail(err, LILAC_E_ARG, "item %d: token %d at index %d is outside the vocabulary", i,
+                                  it->tokens[t], t);
+        for (int j = 0; j < i; j++)
+            if (items[j].seq == it->seq)
+                return lilac_fail(err, LILAC_E_ARG, "items %d and %d feed the same sequence", j, i);
+    }
+    return LILAC_OK;
+}
+
+lilac_status lilac_batch_eval(lilac_batch *b, const lilac_batch_item *items, int n_items, lilac_error *err)
+{
+    lilac_status st = check_items(b, items, n_items, err);
+    if (st != LILAC_OK)
+        return st;
+    size_t nv = (size_t)b->m->hp.n_vocab;
+    memset(b->has_logits, 0, (size_t)b->n_seq_max * sizeof(bool));
+    int item = 0, done = 0; /* the next item, and how many of its tokens ran */
+    while (item < n_items) {
+        int nt = 0, n_seg = 0, n_last = 0;
+        while (item < n_items && nt < b->sc.n_tok) {
+            const lilac_batch_item *it = &items[item];
+            int take = it->n - done < b->sc.n_tok - nt ? it->n - done : b->sc.n_tok - nt;
+            b->segs[n_seg] = (lilac_dec_seg){it->seq, nt, take};
+            memcpy(b->tokens + nt, it->tokens + done, (size_t)take * sizeof(int32_t));
+            nt += take;
+            done += take;
+            n_seg++;
+            if (done == it->n) {
+                if (it->want_logits) {
+                    b->last_rows[n_last] = nt - 1;
+                    b->last_item[n_last++] = item;
+                }
+                item++;
+                done = 0;
+            }
+        }
+        lilac_decoder_step_multi(&b->sc, b->m, b->segs, n_seg, b->tokens, b->last_rows, n_last, b->step_logits);
+        for (int i = 0; i < n_last; i++) {
+            memcpy(b->logits + (size_t)b->last_item[i] * nv, b->step_logits + (size_t)i * nv, nv * sizeof(float));
+            b->has_logits[b->last_item[i]] = true;
+        }
+    }
+    return LILAC_OK;
+}
+
+float *lilac_batch_logits(lilac_batch *b, int i)
+{
+    if (i < 0 || i >= b->n_seq_max || !b->has_logits[i])
+        return NULL;
+    return b->logits + (size_t)i * b->m->hp.n_vocab;
+}
