@@ -56,14 +56,15 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 
 # The library sources a target links: the parsers and their utilities.
-# (chat.c alone of engine/: the rest needs the model)
-lib_srcs=(src/util/*.c src/format/*.c src/tokenizer/*.c src/engine/chat.c)
+# (chat.c alone of engine/: the rest needs the model; api.c alone of server/: the rest is the HTTP server)
+lib_srcs=(src/util/*.c src/format/*.c src/tokenizer/*.c src/engine/chat.c src/server/api.c)
 # -D_POSIX_C_SOURCE as CMakeLists.txt sets it for the whole build.
 defs=(-D_POSIX_C_SOURCE=200809L)
 cflags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
     -std=c11 -Wall -Wextra "${defs[@]}" -Iinclude -Isrc)
 # shellcheck disable=SC2207
-libs=($(pkg-config --cflags --libs jansson libpcre2-8 libutf8proc))
+# (libcrypto: src/format/verify.c's SHA-256)
+libs=($(pkg-config --cflags --libs jansson libpcre2-8 libutf8proc libcrypto))
 
 # Seed fuzz/corpus-$1/: fixture files of the same extension (their first
 # 64 KiB: enough for headers), then whatever tests/test_$1.c writes when run

@@ -373,6 +373,52 @@ typedef struct lilac_eval_result {
 lilac_status lilac_eval_tokens(lilac_model *m, const int32_t *tokens, int n_tokens, const lilac_eval_params *p,
                                lilac_eval_result *res, lilac_error *err);
 
+/* ---- serving ----------------------------------------------------------- */
+
+/* An OpenAI-compatible HTTP service (POST /v1/chat/completions,
+ * /v1/completions, GET /v1/models, /health, /metrics) over a request
+ * queue and n_parallel sequence slots decoded together. */
+typedef struct lilac_serve_params {
+    const char *model_path;
+    const char *model_name;  /* as /v1/models lists it */
+    const char *host;        /* NULL: 127.0.0.1 */
+    int port;                /* 0: any free port (logged) */
+    const char *api_key;     /* NULL or "": none */
+    int n_parallel, n_ctx;   /* slots, and tokens per slot */
+    int queue;               /* requests waiting at most; more get 429 */
+    double queue_timeout_s;  /* waiting longer gets 503 (<= 0: no limit) */
+    double grace_s;          /* SIGTERM: time running requests get to finish */
+    int n_threads;
+    int default_max_tokens;  /* when a request gives none (<= 0: until the context is full) */
+    int max_connections;
+    size_t cache_bytes;      /* prompt-state snapshots kept for prefix reuse */
+    size_t max_body_bytes;   /* 0: 16 MiB */
+    bool supervise;          /* a parent restarts the engine when it dies */
+    bool precise;
+} lilac_serve_params;
+
+/* Serve until SIGTERM or SIGINT (then drain). Logs JSON lines on stderr. */
+lilac_status lilac_serve(const lilac_serve_params *p, lilac_error *err);
+
+/* Offline requests through the same scheduler: each line of in_path a chat
+ * ("messages") or completion ("prompt") request with an "id"; each line of
+ * out_path {"id", "response"} or {"id", "error"}, written (flushed) as it
+ * completes. Started again on the same out_path it skips the ids already
+ * there (a torn last line is cut off), so none is lost or done twice. */
+typedef struct lilac_jobs_params {
+    const char *model_path, *in_path, *out_path;
+    int n_parallel, n_ctx, n_threads;
+    int default_max_tokens;
+    bool progress; /* a progress line on stderr */
+    bool precise;
+} lilac_jobs_params;
+
+typedef struct lilac_jobs_result {
+    int n_total, n_skipped, n_done, n_failed;
+} lilac_jobs_result;
+
+lilac_status lilac_jobs_run(const lilac_jobs_params *p, lilac_jobs_result *res, lilac_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -25,5 +25,7 @@ int cmd_eval(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_batch(int argc, char **argv);
 
 #endif

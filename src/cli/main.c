@@ -14,6 +14,9 @@ static void usage(FILE *f)
           "\n"
           "commands:\n"
           "  run -m MODEL -p PROMPT [options]   generate text, streamed (lilac run --help)\n"
+          "  serve -m MODEL [--port 8080] [--parallel 4] [--ctx 4096] [--queue 16] ...\n"
+          "                                an OpenAI-compatible HTTP service (lilac serve --help)\n"
+          "  batch -m MODEL -i REQUESTS.jsonl -o RESULTS.jsonl   offline requests, resumable\n"
           "  chat -m MODEL [options]       an interactive conversation; each turn costs only its tokens\n"
           "  tokenize -m MODEL (--text T | --file F | --jsonl [--file F] | --decode IDS)\n"
           "                                token ids, or the text of ids (MODEL may be a tokenizer.json)\n"
@@ -360,6 +363,10 @@ int main(int argc, char **argv)
         return cmd_chat(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize"))
         return cmd_tokenize(argc - 2, argv + 2);
+    if (!strcmp(cmd, "serve"))
+        return cmd_serve(argc - 2, argv + 2);
+    if (!strcmp(cmd, "batch"))
+        return cmd_batch(argc - 2, argv + 2);
     if (!strcmp(cmd, "verify"))
         return cmd_verify(argc - 2, argv + 2);
     if (!strcmp(cmd, "info"))

@@ -191,6 +191,50 @@ void lilac_seq_free(lilac_seq *s)
 
 int lilac_seq_pos(const lilac_seq *s) { return s->pos; }
 
+static size_t kv_row_floats(const lilac_hparams *hp) { return (size_t)(hp->n_head_kv * hp->head_dim); }
+static size_t rec_floats(const lilac_hparams *hp)
+{
+    return (size_t)(hp->ssm_conv_kernel - 1) * conv_channels(hp) + (size_t)hp->ssm_v_heads * hp->ssm_k_dim * hp->ssm_v_dim;
+}
+
+/* Walks the state in snapshot order; save copies out, load copies in. */
+static void snapshot_copy(lilac_seq *s, float *buf, int pos, bool save)
+{
+    const lilac_hparams *hp = &s->m->hp;
+    size_t kv = (size_t)pos * kv_row_floats(hp), rec = rec_floats(hp);
+    for (int i = 0; i < hp->n_layer; i++) {
+        lilac_layer_state *ls = &s->layers[i];
+        /* conv and ssm are adjacent in the sequence's block (lilac_seq_new) */
+        float *parts[2] = {ls->k, ls->v};
+        size_t n = kv;
+        int np = 2;
+        if (hp->layer_kind[i] != LILAC_LAYER_ATTENTION)
+            parts[0] = ls->conv, np = 1, n = rec;
+        for (int p = 0; p < np; p++) {
+            if (save)
+                memcpy(buf, parts[p], n * sizeof(float));
+            else
+                memcpy(parts[p], buf, n * sizeof(float));
+            buf += n;
+        }
+    }
+}
+
+size_t lilac_seq_snapshot_floats(const lilac_seq *s)
+{
+    uint64_t kv, rec;
+    lilac_state_sizes(&s->m->hp, s->pos, &kv, &rec);
+    return (size_t)(kv + rec);
+}
+
+void lilac_seq_snapshot_save(const lilac_seq *s, float *dst) { snapshot_copy((lilac_seq *)s, dst, s->pos, true); }
+
+void lilac_seq_snapshot_load(lilac_seq *s, const float *src, int pos)
+{
+    snapshot_copy(s, (float *)src, pos, false);
+    s->pos = pos;
+}
+
 void lilac_seq_reset(lilac_seq *s)
 {
     /* Only the recurrent state must be cleared: KV rows past pos are never read. */

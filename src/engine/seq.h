@@ -44,6 +44,14 @@ struct lilac_seq {
     size_t mem_floats;
 };
 
+/* Snapshots of a sequence's state at its position (prefix reuse): the KV
+ * rows [0, pos) of the attention layers and the DeltaNet conv and
+ * recurrent state, in that order, as floats. */
+size_t lilac_seq_snapshot_floats(const lilac_seq *s);
+void lilac_seq_snapshot_save(const lilac_seq *s, float *dst);
+/* Load one saved at pos (<= s->n_ctx) from a sequence of the same model. */
+void lilac_seq_snapshot_load(lilac_seq *s, const float *src, int pos);
+
 /* The bytes of a sequence's state (KV cache and recurrent state). */
 void lilac_state_sizes(const lilac_hparams *hp, int n_ctx, uint64_t *kv_floats, uint64_t *rec_floats);
 
