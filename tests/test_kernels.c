@@ -91,6 +91,17 @@ static void test_dots(const lilac_cpu_kernels *k)
             CHECKF(fabs(fast - oracle) <= tol, "%s dot type %d n=%d: %.9g vs scalar %.9g", k->name, c[j].type, n,
                    fast, oracle);
         }
+        /* axpy: y + a x with one or two roundings per element, every element, the tail included */
+        float *y = malloc((size_t)n * 4), *yo = malloc((size_t)n * 4), a = frand() * 2;
+        for (int i = 0; i < n; i++)
+            y[i] = yo[i] = frand();
+        k->axpy_f32(y, a, x, n);
+        lilac_cpu_scalar.axpy_f32(yo, a, x, n);
+        int bad = 0;
+        for (int i = 0; i < n; i++)
+            bad += fabs((double)y[i] - ((double)yo[i])) > 2.5e-7 * (fabs((double)a * x[i]) + fabs((double)yo[i])) + 1e-30;
+        CHECKF(bad == 0, "%s axpy n=%d: %d elements off the oracle", k->name, n, bad);
+        free(y), free(yo);
         free(x), free(w32), free(w16), free(wb);
     }
     /* a wrong kernel fails: a dot that skipped its tail would be far off */

@@ -44,7 +44,7 @@ static size_t per_thread_floats(const lilac_hparams *hp, int n_ctx)
     /* attention scores over the context, or a DeltaNet chunk's matrices */
     size_t chunk = 64, dk = (size_t)hp->ssm_k_dim, dv = (size_t)hp->ssm_v_dim;
     size_t dn = chunk * chunk * 2 + chunk * (dk * 3 + dv * 4) + dk + dv + chunk;
-    size_t at = (size_t)n_ctx;
+    size_t at = (size_t)n_ctx * (size_t)(hp->n_head_kv > 0 ? hp->n_head / hp->n_head_kv : 1);
     return (dn > at ? dn : at) + 64;
 }
 

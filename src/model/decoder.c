@@ -78,36 +78,44 @@ typedef struct {
     float *out;     /* [nt][n_head * head_dim] */
 } attn_job;
 
+/* One token and one KV head with the query heads that share it (GQA):
+ * each key and value row is read once for all of them. */
 static void attn_task(void *ctx, int task, int thread)
 {
     const attn_job *j = ctx;
     const lilac_hparams *hp = &j->m->hp;
-    int hd = hp->head_dim, kvw = hp->n_head_kv * hd;
-    int t = task / hp->n_head, h = task % hp->n_head;
-    int kvh = h / (hp->n_head / hp->n_head_kv);
+    const lilac_cpu_kernels *kern = j->m->kern;
+    int hd = hp->head_dim, kvw = hp->n_head_kv * hd, g = hp->n_head / hp->n_head_kv;
+    int t = task / hp->n_head_kv, kvh = task % hp->n_head_kv;
     const lilac_layer_state *st = &j->segs[j->sc->tok_seg[t]].s->layers[j->il];
     int n_keys = j->sc->tok_pos[t] + 1; /* causal: itself and everything before */
-    const float *q = j->q + (size_t)t * j->q_stride + (size_t)h * j->q_step;
-    float *sc = j->sc->per_thread + (size_t)thread * j->sc->per_thread_floats;
-    float scale = 1.0f / sqrtf((float)hd), mx = -INFINITY;
+    float *sc = j->sc->per_thread + (size_t)thread * j->sc->per_thread_floats; /* [g][n_keys] */
+    float scale = 1.0f / sqrtf((float)hd);
+    const float *q0 = j->q + (size_t)t * j->q_stride + (size_t)kvh * g * j->q_step;
     for (int p = 0; p < n_keys; p++) {
-        sc[p] = dotf(q, st->k + (size_t)p * kvw + (size_t)kvh * hd, hd) * scale;
-        if (sc[p] > mx)
-            mx = sc[p];
+        const float *k = st->k + (size_t)p * kvw + (size_t)kvh * hd;
+        for (int i = 0; i < g; i++)
+            sc[(size_t)i * n_keys + p] = kern->dot_f32(k, q0 + (size_t)i * j->q_step, hd) * scale;
     }
-    double sum = 0;
-    for (int p = 0; p < n_keys; p++) {
-        sc[p] = expf(sc[p] - mx);
-        sum += sc[p];
+    for (int i = 0; i < g; i++) {
+        float *s = sc + (size_t)i * n_keys, mx = -INFINITY;
+        for (int p = 0; p < n_keys; p++)
+            mx = s[p] > mx ? s[p] : mx;
+        double sum = 0;
+        for (int p = 0; p < n_keys; p++) {
+            s[p] = expf(s[p] - mx);
+            sum += s[p];
+        }
+        float inv = (float)(1.0 / sum);
+        for (int p = 0; p < n_keys; p++)
+            s[p] *= inv;
+        memset(j->out + (size_t)t * hp->n_head * hd + (size_t)(kvh * g + i) * hd, 0, (size_t)hd * sizeof(float));
     }
-    float inv = (float)(1.0 / sum);
-    float *o = j->out + (size_t)t * hp->n_head * hd + (size_t)h * hd;
-    memset(o, 0, (size_t)hd * sizeof(float));
     for (int p = 0; p < n_keys; p++) {
         const float *v = st->v + (size_t)p * kvw + (size_t)kvh * hd;
-        float w = sc[p] * inv;
-        for (int d = 0; d < hd; d++)
-            o[d] += w * v[d];
+        for (int i = 0; i < g; i++)
+            kern->axpy_f32(j->out + (size_t)t * hp->n_head * hd + (size_t)(kvh * g + i) * hd, sc[(size_t)i * n_keys + p],
+                           v, hd);
     }
 }
 
@@ -138,7 +146,7 @@ static void attention(const lilac_model *m, const lilac_layer_weights *lw, int i
     }
     float *o = sc->big1; /* k and v now live in the cache */
     attn_job j = {m, segs, il, sc, qg, q_stride, q_step, o};
-    lilac_pool_run(m->pool, nt * nh, attn_task, &j);
+    lilac_pool_run(m->pool, nt * nkv, attn_task, &j);
     if (hp->attn_output_gate)
         for (int t = 0; t < nt; t++)
             for (int h = 0; h < nh; h++) {

@@ -13,9 +13,13 @@
 /* dot(row of `type`, x) over n values, accumulated in float32. */
 typedef float (*lilac_dot_fn)(const void *row, const float *x, int64_t n);
 
+/* y[i] += a * x[i] for i < n. */
+typedef void (*lilac_axpy_fn)(float *y, float a, const float *x, int64_t n);
+
 typedef struct lilac_cpu_kernels {
     const char *name; /* "scalar", "avx2", ... */
     lilac_dot_fn dot_f32, dot_f16, dot_bf16;
+    lilac_axpy_fn axpy_f32; /* attention's weighted sum of values */
     /* GGUF block types (kernels/cpu/quant.h): float32 x against the
      * dequantized weights. */
     lilac_dot_fn dot_q8_0, dot_q4_0, dot_q4_K, dot_q5_K, dot_q6_K;

@@ -51,9 +51,20 @@ static float dot_f32(const void *row, const float *x, int64_t n) { DOT_BODY(floa
 static float dot_f16(const void *row, const float *x, int64_t n) { DOT_BODY(uint16_t, load_f16, lilac_f16_to_f32) }
 static float dot_bf16(const void *row, const float *x, int64_t n) { DOT_BODY(uint16_t, load_bf16, lilac_bf16_to_f32) }
 
+static void axpy_f32(float *y, float a, const float *x, int64_t n)
+{
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
 const lilac_cpu_kernels lilac_cpu_avx2 = {
     .name = "avx2",
     .dot_f32 = dot_f32,
+    .axpy_f32 = axpy_f32,
     .dot_f16 = dot_f16,
     .dot_bf16 = dot_bf16,
     .dot_q8_0 = lilac_dot_q8_0_avx2,

@@ -59,9 +59,16 @@ static float dot_bf16(const void *row, const float *x, int64_t n)
     return s;
 }
 
+void lilac_axpy_f32_scalar(float *y, float a, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
 const lilac_cpu_kernels lilac_cpu_scalar = {
     .name = "scalar",
     .dot_f32 = dot_f32,
+    .axpy_f32 = lilac_axpy_f32_scalar,
     .dot_f16 = dot_f16,
     .dot_bf16 = dot_bf16,
     .dot_q8_0 = lilac_dot_q8_0_scalar,

@@ -308,9 +308,19 @@ float lilac_qdot_q6_K_neon(const void *row, const lilac_qx *x, int64_t n)
     return vaddvq_f32(vaddq_f32(acc0, acc1));
 }
 
+static void axpy_f32(float *y, float a, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), vld1q_f32(x + i), a));
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
 const lilac_cpu_kernels lilac_cpu_neon = {
     .name = "neon",
     .dot_f32 = dot_f32,
+    .axpy_f32 = axpy_f32,
     .dot_f16 = dot_f16,
     .dot_bf16 = dot_bf16,
     .dot_q8_0 = lilac_dot_q8_0_scalar,
