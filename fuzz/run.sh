@@ -100,6 +100,15 @@ dict() {
             '"split.tensors.count"' '"\x03\x00\x00\x00"' '"\x02\x00\x00\x00"' >"$build/$1.dict"
         echo "-dict=$build/$1.dict"
         ;;
+    api)
+        printf '%s\n' '"\"messages\""' '"\"role\""' '"\"content\""' '"\"tool_calls\""' '"\"function\""' \
+            '"\"arguments\""' '"\"tools\""' '"\"tool_choice\""' '"\"prompt\""' '"\"stop\""' '"\"logprobs\""' \
+            '"\"top_logprobs\""' '"\"max_tokens\""' '"\"temperature\""' '"\"reasoning_effort\""' \
+            '"\"chat_template_kwargs\""' '"\"enable_thinking\""' '"\"type\""' '"\"text\""' '"\"name\""' \
+            '"\"assistant\""' '"\"user\""' '"\"system\""' '"\"tool\""' '"\"developer\""' '"\\ud83d"' \
+            '"Bearer "' >"$build/$1.dict"
+        echo "-dict=$build/$1.dict"
+        ;;
     esac
 }
 

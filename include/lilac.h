@@ -154,6 +154,10 @@ lilac_status lilac_seq_new(lilac_model *m, int n_ctx, lilac_seq **out, lilac_err
 void lilac_seq_free(lilac_seq *s);
 int lilac_seq_pos(const lilac_seq *s); /* tokens consumed so far */
 void lilac_seq_reset(lilac_seq *s);
+/* Make dst hold what src holds (its KV rows and recurrent state at its
+ * position): a conversation forked, or a prefilled context reused. Both of
+ * one model; dst's context must be at least src's position. */
+lilac_status lilac_seq_copy(lilac_seq *dst, const lilac_seq *src, lilac_error *err);
 
 typedef enum lilac_logits_mode {
     LILAC_LOGITS_LAST = 0, /* n_vocab floats: the last position's */

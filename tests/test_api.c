@@ -35,6 +35,11 @@ static api_request *good(api_kind kind, const char *body)
     return r;
 }
 
+static bool str_eq(const json_t *v, const char *s)
+{
+    return json_is_string(v) && strcmp(json_string_value(v), s) == 0;
+}
+
 static bool utf8_ok(const char *s)
 {
     /* jansson checks UTF-8 on the way in: a string that loads as a JSON string value is valid */
@@ -123,7 +128,8 @@ static const char FULL_CHAT[] =
     "                                   {\"type\": \"text\", \"text\": \"Paris?\"}]},"
     "  {\"role\": \"assistant\", \"content\": null, \"reasoning_content\": \"Call the tool.\","
     "   \"tool_calls\": [{\"id\": \"call_1\", \"type\": \"function\","
-    "                     \"function\": {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}}]},"
+    "                     \"function\": {\"name\": \"get_weather\","
+    "                                  \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}}]},"
     "  {\"role\": \"tool\", \"tool_call_id\": \"call_1\", \"content\": \"18C\"},"
     "  {\"role\": \"user\", \"content\": \"Thanks\"}],"
     " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather\","
@@ -182,9 +188,7 @@ static void test_chat_full(void)
     json_t *call = json_array_get(json_object_get(a, "tool_calls"), 0);
     json_t *args = json_object_get(json_object_get(call, "function"), "arguments");
     CHECKF(json_is_object(args), "arguments parsed into an object");
-    CHECK(strcmp(json_string_value(json_object_get(args, "city")) ? json_string_value(json_object_get(args, "city"))
-                                                                    : "",
-                 "Paris") == 0);
+    CHECK(str_eq(json_object_get(args, "city"), "Paris"));
     const char *tcid = json_string_value(json_object_get(json_array_get(msgs, 3), "tool_call_id"));
     CHECK(tcid && strcmp(tcid, "call_1") == 0);
 
@@ -308,7 +312,8 @@ static void test_chat_options(void)
      * arguments are {} */
     if ((r = good(API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\","
                             " \"reasoning\": \"r\", \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\":"
-                            " \"\"}}]}, {\"role\": \"tool\", \"content\": [{\"type\": \"text\", \"text\": \"ok\"}]}]}"))) {
+                            " \"\"}}]}, {\"role\": \"tool\", \"content\": [{\"type\": \"text\","
+                            " \"text\": \"ok\"}]}]}"))) {
         json_t *c = json_loads(r->conversation, 0, NULL);
         json_t *a = json_array_get(c, 1);
         CHECK(json_is_string(json_object_get(a, "reasoning_content")));
@@ -434,7 +439,8 @@ static void test_chat_errors(void)
     bad_chat("{\"messages\": [\"hi\"]}", "invalid_type", "messages[0]");
     bad_chat("{\"messages\": [{\"content\": \"hi\"}]}", "missing_required_parameter", "messages[0].role");
     bad_chat("{\"messages\": [{\"role\": 1, \"content\": \"hi\"}]}", "invalid_type", "messages[0].role");
-    bad(API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"robot\", \"content\": \"b\"}]}",
+    bad(API_CHAT,
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"robot\", \"content\": \"b\"}]}",
         400, "invalid_value", "messages[1].role", "'robot'");
     bad_chat("{\"messages\": [{\"role\": \"user\"}]}", "missing_required_parameter", "messages[0].content");
     bad_chat("{\"messages\": [{\"role\": \"system\", \"content\": null}]}", "missing_required_parameter",
@@ -600,11 +606,6 @@ static json_t *load(const char *js, const char *what)
     return j;
 }
 
-static bool str_eq(const json_t *v, const char *s)
-{
-    return json_is_string(v) && strcmp(json_string_value(v), s) == 0;
-}
-
 static json_t *path(json_t *v, const char *p)
 {
     /* "a.b.0.c": members and array indices */
@@ -682,7 +683,8 @@ static void test_chat_response(void)
     CHECK(json_array_size(path(j, "choices.0.logprobs.content.0.top_logprobs.1.bytes")) == 3);
     CHECKF(str_eq(path(j, "choices.0.logprobs.content.1.token"), "\xef\xbf\xbd\xef\xbf\xbd"),
            "ill-formed bytes as U+FFFD");
-    CHECK(ival(j, "choices.0.logprobs.content.1.bytes.0") == 0xe2 && ival(j, "choices.0.logprobs.content.1.bytes.1") == 0x82);
+    CHECK(ival(j, "choices.0.logprobs.content.1.bytes.0") == 0xe2 &&
+          ival(j, "choices.0.logprobs.content.1.bytes.1") == 0x82);
     CHECK(json_real_value(path(j, "choices.0.logprobs.content.1.logprob")) == -9999.0);
     CHECK(ival(j, "usage.prompt_tokens") == 10 && ival(j, "usage.completion_tokens") == 5);
     CHECK(ival(j, "usage.total_tokens") == 15 && ival(j, "usage.prompt_tokens_details.cached_tokens") == 3);
@@ -730,7 +732,8 @@ static void test_chat_chunks(void)
                      .tokens = &t, .n_tokens = 1};
     js = api_chat_chunk_json(&m, &c2, false);
     j = load(js, "chunk 2");
-    CHECK(str_eq(path(j, "choices.0.delta.content"), "lo") && str_eq(path(j, "choices.0.delta.reasoning_content"), "hm"));
+    CHECK(str_eq(path(j, "choices.0.delta.content"), "lo") &&
+          str_eq(path(j, "choices.0.delta.reasoning_content"), "hm"));
     CHECK(!path(j, "choices.0.delta.role") && !path(j, "usage"));
     CHECK(str_eq(path(j, "choices.0.logprobs.content.0.token"), "lo"));
     CHECK(json_array_size(path(j, "choices.0.logprobs.content.0.top_logprobs")) == 0);
@@ -879,6 +882,9 @@ static void test_bearer(void)
     CHECK(!api_check_bearer("Bearer x", NULL));
     CHECK(!api_check_bearer("Bearer ", ""));
     CHECK(api_check_bearer("Bearer x", "x"));
+    /* bytes that differ in one bit only, the top one included */
+    CHECK(!api_check_bearer("Bearer k\x69", "k\xe9") && !api_check_bearer("Bearer k\xe9", "k\x69"));
+    CHECK(!api_check_bearer("Bearer kb", "kc") && api_check_bearer("Bearer k\xe9", "k\xe9"));
 }
 
 /* ---- seeds for fuzz/fuzz_api.c ------------------------------------------------------------------------ */
@@ -893,7 +899,8 @@ static int write_seeds(const char *dir)
         " {\"type\": \"function\", \"function\": {\"name\": \"f\"}}}",
         "{\"messages\": [{\"role\": \"system\", \"content\": \"s\"}, {\"role\": \"user\", \"content\": [{\"type\":"
         " \"text\", \"text\": \"a\"}]}, {\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": [{\"id\": \"c\","
-        " \"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": \"{\\\"x\\\": [1, {\\\"y\\\": null}]}\"}}]},"
+        " \"type\": \"function\", \"function\": {\"name\": \"f\","
+        " \"arguments\": \"{\\\"x\\\": [1, {\\\"y\\\": null}]}\"}}]},"
         " {\"role\": \"tool\", \"content\": \"r\"}], \"reasoning_effort\": \"low\", \"stop\": \"\\n\"}",
         "{\"prompt\": \"Once upon a time\", \"max_tokens\": 5, \"logprobs\": 2, \"stream\": true,"
         " \"stream_options\": {\"include_usage\": true}}",

@@ -8,11 +8,13 @@
  *   - stubborn: ready, then ignores SIGTERM.
  * Checked over plain sockets: 503 + Retry-After + the OpenAI-shaped error while loading, /health 503 "loading";
  * a silent client neither blocks the others nor stays open; a request with an unread body still gets its answer;
- * 200 from the child once ready; after SIGKILL of the child: a child_exited line with "signal":"SIGKILL", 503 again,
- * a new child, 200 again; SIGHUP restarts the child and the socket still works; SIGTERM drains (the child got
- * SIGTERM, exit 0, nothing left listening); the grace ends in SIGKILL, a second signal cuts it short; a crashing
- * child restarts with a doubling, capped delay (from the log's timestamps); no_restart returns how the child died;
- * sup_listen's errors. */
+ * 200 from the child once ready, every time (the supervisor no longer accepts); the child's signal state is the
+ * test's own; after SIGKILL of the child: a child_exited line with "signal":"SIGKILL", 503 again, a new child, 200
+ * again; SIGHUP restarts the child and the socket still works; a child that was up past backoff_reset_s restarts
+ * after the initial delay; SIGTERM drains (the child got SIGTERM, exit 0, nothing left listening); the grace ends in
+ * SIGKILL, a second signal cuts it short; a crashing child restarts with a doubling, capped delay (from the log's
+ * timestamps); no_restart returns how the child died; a child that shuts the socket down (libmicrohttpd without
+ * MHD_USE_ITC) does not leave the port dead; sup_listen's errors. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -89,7 +91,13 @@ enum { FAKE_SERVE, FAKE_CRASH, FAKE_STUBBORN };
 typedef struct fake {
     int mode;
     int exit_status; /* FAKE_CRASH */
+    bool sloppy;     /* FAKE_SERVE: libmicrohttpd without MHD_USE_ITC, stopped without quiescing */
 } fake;
+
+/* The test's own signal state, which the fake engine must find again in itself. */
+static const int g_sigs[4] = {SIGCHLD, SIGINT, SIGHUP, SIGTERM};
+static void (*g_disp[4])(int);
+static sigset_t g_mask;
 
 static volatile sig_atomic_t fake_term;
 static void fake_on_term(int s)
@@ -128,18 +136,16 @@ static int fake_main(void *user, int listen_fd, int ready_fd)
     sigaction(SIGTERM, &sa, NULL);
     int n = snprintf(buf, sizeof buf, "%d", (int)getpid());
     tu_write_file(in_dir(p, sizeof p, "child.pid"), buf, (size_t)n);
-    /* what the child inherited: the test's own signal state (default handlers, nothing blocked) */
+    /* what the child inherited: the test's own signal state, as if no supervisor were in between */
     sigset_t mask;
     sigprocmask(SIG_SETMASK, NULL, &mask);
     int odd = 0;
-    const int sigs[] = {SIGCHLD, SIGINT, SIGHUP};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         struct sigaction cur;
-        sigaction(sigs[i], NULL, &cur);
-        odd += cur.sa_handler != SIG_DFL;
-        odd += sigismember(&mask, sigs[i]) == 1;
+        sigaction(g_sigs[i], NULL, &cur);
+        odd += g_sigs[i] != SIGTERM && cur.sa_handler != g_disp[i]; /* SIGTERM: set just above */
+        odd += sigismember(&mask, g_sigs[i]) != sigismember(&g_mask, g_sigs[i]);
     }
-    odd += sigismember(&mask, SIGTERM) == 1;
     n = snprintf(buf, sizeof buf, "%d", odd);
     tu_write_file(in_dir(p, sizeof p, "sigstate"), buf, (size_t)n);
     /* "loading the model": until the test opens the gate (15 s at most, so nothing is left behind) */
@@ -147,15 +153,15 @@ static int fake_main(void *user, int listen_fd, int ready_fd)
         sleep_s(0.01);
     if (fake_term || sup_notify_ready(ready_fd) != LILAC_OK)
         return 2;
-    struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG, 0, NULL,
-                                            NULL, fake_answer, NULL, MHD_OPTION_LISTEN_SOCKET, listen_fd,
-                                            MHD_OPTION_END);
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | (f->sloppy ? 0 : MHD_USE_ITC);
+    struct MHD_Daemon *d = MHD_start_daemon(flags, 0, NULL, NULL, fake_answer, NULL, MHD_OPTION_LISTEN_SOCKET,
+                                            listen_fd, MHD_OPTION_END);
     if (!d)
         return 3;
     while (!fake_term)
         sleep_s(0.01);
     /* drain as the engine will: stop accepting first (the socket goes back to the supervisor), then finish */
-    MHD_socket lfd = MHD_quiesce_daemon(d);
+    MHD_socket lfd = f->sloppy ? MHD_INVALID_SOCKET : MHD_quiesce_daemon(d);
     snprintf(buf, sizeof buf, "term.%d", (int)getpid());
     touch(buf);
     MHD_stop_daemon(d);
@@ -407,7 +413,8 @@ static void test_lifecycle(void)
     resp r;
     CHECK(http_get(port, "/v1/models", &r) == 0);
     check_503(&r, "loading");
-    CHECKF(strstr(body_str(&r, "error", "message"), "loading") != NULL, "message: %s", body_str(&r, "error", "message"));
+    const char *msg = body_str(&r, "error", "message");
+    CHECKF(strstr(msg, "loading") != NULL, "message: %s", msg);
     CHECK(http_get(port, "/health", &r) == 0 && r.status == 503);
     CHECKF(strcmp(body_str(&r, "status", NULL), "loading") == 0, "health while loading: %s", r.text);
 
@@ -435,10 +442,12 @@ static void test_lifecycle(void)
     /* ready: the child answers */
     touch("gate");
     CHECK(wait_events(L, "child_ready", 1, 5));
-    for (int i = 0; i < 3; i++) {
-        CHECK(http_get(port, "/v1/models", &r) == 0);
-        CHECKF(r.status == 200 && strstr(r.text, "child"), "after ready: %d %s", r.status, r.text);
-    }
+    /* every one from the child: the supervisor has stopped accepting (were it still polling the socket, it would
+     * win some of these) */
+    int n200 = 0;
+    for (int i = 0; i < 40; i++)
+        n200 += http_get(port, "/v1/models", &r) == 0 && r.status == 200 && strstr(r.text, "child");
+    CHECKF(n200 == 40, "after ready: %d of 40 answers from the child", n200);
     long pid1 = ev_int(L, "child_started", 0, "pid");
     char *pidtxt = read_text(in_dir(p, sizeof p, "child.pid"));
     CHECKF(pid1 > 0 && pidtxt && atol(pidtxt) == pid1, "child pid: log %ld, file %s", pid1, pidtxt ? pidtxt : "-");
@@ -526,6 +535,45 @@ static void test_lifecycle(void)
     CHECKF(fd < 0, "something still listens on port %d", port);
     if (fd >= 0)
         close(fd);
+}
+
+/* A child that shuts the shared socket down as it goes (libmicrohttpd without MHD_USE_ITC does): the supervisor
+ * listens again on the same port, so the next child serves; on a port-0 socket (which would move) it gives up. */
+static void test_relisten(bool fixed_port)
+{
+    char p[128];
+    const char *L = "relisten.log";
+    int port, lfd = new_listener(&port);
+    if (fixed_port) { /* bound to a port by number, as `lilac serve --port N` does */
+        close(lfd);
+        lilac_error err;
+        CHECKF(sup_listen("127.0.0.1", port, &lfd, &err) == LILAC_OK, "%s", err.msg);
+    }
+    touch("gate");
+    unlink(in_dir(p, sizeof p, "result"));
+    fake f = {.mode = FAKE_SERVE, .sloppy = true};
+    sup_opts o = {.listen_fd = lfd, .child_main = fake_main, .user = &f};
+    pid_t sp = start_supervisor(&o, L);
+    close(lfd);
+    CHECK(wait_events(L, "child_ready", 1, 5));
+    resp r;
+    CHECK(http_get(port, "/v1/models", &r) == 0 && r.status == 200);
+    CHECK(kill(sp, SIGHUP) == 0);
+    if (fixed_port) {
+        CHECK(wait_events(L, "relistened", 1, 5));
+        CHECK(wait_events(L, "child_ready", 2, 5));
+        CHECK(http_get(port, "/v1/models", &r) == 0);
+        CHECKF(r.status == 200 && strstr(r.text, "child"), "after the relisten: %d %s", r.status, r.text);
+        CHECK(kill(sp, SIGTERM) == 0);
+        CHECK(wait_exit(sp, 10, NULL) == 0);
+    } else {
+        int rc = wait_exit(sp, 10, NULL);
+        CHECKF(rc == 10 + LILAC_E_IO, "port 0, socket shut down: exit %d", rc);
+        char *msg = read_text(in_dir(p, sizeof p, "result"));
+        CHECKF(msg && strstr(msg, "shut the listening socket"), "port 0: %s", msg ? msg : "(none)");
+        free(msg);
+        CHECK(wait_events(L, "listen_lost", 1, 0));
+    }
 }
 
 /* A child that ignores SIGTERM: killed when the grace runs out, or at a second signal. */
@@ -688,9 +736,17 @@ int main(void)
     snprintf(g_dir, sizeof g_dir, "/tmp/lilac-sup-XXXXXX");
     if (!mkdtemp(g_dir))
         SKIP("cannot make a temporary directory");
+    for (int i = 0; i < 4; i++) { /* SIGINT is ignored when run in the background by a shell, for one */
+        struct sigaction cur;
+        sigaction(g_sigs[i], NULL, &cur);
+        g_disp[i] = cur.sa_handler;
+    }
+    sigprocmask(SIG_SETMASK, NULL, &g_mask);
     double t0 = now_s();
     test_listen();
     test_lifecycle();
+    test_relisten(true);
+    test_relisten(false);
     test_stubborn(false);
     test_stubborn(true);
     test_backoff();

@@ -56,7 +56,32 @@ static void fill_tokens(int32_t *t, int n, int vocab, uint64_t *state)
     }
 }
 
-/* One repetition: a fresh context of `depth` tokens, then the test. */
+/* The context a test starts from: `depth` tokens, evaluated once per
+ * test and copied into each repetition's sequence. */
+static lilac_seq *g_base;
+
+static int make_base(lilac_model *m, const bench_opts *o, int n_ctx)
+{
+    const lilac_hparams *hp = lilac_model_hparams(m);
+    lilac_error err;
+    lilac_seq_free(g_base);
+    g_base = NULL;
+    if (o->depth == 0)
+        return 0;
+    int32_t *toks = malloc((size_t)o->depth * sizeof *toks);
+    uint64_t rng = 999;
+    if (!toks)
+        return cli_fail("%s", "out of memory");
+    fill_tokens(toks, o->depth, hp->n_vocab, &rng);
+    lilac_eval_opts eo = {.logits_mode = LILAC_LOGITS_NONE};
+    int rc = 0;
+    if (lilac_seq_new(m, n_ctx, &g_base, &err) || lilac_seq_eval(g_base, toks, o->depth, &eo, &err))
+        rc = cli_fail_err(&err);
+    free(toks);
+    return rc;
+}
+
+/* One repetition: the base context copied into a fresh sequence, then the test. */
 static int run_once(lilac_model *m, const bench_opts *o, bool gen, double *tps)
 {
     const lilac_hparams *hp = lilac_model_hparams(m);
@@ -64,7 +89,7 @@ static int run_once(lilac_model *m, const bench_opts *o, bool gen, double *tps)
     int n_ctx = o->depth + n + 1;
     lilac_seq *s = NULL;
     lilac_error err;
-    int32_t *toks = malloc((size_t)(o->depth + n + 1) * sizeof *toks);
+    int32_t *toks = malloc((size_t)(n + 1) * sizeof *toks);
     float *logits = malloc((size_t)hp->n_vocab * sizeof(float));
     uint64_t rng = 12345;
     int rc = 1;
@@ -72,25 +97,21 @@ static int run_once(lilac_model *m, const bench_opts *o, bool gen, double *tps)
         cli_fail("%s", "out of memory");
         goto done;
     }
-    if (lilac_seq_new(m, n_ctx, &s, &err)) {
+    if (lilac_seq_new(m, n_ctx, &s, &err) || (g_base && lilac_seq_copy(s, g_base, &err))) {
         cli_fail_err(&err);
         goto done;
     }
-    fill_tokens(toks, o->depth + n, hp->n_vocab, &rng);
+    fill_tokens(toks, n, hp->n_vocab, &rng);
     lilac_eval_opts eo = {.logits_mode = LILAC_LOGITS_LAST, .logits = logits};
-    if (o->depth > 0 && lilac_seq_eval(s, toks, o->depth, &eo, &err)) {
-        cli_fail_err(&err);
-        goto done;
-    }
     double t0 = now_s();
     if (!gen) {
-        if (lilac_seq_eval(s, toks + o->depth, n, &eo, &err)) {
+        if (lilac_seq_eval(s, toks, n, &eo, &err)) {
             cli_fail_err(&err);
             goto done;
         }
     } else {
         for (int i = 0; i < n; i++)
-            if (lilac_seq_eval(s, toks + o->depth + i, 1, &eo, &err)) {
+            if (lilac_seq_eval(s, toks + i, 1, &eo, &err)) {
                 cli_fail_err(&err);
                 goto done;
             }
@@ -131,11 +152,10 @@ static int run_once_parallel(lilac_model *m, const bench_opts *o, double *tps)
             goto done;
         }
         fill_tokens(toks + (size_t)i * (o->depth + n + 1), o->depth + n, hp->n_vocab, &rng);
-        it[i] = (lilac_batch_item){s[i], toks + (size_t)i * (o->depth + n + 1), o->depth, false};
-    }
-    if (o->depth > 0 && lilac_batch_eval(b, it, P, &err)) {
-        cli_fail_err(&err);
-        goto done;
+        if (g_base && lilac_seq_copy(s[i], g_base, &err)) {
+            cli_fail_err(&err);
+            goto done;
+        }
     }
     double t0 = now_s();
     for (int k = 0; k < n; k++) {
@@ -171,6 +191,10 @@ static int run_test(lilac_model *m, const bench_opts *o, bool gen, double load_s
      * speed is reported apart */
     double warm = 0;
     bool par = gen && o->parallel > 1;
+    if (make_base(m, o, o->depth + n + 1)) {
+        free(t);
+        return 1;
+    }
     if (par ? run_once_parallel(m, o, &warm) : run_once(m, o, gen, &warm)) {
         free(t);
         return 1;
@@ -276,6 +300,8 @@ int cmd_bench(int argc, char **argv)
     int rc = run_test(m, &o, false, load_s);
     if (!rc)
         rc = run_test(m, &o, true, load_s);
+    lilac_seq_free(g_base);
+    g_base = NULL;
     if (!rc && !o.json)
         printf("peak resident memory: %.2f GiB\n", peak_rss_bytes() / 1073741824.0);
     lilac_model_free(m);

@@ -220,6 +220,31 @@ static void snapshot_copy(lilac_seq *s, float *buf, int pos, bool save)
     }
 }
 
+lilac_status lilac_seq_copy(lilac_seq *dst, const lilac_seq *src, lilac_error *err)
+{
+    if (dst->m != src->m)
+        return lilac_fail(err, LILAC_E_ARG, "the sequences belong to different models");
+    if (src->pos > dst->n_ctx)
+        return lilac_fail(err, LILAC_E_RANGE, "the source holds %d tokens; the destination's context is %d", src->pos,
+                          dst->n_ctx);
+    if (dst == src)
+        return LILAC_OK;
+    const lilac_hparams *hp = &src->m->hp;
+    size_t kv = (size_t)src->pos * kv_row_floats(hp), rec = rec_floats(hp);
+    for (int i = 0; i < hp->n_layer; i++) {
+        const lilac_layer_state *a = &src->layers[i];
+        lilac_layer_state *b = &dst->layers[i];
+        if (hp->layer_kind[i] == LILAC_LAYER_ATTENTION) {
+            memcpy(b->k, a->k, kv * sizeof(float));
+            memcpy(b->v, a->v, kv * sizeof(float));
+        } else {
+            memcpy(b->conv, a->conv, rec * sizeof(float)); /* conv and ssm adjacent (lilac_seq_new) */
+        }
+    }
+    dst->pos = src->pos;
+    return LILAC_OK;
+}
+
 size_t lilac_seq_snapshot_floats(const lilac_seq *s)
 {
     uint64_t kv, rec;

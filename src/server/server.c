@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "server/handle.h"
 #include "server/metrics.h"
@@ -621,7 +622,11 @@ static int engine_main(void *user, int listen_fd, int ready_fd)
     }
     if (sup_notify_ready(ready_fd) != LILAC_OK)
         goto done;
-    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0,
+    /* MHD_USE_ITC: without it, stopping would shutdown() the listening
+     * socket, which the supervisor and the next engine share */
+    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
+                             MHD_USE_ITC,
+                         0,
                          NULL, NULL, on_request, &sv, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, &sv, MHD_OPTION_CONNECTION_LIMIT,
                          (unsigned)(p->max_connections > 0 ? p->max_connections : 512),
@@ -644,8 +649,12 @@ static int engine_main(void *user, int listen_fd, int ready_fd)
 done:
     if (sv.en.sched)
         sched_free(sv.en.sched); /* cancels what is left, so the connection threads can end */
-    if (d)
+    if (d) {
+        MHD_socket ls = MHD_quiesce_daemon(d); /* stop accepting; the socket stays open for the supervisor */
+        if (ls != MHD_INVALID_SOCKET && ls != (MHD_socket)listen_fd)
+            close(ls);
         MHD_stop_daemon(d);
+    }
     metrics_free(sv.reg);
     lilac_model_free(m);
     return rc;
@@ -668,7 +677,8 @@ lilac_status lilac_serve(const lilac_serve_params *p, lilac_error *err)
         return rc ? lilac_fail(err, LILAC_E_INTERNAL, "the engine stopped with status %d (see the log)", rc)
                   : LILAC_OK;
     }
+    /* the engine drains for grace_s on SIGTERM: the supervisor's SIGKILL comes a little after */
     sup_opts o = {.listen_fd = fd, .child_main = engine_main, .user = (void *)p, .log = log_line,
-                  .grace_s = p->grace_s};
+                  .grace_s = p->grace_s + 5};
     return sup_run(&o, err);
 }

@@ -192,6 +192,7 @@ typedef struct sup_ctx {
     char outcome_msg[256];
     sup_client *cl;
     int n_cl;
+    int port;              /* the listening socket's, to check it after a relisten */
     struct sigaction old[SUP_NSIGS];
     sigset_t mask0;
 } sup_ctx;
@@ -382,8 +383,9 @@ static void accept_one(sup_ctx *c, double now)
 {
     int fd = accept(c->o.listen_fd, NULL, NULL);
     if (fd < 0) {
-        /* out of descriptors or buffers: the socket stays readable, so pause instead of spinning */
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        /* out of descriptors or buffers, or not listening any more: the socket stays readable, so pause instead
+         * of spinning */
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM || errno == EINVAL)
             c->accept_pause_until = now + 0.1;
         return; /* EAGAIN, ECONNABORTED, EINTR...: nothing to do */
     }
@@ -513,6 +515,37 @@ static void on_ready_fd(sup_ctx *c, double now)
     c->ready_fd = -1;
 }
 
+/* A child can shut the shared socket down, which stops it listening in every process: libmicrohttpd does so in
+ * MHD_stop_daemon when started without MHD_USE_ITC (and not quiesced first). Listen again on the same port, or give
+ * up: false then, with the outcome set. */
+static bool ensure_listening(sup_ctx *c)
+{
+    int acc = 0;
+    socklen_t len = sizeof acc;
+    if (getsockopt(c->o.listen_fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &len) == 0 && acc)
+        return true;
+    bool listening = listen(c->o.listen_fd, SOMAXCONN) == 0;
+    int e = errno;
+    int port = sup_bound_port(c->o.listen_fd);
+    bool ok = listening && port == c->port; /* one bound to port 0 gets a new port, where nobody would look */
+    json_t *ev = ev_new(ok ? "relistened" : "listen_lost");
+    json_object_set_new(ev, "port", json_integer(c->port));
+    json_object_set_new(ev, "hint", json_string("the engine shut the shared listening socket down: start "
+                                                "libmicrohttpd with MHD_USE_ITC and MHD_quiesce_daemon it first"));
+    ev_emit(c, ev);
+    if (!ok) {
+        c->stopping = c->done = true;
+        c->outcome = LILAC_E_IO;
+        if (!listening)
+            snprintf(c->outcome_msg, sizeof c->outcome_msg, "the engine shut the listening socket (port %d) down, "
+                     "and listening again failed: %s", c->port, strerror(e));
+        else
+            snprintf(c->outcome_msg, sizeof c->outcome_msg, "the engine shut the listening socket (port %d) down, "
+                     "and listening again moved it to port %d", c->port, port);
+    }
+    return ok;
+}
+
 static void on_child_exit(sup_ctx *c, int st, bool known, double now)
 {
     bool was_ready = c->ready;
@@ -559,6 +592,8 @@ static void on_child_exit(sup_ctx *c, int st, bool known, double now)
         snprintf(c->outcome_msg, sizeof c->outcome_msg, "%s", what);
         return;
     }
+    if (!ensure_listening(c))
+        return;
     if (c->reloading) { /* asked for: no backoff, and the delay stays where it was */
         c->reloading = false;
         c->next_start = now;
@@ -747,6 +782,7 @@ lilac_status sup_run(const sup_opts *opts, lilac_error *err)
         c->cl[i].fd = -1;
     c->ready_fd = -1;
     c->self = getpid();
+    c->port = sup_bound_port(c->o.listen_fd);
     c->backoff = c->o.backoff_initial_s;
     c->next_start = mono_now();
     st = setup(c, err);

@@ -17,6 +17,8 @@
  *   {"ts":...,"event":"reloading","pid":123}                       (SIGHUP)
  *   {"ts":...,"event":"draining","signal":"SIGTERM","pid":123,"grace_s":10.0}
  *   {"ts":...,"event":"killing","pid":123,"reason":"grace ran out","after_s":10.0}
+ *   {"ts":...,"event":"relistened","port":8080,"hint":"..."}        (a child had shut the socket down)
+ *   {"ts":...,"event":"listen_lost","port":8080,"hint":"..."}       (...and it could not be reopened: sup_run ends)
  *   {"ts":...,"event":"stopped","killed":false}
  * ts is Unix time in seconds; "pid" is absent where there is no child.
  *
@@ -38,7 +40,9 @@ lilac_status sup_listen(const char *host, int port, int *fd_out, lilac_error *er
 int sup_bound_port(int fd);
 
 /* The engine, run in the forked child. listen_fd: the inherited listening socket; accept on it only after
- * sup_notify_ready has returned. ready_fd: pass it to sup_notify_ready once the model is loaded. On SIGTERM the
+ * sup_notify_ready has returned, and never shutdown() it (that stops it listening in every process; libmicrohttpd
+ * does so in MHD_stop_daemon unless started with MHD_USE_ITC: use that flag, and MHD_quiesce_daemon to stop
+ * accepting when draining). ready_fd: pass it to sup_notify_ready once the model is loaded. On SIGTERM the
  * child should stop accepting, finish its requests and return. The return value is the child's exit status (& 0xff).
  * Signal dispositions and the signal mask are the caller's of sup_run, as if sup_run had not been there. */
 typedef int (*sup_child_fn)(void *user, int listen_fd, int ready_fd);
@@ -65,7 +69,8 @@ typedef struct sup_opts {
 /* Run until SIGTERM or SIGINT (then LILAC_OK once the child is gone), or with no_restart until the child exits
  * (LILAC_OK for status 0, else LILAC_E_INTERNAL saying how it died). A second SIGTERM/SIGINT while draining kills the
  * child at once. Fails up front on bad options or when signals or pipes cannot be set up; fork failures later are
- * logged and retried with the backoff. */
+ * logged and retried with the backoff. LILAC_E_IO when a child shut the listening socket down and listening again on
+ * its port failed (see listen_lost). */
 lilac_status sup_run(const sup_opts *o, lilac_error *err);
 
 /* In the child: tell the parent the engine is ready, and wait until the parent has stopped accepting on the listening
