@@ -72,11 +72,17 @@ int hnd_prepare(const hnd_engine *en, const api_request *req, hnd_prep *p, api_e
     }
     if (p->n_prompt == 0)
         return api_error_set(e, 400, "invalid_request_error", "invalid_value", "prompt", "the prompt is empty");
+    const char *param = req->kind == API_CHAT ? "messages" : "prompt";
     if (p->n_prompt >= en->n_ctx)
-        return api_error_set(e, 400, "invalid_request_error", "context_length_exceeded", "messages",
+        return api_error_set(e, 400, "invalid_request_error", "context_length_exceeded", param,
                              "this model's context is %d tokens; the prompt has %d (at least one must be left to "
                              "generate)",
                              en->n_ctx, p->n_prompt);
+    if (req->max_tokens > 0 && (int64_t)p->n_prompt + req->max_tokens > en->n_ctx)
+        return api_error_set(e, 400, "invalid_request_error", "context_length_exceeded", "max_tokens",
+                             "this model's context is %d tokens; the prompt (%d) and max_tokens (%d) need %lld",
+                             en->n_ctx, p->n_prompt, req->max_tokens,
+                             (long long)p->n_prompt + req->max_tokens);
     sched_gen *g = &p->gen;
     g->prompt = p->prompt;
     g->n_prompt = p->n_prompt;

@@ -8,9 +8,11 @@
 #include <microhttpd.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -148,6 +150,7 @@ static void out_push(stream *st, char *json)
 
 static void log_request(server *sv, const char *id, const char *path, int status, const sched_req *r, double t0)
 {
+    bool left = status == 499; /* the client went away: cancelled, whatever the engine had reached */
     json_t *o = json_pack("{s:s, s:s, s:s, s:i}", "event", "request", "id", id, "path", path, "status", status);
     if (r) {
         json_object_set_new(o, "prompt_tokens", json_integer(r->n_prompt));
@@ -156,7 +159,7 @@ static void log_request(server *sv, const char *id, const char *path, int status
         if (r->n_toks > 0)
             json_object_set_new(o, "ttft_s", json_real(r->t_first - r->t_submit));
         static const char *fin[] = {"stop", "length", "context", "cancelled"};
-        json_object_set_new(o, "finish", json_string(fin[r->finish & 3]));
+        json_object_set_new(o, "finish", json_string(left ? "cancelled" : fin[r->finish & 3]));
     }
     json_object_set_new(o, "total_s", json_real(sched_now() - t0));
     log_json(o);
@@ -492,6 +495,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     bool chat = !strcmp(url, "/v1/chat/completions"), compl = !strcmp(url, "/v1/completions");
     bool models = !strcmp(url, "/v1/models");
+    const char *model_id = !strncmp(url, "/v1/models/", 11) ? url + 11 : NULL;
+    if (model_id && get) {
+        if (strcmp(model_id, sv->en.model_name) != 0) {
+            api_error_set(&e, 404, "invalid_request_error", "model_not_found", "model", "no model named '%s'",
+                          model_id);
+            return send_error(sv, c, &e);
+        }
+        json_t *o = json_pack("{s:s, s:s, s:I, s:s}", "id", sv->en.model_name, "object", "model", "created",
+                              (json_int_t)time(NULL), "owned_by", "lilac");
+        char *j = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        json_decref(o);
+        enum MHD_Result r = send_text(c, 200, "application/json", j ? j : "{}", 0);
+        free(j);
+        return r;
+    }
     if (!chat && !compl && !models) {
         api_error_set(&e, 404, "invalid_request_error", "unknown_url", NULL, "no such path: %s %s", method, url);
         return send_error(sv, c, &e);
@@ -530,6 +548,18 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         free(cn);
         *con_cls = NULL;
     }
+}
+
+/* libmicrohttpd's own messages, as log lines like the others */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
+        msg[--n] = '\0';
+    log_json(json_pack("{s:s, s:s}", "event", "http", "message", msg));
 }
 
 static void log_line(void *user, const char *json_line)
@@ -630,7 +660,8 @@ static int engine_main(void *user, int listen_fd, int ready_fd)
                          NULL, NULL, on_request, &sv, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, &sv, MHD_OPTION_CONNECTION_LIMIT,
                          (unsigned)(p->max_connections > 0 ? p->max_connections : 512),
-                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                         MHD_OPTION_END);
     if (!d) {
         log_json(json_pack("{s:s, s:s}", "event", "start_failed", "error", "libmicrohttpd could not start"));
         goto done;
