@@ -90,7 +90,18 @@ typedef struct lilac_model_params {
      * 16-bit fixed point per block of 32 for integer dot products (still
      * far closer to the model than llama.cpp's 8-bit activations). */
     bool precise;
+    /* Where the model runs: LILAC_BACKEND_AUTO (a CUDA GPU when lilac was
+     * built with CUDA and one is present, else the CPU, with a note saying
+     * why), _CPU, or _CUDA (an error when no GPU can be used). The
+     * environment variable LILAC_BACKEND=cpu|cuda|auto sets the default. */
+    int backend;
 } lilac_model_params;
+
+enum { LILAC_BACKEND_AUTO = 0, LILAC_BACKEND_CPU = 1, LILAC_BACKEND_CUDA = 2 };
+/* "cpu" / "cuda": the backend a model runs on. */
+const char *lilac_model_backend(const lilac_model *m);
+/* Parse "auto", "cpu", "cuda"; -1 for anything else. */
+int lilac_backend_parse(const char *s);
 
 lilac_model_params lilac_model_default_params(void);
 

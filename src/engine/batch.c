@@ -104,6 +104,16 @@ lilac_status lilac_batch_eval(lilac_batch *b, const lilac_batch_item *items, int
         return st;
     size_t nv = (size_t)b->m->hp.n_vocab;
     memset(b->has_logits, 0, (size_t)b->n_seq_max * sizeof(bool));
+    if (b->m->cuda) { /* one sequence after another on the GPU, for now */
+        for (int i = 0; i < n_items; i++) {
+            lilac_eval_opts o = {.logits_mode = items[i].want_logits ? LILAC_LOGITS_LAST : LILAC_LOGITS_NONE,
+                                 .logits = b->logits + (size_t)i * nv};
+            if ((st = lilac_seq_eval(items[i].seq, items[i].tokens, items[i].n, &o, err)))
+                return st;
+            b->has_logits[i] = items[i].want_logits;
+        }
+        return LILAC_OK;
+    }
     int item = 0, done = 0; /* the next item, and how many of its tokens ran */
     while (item < n_items) {
         int nt = 0, n_seg = 0, n_last = 0;

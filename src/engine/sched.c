@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "engine/seq.h"
+#include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/err.h"
 
@@ -182,7 +183,7 @@ static void snap_evict_for(sched *s, size_t bytes)
 /* Keep the state of a slot that has just consumed its whole prompt. */
 static void snap_take(sched *s, const slot *sl)
 {
-    if (s->p.cache_bytes == 0 || sl->n_toks < SNAP_MIN_TOKENS)
+    if (s->p.cache_bytes == 0 || sl->n_toks < SNAP_MIN_TOKENS || sl->seq->cuda) /* snapshots are host-side */
         return;
     for (snap *sn = s->snaps; sn; sn = sn->next)
         if (sn->n == sl->n_toks && memcmp(sn->toks, sl->toks, (size_t)sn->n * sizeof(int32_t)) == 0) {

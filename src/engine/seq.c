@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/decoder_cuda.h"
 #include "util/err.h"
 
 static size_t conv_channels(const lilac_hparams *hp)
@@ -134,6 +135,20 @@ lilac_status lilac_seq_new(lilac_model *m, int n_ctx, lilac_seq **out, lilac_err
     const lilac_hparams *hp = &m->hp;
     if (n_ctx < 1)
         return lilac_fail(err, LILAC_E_ARG, "context size %d must be at least 1", n_ctx);
+    if (m->cuda) { /* the state lives on the device */
+        lilac_seq *s = calloc(1, sizeof *s);
+        if (!s)
+            return lilac_fail(err, LILAC_E_NOMEM, "out of memory");
+        s->m = m;
+        s->n_ctx = n_ctx;
+        lilac_status st = lilac_cuda_seq_new(m, n_ctx, &s->cuda, err);
+        if (st) {
+            free(s);
+            return st;
+        }
+        *out = s;
+        return LILAC_OK;
+    }
     uint64_t kv, rec;
     lilac_state_sizes(hp, n_ctx, &kv, &rec);
     uint64_t total = kv + rec;
@@ -183,6 +198,7 @@ void lilac_seq_free(lilac_seq *s)
 {
     if (!s)
         return;
+    lilac_cuda_seq_free(s->cuda);
     free(s->mem);
     free(s->layers);
     lilac_scratch_free(&s->sc);
@@ -229,6 +245,12 @@ lilac_status lilac_seq_copy(lilac_seq *dst, const lilac_seq *src, lilac_error *e
                           dst->n_ctx);
     if (dst == src)
         return LILAC_OK;
+    if (src->cuda || dst->cuda) {
+        lilac_status st = lilac_cuda_seq_copy(src->m, dst->cuda, src->cuda, src->pos, err);
+        if (!st)
+            dst->pos = src->pos;
+        return st;
+    }
     const lilac_hparams *hp = &src->m->hp;
     size_t kv = (size_t)src->pos * kv_row_floats(hp), rec = rec_floats(hp);
     for (int i = 0; i < hp->n_layer; i++) {
@@ -264,6 +286,11 @@ void lilac_seq_reset(lilac_seq *s)
 {
     /* Only the recurrent state must be cleared: KV rows past pos are never read. */
     const lilac_hparams *hp = &s->m->hp;
+    if (s->cuda) {
+        lilac_cuda_seq_reset(s->m, s->cuda);
+        s->pos = 0;
+        return;
+    }
     for (int i = 0; i < hp->n_layer; i++)
         if (hp->layer_kind[i] == LILAC_LAYER_DELTANET) {
             memset(s->layers[i].conv, 0, (size_t)(hp->ssm_conv_kernel - 1) * conv_channels(hp) * sizeof(float));

@@ -42,6 +42,7 @@ struct lilac_seq {
     lilac_scratch sc;
     float *mem; /* one block holds the state */
     size_t mem_floats;
+    struct lilac_cuda_seq *cuda; /* the state in device memory when the model runs on CUDA (mem is then NULL) */
 };
 
 /* Snapshots of a sequence's state at its position (prefix reuse): the KV

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/seq.h"
+#include "model/decoder_cuda.h"
 #include "util/err.h"
 
 /* ---- small vector helpers ---- */
@@ -644,7 +645,8 @@ void lilac_decoder_step_multi(lilac_scratch *sc, const lilac_model *m, const lil
 lilac_status lilac_decoder_eval(lilac_seq *s, const int32_t *tokens, int n, const lilac_eval_opts *opts,
                                 lilac_error *err)
 {
-    (void)err;
+    if (s->cuda)
+        return lilac_cuda_eval(s, tokens, n, opts, err);
     for (int off = 0; off < n; off += s->sc.n_tok) {
         int nt = n - off < s->sc.n_tok ? n - off : s->sc.n_tok;
         lilac_dec_seg seg = {s, 0, nt};

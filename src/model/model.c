@@ -2,6 +2,7 @@
  * directory, reading the HF config, dispatching to the architecture — and
  * what the public API says about a loaded model. */
 #include "model/model.h"
+#include "model/decoder_cuda.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -45,10 +46,49 @@ void lilac_model_log(const lilac_model *m, lilac_log_level level, const char *fm
     m->params.log(m->params.log_user, level, buf);
 }
 
+int lilac_backend_parse(const char *s)
+{
+    if (!s || !strcmp(s, "auto"))
+        return LILAC_BACKEND_AUTO;
+    if (!strcmp(s, "cpu"))
+        return LILAC_BACKEND_CPU;
+    if (!strcmp(s, "cuda"))
+        return LILAC_BACKEND_CUDA;
+    return -1;
+}
+
 lilac_model_params lilac_model_default_params(void)
 {
     lilac_model_params p = {0};
+    int b = lilac_backend_parse(getenv("LILAC_BACKEND"));
+    p.backend = b < 0 ? LILAC_BACKEND_AUTO : b;
     return p;
+}
+
+const char *lilac_model_backend(const lilac_model *m) { return m->cuda ? "cuda" : "cpu"; }
+
+/* Put the model on the GPU when asked (or when one is there, for auto). */
+static lilac_status pick_backend(lilac_model *m, lilac_error *err)
+{
+    int b = m->params.backend;
+    if (b == LILAC_BACKEND_CPU)
+        return LILAC_OK;
+    lilac_error why;
+    lilac_status st = lilac_cuda_model_new(m, &m->cuda, &why);
+    if (st == LILAC_OK) {
+        lilac_model_log(m, LILAC_LOG_INFO, "running on %s", lilac_cuda_model_device(m->cuda));
+        return LILAC_OK;
+    }
+    if (b == LILAC_BACKEND_CUDA) {
+        if (!err)
+            return st;
+        *err = why;
+        return lilac_fail_prefix(err, "--backend cuda");
+    }
+#ifdef LILAC_CUDA
+    lilac_model_log(m, LILAC_LOG_INFO, "running on the CPU: %s", why.msg);
+#endif
+    return LILAC_OK;
 }
 
 void lilac_model_free(lilac_model *m)
@@ -56,6 +96,7 @@ void lilac_model_free(lilac_model *m)
     if (!m)
         return;
     lilac_model_free_text(m);
+    lilac_cuda_model_free(m->cuda);
     lilac_pool_free(m->pool);
     for (size_t i = 0; i < m->owned.n; i++)
         free(m->owned.ptrs[i]);
@@ -284,6 +325,8 @@ lilac_status lilac_model_open(const char *path, const lilac_model_params *params
             s = lilac_pool_new(n, &m->pool, err);
         }
     }
+    if (!s)
+        s = pick_backend(m, err);
     if (s) {
         lilac_model_free(m);
         return s;

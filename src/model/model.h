@@ -69,6 +69,7 @@ struct lilac_model {
 
     lilac_pool *pool;
     const lilac_cpu_kernels *kern;
+    struct lilac_cuda_model *cuda; /* set when the model runs on a CUDA GPU (decoder_cuda.c) */
     lilac_model_params params;
 
     lilac_type_count counts[16];

@@ -200,22 +200,30 @@ lilac_status lilac_jobs_run(const lilac_jobs_params *p, lilac_jobs_result *res, 
                 st = lilac_fail(err, LILAC_E_NOMEM, "out of memory");
                 break;
             }
-            if (in_list(done, n_done, id)) {
+            api_error e;
+            if (in_list(done, n_done, id) && !in_list(seen, n_seen, id)) {
                 res->n_skipped++;
-                free(id);
+                seen[n_seen++] = id; /* a later line with this id is still a duplicate */
                 continue;
             }
-            api_error e;
             if (in_list(seen, n_seen, id)) {
-                api_error_set(&e, 400, "invalid_request_error", "duplicate_id", "id", "line %d: the id %s came before",
-                              line_no, id);
-                write_error(out, id, &e);
-                res->n_failed++, finished++;
+                /* reported under its line, not the id: the id's own answer may still be coming */
+                char dup_id[32];
+                snprintf(dup_id, sizeof dup_id, "\"line:%d\"", line_no);
+                if (in_list(done, n_done, dup_id)) {
+                    res->n_skipped++;
+                } else {
+                    api_error_set(&e, 400, "invalid_request_error", "duplicate_id", "id",
+                                  "line %d: the id %s came before", line_no, id);
+                    write_error(out, dup_id, &e);
+                    res->n_failed++, finished++;
+                }
                 free(id);
                 continue;
             }
             seen[n_seen++] = strdup(id);
             job *j = &fl[n_flight];
+            memset(j, 0, sizeof *j);
             j->id = id;
             int rc = is_chat ? api_parse_chat(line, n, NULL, &j->req, &e) : api_parse_completion(line, n, NULL, &j->req, &e);
             if (!rc && j->req->stream)
@@ -246,6 +254,7 @@ lilac_status lilac_jobs_run(const lilac_jobs_params *p, lilac_jobs_result *res, 
             free(json);
             job_free(j);
             fl[i] = fl[--n_flight];
+            memset(&fl[n_flight], 0, sizeof fl[n_flight]); /* moved, not to be freed twice */
             i--;
             finished++;
             any = true;

@@ -1,0 +1,67 @@
+/* cuda: the CUDA kernels, callable from C. Built only where CMake finds
+ * nvcc (LILAC_CUDA defined); elsewhere src/kernels/cuda_none.c answers
+ * every entry point with "built without CUDA". Pointers marked (dev) are
+ * device memory; every call is asynchronous on the given stream (NULL: the
+ * default stream) unless it says otherwise.
+ *
+ * Weights are uploaded once in the file's own encoding (F32, F16, BF16,
+ * Q8_0, Q4_0, Q4_K, Q5_K, Q6_K: lilac_dtype values) and dequantized inside
+ * the kernels, never expanded in memory. Activations are float32. */
+#ifndef LILAC_KERNELS_CUDA_CUDA_H
+#define LILAC_KERNELS_CUDA_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lilac_cuda_stream lilac_cuda_stream; /* a cudaStream_t */
+
+/* A weight matrix in device memory: rows of cols values of type, row_bytes apart. */
+typedef struct lilac_cuda_mat {
+    const void *data; /* (dev) */
+    int type;
+    int64_t rows, cols;
+    size_t row_bytes;
+} lilac_cuda_mat;
+
+/* Whether a CUDA device can be used; why not in msg (size cap) when it cannot. */
+int lilac_cuda_available(char *msg, size_t cap);
+/* The device's name, memory and compute capability for messages and `doctor`. */
+int lilac_cuda_device_info(char *name, size_t cap, size_t *total_bytes, size_t *free_bytes, int *cc_major,
+                           int *cc_minor);
+
+/* Memory and copies; 0 on success, -1 with msg filled. */
+int lilac_cuda_malloc(void **p, size_t bytes, char *msg, size_t cap);
+void lilac_cuda_free(void *p);
+int lilac_cuda_upload(void *dst_dev, const void *src_host, size_t bytes, char *msg, size_t cap);
+int lilac_cuda_download(void *dst_host, const void *src_dev, size_t bytes, lilac_cuda_stream *s, char *msg,
+                        size_t cap); /* waits for s first */
+int lilac_cuda_memset(void *dst_dev, int value, size_t bytes, lilac_cuda_stream *s);
+int lilac_cuda_sync(lilac_cuda_stream *s, char *msg, size_t cap);
+int lilac_cuda_stream_new(lilac_cuda_stream **s, char *msg, size_t cap);
+void lilac_cuda_stream_free(lilac_cuda_stream *s);
+
+/* Whether the kernels handle a type (lilac_dtype). */
+int lilac_cuda_type_supported(int type);
+
+/* y[t][r] = dot(W row r, x[t]) for t < n_tok, r < W->rows; x [n_tok][cols], y [n_tok][rows] (dev). */
+void lilac_cuda_matvec(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s);
+
+/* Routed experts of one layer stored one after another, expert e's matrix
+ * at base + e * expert_stride bytes (each expert W->rows x W->cols, W->data
+ * being expert 0). For i < k: y[i] = W[idx[i]] . x[x_stride ? i : 0]
+ * (x rows cols apart when x_stride is set, else one shared row), y rows
+ * W->rows apart. idx (dev) is read on the device: no host round trip. */
+void lilac_cuda_matvec_experts(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
+                               const float *x, int x_stride, float *y, lilac_cuda_stream *s);
+
+/* out[c] = value c of row r of W, c < cols (dev): an embedding lookup with r read on the device from *r_dev. */
+void lilac_cuda_get_row(const lilac_cuda_mat *W, const int32_t *r_dev, float *out, lilac_cuda_stream *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,515 @@
+/* decoder_cuda: the forward pass on the GPU (see decoder_cuda.h). It reads
+ * as decoder.c does — per layer x += mixer(norm(x)); x += moe(norm(x)) —
+ * with each step a CUDA kernel on one stream (kernels/cuda/cuda.h). */
+#include "model/decoder_cuda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/seq.h"
+#include "format/dtype.h"
+#include "model/model.h"
+#include "util/err.h"
+
+#ifdef LILAC_CUDA
+#include "kernels/cuda/cuda.h"
+
+/* kernels/cuda/cuda_ops.cu */
+void lilac_cuda_rmsnorm(const float *x, const float *w, float *y, int rows, int n, float eps, lilac_cuda_stream *s);
+void lilac_cuda_add(float *x, const float *y, int n, lilac_cuda_stream *s);
+void lilac_cuda_norm_rope(float *v, const float *w, int n_heads, int step, int hd, int rot, int pos, float theta,
+                          float eps, lilac_cuda_stream *s);
+void lilac_cuda_attention(const float *q, int q_step, const float *K, const float *V, int n_keys, int n_head,
+                          int n_head_kv, int hd, float *out, float *scratch, int scratch_stride, int gated,
+                          lilac_cuda_stream *s);
+void lilac_cuda_conv_step(const float *in, float *state, const float *w, float *out, int C, int K,
+                          lilac_cuda_stream *s);
+void lilac_cuda_deltanet_step(float *conv_out, float *a, float *b, const float *ssm_a, const float *ssm_dt, float *S,
+                              float *o, const float *z, const float *norm_w, int nk, int nv, int dk, int dv, int tiled,
+                              float eps, lilac_cuda_stream *s);
+void lilac_cuda_topk(const float *logits, int E, int k, int norm, int32_t *idx, float *w, lilac_cuda_stream *s);
+void lilac_cuda_swiglu(float *g, const float *u, int n, lilac_cuda_stream *s);
+void lilac_cuda_moe_sum(float *x, const float *ex, const float *w, int k, const float *sh, const float *gate_inp,
+                        const float *xn, int E, lilac_cuda_stream *s);
+int lilac_cuda_copy(void *dst, const void *src, size_t bytes, lilac_cuda_stream *s);
+int lilac_cuda_upload_async(void *dst, const void *src, size_t bytes, lilac_cuda_stream *s);
+int lilac_cuda_last_error(char *msg, size_t cap);
+
+typedef struct cuda_layer {
+    float *attn_norm, *post_norm, *q_norm, *k_norm;
+    lilac_cuda_mat wq, wk, wv, wo;
+    lilac_cuda_mat ssm_qkv, ssm_z, ssm_alpha, ssm_beta, ssm_out;
+    float *ssm_conv, *ssm_a, *ssm_dt, *ssm_norm;
+    lilac_cuda_mat router, exp_gate, exp_up, exp_down, sh_gate, sh_up, sh_down;
+    size_t gate_stride, up_stride, down_stride;
+    float *sh_gate_inp;
+} cuda_layer;
+
+struct lilac_cuda_model {
+    lilac_cuda_stream *stream;
+    lilac_cuda_mat tok_embd, output;
+    float *output_norm;
+    cuda_layer *layers;
+    int n_layer;
+    void **allocs; /* every device allocation, freed together */
+    size_t n_allocs, cap_allocs;
+    size_t bytes;
+    /* one token's activations (steps run one after another on the stream) */
+    float *x, *xn, *tmp, *qg, *kb, *vb, *att, *qkv, *conv, *z, *a, *b, *o, *rl, *rw, *gbuf, *ubuf, *ex, *shg, *shu,
+        *sho, *logits;
+    int32_t *tok, *idx;
+    char device[160];
+};
+
+struct lilac_cuda_seq {
+    float **k, **v, **conv, **ssm; /* per layer (dev) */
+    float *scores;                 /* [n_head][n_ctx] (dev) */
+    void *block;
+    size_t bytes;
+    int n_ctx;
+};
+
+static lilac_status cuda_err(lilac_error *err, const char *what, const char *msg)
+{
+    return lilac_fail(err, LILAC_E_UNSUPPORTED, "%s: %s", what, msg);
+}
+
+static lilac_status dev_alloc(lilac_cuda_model *cm, void **p, size_t bytes, lilac_error *err)
+{
+    char msg[256];
+    if (cm->n_allocs == cm->cap_allocs) {
+        size_t cap = cm->cap_allocs ? 2 * cm->cap_allocs : 256;
+        void **a = realloc(cm->allocs, cap * sizeof *a);
+        if (!a)
+            return lilac_fail(err, LILAC_E_NOMEM, "out of memory");
+        cm->allocs = a, cm->cap_allocs = cap;
+    }
+    if (lilac_cuda_malloc(p, bytes ? bytes : 4, msg, sizeof msg))
+        return cuda_err(err, "device memory", msg);
+    cm->allocs[cm->n_allocs++] = *p;
+    cm->bytes += bytes;
+    return LILAC_OK;
+}
+
+static lilac_status up_floats(lilac_cuda_model *cm, const float *host, size_t n, float **out, lilac_error *err)
+{
+    *out = NULL;
+    if (!host)
+        return LILAC_OK;
+    char msg[256];
+    lilac_status st = dev_alloc(cm, (void **)out, n * sizeof(float), err);
+    if (!st && lilac_cuda_upload(*out, host, n * sizeof(float), msg, sizeof msg))
+        st = cuda_err(err, "upload", msg);
+    return st;
+}
+
+static lilac_status up_mat(lilac_cuda_model *cm, const lilac_mat *w, lilac_cuda_mat *out, lilac_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!w->data)
+        return LILAC_OK;
+    if (!lilac_cuda_type_supported(w->type)) {
+        const lilac_dtype_info *di = lilac_dtype_get(w->type);
+        return lilac_fail(err, LILAC_E_UNSUPPORTED, "the CUDA kernels do not run %s weights yet",
+                          di ? di->name : "MLX-quantized");
+    }
+    size_t bytes = (size_t)w->rows * w->row_bytes;
+    void *d;
+    char msg[256];
+    lilac_status st = dev_alloc(cm, &d, bytes, err);
+    if (!st && lilac_cuda_upload(d, w->data, bytes, msg, sizeof msg))
+        st = cuda_err(err, "upload", msg);
+    if (!st)
+        *out = (lilac_cuda_mat){d, w->type, w->rows, w->cols, w->row_bytes};
+    return st;
+}
+
+/* The n experts one after another in one allocation, whatever their host layout. */
+static lilac_status up_experts(lilac_cuda_model *cm, const lilac_mat *e, int n, lilac_cuda_mat *out, size_t *stride,
+                               lilac_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!e || n < 1 || !e[0].data)
+        return LILAC_OK;
+    if (!lilac_cuda_type_supported(e[0].type))
+        return lilac_fail(err, LILAC_E_UNSUPPORTED, "the CUDA kernels do not run the experts' weight type yet");
+    size_t one = (size_t)e[0].rows * e[0].row_bytes;
+    uint8_t *d;
+    char msg[256];
+    lilac_status st = dev_alloc(cm, (void **)&d, one * (size_t)n, err);
+    bool contiguous = true;
+    for (int i = 1; i < n; i++)
+        contiguous &= (const uint8_t *)e[i].data == (const uint8_t *)e[0].data + (size_t)i * one;
+    if (!st && contiguous && lilac_cuda_upload(d, e[0].data, one * (size_t)n, msg, sizeof msg))
+        st = cuda_err(err, "upload", msg);
+    for (int i = 0; !st && !contiguous && i < n; i++)
+        if (lilac_cuda_upload(d + (size_t)i * one, e[i].data, one, msg, sizeof msg))
+            st = cuda_err(err, "upload", msg);
+    if (!st) {
+        *out = (lilac_cuda_mat){d, e[0].type, e[0].rows, e[0].cols, e[0].row_bytes};
+        *stride = one;
+    }
+    return st;
+}
+
+static size_t conv_channels(const lilac_hparams *hp)
+{
+    return (size_t)(2 * hp->ssm_k_heads * hp->ssm_k_dim + hp->ssm_v_heads * hp->ssm_v_dim);
+}
+
+lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_error *err)
+{
+    *out = NULL;
+    char msg[256];
+    if (!lilac_cuda_available(msg, sizeof msg))
+        return lilac_fail(err, LILAC_E_UNSUPPORTED, "no CUDA device can be used: %s", msg);
+    const lilac_hparams *hp = &m->hp;
+    size_t total = 0, free_b = 0;
+    int ccM = 0, ccm = 0;
+    char name[128] = "";
+    lilac_cuda_device_info(name, sizeof name, &total, &free_b, &ccM, &ccm);
+    /* the refusal rule of the CPU plan, against device memory: weights and a margin for state */
+    if ((uint64_t)free_b < m->weight_bytes + (64ull << 20))
+        return lilac_fail(err, LILAC_E_NOMEM,
+                          "the weights need %.2f GiB of GPU memory; %s has %.2f GiB free: use a smaller quantization",
+                          m->weight_bytes / 1073741824.0, name, free_b / 1073741824.0);
+    lilac_cuda_model *cm = calloc(1, sizeof *cm);
+    if (!cm)
+        return lilac_fail(err, LILAC_E_NOMEM, "out of memory");
+    snprintf(cm->device, sizeof cm->device, "%s (%.1f GiB, sm_%d%d)", name, total / 1073741824.0, ccM, ccm);
+    cm->n_layer = hp->n_layer;
+    lilac_status st = LILAC_OK;
+    if (lilac_cuda_stream_new(&cm->stream, msg, sizeof msg))
+        st = cuda_err(err, "stream", msg);
+    cm->layers = calloc((size_t)hp->n_layer, sizeof *cm->layers);
+    if (!st && !cm->layers)
+        st = lilac_fail(err, LILAC_E_NOMEM, "out of memory");
+    int E = hp->n_embd;
+    if (!st)
+        st = up_mat(cm, &m->w.tok_embd, &cm->tok_embd, err);
+    if (!st)
+        st = up_mat(cm, &m->w.output, &cm->output, err);
+    if (!st)
+        st = up_floats(cm, m->w.output_norm, (size_t)E, &cm->output_norm, err);
+    size_t C = conv_channels(hp);
+    for (int il = 0; !st && il < hp->n_layer; il++) {
+        const lilac_layer_weights *lw = &m->w.layers[il];
+        cuda_layer *cl = &cm->layers[il];
+        st = up_floats(cm, lw->attn_norm, (size_t)E, &cl->attn_norm, err);
+        if (!st)
+            st = up_floats(cm, lw->post_norm, (size_t)E, &cl->post_norm, err);
+        if (!st && hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
+            if (!st)
+                st = up_mat(cm, &lw->wq, &cl->wq, err);
+            if (!st)
+                st = up_mat(cm, &lw->wk, &cl->wk, err);
+            if (!st)
+                st = up_mat(cm, &lw->wv, &cl->wv, err);
+            if (!st)
+                st = up_mat(cm, &lw->wo, &cl->wo, err);
+            if (!st)
+                st = up_floats(cm, lw->q_norm, (size_t)hp->head_dim, &cl->q_norm, err);
+            if (!st)
+                st = up_floats(cm, lw->k_norm, (size_t)hp->head_dim, &cl->k_norm, err);
+        } else if (!st) {
+            if (!st)
+                st = up_mat(cm, &lw->ssm_qkv, &cl->ssm_qkv, err);
+            if (!st)
+                st = up_mat(cm, &lw->ssm_z, &cl->ssm_z, err);
+            if (!st)
+                st = up_mat(cm, &lw->ssm_alpha, &cl->ssm_alpha, err);
+            if (!st)
+                st = up_mat(cm, &lw->ssm_beta, &cl->ssm_beta, err);
+            if (!st)
+                st = up_mat(cm, &lw->ssm_out, &cl->ssm_out, err);
+            if (!st)
+                st = up_floats(cm, lw->ssm_conv, C * (size_t)hp->ssm_conv_kernel, &cl->ssm_conv, err);
+            if (!st)
+                st = up_floats(cm, lw->ssm_a, (size_t)hp->ssm_v_heads, &cl->ssm_a, err);
+            if (!st)
+                st = up_floats(cm, lw->ssm_dt, (size_t)hp->ssm_v_heads, &cl->ssm_dt, err);
+            if (!st)
+                st = up_floats(cm, lw->ssm_norm, (size_t)hp->ssm_v_dim, &cl->ssm_norm, err);
+        }
+        if (!st)
+            st = up_mat(cm, &lw->router, &cl->router, err);
+        if (!st)
+            st = up_experts(cm, lw->exp_gate, hp->n_expert, &cl->exp_gate, &cl->gate_stride, err);
+        if (!st)
+            st = up_experts(cm, lw->exp_up, hp->n_expert, &cl->exp_up, &cl->up_stride, err);
+        if (!st)
+            st = up_experts(cm, lw->exp_down, hp->n_expert, &cl->exp_down, &cl->down_stride, err);
+        if (!st && hp->shared_ff > 0) {
+            st = up_mat(cm, &lw->sh_gate, &cl->sh_gate, err);
+            if (!st)
+                st = up_mat(cm, &lw->sh_up, &cl->sh_up, err);
+            if (!st)
+                st = up_mat(cm, &lw->sh_down, &cl->sh_down, err);
+            if (!st)
+                st = up_floats(cm, lw->sh_gate_inp, (size_t)E, &cl->sh_gate_inp, err);
+        }
+    }
+    /* activations of one token */
+    size_t nh = (size_t)hp->n_head, hd = (size_t)hp->head_dim, k = (size_t)hp->n_expert_used;
+    size_t ff = (size_t)hp->expert_ff, sff = (size_t)(hp->shared_ff > 0 ? hp->shared_ff : 1);
+    size_t nvd = (size_t)hp->ssm_v_heads * hp->ssm_v_dim + 1;
+    struct {
+        float **p;
+        size_t n;
+    } bufs[] = {
+        {&cm->x, (size_t)E},    {&cm->xn, (size_t)E},       {&cm->tmp, (size_t)E},     {&cm->qg, nh * hd * 2},
+        {&cm->kb, nh * hd},     {&cm->vb, nh * hd},         {&cm->att, nh * hd},       {&cm->qkv, C + 1},
+        {&cm->conv, C + 1},     {&cm->z, nvd},              {&cm->a, (size_t)hp->ssm_v_heads + 1},
+        {&cm->b, (size_t)hp->ssm_v_heads + 1},              {&cm->o, nvd},             {&cm->rl, (size_t)hp->n_expert},
+        {&cm->rw, k},           {&cm->gbuf, k * ff},        {&cm->ubuf, k * ff},       {&cm->ex, k * (size_t)E},
+        {&cm->shg, sff},        {&cm->shu, sff},            {&cm->sho, (size_t)E},     {&cm->logits, (size_t)hp->n_vocab},
+    };
+    for (size_t i = 0; !st && i < sizeof bufs / sizeof bufs[0]; i++)
+        st = dev_alloc(cm, (void **)bufs[i].p, bufs[i].n * sizeof(float), err);
+    if (!st)
+        st = dev_alloc(cm, (void **)&cm->tok, sizeof(int32_t), err);
+    if (!st)
+        st = dev_alloc(cm, (void **)&cm->idx, k * sizeof(int32_t), err);
+    if (st) {
+        lilac_cuda_model_free(cm);
+        return st;
+    }
+    *out = cm;
+    return LILAC_OK;
+}
+
+void lilac_cuda_model_free(lilac_cuda_model *cm)
+{
+    if (!cm)
+        return;
+    for (size_t i = 0; i < cm->n_allocs; i++)
+        lilac_cuda_free(cm->allocs[i]);
+    free(cm->allocs);
+    free(cm->layers);
+    lilac_cuda_stream_free(cm->stream);
+    free(cm);
+}
+
+const char *lilac_cuda_model_device(const lilac_cuda_model *cm) { return cm->device; }
+
+static void state_bytes(const lilac_hparams *hp, int n_ctx, size_t *kv_layer, size_t *conv_layer, size_t *ssm_layer)
+{
+    *kv_layer = (size_t)n_ctx * (size_t)(hp->n_head_kv * hp->head_dim) * sizeof(float);
+    *conv_layer = (size_t)(hp->ssm_conv_kernel - 1) * conv_channels(hp) * sizeof(float);
+    *ssm_layer = (size_t)hp->ssm_v_heads * hp->ssm_k_dim * hp->ssm_v_dim * sizeof(float);
+}
+
+lilac_status lilac_cuda_seq_new(lilac_model *m, int n_ctx, lilac_cuda_seq **out, lilac_error *err)
+{
+    *out = NULL;
+    const lilac_hparams *hp = &m->hp;
+    size_t kv, cv, sv, total = 0;
+    state_bytes(hp, n_ctx, &kv, &cv, &sv);
+    for (int i = 0; i < hp->n_layer; i++)
+        total += hp->layer_kind[i] == LILAC_LAYER_ATTENTION ? 2 * kv : cv + sv;
+    total += (size_t)hp->n_head * n_ctx * sizeof(float);
+    size_t dev_total = 0, dev_free = 0;
+    int a, b;
+    char name[128] = "";
+    lilac_cuda_device_info(name, sizeof name, &dev_total, &dev_free, &a, &b);
+    if (total + (64u << 20) > dev_free)
+        return lilac_fail(err, LILAC_E_NOMEM,
+                          "a %d-token context needs %.2f GiB of GPU memory; %s has %.2f GiB free: use a smaller "
+                          "context or fewer parallel sequences",
+                          n_ctx, total / 1073741824.0, name, dev_free / 1073741824.0);
+    lilac_cuda_seq *cs = calloc(1, sizeof *cs);
+    char msg[256];
+    if (!cs)
+        return lilac_fail(err, LILAC_E_NOMEM, "out of memory");
+    cs->k = calloc((size_t)hp->n_layer * 4, sizeof(float *));
+    if (!cs->k || lilac_cuda_malloc(&cs->block, total, msg, sizeof msg)) {
+        free(cs->k);
+        free(cs);
+        return cuda_err(err, "device memory for a sequence", cs->k ? msg : "out of memory");
+    }
+    cs->v = cs->k + hp->n_layer, cs->conv = cs->v + hp->n_layer, cs->ssm = cs->conv + hp->n_layer;
+    cs->bytes = total;
+    cs->n_ctx = n_ctx;
+    uint8_t *p = cs->block;
+    for (int i = 0; i < hp->n_layer; i++) {
+        if (hp->layer_kind[i] == LILAC_LAYER_ATTENTION) {
+            cs->k[i] = (float *)p, p += kv;
+            cs->v[i] = (float *)p, p += kv;
+        } else {
+            cs->conv[i] = (float *)p, p += cv;
+            cs->ssm[i] = (float *)p, p += sv;
+        }
+    }
+    cs->scores = (float *)p;
+    lilac_cuda_seq_reset(m, cs);
+    *out = cs;
+    return LILAC_OK;
+}
+
+void lilac_cuda_seq_free(lilac_cuda_seq *cs)
+{
+    if (!cs)
+        return;
+    lilac_cuda_free(cs->block);
+    free(cs->k);
+    free(cs);
+}
+
+void lilac_cuda_seq_reset(lilac_model *m, lilac_cuda_seq *cs)
+{
+    const lilac_hparams *hp = &m->hp;
+    size_t kv, cv, sv;
+    state_bytes(hp, cs->n_ctx, &kv, &cv, &sv);
+    for (int i = 0; i < hp->n_layer; i++)
+        if (hp->layer_kind[i] != LILAC_LAYER_ATTENTION)
+            lilac_cuda_memset(cs->conv[i], 0, cv + sv, m->cuda->stream); /* conv and ssm adjacent */
+    char msg[256];
+    lilac_cuda_sync(m->cuda->stream, msg, sizeof msg);
+}
+
+lilac_status lilac_cuda_seq_copy(lilac_model *m, lilac_cuda_seq *dst, const lilac_cuda_seq *src, int pos,
+                                 lilac_error *err)
+{
+    const lilac_hparams *hp = &m->hp;
+    size_t kv = (size_t)pos * (size_t)(hp->n_head_kv * hp->head_dim) * sizeof(float), kvs, cv, sv;
+    state_bytes(hp, 1, &kvs, &cv, &sv);
+    for (int i = 0; i < hp->n_layer; i++) {
+        if (hp->layer_kind[i] == LILAC_LAYER_ATTENTION) {
+            lilac_cuda_copy(dst->k[i], src->k[i], kv, m->cuda->stream);
+            lilac_cuda_copy(dst->v[i], src->v[i], kv, m->cuda->stream);
+        } else {
+            lilac_cuda_copy(dst->conv[i], src->conv[i], cv + sv, m->cuda->stream);
+        }
+    }
+    char msg[256];
+    if (lilac_cuda_sync(m->cuda->stream, msg, sizeof msg))
+        return cuda_err(err, "copying a sequence", msg);
+    return LILAC_OK;
+}
+
+/* One token at position pos; logits to cm->logits. */
+static void step(lilac_model *m, lilac_cuda_seq *cs, int pos)
+{
+    lilac_cuda_model *cm = m->cuda;
+    const lilac_hparams *hp = &m->hp;
+    lilac_cuda_stream *s = cm->stream;
+    int E = hp->n_embd, hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv, kvw = nkv * hd;
+    int q_step = hd * (hp->attn_output_gate ? 2 : 1);
+    int nk = hp->ssm_k_heads, nv = hp->ssm_v_heads, dk = hp->ssm_k_dim, dv = hp->ssm_v_dim;
+    int C = 2 * nk * dk + nv * dv, k = hp->n_expert_used, ff = hp->expert_ff;
+    lilac_cuda_get_row(&cm->tok_embd, cm->tok, cm->x, s);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const cuda_layer *cl = &cm->layers[il];
+        lilac_cuda_rmsnorm(cm->x, cl->attn_norm, cm->xn, 1, E, hp->norm_eps, s);
+        if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
+            lilac_cuda_matvec(&cl->wq, cm->xn, cm->qg, 1, s);
+            lilac_cuda_matvec(&cl->wk, cm->xn, cm->kb, 1, s);
+            lilac_cuda_matvec(&cl->wv, cm->xn, cm->vb, 1, s);
+            lilac_cuda_norm_rope(cm->qg, cl->q_norm, nh, q_step, hd, hp->rope_dims, pos, hp->rope_theta, hp->norm_eps,
+                                 s);
+            lilac_cuda_norm_rope(cm->kb, cl->k_norm, nkv, hd, hd, hp->rope_dims, pos, hp->rope_theta, hp->norm_eps, s);
+            lilac_cuda_copy(cs->k[il] + (size_t)pos * kvw, cm->kb, (size_t)kvw * sizeof(float), s);
+            lilac_cuda_copy(cs->v[il] + (size_t)pos * kvw, cm->vb, (size_t)kvw * sizeof(float), s);
+            lilac_cuda_attention(cm->qg, q_step, cs->k[il], cs->v[il], pos + 1, nh, nkv, hd, cm->att, cs->scores,
+                                 cs->n_ctx, hp->attn_output_gate, s);
+            lilac_cuda_matvec(&cl->wo, cm->att, cm->tmp, 1, s);
+        } else {
+            lilac_cuda_matvec(&cl->ssm_qkv, cm->xn, cm->qkv, 1, s);
+            lilac_cuda_matvec(&cl->ssm_z, cm->xn, cm->z, 1, s);
+            lilac_cuda_matvec(&cl->ssm_alpha, cm->xn, cm->a, 1, s);
+            lilac_cuda_matvec(&cl->ssm_beta, cm->xn, cm->b, 1, s);
+            lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, hp->ssm_conv_kernel, s);
+            lilac_cuda_deltanet_step(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
+                                     cl->ssm_norm, nk, nv, dk, dv, m->w.ssm_v_tiled, hp->norm_eps, s);
+            lilac_cuda_matvec(&cl->ssm_out, cm->o, cm->tmp, 1, s);
+        }
+        lilac_cuda_add(cm->x, cm->tmp, E, s);
+        lilac_cuda_rmsnorm(cm->x, cl->post_norm, cm->xn, 1, E, hp->norm_eps, s);
+        /* routed experts, the routing read on the device */
+        lilac_cuda_matvec(&cl->router, cm->xn, cm->rl, 1, s);
+        lilac_cuda_topk(cm->rl, hp->n_expert, k, hp->norm_topk, cm->idx, cm->rw, s);
+        lilac_cuda_matvec_experts(&cl->exp_gate, cl->gate_stride, cm->idx, k, cm->xn, 0, cm->gbuf, s);
+        lilac_cuda_matvec_experts(&cl->exp_up, cl->up_stride, cm->idx, k, cm->xn, 0, cm->ubuf, s);
+        lilac_cuda_swiglu(cm->gbuf, cm->ubuf, k * ff, s);
+        lilac_cuda_matvec_experts(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, 1, cm->ex, s);
+        bool shared = hp->shared_ff > 0;
+        if (shared) {
+            lilac_cuda_matvec(&cl->sh_gate, cm->xn, cm->shg, 1, s);
+            lilac_cuda_matvec(&cl->sh_up, cm->xn, cm->shu, 1, s);
+            lilac_cuda_swiglu(cm->shg, cm->shu, hp->shared_ff, s);
+            lilac_cuda_matvec(&cl->sh_down, cm->shg, cm->sho, 1, s);
+        }
+        lilac_cuda_moe_sum(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL, cl->sh_gate_inp, cm->xn, E, s);
+    }
+    lilac_cuda_rmsnorm(cm->x, cm->output_norm, cm->xn, 1, E, hp->norm_eps, s);
+}
+
+lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const lilac_eval_opts *opts,
+                             lilac_error *err)
+{
+    lilac_model *m = s->m;
+    lilac_cuda_model *cm = m->cuda;
+    int V = m->hp.n_vocab;
+    char msg[256];
+    if (opts->hidden)
+        return lilac_fail(err, LILAC_E_UNSUPPORTED, "the CUDA backend does not write the residual stream (--hidden)");
+    for (int i = 0; i < n; i++) {
+        if (lilac_cuda_upload_async(cm->tok, &tokens[i], sizeof(int32_t), cm->stream))
+            return lilac_fail(err, LILAC_E_INTERNAL, "CUDA: uploading a token failed");
+        step(m, s->cuda, s->pos);
+        float *dst = NULL;
+        if (opts->logits_mode == LILAC_LOGITS_ALL)
+            dst = opts->logits + (size_t)i * V;
+        else if (opts->logits_mode == LILAC_LOGITS_LAST && i == n - 1)
+            dst = opts->logits;
+        if (dst) {
+            lilac_cuda_matvec(&cm->output, cm->xn, cm->logits, 1, cm->stream);
+            if (lilac_cuda_download(dst, cm->logits, (size_t)V * sizeof(float), cm->stream, msg, sizeof msg))
+                return cuda_err(err, "CUDA step", msg);
+        } else if (lilac_cuda_sync(cm->stream, msg, sizeof msg)) {
+            return cuda_err(err, "CUDA step", msg);
+        }
+        if (lilac_cuda_last_error(msg, sizeof msg))
+            return cuda_err(err, "CUDA step", msg);
+        s->pos++;
+    }
+    return LILAC_OK;
+}
+
+#else /* no CUDA */
+
+lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_error *err)
+{
+    (void)m;
+    *out = NULL;
+    return lilac_fail(err, LILAC_E_UNSUPPORTED, "lilac was built without CUDA (no nvcc found at configure time)");
+}
+void lilac_cuda_model_free(lilac_cuda_model *cm) { (void)cm; }
+const char *lilac_cuda_model_device(const lilac_cuda_model *cm)
+{
+    (void)cm;
+    return "none";
+}
+lilac_status lilac_cuda_seq_new(lilac_model *m, int n_ctx, lilac_cuda_seq **out, lilac_error *err)
+{
+    (void)m, (void)n_ctx;
+    *out = NULL;
+    return lilac_fail(err, LILAC_E_UNSUPPORTED, "lilac was built without CUDA");
+}
+void lilac_cuda_seq_free(lilac_cuda_seq *cs) { (void)cs; }
+void lilac_cuda_seq_reset(lilac_model *m, lilac_cuda_seq *cs) { (void)m, (void)cs; }
+lilac_status lilac_cuda_seq_copy(lilac_model *m, lilac_cuda_seq *dst, const lilac_cuda_seq *src, int pos,
+                                 lilac_error *err)
+{
+    (void)m, (void)dst, (void)src, (void)pos;
+    return lilac_fail(err, LILAC_E_UNSUPPORTED, "lilac was built without CUDA");
+}
+lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const lilac_eval_opts *opts,
+                             lilac_error *err)
+{
+    (void)s, (void)tokens, (void)n, (void)opts;
+    return lilac_fail(err, LILAC_E_UNSUPPORTED, "lilac was built without CUDA");
+}
+
+#endif
