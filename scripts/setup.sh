@@ -9,7 +9,7 @@ set -euo pipefail
 # nodejs, npm: tests/cli_openai.sh runs the official openai npm client; npm
 # only when none is on PATH (NodeSource's nodejs bundles it and conflicts
 # with Debian's npm package).
-packages=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libssl-dev clang libclang-rt-14-dev
+packages=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libssl-dev clang libclang-rt-14-dev curl jq
           gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static
           nodejs $(command -v npm >/dev/null 2>&1 || echo npm))
 

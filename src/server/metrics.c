@@ -444,6 +444,10 @@ static void fmt_num(char *buf, size_t cap, double v)
         snprintf(buf, cap, v > 0 ? "+Inf" : "-Inf");
         return;
     }
+    if (v == floor(v) && fabs(v) < 1e15) { /* whole numbers as such: 40, not 4e+01 */
+        snprintf(buf, cap, "%.0f", v);
+        return;
+    }
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(buf, cap, "%.*g", prec, v);
         if (strtod(buf, NULL) == v)

@@ -476,7 +476,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                       "the request body is over the limit of %zu bytes", sv->lim.max_body_bytes);
         return send_error(sv, c, &e);
     }
-    bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    const char *allow = "GET"; /* for a 405 */
     int st = sv->state;
     if (!strcmp(url, "/health")) {
         if (!get)
@@ -496,7 +497,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     bool chat = !strcmp(url, "/v1/chat/completions"), compl = !strcmp(url, "/v1/completions");
     bool models = !strcmp(url, "/v1/models");
     const char *model_id = !strncmp(url, "/v1/models/", 11) ? url + 11 : NULL;
-    if (model_id && get) {
+    if (model_id && !get)
+        goto not_allowed;
+    if (model_id) {
         if (strcmp(model_id, sv->en.model_name) != 0) {
             api_error_set(&e, 404, "invalid_request_error", "model_not_found", "model", "no model named '%s'",
                           model_id);
@@ -514,7 +517,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         api_error_set(&e, 404, "invalid_request_error", "unknown_url", NULL, "no such path: %s %s", method, url);
         return send_error(sv, c, &e);
     }
-    if ((models && !get) || ((chat || compl) && !post))
+    if ((chat || compl) && !post) {
+        allow = "POST";
+        goto not_allowed;
+    }
+    if (models && !get)
         goto not_allowed;
     if (sv->p->api_key && *sv->p->api_key &&
         !api_check_bearer(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"), sv->p->api_key)) {
@@ -535,8 +542,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     return completions(sv, c, cn, chat ? API_CHAT : API_COMPLETION, url);
 not_allowed:
-    api_error_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s is not allowed on %s", method, url);
-    return send_error(sv, c, &e);
+    api_error_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s is not allowed on %s (use %s)",
+                  method, url, allow);
+    {
+        char *j = api_error_json(&e);
+        struct MHD_Response *r = MHD_create_response_from_buffer(strlen(j ? j : "{}"), j ? j : (void *)"{}",
+                                                                 j ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+        if (!r)
+            return MHD_NO;
+        MHD_add_response_header(r, "Content-Type", "application/json");
+        MHD_add_response_header(r, "Allow", allow);
+        metrics_inc(sv->m_rej_bad);
+        enum MHD_Result ret = MHD_queue_response(c, 405, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
@@ -657,11 +677,11 @@ static int engine_main(void *user, int listen_fd, int ready_fd)
     d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
                              MHD_USE_ITC,
                          0,
-                         NULL, NULL, on_request, &sv, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
+                         NULL, NULL, on_request, &sv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                         MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, &sv, MHD_OPTION_CONNECTION_LIMIT,
                          (unsigned)(p->max_connections > 0 ? p->max_connections : 512),
-                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-                         MHD_OPTION_END);
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
     if (!d) {
         log_json(json_pack("{s:s, s:s}", "event", "start_failed", "error", "libmicrohttpd could not start"));
         goto done;
@@ -674,7 +694,15 @@ static int engine_main(void *user, int listen_fd, int ready_fd)
     sv.state = 2;
     log_json(json_pack("{s:s, s:s, s:f}", "event", "draining", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT",
                        "grace_s", p->grace_s));
+    double t_drain = sched_now();
     int left = sched_drain(sv.en.sched, p->grace_s);
+    /* the requests are done; let their connections send what they hold (the last chunks, [DONE]) */
+    while (sched_now() - t_drain < p->grace_s) {
+        const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+        if (!di || di->num_connections == 0)
+            break;
+        nanosleep(&(struct timespec){0, 20000000L}, NULL);
+    }
     log_json(json_pack("{s:s, s:i}", "event", "drained", "cancelled", left));
     rc = 0;
 done:
