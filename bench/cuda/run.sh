@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Build lilac with CUDA, test the CUDA backend and measure it on the GPU
+# machine (an H200 here). Everything it writes goes under OUT (default
+# ./cuda-out): the build log, the test output, and bench JSON lines.
+#
+#   bench/cuda/run.sh [build|test|synth|bench|all]...
+#
+# Fixtures: $LILAC_FIXTURES (a copy of ../shared/fixtures, or the subset
+# bench/cuda/pack-fixtures.sh makes). The 35B-A3B synthetic file is made on
+# the machine itself (lilac synth, about a minute), at $SYNTH.
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${OUT:-$root/cuda-out}
+build=${BUILD:-$root/build-cuda}
+synth=${SYNTH:-/tmp/qwen3.6-35b-a3b-Q4_K_M.gguf}
+mkdir -p "$out"
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(all)
+
+do_build() {
+    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >"$out/configure.log" 2>&1 &&
+        cmake --build "$build" -j"$(nproc)" >"$out/build.log" 2>&1
+    local rc=$?
+    tail -5 "$out/build.log"
+    grep -q "LILAC_CUDA=1\|-DLILAC_CUDA" "$build/CMakeFiles/lilac_core.dir/flags.make" 2>/dev/null ||
+        echo "warning: this build has no CUDA (see $out/configure.log)"
+    return $rc
+}
+
+do_test() {
+    nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+    LILAC_REQUIRE_CUDA=1 "$build/tests/test_cuda_kernels" 2>&1 | tee "$out/test_cuda_kernels.txt" | tail -20
+    LILAC_REQUIRE_CUDA=1 "$build/tests/test_cuda_model" 2>&1 | tee "$out/test_cuda_model.txt" | tail -20
+}
+
+do_synth() {
+    [ -f "$synth" ] || "$build/lilac" synth --preset qwen3.6-35b-a3b --type Q4_K_M -o "$synth" 2>&1 | tail -2
+    ls -la "$synth"
+}
+
+do_bench() {
+    "$build/lilac" bench -m "$synth" --backend cuda -p 512 -n 128 -r 3 --json 2>&1 | tee -a "$out/bench.jsonl"
+}
+
+for s in "${steps[@]}"; do
+    case $s in
+    build) do_build ;;
+    test) do_test ;;
+    synth) do_synth ;;
+    bench) do_bench ;;
+    all) do_build && do_test && do_synth && do_bench ;;
+    *) echo "usage: $0 [build|test|synth|bench|all]..." >&2; exit 2 ;;
+    esac
+done
