@@ -6,7 +6,9 @@
 #   bench/cuda/run.sh [build|test|synth|bench|all]...
 #
 # Fixtures: $LILAC_FIXTURES (a copy of ../shared/fixtures, or the subset
-# bench/cuda/pack-fixtures.sh makes). The 35B-A3B synthetic file is made on
+# bench/cuda/pack-fixtures.sh makes in .devfix). Libraries the machine lacks:
+# bench/cuda/deps.sh puts them in .deps. With the device tool:
+#   run(command="LILAC_FIXTURES=$PWD/.devfix bash bench/cuda/run.sh all", carry=[".devfix", ".deps"]) The 35B-A3B synthetic file is made on
 # the machine itself (lilac synth, about a minute), at $SYNTH.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -14,6 +16,12 @@ out=${OUT:-$root/cuda-out}
 build=${BUILD:-$root/build-cuda}
 synth=${SYNTH:-/tmp/qwen3.6-35b-a3b-Q4_K_M.gguf}
 mkdir -p "$out"
+# libraries carried in .deps (bench/cuda/deps.sh) where the machine lacks them
+if [ -d "$root/.deps/usr" ] && ! pkg-config --exists jansson libpcre2-8 libutf8proc 2>/dev/null; then
+    d=$root/.deps/usr
+    sed -i "s|^prefix=.*|prefix=$d|" "$d"/lib/x86_64-linux-gnu/pkgconfig/*.pc
+    export PKG_CONFIG_PATH=$d/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$d/lib/x86_64-linux-gnu
+fi
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(all)
 
@@ -39,7 +47,9 @@ do_synth() {
 }
 
 do_bench() {
-    "$build/lilac" bench -m "$synth" --backend cuda -p 512 -n 128 -r 3 --json 2>&1 | tee -a "$out/bench.jsonl"
+    "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 -r 3 --json 2>&1 | tee -a "$out/bench.jsonl"
+    "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 -d 8192 -r 2 --json 2>&1 | tee -a "$out/bench.jsonl"
+    "$build/lilac" bench -m "$synth" --backend cuda -p 512 -n 0 -r 2 --json 2>&1 | tee -a "$out/bench.jsonl"
 }
 
 for s in "${steps[@]}"; do

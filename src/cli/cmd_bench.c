@@ -292,8 +292,10 @@ int cmd_bench(int argc, char **argv)
         return cli_fail_err(&err);
     }
     if (!o.json) {
-        printf("model %s: loaded in %.3f s; %s path for quantized weights\n", o.model, load_s,
-               o.precise ? "precise (float32 activations)" : "fast (16-bit activations)");
+        printf("model %s: loaded in %.3f s; %s\n", o.model, load_s,
+               !strcmp(lilac_model_backend(m), "cuda") ? "CUDA backend (float32 activations)"
+               : o.precise                              ? "CPU, precise path (float32 activations)"
+                                                        : "CPU, fast path (16-bit activations)");
         printf("| model      |          size |   params | threads | test   | depth |          t/s      |      min |      max |  warm-up |\n");
         printf("| ---------- | ------------: | -------: | ------: | ------ | ----: | ----------------: | -------: | -------: | -------: |\n");
     }

@@ -42,6 +42,8 @@ static void usage(FILE *f)
           "                                random weights in a published model's shape (lilac synth --help)\n"
           "\n"
           "MODEL is a GGUF file or a Hugging Face checkpoint directory.\n"
+          "--backend cpu|cuda|auto (any command that loads a model; default auto, or $LILAC_BACKEND):\n"
+          "where the model runs; auto takes a CUDA GPU when lilac was built with CUDA and one is present.\n"
           "--precise (run, chat, bench, logits): keep activations in float32 against quantized\n"
           "weights; slower. By default they are rounded to 16 bits per block of 32 for integer\n"
           "dot products (far closer to the model than 8-bit activations).\n",
@@ -349,6 +351,19 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
+    /* --backend cpu|cuda|auto, for every command that loads a model: taken
+     * out of the arguments and passed on as LILAC_BACKEND, which
+     * lilac_model_default_params reads */
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--backend")) {
+            if (i + 1 >= argc || lilac_backend_parse(argv[i + 1]) < 0)
+                return cli_fail("--backend takes cpu, cuda or auto, not '%s'", i + 1 < argc ? argv[i + 1] : "");
+            setenv("LILAC_BACKEND", argv[i + 1], 1);
+            memmove(&argv[i], &argv[i + 2], (size_t)(argc - i - 2) * sizeof *argv);
+            argc -= 2;
+            argv[argc] = NULL;
+            i--;
+        }
     if (!strcmp(cmd, "plan"))
         return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "doctor"))

@@ -18,11 +18,18 @@
 /* kernels/cuda/cuda_ops.cu */
 void lilac_cuda_rmsnorm(const float *x, const float *w, float *y, int rows, int n, float eps, lilac_cuda_stream *s);
 void lilac_cuda_add(float *x, const float *y, int n, lilac_cuda_stream *s);
-void lilac_cuda_norm_rope(float *v, const float *w, int n_heads, int step, int hd, int rot, int pos, float theta,
-                          float eps, lilac_cuda_stream *s);
-void lilac_cuda_attention(const float *q, int q_step, const float *K, const float *V, int n_keys, int n_head,
-                          int n_head_kv, int hd, float *out, float *scratch, int scratch_stride, int gated,
+void lilac_cuda_norm_rope(float *v, const float *w, int n_heads, int step, int hd, int rot, const int *pos,
+                          float theta, float eps, lilac_cuda_stream *s);
+void lilac_cuda_kv_store(float *K, float *V, const float *k, const float *v, int kvw, const int *pos,
+                         lilac_cuda_stream *s);
+void lilac_cuda_attention(const float *q, int q_step, const float *K, const float *V, const int *pos, int n_head,
+                          int n_head_kv, int hd, float *out, float *scratch, int scratch_stride, float *part, int gated,
                           lilac_cuda_stream *s);
+size_t lilac_cuda_attention_part_floats(int n_head, int hd);
+int lilac_cuda_capture_begin(lilac_cuda_stream *s);
+int lilac_cuda_capture_end(lilac_cuda_stream *s, void **exec);
+int lilac_cuda_graph_launch(void *exec, lilac_cuda_stream *s);
+void lilac_cuda_graph_free(void *exec);
 void lilac_cuda_conv_step(const float *in, float *state, const float *w, float *out, int C, int K,
                           lilac_cuda_stream *s);
 void lilac_cuda_deltanet_step(float *conv_out, float *a, float *b, const float *ssm_a, const float *ssm_dt, float *S,
@@ -57,14 +64,19 @@ struct lilac_cuda_model {
     size_t bytes;
     /* one token's activations (steps run one after another on the stream) */
     float *x, *xn, *tmp, *qg, *kb, *vb, *att, *qkv, *conv, *z, *a, *b, *o, *rl, *rw, *gbuf, *ubuf, *ex, *shg, *shu,
-        *sho, *logits;
-    int32_t *tok, *idx;
+        *sho, *logits, *att_part;
+    int32_t *tok, *idx; /* tok[0]: the token, tok[1]: its position */
     char device[160];
 };
+
+static void timing_report(void);
 
 struct lilac_cuda_seq {
     float **k, **v, **conv, **ssm; /* per layer (dev) */
     float *scores;                 /* [n_head][n_ctx] (dev) */
+    void *graph;                   /* the decode step captured for this sequence's buffers */
+    bool graph_failed;
+    int steps;
     void *block;
     size_t bytes;
     int n_ctx;
@@ -264,11 +276,12 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
         {&cm->b, (size_t)hp->ssm_v_heads + 1},              {&cm->o, nvd},             {&cm->rl, (size_t)hp->n_expert},
         {&cm->rw, k},           {&cm->gbuf, k * ff},        {&cm->ubuf, k * ff},       {&cm->ex, k * (size_t)E},
         {&cm->shg, sff},        {&cm->shu, sff},            {&cm->sho, (size_t)E},     {&cm->logits, (size_t)hp->n_vocab},
+        {&cm->att_part, lilac_cuda_attention_part_floats(hp->n_head, hp->head_dim)},
     };
     for (size_t i = 0; !st && i < sizeof bufs / sizeof bufs[0]; i++)
         st = dev_alloc(cm, (void **)bufs[i].p, bufs[i].n * sizeof(float), err);
     if (!st)
-        st = dev_alloc(cm, (void **)&cm->tok, sizeof(int32_t), err);
+        st = dev_alloc(cm, (void **)&cm->tok, 2 * sizeof(int32_t), err);
     if (!st)
         st = dev_alloc(cm, (void **)&cm->idx, k * sizeof(int32_t), err);
     if (st) {
@@ -283,6 +296,7 @@ void lilac_cuda_model_free(lilac_cuda_model *cm)
 {
     if (!cm)
         return;
+    timing_report();
     for (size_t i = 0; i < cm->n_allocs; i++)
         lilac_cuda_free(cm->allocs[i]);
     free(cm->allocs);
@@ -324,9 +338,10 @@ lilac_status lilac_cuda_seq_new(lilac_model *m, int n_ctx, lilac_cuda_seq **out,
         return lilac_fail(err, LILAC_E_NOMEM, "out of memory");
     cs->k = calloc((size_t)hp->n_layer * 4, sizeof(float *));
     if (!cs->k || lilac_cuda_malloc(&cs->block, total, msg, sizeof msg)) {
+        bool oom = !cs->k;
         free(cs->k);
         free(cs);
-        return cuda_err(err, "device memory for a sequence", cs->k ? msg : "out of memory");
+        return cuda_err(err, "device memory for a sequence", oom ? "out of memory" : msg);
     }
     cs->v = cs->k + hp->n_layer, cs->conv = cs->v + hp->n_layer, cs->ssm = cs->conv + hp->n_layer;
     cs->bytes = total;
@@ -351,6 +366,7 @@ void lilac_cuda_seq_free(lilac_cuda_seq *cs)
 {
     if (!cs)
         return;
+    lilac_cuda_graph_free(cs->graph);
     lilac_cuda_free(cs->block);
     free(cs->k);
     free(cs);
@@ -388,9 +404,50 @@ lilac_status lilac_cuda_seq_copy(lilac_model *m, lilac_cuda_seq *dst, const lila
     return LILAC_OK;
 }
 
-/* One token at position pos; logits to cm->logits. */
-static void step(lilac_model *m, lilac_cuda_seq *cs, int pos)
+/* LILAC_CUDA_TIMING=1: each operation synchronized and timed, the totals
+ * printed when the model is freed (a profile without a profiler). */
+#include <time.h>
+static int g_timing = -1;
+static double g_op_s[32];
+static long g_op_n[32];
+static const char *g_op_name[32];
+static double now_s(void)
 {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+#define OP(id, name, call)                                                                                     \
+    do {                                                                                                       \
+        double t0_ = g_timing ? now_s() : 0;                                                                   \
+        call;                                                                                                  \
+        if (g_timing) {                                                                                        \
+            char m_[8];                                                                                        \
+            lilac_cuda_sync(s, m_, sizeof m_);                                                                 \
+            g_op_s[id] += now_s() - t0_, g_op_n[id]++, g_op_name[id] = name;                                   \
+        }                                                                                                      \
+    } while (0)
+
+static void timing_report(void)
+{
+    if (g_timing != 1)
+        return;
+    double total = 0;
+    for (int i = 0; i < 32; i++)
+        total += g_op_s[i];
+    for (int i = 0; i < 32; i++)
+        if (g_op_n[i])
+            fprintf(stderr, "cuda op %-12s %8ld calls %9.3f ms %5.1f %%  %7.2f us/call\n", g_op_name[i], g_op_n[i],
+                    g_op_s[i] * 1e3, 100 * g_op_s[i] / total, g_op_s[i] / g_op_n[i] * 1e6);
+}
+
+/* One token at position pos; logits to cm->logits. */
+static void step(lilac_model *m, lilac_cuda_seq *cs)
+{
+    if (g_timing < 0) {
+        const char *e = getenv("LILAC_CUDA_TIMING");
+        g_timing = e && *e == '1';
+    }
     lilac_cuda_model *cm = m->cuda;
     const lilac_hparams *hp = &m->hp;
     lilac_cuda_stream *s = cm->stream;
@@ -398,51 +455,85 @@ static void step(lilac_model *m, lilac_cuda_seq *cs, int pos)
     int q_step = hd * (hp->attn_output_gate ? 2 : 1);
     int nk = hp->ssm_k_heads, nv = hp->ssm_v_heads, dk = hp->ssm_k_dim, dv = hp->ssm_v_dim;
     int C = 2 * nk * dk + nv * dv, k = hp->n_expert_used, ff = hp->expert_ff;
-    lilac_cuda_get_row(&cm->tok_embd, cm->tok, cm->x, s);
+    const int *pos = cm->tok + 1; /* everything position-dependent reads it on the device: one graph for all steps */
+    OP(0, "get_row", lilac_cuda_get_row(&cm->tok_embd, cm->tok, cm->x, s));
     for (int il = 0; il < hp->n_layer; il++) {
         const cuda_layer *cl = &cm->layers[il];
-        lilac_cuda_rmsnorm(cm->x, cl->attn_norm, cm->xn, 1, E, hp->norm_eps, s);
+        OP(1, "rmsnorm", lilac_cuda_rmsnorm(cm->x, cl->attn_norm, cm->xn, 1, E, hp->norm_eps, s));
         if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
-            lilac_cuda_matvec(&cl->wq, cm->xn, cm->qg, 1, s);
-            lilac_cuda_matvec(&cl->wk, cm->xn, cm->kb, 1, s);
-            lilac_cuda_matvec(&cl->wv, cm->xn, cm->vb, 1, s);
-            lilac_cuda_norm_rope(cm->qg, cl->q_norm, nh, q_step, hd, hp->rope_dims, pos, hp->rope_theta, hp->norm_eps,
-                                 s);
-            lilac_cuda_norm_rope(cm->kb, cl->k_norm, nkv, hd, hd, hp->rope_dims, pos, hp->rope_theta, hp->norm_eps, s);
-            lilac_cuda_copy(cs->k[il] + (size_t)pos * kvw, cm->kb, (size_t)kvw * sizeof(float), s);
-            lilac_cuda_copy(cs->v[il] + (size_t)pos * kvw, cm->vb, (size_t)kvw * sizeof(float), s);
-            lilac_cuda_attention(cm->qg, q_step, cs->k[il], cs->v[il], pos + 1, nh, nkv, hd, cm->att, cs->scores,
-                                 cs->n_ctx, hp->attn_output_gate, s);
-            lilac_cuda_matvec(&cl->wo, cm->att, cm->tmp, 1, s);
+            OP(2, "matvec", lilac_cuda_matvec(&cl->wq, cm->xn, cm->qg, 1, s));
+            OP(2, "matvec", lilac_cuda_matvec(&cl->wk, cm->xn, cm->kb, 1, s));
+            OP(2, "matvec", lilac_cuda_matvec(&cl->wv, cm->xn, cm->vb, 1, s));
+            OP(3, "norm_rope", lilac_cuda_norm_rope(cm->qg, cl->q_norm, nh, q_step, hd, hp->rope_dims, pos, hp->rope_theta, hp->norm_eps,
+                                 s));
+            OP(3, "norm_rope", lilac_cuda_norm_rope(cm->kb, cl->k_norm, nkv, hd, hd, hp->rope_dims, pos, hp->rope_theta, hp->norm_eps, s));
+            OP(4, "kv_store", lilac_cuda_kv_store(cs->k[il], cs->v[il], cm->kb, cm->vb, kvw, pos, s));
+            OP(5, "attention", lilac_cuda_attention(cm->qg, q_step, cs->k[il], cs->v[il], pos, nh, nkv, hd, cm->att, cs->scores,
+                                 cs->n_ctx, cm->att_part, hp->attn_output_gate, s));
+            OP(2, "matvec", lilac_cuda_matvec(&cl->wo, cm->att, cm->tmp, 1, s));
         } else {
-            lilac_cuda_matvec(&cl->ssm_qkv, cm->xn, cm->qkv, 1, s);
-            lilac_cuda_matvec(&cl->ssm_z, cm->xn, cm->z, 1, s);
-            lilac_cuda_matvec(&cl->ssm_alpha, cm->xn, cm->a, 1, s);
-            lilac_cuda_matvec(&cl->ssm_beta, cm->xn, cm->b, 1, s);
-            lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, hp->ssm_conv_kernel, s);
-            lilac_cuda_deltanet_step(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
-                                     cl->ssm_norm, nk, nv, dk, dv, m->w.ssm_v_tiled, hp->norm_eps, s);
-            lilac_cuda_matvec(&cl->ssm_out, cm->o, cm->tmp, 1, s);
+            OP(2, "matvec", lilac_cuda_matvec(&cl->ssm_qkv, cm->xn, cm->qkv, 1, s));
+            OP(2, "matvec", lilac_cuda_matvec(&cl->ssm_z, cm->xn, cm->z, 1, s));
+            OP(2, "matvec", lilac_cuda_matvec(&cl->ssm_alpha, cm->xn, cm->a, 1, s));
+            OP(2, "matvec", lilac_cuda_matvec(&cl->ssm_beta, cm->xn, cm->b, 1, s));
+            OP(6, "conv_step", lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, hp->ssm_conv_kernel, s));
+            OP(7, "deltanet_step", lilac_cuda_deltanet_step(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
+                                     cl->ssm_norm, nk, nv, dk, dv, m->w.ssm_v_tiled, hp->norm_eps, s));
+            OP(2, "matvec", lilac_cuda_matvec(&cl->ssm_out, cm->o, cm->tmp, 1, s));
         }
-        lilac_cuda_add(cm->x, cm->tmp, E, s);
-        lilac_cuda_rmsnorm(cm->x, cl->post_norm, cm->xn, 1, E, hp->norm_eps, s);
+        OP(8, "add", lilac_cuda_add(cm->x, cm->tmp, E, s));
+        OP(1, "rmsnorm", lilac_cuda_rmsnorm(cm->x, cl->post_norm, cm->xn, 1, E, hp->norm_eps, s));
         /* routed experts, the routing read on the device */
-        lilac_cuda_matvec(&cl->router, cm->xn, cm->rl, 1, s);
-        lilac_cuda_topk(cm->rl, hp->n_expert, k, hp->norm_topk, cm->idx, cm->rw, s);
-        lilac_cuda_matvec_experts(&cl->exp_gate, cl->gate_stride, cm->idx, k, cm->xn, 0, cm->gbuf, s);
-        lilac_cuda_matvec_experts(&cl->exp_up, cl->up_stride, cm->idx, k, cm->xn, 0, cm->ubuf, s);
-        lilac_cuda_swiglu(cm->gbuf, cm->ubuf, k * ff, s);
-        lilac_cuda_matvec_experts(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, 1, cm->ex, s);
+        OP(2, "matvec", lilac_cuda_matvec(&cl->router, cm->xn, cm->rl, 1, s));
+        OP(9, "topk", lilac_cuda_topk(cm->rl, hp->n_expert, k, hp->norm_topk, cm->idx, cm->rw, s));
+        OP(10, "matvec_experts", lilac_cuda_matvec_experts(&cl->exp_gate, cl->gate_stride, cm->idx, k, cm->xn, 0, cm->gbuf, s));
+        OP(10, "matvec_experts", lilac_cuda_matvec_experts(&cl->exp_up, cl->up_stride, cm->idx, k, cm->xn, 0, cm->ubuf, s));
+        OP(11, "swiglu", lilac_cuda_swiglu(cm->gbuf, cm->ubuf, k * ff, s));
+        OP(10, "matvec_experts", lilac_cuda_matvec_experts(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, 1, cm->ex, s));
         bool shared = hp->shared_ff > 0;
         if (shared) {
-            lilac_cuda_matvec(&cl->sh_gate, cm->xn, cm->shg, 1, s);
-            lilac_cuda_matvec(&cl->sh_up, cm->xn, cm->shu, 1, s);
-            lilac_cuda_swiglu(cm->shg, cm->shu, hp->shared_ff, s);
-            lilac_cuda_matvec(&cl->sh_down, cm->shg, cm->sho, 1, s);
+            OP(2, "matvec", lilac_cuda_matvec(&cl->sh_gate, cm->xn, cm->shg, 1, s));
+            OP(2, "matvec", lilac_cuda_matvec(&cl->sh_up, cm->xn, cm->shu, 1, s));
+            OP(11, "swiglu", lilac_cuda_swiglu(cm->shg, cm->shu, hp->shared_ff, s));
+            OP(2, "matvec", lilac_cuda_matvec(&cl->sh_down, cm->shg, cm->sho, 1, s));
         }
-        lilac_cuda_moe_sum(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL, cl->sh_gate_inp, cm->xn, E, s);
+        OP(12, "moe_sum", lilac_cuda_moe_sum(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL, cl->sh_gate_inp, cm->xn, E, s));
     }
     lilac_cuda_rmsnorm(cm->x, cm->output_norm, cm->xn, 1, E, hp->norm_eps, s);
+}
+
+/* The step as a CUDA graph: captured at the sequence's second step (the
+ * first sets the kernels' cached attributes, which capture does not allow),
+ * replayed after; LILAC_CUDA_GRAPH=0 or timing turns it off. */
+static void run_step(lilac_model *m, lilac_cuda_seq *cs)
+{
+    lilac_cuda_model *cm = m->cuda;
+    static int use = -1;
+    if (use < 0) {
+        const char *e = getenv("LILAC_CUDA_GRAPH");
+        use = !(e && *e == '0');
+    }
+    if (!use || g_timing == 1 || cs->graph_failed || cs->steps++ == 0) {
+        step(m, cs);
+        return;
+    }
+    if (!cs->graph) {
+        if (lilac_cuda_capture_begin(cm->stream)) {
+            cs->graph_failed = true;
+            step(m, cs);
+            return;
+        }
+        step(m, cs);
+        if (lilac_cuda_capture_end(cm->stream, &cs->graph)) {
+            cs->graph_failed = true; /* nothing ran: run it plainly */
+            step(m, cs);
+            return;
+        }
+    }
+    if (lilac_cuda_graph_launch(cs->graph, cm->stream)) {
+        cs->graph_failed = true;
+        step(m, cs);
+    }
 }
 
 lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const lilac_eval_opts *opts,
@@ -455,9 +546,16 @@ lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const l
     if (opts->hidden)
         return lilac_fail(err, LILAC_E_UNSUPPORTED, "the CUDA backend does not write the residual stream (--hidden)");
     for (int i = 0; i < n; i++) {
-        if (lilac_cuda_upload_async(cm->tok, &tokens[i], sizeof(int32_t), cm->stream))
+        double t0 = g_timing == 1 ? now_s() : 0;
+        int32_t tp[2] = {tokens[i], s->pos};
+        if (lilac_cuda_upload_async(cm->tok, tp, sizeof tp, cm->stream) || lilac_cuda_sync(cm->stream, msg, sizeof msg))
             return lilac_fail(err, LILAC_E_INTERNAL, "CUDA: uploading a token failed");
-        step(m, s->cuda, s->pos);
+        if (g_timing == 1) {
+            lilac_cuda_sync(cm->stream, msg, sizeof msg);
+            g_op_s[13] += now_s() - t0, g_op_n[13]++, g_op_name[13] = "token_up";
+        }
+        run_step(m, s->cuda);
+        t0 = g_timing == 1 ? now_s() : 0;
         float *dst = NULL;
         if (opts->logits_mode == LILAC_LOGITS_ALL)
             dst = opts->logits + (size_t)i * V;
@@ -470,6 +568,8 @@ lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const l
         } else if (lilac_cuda_sync(cm->stream, msg, sizeof msg)) {
             return cuda_err(err, "CUDA step", msg);
         }
+        if (g_timing == 1)
+            g_op_s[14] += now_s() - t0, g_op_n[14]++, g_op_name[14] = "out+download";
         if (lilac_cuda_last_error(msg, sizeof msg))
             return cuda_err(err, "CUDA step", msg);
         s->pos++;

@@ -61,6 +61,17 @@ void lilac_cuda_matvec_experts(const lilac_cuda_mat *W, size_t expert_stride, co
 /* out[c] = value c of row r of W, c < cols (dev): an embedding lookup with r read on the device from *r_dev. */
 void lilac_cuda_get_row(const lilac_cuda_mat *W, const int32_t *r_dev, float *out, lilac_cuda_stream *s);
 
+/* The three calls above return nothing: a call they refuse (NULL pointers, an unsupported type, a bad shape)
+ * launches nothing and is remembered, per thread, with any launch error. 0 when there was none since the
+ * last check; else -1 with the first reason in msg, and cleared. Errors while kernels run show at the next
+ * lilac_cuda_sync or lilac_cuda_download. An idx[i] or *r_dev out of range is not detected: idx must name
+ * experts that exist; get_row writes NaN for an r outside [0, rows). */
+int lilac_cuda_check(char *msg, size_t cap);
+
+/* Seconds one lilac_cuda_matvec(W, x, y, n_tok) takes on the default stream: the best of reps, timed with
+ * CUDA events after a warm-up, x and y its own. Synchronous; < 0 on failure. For benchmarks and tests. */
+double lilac_cuda_bench_matvec(const lilac_cuda_mat *W, int n_tok, int reps);
+
 #ifdef __cplusplus
 }
 #endif

@@ -107,8 +107,10 @@ extern "C" void lilac_cuda_add(float *x, const float *y, int n, lilac_cuda_strea
 
 // Per head h (block): RMSNorm over hd with w, then NeoX rotary on the first
 // rot dims at position pos. Heads are `step` floats apart.
-__global__ void k_norm_rope(float *v, const float *w, int step, int hd, int rot, int pos, float theta, float eps)
+__global__ void k_norm_rope(float *v, const float *w, int step, int hd, int rot, const int *pos_dev, float theta,
+                            float eps)
 {
+    int pos = *pos_dev;
     float *x = v + (size_t)blockIdx.x * step;
     float ss = 0;
     for (int i = threadIdx.x; i < hd; i += blockDim.x)
@@ -129,18 +131,75 @@ __global__ void k_norm_rope(float *v, const float *w, int step, int hd, int rot,
     }
 }
 
-extern "C" void lilac_cuda_norm_rope(float *v, const float *w, int n_heads, int step, int hd, int rot, int pos,
+extern "C" void lilac_cuda_norm_rope(float *v, const float *w, int n_heads, int step, int hd, int rot, const int *pos,
                                      float theta, float eps, lilac_cuda_stream *s)
 {
     k_norm_rope<<<n_heads, 128, 0, CS(s)>>>(v, w, step, hd, rot, pos, theta, eps);
 }
 
-// One block per query head: scores over n_keys keys into scratch, softmax,
-// the weighted sum of values, then the output gate sigmoid(g) if given.
-__global__ void k_attention(const float *q, int q_step, const float *K, const float *V, int n_keys, int kvw, int hd,
-                            int group, float *out, float *scratch, int scratch_stride, int gated)
+// K and V of this position into the caches (the position read on the device).
+__global__ void k_kv_store(float *K, float *V, const float *k, const float *v, int kvw, const int *pos_dev)
 {
-    int h = blockIdx.x, kvh = h / group;
+    size_t at = (size_t)*pos_dev * kvw;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < kvw; i += gridDim.x * blockDim.x) {
+        K[at + i] = k[i];
+        V[at + i] = v[i];
+    }
+}
+
+extern "C" void lilac_cuda_kv_store(float *K, float *V, const float *k, const float *v, int kvw, const int *pos,
+                                    lilac_cuda_stream *s)
+{
+    k_kv_store<<<(kvw + 255) / 256, 256, 0, CS(s)>>>(K, V, k, v, kvw, pos);
+}
+
+// A step captured once and replayed (launch overhead off the decode path).
+extern "C" int lilac_cuda_capture_begin(lilac_cuda_stream *s)
+{
+    return cudaStreamBeginCapture(CS(s), cudaStreamCaptureModeThreadLocal) == cudaSuccess ? 0 : -1;
+}
+
+extern "C" int lilac_cuda_capture_end(lilac_cuda_stream *s, void **exec)
+{
+    cudaGraph_t g = NULL;
+    *exec = NULL;
+    if (cudaStreamEndCapture(CS(s), &g) != cudaSuccess || !g) {
+        cudaGetLastError();
+        return -1;
+    }
+    cudaGraphExec_t e = NULL;
+    cudaError_t st = cudaGraphInstantiate(&e, g, 0);
+    cudaGraphDestroy(g);
+    if (st != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    *exec = e;
+    return 0;
+}
+
+extern "C" int lilac_cuda_graph_launch(void *exec, lilac_cuda_stream *s)
+{
+    return cudaGraphLaunch((cudaGraphExec_t)exec, CS(s)) == cudaSuccess ? 0 : -1;
+}
+
+extern "C" void lilac_cuda_graph_free(void *exec)
+{
+    if (exec)
+        cudaGraphExecDestroy((cudaGraphExec_t)exec);
+}
+
+// Split-K attention for one query position (flash decoding): block (h, sp)
+// takes keys [sp * chunk, (sp + 1) * chunk) of head h: scores into scratch,
+// its max m, sum l of exp(score - m) and o = sum exp(score - m) v into part.
+#define ATT_SPLIT 32
+__global__ void k_attention_part(const float *q, int q_step, const float *K, const float *V, const int *pos_dev, int kvw,
+                                 int hd, int group, float *scratch, int scratch_stride, float *part)
+{
+    int h = blockIdx.x, sp = blockIdx.y, kvh = h / group;
+    int n_keys = *pos_dev + 1, chunk = (n_keys + ATT_SPLIT - 1) / ATT_SPLIT;
+    int p0 = sp * chunk, p1 = min(n_keys, p0 + chunk);
+    float *pt = part + ((size_t)h * ATT_SPLIT + sp) * (hd + 2);
     const float *qh = q + (size_t)h * q_step;
     float *sc = scratch + (size_t)h * scratch_stride;
     extern __shared__ float qs[];
@@ -148,9 +207,8 @@ __global__ void k_attention(const float *q, int q_step, const float *K, const fl
         qs[i] = qh[i];
     __syncthreads();
     float scale = rsqrtf((float)hd), mx = -INFINITY;
-    // a warp per key: lanes over dims
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int p = wid; p < n_keys; p += nw) {
+    for (int p = p0 + wid; p < p1; p += nw) {
         const float *k = K + (size_t)p * kvw + (size_t)kvh * hd;
         float d = 0;
         for (int i = lane; i < hd; i += 32)
@@ -160,36 +218,64 @@ __global__ void k_attention(const float *q, int q_step, const float *K, const fl
             sc[p] = d;
     }
     __syncthreads();
-    for (int p = threadIdx.x; p < n_keys; p += blockDim.x)
+    for (int p = p0 + threadIdx.x; p < p1; p += blockDim.x)
         mx = fmaxf(mx, sc[p]);
     mx = block_max(mx);
     float sum = 0;
-    for (int p = threadIdx.x; p < n_keys; p += blockDim.x) {
+    for (int p = p0 + threadIdx.x; p < p1; p += blockDim.x) {
         float e = expf(sc[p] - mx);
         sc[p] = e;
         sum += e;
     }
     sum = block_sum(sum);
-    float inv = 1.0f / sum;
     __syncthreads();
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float o = 0;
-        for (int p = 0; p < n_keys; p++)
+        for (int p = p0; p < p1; p++)
             o += sc[p] * V[(size_t)p * kvw + (size_t)kvh * hd + d];
-        o *= inv;
+        pt[2 + d] = o;
+    }
+    if (threadIdx.x == 0)
+        pt[0] = p1 > p0 ? mx : -INFINITY, pt[1] = sum;
+}
+
+// Per head: the parts combined with their maxima, then the gate sigmoid(g).
+__global__ void k_attention_combine(const float *q, int q_step, int hd, const float *part, float *out, int gated)
+{
+    int h = blockIdx.x;
+    const float *ph = part + (size_t)h * ATT_SPLIT * (hd + 2);
+    float M = -INFINITY;
+    for (int sp = 0; sp < ATT_SPLIT; sp++)
+        M = fmaxf(M, ph[(size_t)sp * (hd + 2)]);
+    float L = 0;
+    for (int sp = 0; sp < ATT_SPLIT; sp++) {
+        float m = ph[(size_t)sp * (hd + 2)];
+        if (m > -INFINITY)
+            L += ph[(size_t)sp * (hd + 2) + 1] * expf(m - M);
+    }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float o = 0;
+        for (int sp = 0; sp < ATT_SPLIT; sp++) {
+            float m = ph[(size_t)sp * (hd + 2)];
+            if (m > -INFINITY)
+                o += ph[(size_t)sp * (hd + 2) + 2 + d] * expf(m - M);
+        }
+        o /= L;
         if (gated)
-            o *= sigmoidf_(qh[hd + d]);
+            o *= sigmoidf_(q[(size_t)h * q_step + hd + d]);
         out[(size_t)h * hd + d] = o;
     }
 }
 
-extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K, const float *V, int n_keys, int n_head,
-                                     int n_head_kv, int hd, float *out, float *scratch, int scratch_stride, int gated,
-                                     lilac_cuda_stream *s)
+extern "C" size_t lilac_cuda_attention_part_floats(int n_head, int hd) { return (size_t)n_head * ATT_SPLIT * (hd + 2); }
+
+extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K, const float *V, const int *pos,
+                                     int n_head, int n_head_kv, int hd, float *out, float *scratch, int scratch_stride,
+                                     float *part, int gated, lilac_cuda_stream *s)
 {
-    k_attention<<<n_head, 256, (size_t)hd * sizeof(float), CS(s)>>>(q, q_step, K, V, n_keys, n_head_kv * hd, hd,
-                                                                     n_head / n_head_kv, out, scratch, scratch_stride,
-                                                                     gated);
+    k_attention_part<<<dim3(n_head, ATT_SPLIT), 256, (size_t)hd * sizeof(float), CS(s)>>>(
+        q, q_step, K, V, pos, n_head_kv * hd, hd, n_head / n_head_kv, scratch, scratch_stride, part);
+    k_attention_combine<<<n_head, 256, 0, CS(s)>>>(q, q_step, hd, part, out, gated);
 }
 
 // ---- Gated DeltaNet, one token ----
@@ -248,10 +334,58 @@ __global__ void k_dn_gates(float *a, float *b, const float *ssm_a, const float *
     b[j] = sigmoidf_(b[j]);
 }
 
-// The recurrent delta rule for value head j (block), a thread per value
-// column c: S *= exp(g); S += k (beta (v - S^T k))^T; o = S^T q.
+// The recurrent delta rule for value head j (block): S *= exp(g);
+// S += k (beta (v - S^T k))^T; o = S^T q. Thread (part, c) holds column c
+// of rows part, part + P, ... in registers; the two sums over rows are
+// reduced across the P parts in shared memory.
+#define DN_P 8
+#define DN_ROWS 32 /* dk / DN_P at most */
 __global__ void k_dn_recurrent(float *S_all, const float *conv, const float *g, const float *beta, float *o_all,
                                int nk, int nv, int dk, int dv, int tiled)
+{
+    int j = blockIdx.x, c = threadIdx.x % dv, part = threadIdx.x / dv;
+    int kh = tiled ? j % nk : j / (nv / nk);
+    extern __shared__ float sh[]; // q[dk], k[dk], red[DN_P][dv]
+    float *qs = sh, *ks = sh + dk, *red = sh + 2 * dk;
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+        qs[i] = conv[(size_t)kh * dk + i];
+        ks[i] = conv[(size_t)(nk + kh) * dk + i];
+    }
+    __syncthreads();
+    float *S = S_all + (size_t)j * dk * dv;
+    float decay = expf(g[j]), kv = 0, sr[DN_ROWS];
+    int n = 0;
+    for (int i = part; i < dk; i += DN_P, n++) {
+        sr[n] = S[(size_t)i * dv + c] * decay;
+        kv += sr[n] * ks[i];
+    }
+    red[part * dv + c] = kv;
+    __syncthreads();
+    kv = 0;
+    for (int q = 0; q < DN_P; q++)
+        kv += red[q * dv + c];
+    float v = conv[(size_t)2 * nk * dk + (size_t)j * dv + c];
+    float delta = (v - kv) * beta[j], o = 0;
+    n = 0;
+    for (int i = part; i < dk; i += DN_P, n++) {
+        sr[n] += ks[i] * delta;
+        S[(size_t)i * dv + c] = sr[n];
+        o += sr[n] * qs[i];
+    }
+    __syncthreads();
+    red[part * dv + c] = o;
+    __syncthreads();
+    if (part == 0) {
+        o = 0;
+        for (int q = 0; q < DN_P; q++)
+            o += red[q * dv + c];
+        o_all[(size_t)j * dv + c] = o;
+    }
+}
+
+// One thread per column, rows in sequence: shapes the split kernel does not take.
+__global__ void k_dn_recurrent1(float *S_all, const float *conv, const float *g, const float *beta, float *o_all,
+                                int nk, int nv, int dk, int dv, int tiled)
 {
     int j = blockIdx.x, c = threadIdx.x;
     int kh = tiled ? j % nk : j / (nv / nk);
@@ -301,8 +435,14 @@ extern "C" void lilac_cuda_deltanet_step(float *conv_out, float *a, float *b, co
 {
     k_dn_qk_norm<<<nk, 128, 0, CS(s)>>>(conv_out, nk, dk);
     k_dn_gates<<<(nv + 127) / 128, 128, 0, CS(s)>>>(a, b, ssm_a, ssm_dt, nv);
-    int threads = dv < 32 ? 32 : (dv + 31) / 32 * 32;
-    k_dn_recurrent<<<nv, threads, (size_t)2 * dk * sizeof(float), CS(s)>>>(S, conv_out, a, b, o, nk, nv, dk, dv, tiled);
+    if (dv * DN_P <= 1024 && dv % 32 == 0 && dk <= DN_P * DN_ROWS) {
+        k_dn_recurrent<<<nv, dv * DN_P, (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s)>>>(S, conv_out, a, b, o,
+                                                                                             nk, nv, dk, dv, tiled);
+    } else {
+        int threads = dv < 32 ? 32 : (dv + 31) / 32 * 32;
+        k_dn_recurrent1<<<nv, threads, (size_t)2 * dk * sizeof(float), CS(s)>>>(S, conv_out, a, b, o, nk, nv, dk, dv,
+                                                                               tiled);
+    }
     k_gated_norm<<<nv, 128, 0, CS(s)>>>(o, z, norm_w, dv, eps);
 }
 
@@ -310,10 +450,13 @@ extern "C" void lilac_cuda_deltanet_step(float *conv_out, float *a, float *b, co
 
 // Softmax over E router logits, the top k (ties to the lower index), in
 // expert-index order as the CPU adds them, weights renormalized if asked.
+// Each of the k rounds is a block-wide argmax of (probability, index).
 __global__ void k_topk(const float *logits, int E, int k, int norm, int32_t *idx, float *w)
 {
     extern __shared__ float p[]; // [E]
     __shared__ int chosen[64];
+    __shared__ float wv[32];
+    __shared__ int wi[32];
     float mx = -INFINITY;
     for (int e = threadIdx.x; e < E; e += blockDim.x)
         mx = fmaxf(mx, logits[e]);
@@ -327,31 +470,51 @@ __global__ void k_topk(const float *logits, int E, int k, int norm, int32_t *idx
     for (int e = threadIdx.x; e < E; e += blockDim.x)
         p[e] /= sum;
     __syncthreads();
-    if (threadIdx.x == 0) {
-        // k rounds of argmax: k and E are small (8 of 256)
-        for (int i = 0; i < k; i++) {
-            int best = -1;
-            for (int e = 0; e < E; e++) {
-                bool taken = false;
-                for (int q = 0; q < i; q++)
-                    taken |= chosen[q] == e;
-                if (!taken && (best < 0 || p[e] > p[best]))
-                    best = e;
-            }
-            chosen[i] = best;
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    for (int r = 0; r < k; r++) {
+        float bv = -1.0f;
+        int bi = 0x7fffffff;
+        for (int e = threadIdx.x; e < E; e += blockDim.x)
+            if (p[e] > bv || (p[e] == bv && e < bi))
+                bv = p[e], bi = e;
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi))
+                bv = ov, bi = oi;
         }
+        if (lane == 0)
+            wv[wid] = bv, wi[wid] = bi;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int q = 1; q < nw; q++)
+                if (wv[q] > bv || (wv[q] == bv && wi[q] < bi))
+                    bv = wv[q], bi = wi[q];
+            chosen[r] = bi;
+            w[r] = p[bi];  /* scratch until the sort below */
+            p[bi] = -2.0f; /* taken */
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        float pw[64];
+        for (int i = 0; i < k; i++)
+            pw[i] = w[i];
         for (int i = 1; i < k; i++) // by expert index
             for (int q = i; q > 0 && chosen[q - 1] > chosen[q]; q--) {
                 int t = chosen[q];
                 chosen[q] = chosen[q - 1];
                 chosen[q - 1] = t;
+                float tw = pw[q];
+                pw[q] = pw[q - 1];
+                pw[q - 1] = tw;
             }
         float tot = 0;
         for (int i = 0; i < k; i++)
-            tot += p[chosen[i]];
+            tot += pw[i];
         for (int i = 0; i < k; i++) {
             idx[i] = chosen[i];
-            w[i] = norm ? p[chosen[i]] / tot : p[chosen[i]];
+            w[i] = norm ? pw[i] / tot : pw[i];
         }
     }
 }

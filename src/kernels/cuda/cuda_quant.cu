@@ -1,0 +1,1296 @@
+/* cuda_quant: the CUDA matrix-vector kernels over weights in their file
+ * encoding (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K), dequantized in
+ * registers, and the memory/stream helpers of cuda.h.
+ *
+ * The product kernel (k_mv) is memory-bound at one token: a row of Q4_K is
+ * 0.56 bytes a value, so at 4.8 TB/s an H200 multiprocessor has only about
+ * 8 instructions per weight byte to spend. It is built around that budget:
+ *
+ *  - A lane owns a "unit" of a row (64 values of a K-quant block, a whole
+ *    Q8_0/Q4_0 block, 16 floats) and reads it with 16-byte loads; adjacent
+ *    lanes own adjacent units, so a warp's loads cover contiguous bytes. The
+ *    same lane does the same unit of R rows, so each x value it loads from
+ *    shared memory serves R rows.
+ *  - Quants are never converted to float one by one (I2F is 1/8 rate, the
+ *    usual magic-number trick costs two instructions, PRMT is slow). A
+ *    small unsigned q at bit s of a word, masked out with one LOP3, is the
+ *    float32 q * 2^(s - 149), a denormal, which FFMA multiplies exactly at
+ *    full rate. x is stored in shared memory times 2^(64 - s) for the s its
+ *    quant is found at, so every product is the normal float q * x * 2^-85;
+ *    the block scale times 2^85 takes it back. One LOP3 and one FFMA a
+ *    value.
+ *  - Offsets (Q4_0's 8, Q8_0's sign, K-quant mins, Q6_K's 32) are taken out
+ *    per run of 16 values with sums of x precomputed in shared memory:
+ *    sum (d q - m) x = d sum(q x) - m sum(x).
+ *  - Accumulation is float32 throughout (products exact, one rounding per
+ *    FFMA); see the accuracy note at k_mv.
+ *
+ * This needs denormals kept (nvcc's default -ftz=false): with flush-to-zero
+ * every quantized product would be zero, hence the #error below. */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+#include "format/dtype.h"
+#include "kernels/cuda/cuda.h"
+
+#if defined(__CUDA_FTZ) && __CUDA_FTZ
+#error "cuda_quant.cu relies on float32 denormals: build it without -ftz=true / --use_fast_math"
+#endif
+
+#ifndef LILAC_CUDA_ARCHS
+#define LILAC_CUDA_ARCHS "?"
+#endif
+
+#ifdef LILAC_ASAN_CUDA
+/* Sanitizer builds (LILAC_SANITIZE): AddressSanitizer reserves the "shadow
+ * gap" of the address space, where the CUDA driver maps its memory, and
+ * cudaGetDeviceCount then fails with "out of memory". This default leaves
+ * the gap to CUDA (heap, stack and global checks are unchanged; an
+ * ASAN_OPTIONS in the environment still overrides it). */
+extern "C" const char *__asan_default_options(void) { return "protect_shadow_gap=0"; }
+#endif
+
+namespace {
+
+/* Block layouts of kernels/cpu/quant.h (a C11 header nvcc cannot include:
+ * _Static_assert). Offsets below are into one block. */
+constexpr int Q8_0_BYTES = 34;  /* d, qs[32] */
+constexpr int Q4_0_BYTES = 18;  /* d, qs[16] */
+constexpr int Q4_K_BYTES = 144; /* d, dmin, scales[12], qs[128] */
+constexpr int Q5_K_BYTES = 176; /* d, dmin, scales[12], qh[32], qs[128] */
+constexpr int Q6_K_BYTES = 210; /* ql[128], qh[64], scales[16], d */
+
+constexpr int NWARPS = 8;
+constexpr int NTHREADS = NWARPS * 32;
+constexpr float XUNSCALE = 0x1p-64f; /* x in shared memory is x * 2^(64 - s) */
+constexpr float QSCALE = 0x1p85f;   /* (q * 2^-149) * (x * 2^64) * 2^85 = q x */
+constexpr int TILE_VALUES = 32768;   /* x values (times tokens) one block holds in shared memory */
+constexpr int SMEM_MAX = 160 * 1024; /* what that takes at most (16 floats a unit + 4 of padding) */
+
+/* ------------------------------------------------------------------ */
+/* device helpers */
+
+__device__ __forceinline__ float h2f(uint32_t h)
+{
+    return __half2float(__ushort_as_half((unsigned short)(h & 0xFFFF)));
+}
+
+/* A small unsigned integer (< 2^23) as a float, exactly, without I2F. */
+__device__ __forceinline__ float u2f(uint32_t v) { return __uint_as_float(0x4B000000u | v) - 8388608.0f; }
+
+__device__ __forceinline__ uint32_t ldu16(const uint8_t *p)
+{
+    return __ldg(reinterpret_cast<const unsigned short *>(p));
+}
+
+/* NW words of bytes at p. A16: p is 16-byte aligned, NW/4 plain 16-byte
+ * loads. Otherwise p need only be 2-aligned: the aligned 16-byte chunks
+ * around it are loaded (never one holding none of the wanted bytes, so
+ * nothing past the tensor's last 16-byte granule is touched) and shifted
+ * into place by selects and a funnel shift. */
+template <int NW, bool A16> __device__ __forceinline__ void ldw(const uint8_t *p, uint32_t (&w)[NW])
+{
+    static_assert(NW % 4 == 0, "whole 16-byte chunks");
+    if (A16) {
+#pragma unroll
+        for (int i = 0; i < NW / 4; i++) {
+            const uint4 v = __ldg(reinterpret_cast<const uint4 *>(p) + i);
+            w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+        }
+        return;
+    }
+    constexpr int NC = NW / 4 + 1;
+    const uint4 *a = reinterpret_cast<const uint4 *>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(15));
+    const uint32_t s = (uint32_t)(reinterpret_cast<uintptr_t>(p) & 15);
+    uint32_t X[4 * NC];
+#pragma unroll
+    for (int i = 0; i < NC; i++) {
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (i < NC - 1 || s != 0)
+            v = __ldg(a + i);
+        X[4 * i] = v.x, X[4 * i + 1] = v.y, X[4 * i + 2] = v.z, X[4 * i + 3] = v.w;
+    }
+#pragma unroll
+    for (int i = 0; i < 4 * NC - 2; i++)
+        X[i] = (s & 8) ? X[i + 2] : X[i];
+#pragma unroll
+    for (int i = 0; i < 4 * NC - 3; i++)
+        X[i] = (s & 4) ? X[i + 1] : X[i];
+    const uint32_t sh = (s & 2) * 8;
+#pragma unroll
+    for (int i = 0; i < NW; i++)
+        w[i] = __funnelshift_r(X[i], X[i + 1], sh);
+}
+
+/* Byte-wise reads for the scalar paths, whatever the alignment. */
+__device__ __forceinline__ uint32_t rd16(const uint8_t *p) { return (uint32_t)p[0] | ((uint32_t)p[1] << 8); }
+
+/* Value c of a row, bit for bit as kernels/cpu/quant_scalar.c (ggml's
+ * dequantize_row_*) computes it: the same float32 operations in the same
+ * order, none contracted. */
+__device__ float dq_value(int type, const uint8_t *row, long long c)
+{
+    switch (type) {
+    case LILAC_F32: return __uint_as_float(rd16(row + 4 * c) | (rd16(row + 4 * c + 2) << 16));
+    case LILAC_F16: return h2f(rd16(row + 2 * c));
+    case LILAC_BF16: return __uint_as_float(rd16(row + 2 * c) << 16);
+    case LILAC_Q8_0: {
+        const uint8_t *b = row + (c / 32) * Q8_0_BYTES;
+        return __fmul_rn((float)(int8_t)b[2 + c % 32], h2f(rd16(b)));
+    }
+    case LILAC_Q4_0: {
+        const uint8_t *b = row + (c / 32) * Q4_0_BYTES;
+        const int j = (int)(c % 32), q = b[2 + (j & 15)];
+        return __fmul_rn((float)((j < 16 ? q & 15 : q >> 4) - 8), h2f(rd16(b)));
+    }
+    case LILAC_Q4_K:
+    case LILAC_Q5_K: {
+        const bool k5 = type == LILAC_Q5_K;
+        const uint8_t *b = row + (c / 256) * (k5 ? Q5_K_BYTES : Q4_K_BYTES);
+        const int i = (int)(c % 256), jj = i >> 6, hi = (i >> 5) & 1, l = i & 31, g = 2 * jj + hi;
+        const uint8_t *s = b + 4;
+        int sc, m;
+        if (g < 4) {
+            sc = s[g] & 63, m = s[g + 4] & 63;
+        } else {
+            sc = (s[g + 4] & 0xF) | ((s[g - 4] >> 6) << 4);
+            m = (s[g + 4] >> 4) | ((s[g] >> 6) << 4);
+        }
+        int q = b[(k5 ? 48 : 16) + 32 * jj + l];
+        q = hi ? q >> 4 : q & 15;
+        if (k5 && (b[16 + l] >> g) & 1)
+            q += 16;
+        const float d1 = __fmul_rn(h2f(rd16(b)), (float)sc), m1 = __fmul_rn(h2f(rd16(b + 2)), (float)m);
+        return __fsub_rn(__fmul_rn(d1, (float)q), m1);
+    }
+    case LILAC_Q6_K: {
+        const uint8_t *b = row + (c / 256) * Q6_K_BYTES;
+        const int i = (int)(c % 256), n = i >> 7, quarter = (i >> 5) & 3, l = i & 31, is = l >> 4;
+        const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
+        const int8_t *sc = reinterpret_cast<const int8_t *>(b + 192 + 8 * n);
+        const int lo = (quarter & 1) ? ql[l + 32] : ql[l];
+        const int q = ((quarter & 2) ? lo >> 4 : lo & 15) | (((qh[l] >> (2 * quarter)) & 3) << 4);
+        const float s = __fmul_rn(h2f(rd16(b + 208)), (float)sc[is + 2 * quarter]);
+        return __fmul_rn(s, (float)(q - 32));
+    }
+    default: return __int_as_float(0x7fc00000);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Per-type units. Each type defines:
+ *   VPU     values a unit (a lane's share of a row per step)
+ *   NRUN    runs of 16 values whose x sums the offsets need (0: none)
+ *   Pay     the unit's bytes, in registers
+ *   load    issue the loads of unit u of a row
+ *   vcol    the column of a tile's value v: the virtual order in which a
+ *           unit's values lie together (identity but for Q6_K; an
+ *           involution, so it maps both ways)
+ *   xshift  the bit offset s at which the dot finds value i of a unit in
+ *           its word: x is stored times 2^(64 - s), so that every product
+ *           (q * 2^(s - 149)) * (x * 2^(64 - s)) is q x 2^-85
+ *   dot     tot[r][t] += unit u of row r . x of token t, for R rows at once
+ * xu points at the unit's x in shared memory (token t at xu + t * xs), su at
+ * its run sums (token t at su + t * ss); nt of the T tokens are real. */
+
+template <int TYPE> struct Unit;
+
+/* A field of v already in place (v & m, below bit 23) as the denormal
+ * float field * 2^-149: one LOP3. */
+__device__ __forceinline__ float fld(uint32_t v, uint32_t m) { return __uint_as_float(v & m); }
+
+/* Four byte-aligned fields (mask m < 2^7) of v, values i .. i + 3, at bits
+ * 0, 8, 16 and (shifted down) 16: xshift {0, 8, 16, 16}. */
+__device__ __forceinline__ float fma_bytes(float acc, uint32_t v, uint32_t m, float4 x)
+{
+    acc = fmaf(fld(v, m), x.x, acc);
+    acc = fmaf(fld(v, m << 8), x.y, acc);
+    acc = fmaf(fld(v, m << 16), x.z, acc);
+    return fmaf(fld(v >> 8, m << 16), x.w, acc);
+}
+__device__ constexpr int xshift_bytes(int i) { return (i & 3) == 0 ? 0 : (i & 3) == 1 ? 8 : 16; }
+
+/* The eight nibbles of w: low nibbles are values i .. i + 3 of one run
+ * (acc_lo, x_lo), high nibbles of another. xshift {0, 8, 16, 12} for the
+ * low, {4, 12, 8, 16} for the high ones (the top bytes seen through w >> 12). */
+__device__ __forceinline__ void fma_nibbles(float &lo, float &hi, uint32_t w, float4 xl, float4 xh)
+{
+    const uint32_t w2 = w >> 12;
+    lo = fmaf(fld(w, 0xF), xl.x, lo);
+    lo = fmaf(fld(w, 0xF00), xl.y, lo);
+    lo = fmaf(fld(w, 0xF0000), xl.z, lo);
+    lo = fmaf(fld(w2, 0xF000), xl.w, lo);
+    hi = fmaf(fld(w, 0xF0), xh.x, hi);
+    hi = fmaf(fld(w, 0xF000), xh.y, hi);
+    hi = fmaf(fld(w2, 0xF00), xh.z, hi);
+    hi = fmaf(fld(w2, 0xF0000), xh.w, hi);
+}
+__device__ constexpr int xshift_nib_lo(int i) { return (i & 3) == 0 ? 0 : (i & 3) == 1 ? 8 : (i & 3) == 2 ? 16 : 12; }
+__device__ constexpr int xshift_nib_hi(int i) { return (i & 3) == 0 ? 4 : (i & 3) == 1 ? 12 : (i & 3) == 2 ? 8 : 16; }
+
+template <int R, int T> __device__ __forceinline__ void zero(float (&acc)[R][T][2])
+{
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < T; t++)
+            acc[r][t][0] = acc[r][t][1] = 0.f;
+}
+
+/* d * sc and dmin * m of groups 2j and 2j + 1 of a Q4_K/Q5_K block
+ * (lilac_kq_scale_min on the two bytes at once); d carries QSCALE. */
+__device__ __forceinline__ void kq_scales(const uint32_t (&h)[4], int j, float (&ds)[2], float (&dm)[2])
+{
+    const uint32_t sh = (j & 1) * 16;
+    const uint32_t A = h[1] >> sh, B = h[2] >> sh, C = h[3] >> sh;
+    uint32_t sc, mn;
+    if (j < 2) {
+        sc = A & 0x3F3F, mn = B & 0x3F3F;
+    } else {
+        sc = (C & 0x0F0F) | ((A >> 2) & 0x3030);
+        mn = ((C >> 4) & 0x0F0F) | ((B >> 2) & 0x3030);
+    }
+    const float d = h2f(h[0]) * QSCALE, dmin = h2f(h[0] >> 16);
+    ds[0] = d * u2f(sc & 0xFF), ds[1] = d * u2f(sc >> 8);
+    dm[0] = dmin * u2f(mn & 0xFF), dm[1] = dmin * u2f(mn >> 8);
+}
+
+/* The K-quant fold: tot += d sc sum(q x) - dmin m sum(x) for the low and
+ * high groups (runs 0-1 and 2-3 of the unit). */
+template <int R, int T>
+__device__ __forceinline__ void kq_fold(const float (&acc)[R][T][2], const float (&ds)[R][2], const float (&dm)[R][2],
+                                        const float *su, int ss, int nt, float (&tot)[R][T])
+{
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        if (T > 1 && t >= nt)
+            break;
+        const float4 s = *reinterpret_cast<const float4 *>(su + t * ss);
+        const float s0 = s.x + s.y, s1 = s.z + s.w;
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            tot[r][t] += ds[r][0] * acc[r][t][0] + ds[r][1] * acc[r][t][1] - (dm[r][0] * s0 + dm[r][1] * s1);
+    }
+}
+
+/* Q4_K: unit u is run j = u % 4 of block u / 4: qs bytes 32j..32j+31, whose
+ * low nibbles are group 2j (values 64j + l) and high nibbles group 2j + 1. */
+template <> struct Unit<LILAC_Q4_K> {
+    static constexpr int VPU = 64, NRUN = 4;
+    struct Pay {
+        uint32_t h[4]; /* d | dmin << 16, scales[12] */
+        uint32_t q[8];
+    };
+    template <bool A16> __device__ static void load(const uint8_t *row, int u, Pay &p)
+    {
+        const uint8_t *b = row + (size_t)(u >> 2) * Q4_K_BYTES;
+        ldw<4, A16>(b, p.h);
+        ldw<8, A16>(b + 16 + 32 * (u & 3), p.q);
+    }
+    __device__ static int vcol(int c) { return c; }
+    __device__ static constexpr int xshift(int i) { return i < 32 ? xshift_nib_lo(i) : xshift_nib_hi(i); }
+
+    template <int R, int T>
+    __device__ static void dot(const Pay (&p)[R], const float *xu, int xs, const float *su, int ss, int u, int nt,
+                               float (&tot)[R][T])
+    {
+        float ds[R][2], dm[R][2], acc[R][T][2];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            kq_scales(p[r].h, u & 3, ds[r], dm[r]);
+        zero(acc);
+#pragma unroll
+        for (int m = 0; m < 8; m++)
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                if (T > 1 && t >= nt)
+                    break;
+                const float4 xl = *reinterpret_cast<const float4 *>(xu + t * xs + 4 * m);
+                const float4 xh = *reinterpret_cast<const float4 *>(xu + t * xs + 32 + 4 * m);
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    fma_nibbles(acc[r][t][0], acc[r][t][1], p[r].q[m], xl, xh);
+            }
+        kq_fold(acc, ds, dm, su, ss, nt, tot);
+    }
+};
+
+/* Q5_K: Q4_K's unit plus the fifth bits: bit 2j (low nibbles) and 2j + 1
+ * (high nibbles) of qh[l], merged into bit 4 of each byte (bits 5-7 are
+ * left as they come: the 5-bit field masks drop them). */
+template <> struct Unit<LILAC_Q5_K> {
+    static constexpr int VPU = 64, NRUN = 4;
+    struct Pay {
+        uint32_t h[4];
+        uint32_t qh[8];
+        uint32_t q[8];
+    };
+    template <bool A16> __device__ static void load(const uint8_t *row, int u, Pay &p)
+    {
+        const uint8_t *b = row + (size_t)(u >> 2) * Q5_K_BYTES;
+        ldw<4, A16>(b, p.h);
+        ldw<8, A16>(b + 16, p.qh);
+        ldw<8, A16>(b + 48 + 32 * (u & 3), p.q);
+    }
+    __device__ static int vcol(int c) { return c; }
+    __device__ static constexpr int xshift(int i) { return xshift_bytes(i); }
+
+    template <int R, int T>
+    __device__ static void dot(const Pay (&p)[R], const float *xu, int xs, const float *su, int ss, int u, int nt,
+                               float (&tot)[R][T])
+    {
+        const int j = u & 3;
+        float ds[R][2], dm[R][2], acc[R][T][2];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            kq_scales(p[r].h, j, ds[r], dm[r]);
+        zero(acc);
+#pragma unroll
+        for (int m = 0; m < 8; m++) {
+            uint32_t lo[R], hi[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const uint32_t hb = p[r].qh[m] >> (2 * j), q = p[r].q[m];
+                lo[r] = (q & 0x0F0F0F0F) | ((hb << 4) & 0xF0F0F0F0);
+                hi[r] = ((q >> 4) & 0x0F0F0F0F) | ((hb << 3) & 0xF0F0F0F0);
+            }
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                if (T > 1 && t >= nt)
+                    break;
+                const float4 xl = *reinterpret_cast<const float4 *>(xu + t * xs + 4 * m);
+                const float4 xh = *reinterpret_cast<const float4 *>(xu + t * xs + 32 + 4 * m);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    acc[r][t][0] = fma_bytes(acc[r][t][0], lo[r], 0x1F, xl);
+                    acc[r][t][1] = fma_bytes(acc[r][t][1], hi[r], 0x1F, xh);
+                }
+            }
+        }
+        kq_fold(acc, ds, dm, su, ss, nt, tot);
+    }
+};
+
+/* Q6_K: unit u = 4b + 2h + p is ql bytes 64h + 32p + l (l < 32) of block b:
+ * low nibbles are values 128h + 32p + l, high nibbles 128h + 64 + 32p + l,
+ * their top bits in qh[32h + l] (bits 2p and 4 + 2p). vcol stores the two
+ * runs of 32 side by side (it swaps bits 5 and 6 of the column). */
+template <> struct Unit<LILAC_Q6_K> {
+    static constexpr int VPU = 64, NRUN = 4;
+    struct Pay {
+        uint32_t ql[8];
+        uint32_t qh[8];
+        uint32_t sc; /* int8 scales of the low runs (bytes 0, 1) and high runs (2, 3) */
+        uint32_t d;
+    };
+    template <bool A16> __device__ static void load(const uint8_t *row, int u, Pay &p)
+    {
+        const uint8_t *b = row + (size_t)(u >> 2) * Q6_K_BYTES; /* 210 bytes: never 16-aligned throughout */
+        const int h = (u >> 1) & 1, pp = u & 1;
+        ldw<8, false>(b + 64 * h + 32 * pp, p.ql);
+        ldw<8, false>(b + 128 + 32 * h, p.qh);
+        p.sc = ldu16(b + 192 + 8 * h + 2 * pp) | (ldu16(b + 196 + 8 * h + 2 * pp) << 16);
+        p.d = ldu16(b + 208);
+    }
+    __device__ static int vcol(int c) { return (c & ~0x60) | ((c & 0x20) << 1) | ((c & 0x40) >> 1); }
+    __device__ static constexpr int xshift(int i) { return xshift_bytes(i); }
+
+    template <int R, int T>
+    __device__ static void dot(const Pay (&p)[R], const float *xu, int xs, const float *su, int ss, int u, int nt,
+                               float (&tot)[R][T])
+    {
+        const int pp = u & 1;
+        float ds[R][4], off[R][4];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float d = h2f(p[r].d);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float s = d * (u2f(((p[r].sc >> (8 * i)) & 0xFF) ^ 0x80) - 128.f); /* exact: 11 x 8 bits */
+                ds[r][i] = s * QSCALE, off[r][i] = s * 32.f;
+            }
+        }
+#pragma unroll
+        for (int half = 0; half < 2; half++) { /* values l < 16, then l >= 16: one scale each */
+            float acc[R][T][2];
+            zero(acc);
+#pragma unroll
+            for (int m = 4 * half; m < 4 * half + 4; m++) {
+                uint32_t lo[R], hi[R];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint32_t qh = p[r].qh[m] >> (2 * pp), ql = p[r].ql[m];
+                    lo[r] = (ql & 0x0F0F0F0F) | ((qh << 4) & 0xF0F0F0F0);
+                    hi[r] = ((ql >> 4) & 0x0F0F0F0F) | (qh & 0xF0F0F0F0);
+                }
+#pragma unroll
+                for (int t = 0; t < T; t++) {
+                    if (T > 1 && t >= nt)
+                        break;
+                    const float4 xl = *reinterpret_cast<const float4 *>(xu + t * xs + 4 * m);
+                    const float4 xh = *reinterpret_cast<const float4 *>(xu + t * xs + 32 + 4 * m);
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        acc[r][t][0] = fma_bytes(acc[r][t][0], lo[r], 0x3F, xl);
+                        acc[r][t][1] = fma_bytes(acc[r][t][1], hi[r], 0x3F, xh);
+                    }
+                }
+            }
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                if (T > 1 && t >= nt)
+                    break;
+                const float4 s = *reinterpret_cast<const float4 *>(su + t * ss);
+                const float slo = half ? s.y : s.x, shi = half ? s.w : s.z;
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    tot[r][t] += ds[r][half] * acc[r][t][0] + ds[r][2 + half] * acc[r][t][1] -
+                                 (off[r][half] * slo + off[r][2 + half] * shi);
+            }
+        }
+    }
+};
+
+/* Q8_0: a unit is a block; qs ^ 0x80 is q + 128 (unsigned), the 128 taken
+ * out with the sums. Bytes 2 and 3 are read at bits 8 and 0 (8-bit fields
+ * must stay below bit 23). */
+template <> struct Unit<LILAC_Q8_0> {
+    static constexpr int VPU = 32, NRUN = 2;
+    struct Pay {
+        uint32_t q[8];
+        uint32_t d;
+    };
+    template <bool A16> __device__ static void load(const uint8_t *row, int u, Pay &p)
+    {
+        const uint8_t *b = row + (size_t)u * Q8_0_BYTES;
+        ldw<8, false>(b + 2, p.q); /* qs is never 16-aligned */
+        p.d = ldu16(b);
+    }
+    __device__ static int vcol(int c) { return c; }
+    __device__ static constexpr int xshift(int i) { return (i & 3) == 1 || (i & 3) == 2 ? 8 : 0; }
+
+    template <int R, int T>
+    __device__ static void dot(const Pay (&p)[R], const float *xu, int xs, const float *su, int ss, int, int nt,
+                               float (&tot)[R][T])
+    {
+        float acc[R][T][2];
+        zero(acc);
+#pragma unroll
+        for (int m = 0; m < 8; m++)
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                if (T > 1 && t >= nt)
+                    break;
+                const float4 x = *reinterpret_cast<const float4 *>(xu + t * xs + 4 * m);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint32_t v = p[r].q[m] ^ 0x80808080u;
+                    float a = acc[r][t][m & 1];
+                    a = fmaf(fld(v, 0xFF), x.x, a);
+                    a = fmaf(fld(v, 0xFF00), x.y, a);
+                    a = fmaf(fld(v >> 8, 0xFF00), x.z, a);
+                    acc[r][t][m & 1] = fmaf(__uint_as_float(v >> 24), x.w, a);
+                }
+            }
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            if (T > 1 && t >= nt)
+                break;
+            const float2 s = *reinterpret_cast<const float2 *>(su + t * ss);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const float d = h2f(p[r].d);
+                tot[r][t] += (d * QSCALE) * (acc[r][t][0] + acc[r][t][1]) - (d * 128.f) * (s.x + s.y);
+            }
+        }
+    }
+};
+
+/* Q4_0: a unit is a block; low nibbles are values 0..15, high 16..31. */
+template <> struct Unit<LILAC_Q4_0> {
+    static constexpr int VPU = 32, NRUN = 2;
+    struct Pay {
+        uint32_t q[4];
+        uint32_t d;
+    };
+    template <bool A16> __device__ static void load(const uint8_t *row, int u, Pay &p)
+    {
+        const uint8_t *b = row + (size_t)u * Q4_0_BYTES;
+        ldw<4, false>(b + 2, p.q);
+        p.d = ldu16(b);
+    }
+    __device__ static int vcol(int c) { return c; }
+    __device__ static constexpr int xshift(int i) { return i < 16 ? xshift_nib_lo(i) : xshift_nib_hi(i); }
+
+    template <int R, int T>
+    __device__ static void dot(const Pay (&p)[R], const float *xu, int xs, const float *su, int ss, int, int nt,
+                               float (&tot)[R][T])
+    {
+        float acc[R][T][2];
+        zero(acc);
+#pragma unroll
+        for (int m = 0; m < 4; m++)
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                if (T > 1 && t >= nt)
+                    break;
+                const float4 xl = *reinterpret_cast<const float4 *>(xu + t * xs + 4 * m);
+                const float4 xh = *reinterpret_cast<const float4 *>(xu + t * xs + 16 + 4 * m);
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    fma_nibbles(acc[r][t][0], acc[r][t][1], p[r].q[m], xl, xh);
+            }
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            if (T > 1 && t >= nt)
+                break;
+            const float2 s = *reinterpret_cast<const float2 *>(su + t * ss);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const float d = h2f(p[r].d);
+                tot[r][t] += (d * QSCALE) * (acc[r][t][0] + acc[r][t][1]) - (d * 8.f) * (s.x + s.y);
+            }
+        }
+    }
+};
+
+/* Plain float types: 16 values a unit; the products carry x's 2^64. */
+template <int TYPE> struct UnitFloat {
+    static constexpr int VPU = 16, NRUN = 0;
+    static constexpr int NW = TYPE == LILAC_F32 ? 16 : 8;
+    struct Pay {
+        uint32_t w[NW];
+    };
+    template <bool A16> __device__ static void load(const uint8_t *row, int u, Pay &p)
+    {
+        ldw<NW, true>(row + (size_t)u * NW * 4, p.w); /* only launched 16-aligned */
+    }
+    __device__ static int vcol(int c) { return c; }
+    __device__ static constexpr int xshift(int) { return 0; }
+    __device__ static float val(const Pay &p, int i)
+    {
+        if (TYPE == LILAC_F32)
+            return __uint_as_float(p.w[i]);
+        const uint32_t w = p.w[i >> 1];
+        if (TYPE == LILAC_BF16)
+            return __uint_as_float((i & 1) ? w & 0xFFFF0000u : w << 16);
+        return h2f((i & 1) ? w >> 16 : w);
+    }
+
+    template <int R, int T>
+    __device__ static void dot(const Pay (&p)[R], const float *xu, int xs, const float *, int, int, int nt,
+                               float (&tot)[R][T])
+    {
+        float acc[R][T];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < T; t++)
+                acc[r][t] = 0.f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float w[R][4];
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    w[r][i] = val(p[r], 4 * k + i);
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                if (T > 1 && t >= nt)
+                    break;
+                const float4 x = *reinterpret_cast<const float4 *>(xu + t * xs + 4 * k);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    acc[r][t] = fmaf(w[r][0], x.x, acc[r][t]);
+                    acc[r][t] = fmaf(w[r][1], x.y, acc[r][t]);
+                    acc[r][t] = fmaf(w[r][2], x.z, acc[r][t]);
+                    acc[r][t] = fmaf(w[r][3], x.w, acc[r][t]);
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < T; t++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                tot[r][t] = fmaf(acc[r][t], XUNSCALE, tot[r][t]);
+    }
+};
+template <> struct Unit<LILAC_F32> : UnitFloat<LILAC_F32> {};
+template <> struct Unit<LILAC_F16> : UnitFloat<LILAC_F16> {};
+template <> struct Unit<LILAC_BF16> : UnitFloat<LILAC_BF16> {};
+
+/* ------------------------------------------------------------------ */
+/* The product kernel */
+
+struct MV {
+    const uint8_t *w; /* matrix (expert 0) */
+    size_t row_bytes, expert_stride;
+    const int32_t *idx; /* expert of each slot, or NULL */
+    const float *x;
+    float *y;
+    long long rows, cols;
+    long long x_tok, x_slot; /* x strides in floats between tokens / slots (0: shared) */
+    long long y_tok, y_slot;
+    long long row_tiles, items; /* items = slots x row tiles */
+    int n_tok, lpr_log2, ut, n_ct;
+};
+
+/* x[t][u0 * VPU ..) of nt tokens (the rest zero) into shared memory, value
+ * i of unit u at u * (VPU + 4) + i times 2^(64 - xshift(i)) (the 16-byte
+ * pad puts adjacent lanes' float4 reads in different banks), and the sums
+ * of x over each run of 16 values. A thread a run. */
+template <class UT, int T>
+__device__ void load_x(const float *x, long long x_tok, int nt, int u0, int u1, float *xs, int XS, float *ss, int SS)
+{
+    constexpr int VPU = UT::VPU, US = VPU + 4, NR = VPU / 16;
+    const int nruns = (u1 - u0) * NR;
+    const float *xc = x + (long long)u0 * VPU;
+    for (int i = threadIdx.x; i < T * nruns; i += NTHREADS) {
+        const int t = i / nruns, run = i - t * nruns, u = run / NR, rr = run - u * NR;
+        const float *src = xc + t * x_tok + UT::vcol(u * VPU + 16 * rr); /* a run's 16 columns are adjacent */
+        float4 *dst = reinterpret_cast<float4 *>(xs + t * XS + u * US + 16 * rr);
+        float v[16], s = 0.f;
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+            v[k] = t < nt ? src[k] : 0.f;
+            s += v[k];
+            v[k] *= __int_as_float((127 + 64 - UT::xshift(16 * rr + k)) << 23);
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            dst[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
+        if (UT::NRUN)
+            ss[t * SS + run] = s;
+    }
+    __syncthreads();
+}
+
+template <int TYPE, bool A16, int R>
+__device__ __forceinline__ void load_rows(const uint8_t *const (&rowp)[R], const bool (&ok)[R], int u,
+                                          typename Unit<TYPE>::Pay (&p)[R])
+{
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        if (ok[r])
+            Unit<TYPE>::template load<A16>(rowp[r], u, p[r]);
+        else
+            p[r] = {};
+    }
+}
+
+/* The launch shape of k_mv, from timings on an H200 (test_cuda_kernels' bench lines). Rows a lane: 2. The
+ * blocks a multiprocessor must hold, i.e. a register cap: at one token the kernel waits on memory and wants
+ * warps more than registers (3 blocks for the byte-aligned Q8_0/Q4_0, 2 for the rest); up to 4 tokens 2
+ * blocks (the 5- and 6-bit types spill a little and are still faster so); at 8 tokens no cap. The most
+ * tokens a pass: 8 for Q5_K and Q6_K, whose decoding is dearer than the shared x loads, 4 for the rest,
+ * where the accumulators of 8 cost more occupancy than the loads save. */
+constexpr int cfg_rows = 2;
+constexpr int cfg_min_blocks(int type, int T)
+{
+    return T == 1 ? (type == LILAC_Q8_0 || type == LILAC_Q4_0 ? 3 : 2) : T <= 4 ? 2 : 1;
+}
+constexpr int cfg_max_tokens(int type) { return type == LILAC_Q5_K || type == LILAC_Q6_K ? 8 : 4; }
+
+/* y[t][r] = W[r] . x[t]; with idx, slot i (blockIdx over items) does expert
+ * idx[i] into y + i * y_slot.
+ *
+ * Work: a block of NWARPS warps takes items (slot, tile of rows) in one
+ * contiguous run (persistent: the grid is what fits on the device at
+ * once), so the x of a slot is loaded into shared memory once per block
+ * when the row fits one column tile (with more tokens than a pass takes,
+ * once per pass). Within a warp, lpr lanes share a row (a power of two,
+ * 4 to 32, about an eighth of the row's units: launch_fast) and 32 / lpr
+ * groups of lanes take R rows each. A lane walks its units lpr apart, the
+ * next unit's loads issued before the current one is computed.
+ *
+ * Accuracy: every product is exact and each FFMA rounds once, in float32;
+ * the offsets are subtracted per run of 16 or 32 values. Errors are a few
+ * float32 roundings of sums of |terms|; results differ from the CPU's
+ * float32 dot only in summation order. */
+template <int TYPE, bool A16, int R, int T>
+__global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv(const MV p)
+{
+    using UT = Unit<TYPE>;
+    constexpr int VPU = UT::VPU, NRUN = UT::NRUN, US = VPU + 4;
+    extern __shared__ float4 smem4[];
+    float *const xs = reinterpret_cast<float *>(smem4);
+    const int XS = p.ut * US;
+    float *const ss = xs + T * XS;
+    const int SS = p.ut * NRUN;
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lpr = 1 << p.lpr_log2, sub = lane & (lpr - 1), grp = lane >> p.lpr_log2;
+    const int rpw = R << (5 - p.lpr_log2);
+    const long long rpt = (long long)NWARPS * rpw;
+    const int U = (int)(p.cols / VPU);
+    const int ntc = (p.n_tok + T - 1) / T;
+
+    const long long it0 = p.items * blockIdx.x / gridDim.x, it1 = p.items * (blockIdx.x + 1) / gridDim.x;
+    long long loaded = -1;
+    for (int tc = 0; tc < ntc; tc++) { /* token chunks outermost: x stays put while the block's rows go by */
+        const int t0 = tc * T, nt = min(T, p.n_tok - t0);
+        for (long long it = it0; it < it1; it++) {
+            const long long slot = it / p.row_tiles, rt = it - slot * p.row_tiles;
+            const uint8_t *W = p.w + (p.idx ? (size_t)__ldg(p.idx + slot) * p.expert_stride : 0);
+            const long long row0 = rt * rpt + warp * rpw + grp * R;
+            const uint8_t *rowp[R];
+            bool ok[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                ok[r] = row0 + r < p.rows;
+                rowp[r] = W + (size_t)(row0 + r) * p.row_bytes;
+            }
+            const float *xb = p.x + slot * p.x_slot;
+            float *yb = p.y + slot * p.y_slot;
+            float tot[R][T];
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int t = 0; t < T; t++)
+                    tot[r][t] = 0.f;
+            for (int ct = 0; ct < p.n_ct; ct++) {
+                const int u0 = ct * p.ut, u1 = min(U, u0 + p.ut);
+                const long long key = ((p.x_slot ? slot : 0) * ntc + tc) * p.n_ct + ct;
+                if (key != loaded) { /* the same for the whole block */
+                    __syncthreads();
+                    load_x<UT, T>(xb + t0 * p.x_tok, p.x_tok, nt, u0, u1, xs, XS, ss, SS);
+                    loaded = key;
+                }
+                typename UT::Pay a[R], b[R];
+                int u = u0 + sub;
+                if (u < u1)
+                    load_rows<TYPE, A16, R>(rowp, ok, u, a);
+                while (u < u1) { /* two steps an iteration so that a and b swap roles without copies */
+                    int un = u + lpr;
+                    if (un < u1)
+                        load_rows<TYPE, A16, R>(rowp, ok, un, b);
+                    UT::template dot<R, T>(a, xs + (u - u0) * US, XS, ss + (u - u0) * NRUN, SS, u, nt, tot);
+                    u = un;
+                    if (u >= u1)
+                        break;
+                    un = u + lpr;
+                    if (un < u1)
+                        load_rows<TYPE, A16, R>(rowp, ok, un, a);
+                    UT::template dot<R, T>(b, xs + (u - u0) * US, XS, ss + (u - u0) * NRUN, SS, u, nt, tot);
+                    u = un;
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int t = 0; t < T; t++) {
+                    float v = tot[r][t];
+                    for (int o = lpr >> 1; o; o >>= 1)
+                        v += __shfl_xor_sync(0xffffffffu, v, o);
+                    if (sub == 0 && ok[r] && t < nt)
+                        yb[(t0 + t) * p.y_tok + row0 + r] = v;
+                }
+        }
+    }
+}
+
+/* The scalar fallback, for layouts the fast kernel does not take (float
+ * rows not a multiple of 16 values or not 16-byte aligned, odd addresses):
+ * a warp a row, values dequantized one by one. */
+__global__ void __launch_bounds__(NTHREADS) k_mv_scalar(const MV p, int type)
+{
+    const long long row = (long long)blockIdx.x * NWARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    const long long slot = blockIdx.y;
+    if (row >= p.rows)
+        return;
+    const uint8_t *rowp = p.w + (p.idx ? (size_t)p.idx[slot] * p.expert_stride : 0) + (size_t)row * p.row_bytes;
+    const float *xb = p.x + slot * p.x_slot;
+    for (int t = 0; t < p.n_tok; t++) {
+        float acc = 0.f;
+        for (long long c = lane; c < p.cols; c += 32)
+            acc = fmaf(dq_value(type, rowp, c), xb[t * p.x_tok + c], acc);
+        for (int o = 16; o; o >>= 1)
+            acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (lane == 0)
+            p.y[slot * p.y_slot + t * p.y_tok + row] = acc;
+    }
+}
+
+__global__ void k_get_row(const uint8_t *w, size_t row_bytes, long long rows, long long cols, int type,
+                          const int32_t *r_dev, float *out)
+{
+    const long long r = *r_dev;
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += step)
+        out[c] = r >= 0 && r < rows ? dq_value(type, w + (size_t)r * row_bytes, c) : __int_as_float(0x7fc00000);
+}
+
+__global__ void k_fill(float *x, long long n)
+{
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+        x[i] = 0.5f + 0.25f * (float)((i * 7919) % 17) / 17.f;
+}
+
+/* ------------------------------------------------------------------ */
+/* host side */
+
+thread_local char g_err[512]; /* the first refused call since the last lilac_cuda_check */
+
+void set_err(const char *fmt, ...)
+{
+    if (g_err[0])
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    va_end(ap);
+}
+
+void put_msg(char *msg, size_t cap, const char *fmt, ...)
+{
+    if (!msg || !cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, cap, fmt, ap);
+    va_end(ap);
+}
+
+/* "what: cudaErrorX: text", and the error state cleared. */
+int cuda_fail(cudaError_t e, char *msg, size_t cap, const char *what)
+{
+    put_msg(msg, cap, "%s: %s: %s", what, cudaGetErrorName(e), cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    return -1;
+}
+
+inline cudaStream_t S(lilac_cuda_stream *s) { return reinterpret_cast<cudaStream_t>(s); }
+
+int sm_count()
+{
+    static std::atomic<int> cache[64]; /* per device ordinal */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+        dev = 0;
+    int n = cache[dev].load(std::memory_order_relaxed);
+    if (!n) {
+        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1)
+            n = 1;
+        cache[dev].store(n, std::memory_order_relaxed);
+    }
+    return n;
+}
+
+/* The type's block: values and bytes. */
+bool block_of(int type, int *blck, int *bytes)
+{
+    switch (type) {
+    case LILAC_F32: *blck = 1, *bytes = 4; return true;
+    case LILAC_F16:
+    case LILAC_BF16: *blck = 1, *bytes = 2; return true;
+    case LILAC_Q8_0: *blck = 32, *bytes = Q8_0_BYTES; return true;
+    case LILAC_Q4_0: *blck = 32, *bytes = Q4_0_BYTES; return true;
+    case LILAC_Q4_K: *blck = 256, *bytes = Q4_K_BYTES; return true;
+    case LILAC_Q5_K: *blck = 256, *bytes = Q5_K_BYTES; return true;
+    case LILAC_Q6_K: *blck = 256, *bytes = Q6_K_BYTES; return true;
+    default: return false;
+    }
+}
+
+int floor_log2(long long v)
+{
+    int l = 0;
+    while ((2LL << l) <= v)
+        l++;
+    return l;
+}
+
+template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int slots)
+{
+    constexpr int R = cfg_rows;
+    using UT = Unit<TYPE>;
+    auto kern = k_mv<TYPE, A16, R, T>;
+    const int U = (int)(p.cols / UT::VPU);
+    /* Lanes a row: a power of two, at least 4 (or all the units) so that a
+     * warp's loads stay contiguous runs, at most 32, and otherwise such that
+     * a lane has about 8 units of a row: the first load of a row waits
+     * the whole memory latency, the next ones are prefetched. */
+    int lpr = U / 8;
+    lpr = lpr < (U < 4 ? U : 4) ? (U < 4 ? U : 4) : lpr > 32 ? 32 : lpr;
+    p.lpr_log2 = floor_log2(lpr);
+    p.ut = U < TILE_VALUES / T / UT::VPU ? U : TILE_VALUES / T / UT::VPU;
+    p.n_ct = (U + p.ut - 1) / p.ut;
+    const long long rpt = (long long)NWARPS * R * (32 >> p.lpr_log2);
+    p.row_tiles = (p.rows + rpt - 1) / rpt;
+    p.items = p.row_tiles * slots;
+    const int smem = (int)sizeof(float) * T * p.ut * (UT::VPU + 4 + UT::NRUN);
+
+    static std::atomic<int> attr_set{0};
+    if (!attr_set.load(std::memory_order_relaxed)) {
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_MAX);
+        attr_set.store(1, std::memory_order_relaxed);
+    }
+    static std::atomic<int> occ[SMEM_MAX / 1024 + 1]; /* blocks a multiprocessor holds, by KiB of shared memory */
+    const int kib = (smem + 1023) / 1024;
+    int per_sm = occ[kib].load(std::memory_order_relaxed);
+    if (!per_sm) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NTHREADS, (size_t)kib * 1024) !=
+                cudaSuccess ||
+            per_sm < 1)
+            per_sm = 1;
+        occ[kib].store(per_sm, std::memory_order_relaxed);
+    }
+    const long long cap = (long long)per_sm * sm_count();
+    const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
+    kern<<<grid, NTHREADS, smem, st>>>(p);
+}
+
+template <int TYPE, bool A16> void launch_t(const MV &p, cudaStream_t st, int slots)
+{
+    if (p.n_tok == 1)
+        launch_fast<TYPE, A16, 1>(p, st, slots);
+    else if (p.n_tok == 2)
+        launch_fast<TYPE, A16, 2>(p, st, slots);
+    else if (p.n_tok <= 4 || cfg_max_tokens(TYPE) == 4)
+        launch_fast<TYPE, A16, 4>(p, st, slots);
+    else
+        launch_fast<TYPE, A16, 8>(p, st, slots);
+}
+
+/* Check W and run the product of `slots` slots. */
+void matvec(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int slots, const float *x,
+            long long x_slot, float *y, int n_tok, cudaStream_t st)
+{
+    int blck, bsz;
+    if (!W || !x || !y) {
+        set_err("lilac_cuda_matvec: NULL matrix, x or y");
+        return;
+    }
+    if (!block_of(W->type, &blck, &bsz)) {
+        set_err("lilac_cuda_matvec: type %d has no CUDA kernel", W->type);
+        return;
+    }
+    if (W->rows < 0 || W->cols <= 0 || W->cols % blck || n_tok < 1 ||
+        W->row_bytes < (size_t)(W->cols / blck) * (size_t)bsz) {
+        set_err("lilac_cuda_matvec: bad shape: type %d, %lld x %lld, row_bytes %zu, n_tok %d", W->type,
+                (long long)W->rows, (long long)W->cols, W->row_bytes, n_tok);
+        return;
+    }
+    if (W->rows == 0 || slots == 0)
+        return;
+    if (!W->data) {
+        set_err("lilac_cuda_matvec: NULL weights");
+        return;
+    }
+    MV p{};
+    p.w = static_cast<const uint8_t *>(W->data);
+    p.row_bytes = W->row_bytes;
+    p.expert_stride = expert_stride;
+    p.idx = idx;
+    p.x = x;
+    p.y = y;
+    p.rows = W->rows;
+    p.cols = W->cols;
+    p.x_tok = W->cols;
+    p.x_slot = x_slot;
+    p.y_tok = W->rows;
+    p.y_slot = idx ? W->rows : 0;
+    p.n_tok = n_tok;
+
+    /* The fast kernel reads 16-byte chunks: quantized rows need 2-aligned
+     * blocks; K-quants go without the realignment when every block is
+     * 16-aligned; float rows must be 16-aligned runs of 16 values. */
+    const uintptr_t al = reinterpret_cast<uintptr_t>(W->data) | W->row_bytes | expert_stride;
+    const bool a16 = (al & 15) == 0, a2 = (al & 1) == 0, f16 = a16 && W->cols % 16 == 0;
+    switch (W->type) {
+    case LILAC_Q4_K:
+        if (a16)
+            return launch_t<LILAC_Q4_K, true>(p, st, slots);
+        if (a2)
+            return launch_t<LILAC_Q4_K, false>(p, st, slots);
+        break;
+    case LILAC_Q5_K:
+        if (a16)
+            return launch_t<LILAC_Q5_K, true>(p, st, slots);
+        if (a2)
+            return launch_t<LILAC_Q5_K, false>(p, st, slots);
+        break;
+    case LILAC_Q6_K:
+        if (a2)
+            return launch_t<LILAC_Q6_K, false>(p, st, slots);
+        break;
+    case LILAC_Q8_0:
+        if (a2)
+            return launch_t<LILAC_Q8_0, false>(p, st, slots);
+        break;
+    case LILAC_Q4_0:
+        if (a2)
+            return launch_t<LILAC_Q4_0, false>(p, st, slots);
+        break;
+    case LILAC_F32:
+        if (f16)
+            return launch_t<LILAC_F32, true>(p, st, slots);
+        break;
+    case LILAC_F16:
+        if (f16)
+            return launch_t<LILAC_F16, true>(p, st, slots);
+        break;
+    case LILAC_BF16:
+        if (f16)
+            return launch_t<LILAC_BF16, true>(p, st, slots);
+        break;
+    }
+    const dim3 grid((unsigned)((W->rows + NWARPS - 1) / NWARPS), (unsigned)slots);
+    k_mv_scalar<<<grid, NTHREADS, 0, st>>>(p, W->type);
+}
+
+} // namespace
+
+/* ------------------------------------------------------------------ */
+/* the C interface */
+
+extern "C" {
+
+int lilac_cuda_available(char *msg, size_t cap)
+{
+    int drv = 0, rt = 0, n = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    if (drv == 0) {
+        put_msg(msg, cap, "no NVIDIA driver found (libcuda.so could not be loaded)");
+        return 0;
+    }
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaErrorInsufficientDriver) {
+        put_msg(msg, cap,
+                "the NVIDIA driver supports CUDA %d.%d, older than lilac's CUDA runtime %d.%d: update the driver",
+                drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (e == cudaErrorNoDevice || (e == cudaSuccess && n == 0)) {
+        put_msg(msg, cap, "no CUDA device found (driver %d.%d)", drv / 1000, drv % 1000 / 10);
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (e != cudaSuccess) {
+        cuda_fail(e, msg, cap, "CUDA initialization failed (cudaGetDeviceCount)");
+        if (e == cudaErrorMemoryAllocation && msg && cap > strlen(msg) + 1) /* ASAN_OPTIONS overriding ours */
+            strncat(msg, " (under AddressSanitizer: run with ASAN_OPTIONS=protect_shadow_gap=0)",
+                    cap - strlen(msg) - 1);
+        return 0;
+    }
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceProp prop;
+    if ((e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess)
+        return cuda_fail(e, msg, cap, "cudaGetDeviceProperties") + 1;
+    if ((e = cudaFree(nullptr)) != cudaSuccess) { /* creates the context: fails on a busy or prohibited device */
+        if (e == cudaErrorDevicesUnavailable)
+            put_msg(msg, cap, "CUDA device %d (%s) is busy or unavailable (exclusive or prohibited compute mode?)", dev,
+                    prop.name);
+        else
+            cuda_fail(e, msg, cap, "creating a CUDA context failed");
+        (void)cudaGetLastError();
+        return 0;
+    }
+    cudaFuncAttributes fa;
+    if ((e = cudaFuncGetAttributes(&fa, k_get_row)) != cudaSuccess) {
+        put_msg(msg, cap,
+                "lilac's CUDA kernels were built for architectures %s; device %d (%s) is compute capability %d.%d "
+                "(rebuild with -DCMAKE_CUDA_ARCHITECTURES=%d%d): %s",
+                LILAC_CUDA_ARCHS, dev, prop.name, prop.major, prop.minor, prop.major, prop.minor,
+                cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return 0;
+    }
+    put_msg(msg, cap, "CUDA device %d: %s, compute capability %d.%d", dev, prop.name, prop.major, prop.minor);
+    return 1;
+}
+
+int lilac_cuda_device_info(char *name, size_t cap, size_t *total_bytes, size_t *free_bytes, int *cc_major,
+                           int *cc_minor)
+{
+    int dev = 0;
+    cudaDeviceProp prop;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+        put_msg(name, cap, "no CUDA device");
+        (void)cudaGetLastError();
+        return -1;
+    }
+    put_msg(name, cap, "%s", prop.name);
+    size_t fr = 0, tot = prop.totalGlobalMem;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess)
+        (void)cudaGetLastError();
+    if (total_bytes)
+        *total_bytes = tot;
+    if (free_bytes)
+        *free_bytes = fr;
+    if (cc_major)
+        *cc_major = prop.major;
+    if (cc_minor)
+        *cc_minor = prop.minor;
+    return 0;
+}
+
+int lilac_cuda_malloc(void **p, size_t bytes, char *msg, size_t cap)
+{
+    *p = nullptr;
+    const cudaError_t e = cudaMalloc(p, bytes);
+    if (e == cudaSuccess)
+        return 0;
+    *p = nullptr;
+    (void)cudaGetLastError();
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess)
+        (void)cudaGetLastError();
+    put_msg(msg, cap, "cudaMalloc of %zu bytes failed: %s (%zu MiB of %zu MiB free)", bytes, cudaGetErrorString(e),
+            fr >> 20, tot >> 20);
+    return -1;
+}
+
+void lilac_cuda_free(void *p)
+{
+    if (p && cudaFree(p) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
+int lilac_cuda_upload(void *dst_dev, const void *src_host, size_t bytes, char *msg, size_t cap)
+{
+    const cudaError_t e = cudaMemcpy(dst_dev, src_host, bytes, cudaMemcpyHostToDevice);
+    return e == cudaSuccess ? 0 : cuda_fail(e, msg, cap, "upload (cudaMemcpy to the device)");
+}
+
+int lilac_cuda_download(void *dst_host, const void *src_dev, size_t bytes, lilac_cuda_stream *s, char *msg,
+                        size_t cap)
+{
+    cudaError_t e = cudaMemcpyAsync(dst_host, src_dev, bytes, cudaMemcpyDeviceToHost, S(s));
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(S(s));
+    return e == cudaSuccess ? 0 : cuda_fail(e, msg, cap, "download (cudaMemcpy from the device)");
+}
+
+int lilac_cuda_memset(void *dst_dev, int value, size_t bytes, lilac_cuda_stream *s)
+{
+    if (cudaMemsetAsync(dst_dev, value, bytes, S(s)) == cudaSuccess)
+        return 0;
+    (void)cudaGetLastError();
+    return -1;
+}
+
+int lilac_cuda_sync(lilac_cuda_stream *s, char *msg, size_t cap)
+{
+    const cudaError_t e = cudaStreamSynchronize(S(s));
+    return e == cudaSuccess ? 0 : cuda_fail(e, msg, cap, "cudaStreamSynchronize");
+}
+
+int lilac_cuda_stream_new(lilac_cuda_stream **s, char *msg, size_t cap)
+{
+    cudaStream_t st = nullptr;
+    const cudaError_t e = cudaStreamCreate(&st); /* blocking: ordered with the synchronous uploads */
+    *s = reinterpret_cast<lilac_cuda_stream *>(st);
+    return e == cudaSuccess ? 0 : cuda_fail(e, msg, cap, "cudaStreamCreate");
+}
+
+void lilac_cuda_stream_free(lilac_cuda_stream *s)
+{
+    if (s && cudaStreamDestroy(S(s)) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
+int lilac_cuda_type_supported(int type)
+{
+    int blck, bytes;
+    return block_of(type, &blck, &bytes) ? 1 : 0;
+}
+
+void lilac_cuda_matvec(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s)
+{
+    matvec(W, 0, nullptr, 1, x, 0, y, n_tok, S(s));
+}
+
+void lilac_cuda_matvec_experts(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
+                               const float *x, int x_stride, float *y, lilac_cuda_stream *s)
+{
+    if (!idx && k > 0) {
+        set_err("lilac_cuda_matvec_experts: NULL idx");
+        return;
+    }
+    if (k > 65535) {
+        set_err("lilac_cuda_matvec_experts: k = %d experts at once is too many", k);
+        return;
+    }
+    if (k <= 0)
+        return;
+    matvec(W, expert_stride, idx, k, x, W && x_stride ? W->cols : 0, y, 1, S(s));
+}
+
+void lilac_cuda_get_row(const lilac_cuda_mat *W, const int32_t *r_dev, float *out, lilac_cuda_stream *s)
+{
+    int blck, bsz;
+    if (!W || !r_dev || !out || !W->data || !block_of(W->type, &blck, &bsz) || W->cols <= 0 || W->cols % blck) {
+        set_err("lilac_cuda_get_row: bad arguments (type %d)", W ? W->type : -1);
+        return;
+    }
+    const long long blocks = (W->cols + 255) / 256;
+    k_get_row<<<(unsigned)(blocks < 1024 ? blocks : 1024), 256, 0, S(s)>>>(
+        static_cast<const uint8_t *>(W->data), W->row_bytes, W->rows, W->cols, W->type, r_dev, out);
+}
+
+int lilac_cuda_check(char *msg, size_t cap)
+{
+    if (g_err[0]) {
+        put_msg(msg, cap, "%s", g_err);
+        g_err[0] = 0;
+        (void)cudaGetLastError();
+        return -1;
+    }
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : cuda_fail(e, msg, cap, "kernel launch");
+}
+
+double lilac_cuda_bench_matvec(const lilac_cuda_mat *W, int n_tok, int reps)
+{
+    if (!W || n_tok < 1 || W->rows <= 0 || W->cols <= 0)
+        return -1.0;
+    float *x = nullptr, *y = nullptr;
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    double best = -1.0;
+    if (cudaMalloc(&x, sizeof(float) * (size_t)n_tok * (size_t)W->cols) != cudaSuccess ||
+        cudaMalloc(&y, sizeof(float) * (size_t)n_tok * (size_t)W->rows) != cudaSuccess ||
+        cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess)
+        goto out;
+    k_fill<<<256, 256>>>(x, (long long)n_tok * W->cols);
+    for (int i = 0; i < 3; i++) /* warm-up: first-launch costs, clocks */
+        lilac_cuda_matvec(W, x, y, n_tok, nullptr);
+    if (cudaDeviceSynchronize() != cudaSuccess || lilac_cuda_check(nullptr, 0))
+        goto out;
+    for (int i = 0; i < (reps > 0 ? reps : 1); i++) {
+        float ms = 0.f;
+        cudaEventRecord(e0);
+        lilac_cuda_matvec(W, x, y, n_tok, nullptr);
+        cudaEventRecord(e1);
+        if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
+            best = -1.0;
+            goto out;
+        }
+        if (best < 0 || ms * 1e-3 < best)
+            best = ms * 1e-3;
+    }
+out:
+    (void)cudaGetLastError();
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    cudaFree(x);
+    cudaFree(y);
+    return best;
+}
+
+} // extern "C"

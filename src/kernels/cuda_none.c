@@ -1,0 +1,112 @@
+/* cuda_none: the entry points of kernels/cuda/cuda.h for a lilac built
+ * without CUDA (CMake found no nvcc, or LILAC_CUDA=OFF). Nothing is ever
+ * available: every call that can fail fails, saying why; the rest do
+ * nothing. */
+#ifndef LILAC_CUDA
+
+#include <stdio.h>
+
+#include "kernels/cuda/cuda.h"
+
+#define NO_CUDA "lilac was built without CUDA (no nvcc found at configure time)"
+
+static int no_cuda(char *msg, size_t cap)
+{
+    if (msg && cap)
+        snprintf(msg, cap, "%s", NO_CUDA);
+    return -1;
+}
+
+int lilac_cuda_available(char *msg, size_t cap)
+{
+    no_cuda(msg, cap);
+    return 0;
+}
+
+int lilac_cuda_device_info(char *name, size_t cap, size_t *total_bytes, size_t *free_bytes, int *cc_major,
+                           int *cc_minor)
+{
+    if (total_bytes)
+        *total_bytes = 0;
+    if (free_bytes)
+        *free_bytes = 0;
+    if (cc_major)
+        *cc_major = 0;
+    if (cc_minor)
+        *cc_minor = 0;
+    return no_cuda(name, cap);
+}
+
+int lilac_cuda_malloc(void **p, size_t bytes, char *msg, size_t cap)
+{
+    (void)bytes;
+    *p = NULL;
+    return no_cuda(msg, cap);
+}
+
+void lilac_cuda_free(void *p) { (void)p; }
+
+int lilac_cuda_upload(void *dst_dev, const void *src_host, size_t bytes, char *msg, size_t cap)
+{
+    (void)dst_dev, (void)src_host, (void)bytes;
+    return no_cuda(msg, cap);
+}
+
+int lilac_cuda_download(void *dst_host, const void *src_dev, size_t bytes, lilac_cuda_stream *s, char *msg,
+                        size_t cap)
+{
+    (void)dst_host, (void)src_dev, (void)bytes, (void)s;
+    return no_cuda(msg, cap);
+}
+
+int lilac_cuda_memset(void *dst_dev, int value, size_t bytes, lilac_cuda_stream *s)
+{
+    (void)dst_dev, (void)value, (void)bytes, (void)s;
+    return -1;
+}
+
+int lilac_cuda_sync(lilac_cuda_stream *s, char *msg, size_t cap)
+{
+    (void)s;
+    return no_cuda(msg, cap);
+}
+
+int lilac_cuda_stream_new(lilac_cuda_stream **s, char *msg, size_t cap)
+{
+    *s = NULL;
+    return no_cuda(msg, cap);
+}
+
+void lilac_cuda_stream_free(lilac_cuda_stream *s) { (void)s; }
+
+int lilac_cuda_type_supported(int type)
+{
+    (void)type;
+    return 0;
+}
+
+void lilac_cuda_matvec(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s)
+{
+    (void)W, (void)x, (void)y, (void)n_tok, (void)s;
+}
+
+void lilac_cuda_matvec_experts(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
+                               const float *x, int x_stride, float *y, lilac_cuda_stream *s)
+{
+    (void)W, (void)expert_stride, (void)idx, (void)k, (void)x, (void)x_stride, (void)y, (void)s;
+}
+
+void lilac_cuda_get_row(const lilac_cuda_mat *W, const int32_t *r_dev, float *out, lilac_cuda_stream *s)
+{
+    (void)W, (void)r_dev, (void)out, (void)s;
+}
+
+int lilac_cuda_check(char *msg, size_t cap) { return no_cuda(msg, cap); }
+
+double lilac_cuda_bench_matvec(const lilac_cuda_mat *W, int n_tok, int reps)
+{
+    (void)W, (void)n_tok, (void)reps;
+    return -1.0;
+}
+
+#endif

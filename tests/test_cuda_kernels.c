@@ -1,0 +1,482 @@
+/* test_cuda_kernels: the CUDA matrix-vector kernels (kernels/cuda) against
+ * the CPU's dequantization: for every type the kernels take, several
+ * shapes, token counts and memory layouts, y = W x on the GPU is compared
+ * with a float64 dot of the rows lilac_row_to_f32 decodes, within
+ * TOL * sum |w x| (float32 rounding of the sums). Then the experts product
+ * and the row lookup (bit for bit), and a bandwidth line per type.
+ *
+ * Without a usable CUDA device it skips (exit 77), saying why, unless
+ * LILAC_REQUIRE_CUDA=1 is set: then it fails, so that a run meant for a GPU
+ * machine cannot pass by skipping. LILAC_CUDA_NO_BENCH leaves the
+ * bandwidth lines out; LILAC_CUDA_BENCH_ONLY runs only them. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/dtype.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/quantize.h"
+#include "kernels/cuda/cuda.h"
+#include "testutil.h"
+
+#define TOL 1e-5
+
+static const int TYPES[] = {LILAC_F32,  LILAC_F16,  LILAC_BF16, LILAC_Q8_0,
+                            LILAC_Q4_0, LILAC_Q4_K, LILAC_Q5_K, LILAC_Q6_K};
+#define N_TYPES ((int)(sizeof TYPES / sizeof TYPES[0]))
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+static double rnd_unit(void) { return (double)(rnd() >> 11) / 9007199254740992.0; } /* [0, 1) */
+static float rnd_sym(void) { return (float)(2 * rnd_unit() - 1); }               /* [-1, 1) */
+
+/* A small finite fp16 scale of either sign, 2^-10 .. 2^-5. */
+static uint16_t rnd_scale(void)
+{
+    const float m = ldexpf(1.f + (float)rnd_unit(), -10 + (int)(rnd() % 5));
+    return lilac_f32_to_f16(rnd() & 1 ? -m : m);
+}
+
+static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+
+static const char *tname(int type) { return lilac_dtype_get(type)->name; }
+
+/* rows x cols of `type`, rows row_bytes apart (any padding random). Mode 0:
+ * random bytes with sane fp16 scales (every bit pattern of the quants and
+ * the 6-bit scales); mode 1: gaussian-like floats through lilac's own
+ * quantizers (the values models have). */
+static void fill_matrix(int type, int64_t rows, int64_t cols, size_t row_bytes, int mode, uint8_t *buf)
+{
+    const size_t packed = lilac_dtype_row_bytes(type, cols);
+    float *tmp = malloc(sizeof(float) * (size_t)cols);
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *row = buf + (size_t)r * row_bytes;
+        for (size_t i = 0; i < row_bytes; i++)
+            row[i] = (uint8_t)rnd();
+        if (mode == 1 || type == LILAC_F32 || type == LILAC_F16 || type == LILAC_BF16) {
+            for (int64_t c = 0; c < cols; c++)
+                tmp[c] = (rnd_sym() + rnd_sym() + rnd_sym()) * (mode == 1 ? 0.05f : 1.f);
+            lilac_quantize_rows(NULL, type, tmp, row, 1, cols);
+            continue;
+        }
+        const lilac_dtype_info *ti = lilac_dtype_get(type);
+        for (size_t b = 0; b < packed / ti->size; b++) {
+            uint8_t *blk = row + b * ti->size;
+            switch (type) {
+            case LILAC_Q8_0:
+            case LILAC_Q4_0: put16(blk, rnd_scale()); break;
+            case LILAC_Q4_K:
+            case LILAC_Q5_K:
+                put16(blk, rnd_scale());
+                put16(blk + 2, rnd_scale());
+                break;
+            case LILAC_Q6_K: put16(blk + 208, rnd_scale()); break;
+            }
+        }
+    }
+    free(tmp);
+}
+
+static const char *check_msg(void)
+{
+    static char msg[512];
+    msg[0] = 0;
+    if (lilac_cuda_check(msg, sizeof msg) != 0)
+        return msg;
+    if (lilac_cuda_sync(NULL, msg, sizeof msg) != 0)
+        return msg;
+    return NULL;
+}
+
+/* A matrix in host and device memory. */
+typedef struct {
+    int type;
+    int64_t rows, cols;
+    size_t row_bytes, offset; /* device data starts offset bytes into the allocation */
+    uint8_t *host;
+    void *dev;
+    float *deq; /* rows x cols, lilac_row_to_f32 */
+    lilac_cuda_mat m;
+} tmat;
+
+static int tmat_make(tmat *t, int type, int64_t rows, int64_t cols, size_t row_bytes, size_t offset, int mode)
+{
+    char msg[512];
+    memset(t, 0, sizeof *t);
+    t->type = type, t->rows = rows, t->cols = cols, t->row_bytes = row_bytes, t->offset = offset;
+    const size_t bytes = (size_t)rows * row_bytes;
+    t->host = malloc(bytes + 1);
+    t->deq = malloc(sizeof(float) * (size_t)(rows * cols));
+    fill_matrix(type, rows, cols, row_bytes, mode, t->host);
+    for (int64_t r = 0; r < rows; r++)
+        lilac_row_to_f32(type, t->host + (size_t)r * row_bytes, t->deq + r * cols, cols);
+    if (lilac_cuda_malloc(&t->dev, bytes + offset + 16, msg, sizeof msg) ||
+        lilac_cuda_upload((uint8_t *)t->dev + offset, t->host, bytes, msg, sizeof msg)) {
+        CHECKF(0, "%s %lld x %lld: %s", tname(type), (long long)rows, (long long)cols, msg);
+        return -1;
+    }
+    t->m = (lilac_cuda_mat){.data = (uint8_t *)t->dev + offset, .type = type, .rows = rows, .cols = cols,
+                            .row_bytes = row_bytes};
+    return 0;
+}
+
+static void tmat_free(tmat *t)
+{
+    lilac_cuda_free(t->dev);
+    free(t->host);
+    free(t->deq);
+}
+
+/* y[t][r] of n rows against the float64 dot of deq rows with x[t]: returns
+ * the largest error / sum|w x|; prints the first few failures. */
+static double compare(const char *what, const float *deq, int64_t cols, const float *x, const float *y,
+                      int64_t rows, int n_tok, int64_t y_tok)
+{
+    double worst = 0;
+    int bad = 0;
+    for (int t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            const float *w = deq + r * cols, *xt = x + t * cols;
+            double dot = 0, mag = 0;
+            for (int64_t c = 0; c < cols; c++) {
+                dot += (double)w[c] * xt[c];
+                mag += fabs((double)w[c] * xt[c]);
+            }
+            const double got = y[t * y_tok + r], err = fabs(got - dot);
+            const double rel = mag > 0 ? err / mag : err;
+            if (!(rel <= worst))
+                worst = isnan(rel) ? INFINITY : rel;
+            if (!(err <= TOL * mag + 1e-30)) {
+                if (bad < 5)
+                    CHECKF(0, "%s: y[t=%d][r=%lld] = %.9g, expected %.9g (|err| %.3g > %.0e * sum|w x| = %.3g)",
+                           what, t, (long long)r, got, dot, err, TOL, TOL * mag);
+                bad++;
+            }
+        }
+    if (bad > 5)
+        CHECKF(0, "%s: %d results out of tolerance in all", what, bad);
+    tu_checks++;
+    return worst;
+}
+
+static float *dev_floats(const float *host, size_t n)
+{
+    char msg[512];
+    void *d = NULL;
+    if (lilac_cuda_malloc(&d, sizeof(float) * (n ? n : 1), msg, sizeof msg) ||
+        (host && lilac_cuda_upload(d, host, sizeof(float) * n, msg, sizeof msg))) {
+        CHECKF(0, "device buffer of %zu floats: %s", n, msg);
+        return NULL;
+    }
+    return d;
+}
+
+static double worst_mv[N_TYPES], worst_ex[N_TYPES];
+static int gr_bad[N_TYPES], cases[N_TYPES];
+
+/* W x for n_tok tokens on the GPU against the reference. */
+static void test_matvec(int ti, const tmat *m, int n_tok, const char *layout)
+{
+    char what[256];
+    snprintf(what, sizeof what, "%s matvec %lld x %lld n_tok %d (%s)", tname(m->type), (long long)m->rows,
+             (long long)m->cols, n_tok, layout);
+    const size_t nx = (size_t)n_tok * (size_t)m->cols, ny = (size_t)n_tok * (size_t)m->rows;
+    float *x = malloc(sizeof(float) * nx), *y = malloc(sizeof(float) * ny);
+    for (size_t i = 0; i < nx; i++) /* activations of mixed magnitude, 2^-4 .. 2^4 */
+        x[i] = ldexpf(rnd_sym(), (int)(rnd() % 9) - 4);
+    float *dx = dev_floats(x, nx), *dy = dev_floats(NULL, ny);
+    if (dx && dy) {
+        lilac_cuda_memset(dy, 0xFF, sizeof(float) * ny, NULL); /* NaN: a row never written shows */
+        lilac_cuda_matvec(&m->m, dx, dy, n_tok, NULL);
+        const char *err = check_msg();
+        char msg[512];
+        if (err)
+            CHECKF(0, "%s: %s", what, err);
+        else if (lilac_cuda_download(y, dy, sizeof(float) * ny, NULL, msg, sizeof msg))
+            CHECKF(0, "%s: download: %s", what, msg);
+        else {
+            const double w = compare(what, m->deq, m->cols, x, y, m->rows, n_tok, m->rows);
+            if (!(w <= worst_mv[ti]))
+                worst_mv[ti] = w;
+            cases[ti]++;
+        }
+    }
+    lilac_cuda_free(dx);
+    lilac_cuda_free(dy);
+    free(x);
+    free(y);
+}
+
+/* k experts of one layer, stored expert_stride apart, idx with repeats. */
+static void test_experts(int ti, int type, int64_t rows, int64_t cols, int x_stride)
+{
+    enum { N_EXP = 16, K = 8 };
+    static const int32_t IDX[K] = {3, 15, 0, 3, 7, 7, 12, 1};
+    char what[256], msg[512];
+    snprintf(what, sizeof what, "%s experts %d of %d, %lld x %lld, x_stride %d", tname(type), K, N_EXP,
+             (long long)rows, (long long)cols, x_stride);
+    const size_t rb = lilac_dtype_row_bytes(type, cols), stride = (size_t)rows * rb + 64;
+    uint8_t *host = malloc(stride * N_EXP);
+    float *deq = malloc(sizeof(float) * (size_t)(N_EXP * rows * cols));
+    for (int e = 0; e < N_EXP; e++) {
+        fill_matrix(type, rows, cols, rb, e & 1, host + e * stride);
+        for (int64_t r = 0; r < rows; r++)
+            lilac_row_to_f32(type, host + e * stride + r * rb, deq + (e * rows + r) * cols, cols);
+    }
+    const int nxr = x_stride ? K : 1;
+    float *x = malloc(sizeof(float) * (size_t)(nxr * cols)), *y = malloc(sizeof(float) * (size_t)(K * rows));
+    for (int64_t i = 0; i < nxr * cols; i++)
+        x[i] = rnd_sym();
+    void *dw = NULL, *didx = NULL;
+    float *dx = dev_floats(x, (size_t)(nxr * cols)), *dy = dev_floats(NULL, (size_t)(K * rows));
+    if (lilac_cuda_malloc(&dw, stride * N_EXP, msg, sizeof msg) ||
+        lilac_cuda_upload(dw, host, stride * N_EXP, msg, sizeof msg) ||
+        lilac_cuda_malloc(&didx, sizeof IDX, msg, sizeof msg) ||
+        lilac_cuda_upload(didx, IDX, sizeof IDX, msg, sizeof msg))
+        CHECKF(0, "%s: %s", what, msg);
+    else if (dx && dy) {
+        const lilac_cuda_mat m = {.data = dw, .type = type, .rows = rows, .cols = cols, .row_bytes = rb};
+        lilac_cuda_memset(dy, 0xFF, sizeof(float) * (size_t)(K * rows), NULL);
+        lilac_cuda_matvec_experts(&m, stride, didx, K, dx, x_stride, dy, NULL);
+        const char *err = check_msg();
+        if (err)
+            CHECKF(0, "%s: %s", what, err);
+        else if (lilac_cuda_download(y, dy, sizeof(float) * (size_t)(K * rows), NULL, msg, sizeof msg))
+            CHECKF(0, "%s: download: %s", what, msg);
+        else
+            for (int i = 0; i < K; i++) {
+                char w2[300];
+                snprintf(w2, sizeof w2, "%s, slot %d (expert %d)", what, i, IDX[i]);
+                const double w = compare(w2, deq + (size_t)IDX[i] * rows * cols, cols, x + (x_stride ? i * cols : 0),
+                                         y + i * rows, rows, 1, rows);
+                if (!(w <= worst_ex[ti]))
+                    worst_ex[ti] = w;
+            }
+    }
+    lilac_cuda_free(dw);
+    lilac_cuda_free(didx);
+    lilac_cuda_free(dx);
+    lilac_cuda_free(dy);
+    free(host);
+    free(deq);
+    free(x);
+    free(y);
+}
+
+/* Row r of m through lilac_cuda_get_row: bit for bit lilac_row_to_f32's,
+ * and NaN for an r out of range. */
+static void test_get_row(int ti, const tmat *m, int32_t r)
+{
+    char msg[512];
+    void *dr = NULL;
+    float *dout = dev_floats(NULL, (size_t)m->cols), *out = malloc(sizeof(float) * (size_t)m->cols);
+    if (lilac_cuda_malloc(&dr, sizeof r, msg, sizeof msg) || lilac_cuda_upload(dr, &r, sizeof r, msg, sizeof msg) ||
+        !dout) {
+        CHECKF(0, "%s get_row: %s", tname(m->type), msg);
+        goto out;
+    }
+    lilac_cuda_get_row(&m->m, dr, dout, NULL);
+    const char *err = check_msg();
+    if (err) {
+        CHECKF(0, "%s get_row %d: %s", tname(m->type), r, err);
+        goto out;
+    }
+    if (lilac_cuda_download(out, dout, sizeof(float) * (size_t)m->cols, NULL, msg, sizeof msg)) {
+        CHECKF(0, "%s get_row %d: download: %s", tname(m->type), r, msg);
+        goto out;
+    }
+    int bad = 0;
+    for (int64_t c = 0; c < m->cols; c++) {
+        const int in_range = r >= 0 && r < m->rows;
+        const float want = in_range ? m->deq[r * m->cols + c] : NAN;
+        const int same = in_range ? memcmp(&out[c], &want, sizeof want) == 0 : isnan(out[c]);
+        uint32_t bits;
+        memcpy(&bits, &out[c], sizeof bits);
+        if (!same && bad++ < 3)
+            CHECKF(0, "%s get_row %d of %lld x %lld: value %lld is %.9g (0x%08x), lilac_row_to_f32 gives %.9g",
+                   tname(m->type), r, (long long)m->rows, (long long)m->cols, (long long)c, out[c], (unsigned)bits,
+                   want);
+    }
+    if (bad)
+        gr_bad[ti] += bad;
+    tu_checks++;
+out:
+    lilac_cuda_free(dr);
+    lilac_cuda_free(dout);
+    free(out);
+}
+
+static void test_type(int ti)
+{
+    const int type = TYPES[ti];
+    const int64_t COLS[] = {256, 512, 2048, 4096}, ROWS[] = {1, 7, 333, 2048};
+    const int NTOK[] = {1, 2, 5, 16};
+    tmat m;
+    for (int ci = 0; ci < 4; ci++)
+        for (int ri = 0; ri < 4; ri++) {
+            if (tmat_make(&m, type, ROWS[ri], COLS[ci], lilac_dtype_row_bytes(type, COLS[ci]), 0, 0))
+                return;
+            for (int ni = 0; ni < 4; ni++)
+                test_matvec(ti, &m, NTOK[ni], "packed rows");
+            if (ci == 3 && ri == 2) {
+                const int32_t R[] = {0, 166, 332, 333, -1}; /* the last two out of range: NaN */
+                for (int i = 0; i < 5; i++)
+                    test_get_row(ti, &m, R[i]);
+            }
+            if (ci == 0 && ri == 3)
+                test_get_row(ti, &m, 2047);
+            tmat_free(&m);
+        }
+
+    /* Layouts: misaligned data (the realigning loads, or the scalar kernel
+     * for float types), padded rows (Q6_K's 16-aligned path at any width),
+     * values from the quantizers, several column tiles. */
+    const size_t rb4096 = lilac_dtype_row_bytes(type, 4096), rb512 = lilac_dtype_row_bytes(type, 512);
+    const size_t mis = type == LILAC_F32 ? 4 : 2;
+    if (!tmat_make(&m, type, 333, 4096, rb4096, mis, 0)) {
+        test_matvec(ti, &m, 1, "data 2 or 4 bytes past 16-byte alignment");
+        test_matvec(ti, &m, 5, "data 2 or 4 bytes past 16-byte alignment");
+        test_get_row(ti, &m, 17);
+        tmat_free(&m);
+    }
+    if (!tmat_make(&m, type, 333, 512, (rb512 + 15) / 16 * 16 + 16, 0, 0)) {
+        test_matvec(ti, &m, 1, "rows padded to 16 bytes + 16");
+        test_matvec(ti, &m, 3, "rows padded to 16 bytes + 16");
+        tmat_free(&m);
+    }
+    if (!tmat_make(&m, type, 333, 4096, rb4096, 0, 1)) {
+        test_matvec(ti, &m, 1, "quantized gaussian values");
+        test_matvec(ti, &m, 2, "quantized gaussian values");
+        test_matvec(ti, &m, 8, "quantized gaussian values");
+        test_get_row(ti, &m, 100);
+        tmat_free(&m);
+    }
+    if (!tmat_make(&m, type, 65, 20480, lilac_dtype_row_bytes(type, 20480), 0, 0)) {
+        test_matvec(ti, &m, 1, "several column tiles");
+        test_matvec(ti, &m, 3, "several column tiles");
+        tmat_free(&m);
+    }
+    if (type == LILAC_F32 || type == LILAC_F16 || type == LILAC_BF16) { /* not a multiple of 16 values: scalar kernel */
+        if (!tmat_make(&m, type, 7, 100, lilac_dtype_row_bytes(type, 100), 0, 0)) {
+            test_matvec(ti, &m, 1, "100 columns");
+            test_matvec(ti, &m, 2, "100 columns");
+            test_get_row(ti, &m, 6);
+            tmat_free(&m);
+        }
+    }
+    test_experts(ti, type, 96, 512, 0);
+    test_experts(ti, type, 96, 512, 1);
+    test_experts(ti, type, 333, 2048, 1);
+}
+
+/* Refused calls are reported by lilac_cuda_check. */
+static void test_refusals(void)
+{
+    char msg[512];
+    lilac_cuda_check(msg, sizeof msg); /* clear */
+    const lilac_cuda_mat bad = {.data = (void *)16, .type = LILAC_Q4_1, .rows = 4, .cols = 32, .row_bytes = 20};
+    float *d = dev_floats(NULL, 64);
+    lilac_cuda_matvec(&bad, d, d, 1, NULL);
+    msg[0] = 0;
+    CHECKF(lilac_cuda_check(msg, sizeof msg) == -1 && strstr(msg, "type"), "unsupported type not reported: '%s'", msg);
+    const lilac_cuda_mat shape = {.data = d, .type = LILAC_Q4_K, .rows = 4, .cols = 100, .row_bytes = 144};
+    lilac_cuda_matvec(&shape, d, d, 1, NULL);
+    msg[0] = 0;
+    CHECKF(lilac_cuda_check(msg, sizeof msg) == -1 && strstr(msg, "shape"), "bad shape not reported: '%s'", msg);
+    CHECKF(lilac_cuda_check(msg, sizeof msg) == 0, "lilac_cuda_check did not clear: '%s'", msg);
+    CHECK(!lilac_cuda_type_supported(LILAC_Q4_1) && lilac_cuda_type_supported(LILAC_Q6_K));
+    lilac_cuda_free(d);
+}
+
+/* GB/s of one-token products over ~256 MiB of each type (weights read once
+ * a product), and of 2 to 16 tokens for some. Printed, not checked. */
+static void bench(void)
+{
+    const int64_t cols = 4096;
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        const int type = TYPES[ti];
+        const size_t rb = lilac_dtype_row_bytes(type, cols);
+        const int64_t rows = (int64_t)((256u << 20) / rb);
+        const size_t bytes = (size_t)rows * rb;
+        char msg[512];
+        void *dev = NULL;
+        uint8_t *host = malloc(bytes);
+        if (!host || lilac_cuda_malloc(&dev, bytes, msg, sizeof msg)) {
+            printf("bench %s: no memory: %s\n", tname(type), host ? msg : "host");
+            free(host);
+            continue;
+        }
+        for (size_t i = 0; i < bytes; i += 8) { /* fast random bytes */
+            const uint64_t v = rnd();
+            memcpy(host + i, &v, bytes - i < 8 ? bytes - i : 8);
+        }
+        const lilac_dtype_info *inf = lilac_dtype_get(type);
+        for (size_t b = 0; inf->blck > 1 && b < bytes / inf->size; b++) { /* sane scales */
+            uint8_t *blk = host + b * inf->size;
+            put16(type == LILAC_Q6_K ? blk + 208 : blk, rnd_scale());
+            if (type == LILAC_Q4_K || type == LILAC_Q5_K)
+                put16(blk + 2, rnd_scale());
+        }
+        if (type == LILAC_F16 || type == LILAC_BF16) /* finite values */
+            for (size_t i = 0; i + 1 < bytes; i += 2)
+                host[i + 1] &= 0x3F;
+        if (type == LILAC_F32)
+            for (size_t i = 0; i + 3 < bytes; i += 4)
+                host[i + 3] &= 0x3F;
+        if (lilac_cuda_upload(dev, host, bytes, msg, sizeof msg) == 0) {
+            const lilac_cuda_mat m = {.data = dev, .type = type, .rows = rows, .cols = cols, .row_bytes = rb};
+            const int ntoks[] = {1, 2, 4, 8, 16};
+            const int multi = type == LILAC_Q4_K || type == LILAC_Q8_0 || type == LILAC_Q6_K || type == LILAC_F16;
+            for (int ni = 0; ni < (multi ? 5 : 1); ni++) {
+                const double s = lilac_cuda_bench_matvec(&m, ntoks[ni], 20);
+                if (s > 0)
+                    printf("bench %-5s %lld x %lld (%.1f MiB), n_tok %2d: %8.4f ms, %7.1f GB/s, %7.2f GFLOP/s\n",
+                           tname(type), (long long)rows, (long long)cols, bytes / 1048576.0, ntoks[ni], s * 1e3,
+                           bytes / s / 1e9, 2.0 * rows * cols * ntoks[ni] / s / 1e9);
+                else
+                    printf("bench %s n_tok %d: failed\n", tname(type), ntoks[ni]);
+            }
+        }
+        lilac_cuda_free(dev);
+        free(host);
+    }
+}
+
+int main(void)
+{
+    char msg[512];
+    if (!lilac_cuda_available(msg, sizeof msg)) {
+        const char *req = getenv("LILAC_REQUIRE_CUDA");
+        if (req && strcmp(req, "1") == 0) {
+            fprintf(stderr, "FAIL: LILAC_REQUIRE_CUDA=1 but CUDA is not available: %s\n", msg);
+            return 1;
+        }
+        SKIP("CUDA not available: %s", msg);
+    }
+    char name[256];
+    size_t total = 0, avail = 0;
+    int maj = 0, min = 0;
+    lilac_cuda_device_info(name, sizeof name, &total, &avail, &maj, &min);
+    printf("%s\ndevice: %s, cc %d.%d, %zu MiB of %zu MiB free\n", msg, name, maj, min, avail >> 20, total >> 20);
+
+    const int bench_only = getenv("LILAC_CUDA_BENCH_ONLY") != NULL;
+    if (!bench_only)
+        test_refusals();
+    for (int ti = 0; ti < N_TYPES && !bench_only; ti++) {
+        test_type(ti);
+        printf("%-5s matvec: %3d cases, max error %.3g of sum|w x|; experts: max %.3g; get_row: %s\n",
+               tname(TYPES[ti]), cases[ti], worst_mv[ti], worst_ex[ti], gr_bad[ti] ? "MISMATCH" : "bit-exact");
+        fflush(stdout);
+    }
+    if (!getenv("LILAC_CUDA_NO_BENCH"))
+        bench();
+    TEST_END();
+}

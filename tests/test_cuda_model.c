@@ -1,0 +1,137 @@
+/* cuda_model: the CUDA backend against the references, with the CPU's
+ * bounds (tests/test_golden.c, tests/test_quant_models.c): the tiny
+ * models' golden logits and greedy continuations, the quantized model's
+ * exact logits, and the CPU's precise path on the same file. Skips where
+ * no GPU can be used — unless LILAC_REQUIRE_CUDA=1, then it fails. */
+#include "kernels/cuda/cuda.h"
+#include "models.h"
+
+static lilac_model *open_on(const char *path, int backend)
+{
+    lilac_model_params p = lilac_model_default_params();
+    p.backend = backend;
+    p.precise = true;
+    lilac_model *m = NULL;
+    lilac_error err;
+    if (lilac_model_open(path, &p, &m, &err)) {
+        fprintf(stderr, "%s: %s\n", path, err.msg);
+        return NULL;
+    }
+    return m;
+}
+
+static float *read_f32(const char *path, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    float *v = malloc(n * sizeof(float));
+    if (!f || !v || fread(v, sizeof(float), n, f) != n) {
+        if (f)
+            fclose(f);
+        free(v);
+        return NULL;
+    }
+    fclose(f);
+    return v;
+}
+
+static double mean_kl(const float *p, const float *q, int n, int V)
+{
+    double total = 0;
+    for (int t = 0; t < n; t++) {
+        const float *a = p + (size_t)t * V, *b = q + (size_t)t * V;
+        double ma = -1e30, mb = -1e30, sa = 0, sb = 0, kl = 0;
+        for (int i = 0; i < V; i++)
+            ma = a[i] > ma ? a[i] : ma, mb = b[i] > mb ? b[i] : mb;
+        for (int i = 0; i < V; i++)
+            sa += exp(a[i] - ma), sb += exp(b[i] - mb);
+        for (int i = 0; i < V; i++) {
+            double la = a[i] - ma - log(sa), lb = b[i] - mb - log(sb);
+            kl += exp(la) * (la - lb);
+        }
+        total += kl;
+    }
+    return total / n;
+}
+
+typedef struct {
+    const char *model, *file, *golden; /* golden: logits file under golden/ */
+    double rel;                        /* max |d| / max |logit| against it (0: KL instead) */
+    int argmax;
+} tcase;
+
+static void run(const char *fx, const tcase *c)
+{
+    char path[8192], gp[8192], mp[8192];
+    snprintf(path, sizeof path, "%s/%s/%s", fx, c->model, c->file);
+    snprintf(gp, sizeof gp, "%s/%s/golden/%s", fx, c->model, c->golden);
+    snprintf(mp, sizeof mp, "%s/%s/golden/meta.json", fx, c->model);
+    json_t *meta = json_load_file(mp, 0, NULL);
+    int n = 0, np = 0, nc = 0;
+    int32_t *toks = tm_json_ints(meta, "tokens", NULL, &n);
+    int32_t *prompt = tm_json_ints(meta, "greedy", "prompt", &np);
+    int32_t *cont = tm_json_ints(meta, "greedy", "continuation", &nc);
+    lilac_model *g = open_on(path, LILAC_BACKEND_CUDA), *cpu = open_on(path, LILAC_BACKEND_CPU);
+    CHECKF(meta && toks && g && cpu, "%s: meta, tokens and both backends open", path);
+    if (!meta || !toks || !g || !cpu)
+        goto done;
+    CHECKF(!strcmp(lilac_model_backend(g), "cuda"), "%s runs on %s", path, lilac_model_backend(g));
+    int V = lilac_model_hparams(g)->n_vocab;
+    float *gold = read_f32(gp, (size_t)n * V);
+    float *lg = tm_logits(g, toks, n, 0, NULL), *lc = tm_logits(cpu, toks, n, 0, NULL);
+    CHECKF(gold && lg && lc, "%s: golden %s, CUDA and CPU logits", path, c->golden);
+    if (gold && lg && lc) {
+        float mx = tm_max_abs(gold, (size_t)n * V);
+        float d = tm_max_diff(lg, gold, (size_t)n * V);
+        int agree = tm_argmax_agree(lg, gold, n, V);
+        if (c->rel > 0) {
+            printf("%s/%s: CUDA vs %s: max|d|/max|logit| %.3e, argmax %d/%d\n", c->model, c->file, c->golden, d / mx,
+                   agree, n);
+            CHECKF(d <= c->rel * mx, "%s: CUDA max|d| %.4g > %.1e x %.4g", path, d, c->rel, mx);
+        } else {
+            double kl = mean_kl(gold, lg, n, V);
+            printf("%s/%s: CUDA vs %s: mean KL %.3e, argmax %d/%d\n", c->model, c->file, c->golden, kl, agree, n);
+            CHECKF(kl <= 1e-4, "%s: CUDA mean KL %.3e > 1e-4", path, kl);
+        }
+        CHECKF(agree >= c->argmax, "%s: CUDA argmax agrees at %d of %d", path, agree, n);
+        float dc = tm_max_diff(lg, lc, (size_t)n * V), mc = tm_max_abs(lc, (size_t)n * V);
+        printf("%s/%s: CUDA vs CPU precise: max|d|/max|logit| %.3e\n", c->model, c->file, dc / mc);
+        CHECKF(dc <= 1e-4 * mc, "%s: CUDA and CPU precise differ by %.3e of max|logit|", path, dc / mc);
+    }
+    if (c->rel > 0 && prompt && cont && nc > 0) { /* the golden continuation is the unquantized model's */
+        int32_t *out = malloc((size_t)nc * sizeof *out);
+        CHECK(out && tm_greedy(g, prompt, np, out, nc) == 0);
+        int same = 0;
+        while (out && same < nc && out[same] == cont[same])
+            same++;
+        CHECKF(same == nc, "%s: CUDA greedy continuation departs at token %d of %d", path, same, nc);
+        free(out);
+    }
+    free(gold), free(lg), free(lc);
+done:
+    lilac_model_free(g);
+    lilac_model_free(cpu);
+    json_decref(meta);
+    free(toks), free(prompt), free(cont);
+}
+
+int main(void)
+{
+    char why[256] = "";
+    if (!lilac_cuda_available(why, sizeof why)) {
+        const char *req = getenv("LILAC_REQUIRE_CUDA");
+        if (req && !strcmp(req, "1")) {
+            CHECKF(0, "LILAC_REQUIRE_CUDA=1 but no CUDA device can be used: %s", why);
+            TEST_END();
+        }
+        SKIP("no CUDA device: %s", why);
+    }
+    const char *fx = tu_require_fixtures();
+    static const tcase cases[] = {
+        {"tiny-qwen35moe", "gguf/model-bf16.gguf", "logits.f32", 1e-3, 64},
+        {"tiny-qwen3moe", "gguf/model-bf16.gguf", "logits.f32", 2.6e-3, 63},
+        {"tiny-qwen35moe", "gguf/model-Q4_K_M.gguf", "exact-logits-Q4_K_M.f32", 0, 64},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run(fx, &cases[i]);
+    TEST_END();
+}
