@@ -21,92 +21,11 @@
 #   bash tests/cli_serve_load.sh LILAC_BINARY SOURCE_DIR
 set -u
 
-LILAC=${1:?usage: cli_serve_load.sh LILAC_BINARY SOURCE_DIR}
-SRC=${2:?usage: cli_serve_load.sh LILAC_BINARY SOURCE_DIR}
-if [ ! -x "$LILAC" ]; then
-    echo "cli_serve_load: $LILAC is not an executable" >&2
-    exit 1
-fi
-for tool in curl jq; do
-    if ! command -v "$tool" >/dev/null; then
-        echo "SKIP: $tool not found (scripts/setup.sh installs it)"
-        exit 77
-    fi
-done
-FX=${LILAC_FIXTURES:-$SRC/../shared/fixtures}
-MODEL=$FX/tiny-qwen35moe/gguf/model-Q4_K_M.gguf
-if [ ! -f "$MODEL" ]; then
-    echo "SKIP: fixture model not found at $MODEL (set LILAC_FIXTURES or place the fixtures at $SRC/../shared/fixtures)"
-    exit 77
-fi
-
-T=$(mktemp -d "${TMPDIR:-/tmp}/lilac-serve-load-XXXXXX") || exit 1
-SERVERS=()
-CURLS=()
-stop_server() { # PID: SIGTERM, then SIGKILL after 5 s
-    local p=$1 i
-    kill -TERM "$p" 2>/dev/null || return 0
-    for i in $(seq 50); do
-        kill -0 "$p" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$p" 2>/dev/null
-    wait "$p" 2>/dev/null
-}
-cleanup() {
-    local p
-    for p in "${CURLS[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${SERVERS[@]}"; do stop_server "$p"; done
-    rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-pass=0
-fail=0
-ok() {
-    pass=$((pass + 1))
-    echo "ok   $1"
-}
-bad() {
-    fail=$((fail + 1))
-    echo "FAIL $1: $2"
-}
+NAME=cli_serve_load
+# shellcheck source=tests/serve_lib.sh
+. "$(dirname "$0")/serve_lib.sh" "$@"
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
-
-# start_server NAME ARGS...: lilac serve on a free port, its stderr in
-# $T/NAME.log; sets URL and SPID once /health answers 200 (20 s at most).
-start_server() {
-    local name=$1 i port=""
-    shift
-    "$LILAC" serve -m "$MODEL" --host 127.0.0.1 --port 0 -t 2 "$@" 2>"$T/$name.log" &
-    SPID=$!
-    SERVERS+=("$SPID")
-    for i in $(seq 200); do
-        port=$(sed -n 's/^{"event":"listening".*"port":\([0-9][0-9]*\).*/\1/p' "$T/$name.log" | head -n 1)
-        [ -n "$port" ] && break
-        kill -0 "$SPID" 2>/dev/null || break
-        sleep 0.05
-    done
-    if [ -z "$port" ]; then
-        echo "FAIL server $name: no listening line in its log"
-        sed 's/^/     log: /' "$T/$name.log" | head -n 20
-        exit 1
-    fi
-    URL=http://127.0.0.1:$port
-    for i in $(seq 200); do
-        if [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$URL/health")" = 200 ]; then
-            echo "     server $name: $URL, pid $SPID"
-            return 0
-        fi
-        kill -0 "$SPID" 2>/dev/null || break
-        sleep 0.1
-    done
-    echo "FAIL server $name: /health never answered 200"
-    sed 's/^/     log: /' "$T/$name.log" | head -n 20
-    exit 1
-}
 
 metric() { # NAME_WITH_LABELS: its value in /metrics
     curl -s --max-time 5 "$URL/metrics" | awk -v n="$1" '$1 == n { print $2 + 0 }' # 4e+01 -> 40

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "util/err.h"
+#include "util/pyjson.h"
 
 static const char T_THINK[] = "<think>";
 static const char T_END_THINK[] = "</think>";
@@ -95,11 +96,6 @@ static void rb_put(reply_parser *r, rbuf *b, const char *s, size_t n)
     b->n += n;
 }
 
-static void rb_puts(reply_parser *r, rbuf *b, const char *s)
-{
-    rb_put(r, b, s, strlen(s));
-}
-
 static bool is_ws(char c)
 {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
@@ -176,138 +172,15 @@ static void chan_text(reply_parser *r, int k, const char *s, size_t n)
 
 /* ---- JSON out, as Python's json.dumps(ensure_ascii=False) writes it ----------- */
 
-static void put_json_str(reply_parser *r, rbuf *b, const char *s, size_t n)
-{
-    rb_put(r, b, "\"", 1);
-    size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        const char *esc = NULL;
-        char u[8];
-        switch (c) {
-        case '"': esc = "\\\""; break;
-        case '\\': esc = "\\\\"; break;
-        case '\n': esc = "\\n"; break;
-        case '\r': esc = "\\r"; break;
-        case '\t': esc = "\\t"; break;
-        case '\b': esc = "\\b"; break;
-        case '\f': esc = "\\f"; break;
-        default:
-            if (c < 0x20) {
-                snprintf(u, sizeof u, "\\u%04x", c);
-                esc = u;
-            }
-        }
-        if (esc) {
-            rb_put(r, b, s + run, i - run);
-            rb_puts(r, b, esc);
-            run = i + 1;
-        }
-    }
-    rb_put(r, b, s + run, n - run);
-    rb_put(r, b, "\"", 1);
-}
-
-/* Python's repr(float): the fewest digits that read back as v, positional
- * for decimal exponents in [-4, 16). jansson would write 0.1 as
- * 0.10000000000000001. */
-static void put_real(reply_parser *r, rbuf *b, double v)
-{
-    char e[48];
-    for (int p = 1; p <= 17; p++) {
-        snprintf(e, sizeof e, "%.*e", p - 1, v);
-        if (strtod(e, NULL) == v)
-            break;
-    }
-    /* e is [-]D[.DDD]e[+-]XX */
-    char dig[24];
-    int nd = 0;
-    const char *c = e;
-    bool neg = *c == '-';
-    if (neg)
-        c++;
-    for (; *c && *c != 'e' && nd < (int)sizeof dig; c++)
-        if (*c >= '0' && *c <= '9')
-            dig[nd++] = *c;
-    int x = *c == 'e' ? atoi(c + 1) : 0;
-    while (nd > 1 && dig[nd - 1] == '0')
-        nd--;
-    char o[64];
-    size_t k = 0;
-    if (neg)
-        o[k++] = '-';
-    if (x >= -4 && x < 16) {
-        if (x < 0) {
-            o[k++] = '0';
-            o[k++] = '.';
-            for (int i = 0; i < -x - 1; i++)
-                o[k++] = '0';
-            for (int i = 0; i < nd; i++)
-                o[k++] = dig[i];
-        } else {
-            for (int i = 0; i <= x; i++)
-                o[k++] = i < nd ? dig[i] : '0';
-            o[k++] = '.';
-            if (nd <= x + 1)
-                o[k++] = '0';
-            for (int i = x + 1; i < nd; i++)
-                o[k++] = dig[i];
-        }
-        o[k] = 0;
-    } else {
-        o[k++] = dig[0];
-        if (nd > 1) {
-            o[k++] = '.';
-            for (int i = 1; i < nd; i++)
-                o[k++] = dig[i];
-        }
-        snprintf(o + k, sizeof o - k, "e%c%02d", x < 0 ? '-' : '+', x < 0 ? -x : x);
-    }
-    rb_puts(r, b, o);
-}
-
 static void put_json(reply_parser *r, rbuf *b, const json_t *v)
 {
-    char num[32];
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: {
-        const char *key;
-        json_t *val;
-        bool first = true;
-        rb_put(r, b, "{", 1);
-        json_object_foreach((json_t *)v, key, val) {
-            if (!first)
-                rb_put(r, b, ", ", 2);
-            first = false;
-            put_json_str(r, b, key, strlen(key));
-            rb_put(r, b, ": ", 2);
-            put_json(r, b, val);
-        }
-        rb_put(r, b, "}", 1);
-        return;
-    }
-    case JSON_ARRAY: {
-        size_t i;
-        json_t *val;
-        rb_put(r, b, "[", 1);
-        json_array_foreach(v, i, val) {
-            if (i)
-                rb_put(r, b, ", ", 2);
-            put_json(r, b, val);
-        }
-        rb_put(r, b, "]", 1);
-        return;
-    }
-    case JSON_STRING: put_json_str(r, b, json_string_value(v), json_string_length(v)); return;
-    case JSON_INTEGER:
-        snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        rb_puts(r, b, num);
-        return;
-    case JSON_REAL: put_real(r, b, json_real_value(v)); return;
-    case JSON_TRUE: rb_puts(r, b, "true"); return;
-    case JSON_FALSE: rb_puts(r, b, "false"); return;
-    case JSON_NULL: rb_puts(r, b, "null"); return;
-    }
+    sbuf t = {0};
+    lilac_error err;
+    if (py_json(&t, v, 0, &err) != LILAC_OK || t.oom)
+        r->oom = true; /* nesting past the limit cannot come out of jansson's parser */
+    else
+        rb_put(r, b, t.p, t.n);
+    free(t.p);
 }
 
 /* ---- tool calls ---------------------------------------------------------------- */

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "util/err.h"
+#include "util/sbuf.h"
 
 typedef struct family {
     char *name, *help;
@@ -385,38 +386,6 @@ void metrics_histogram_get(metrics_series *s, double *sum, uint64_t *counts, int
 }
 
 /* ---- rendering ---------------------------------------------------------------------------------------- */
-
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} sbuf;
-
-static void sb_putn(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap * 2 : 4096;
-        while (nc < b->n + n + 1)
-            nc *= 2;
-        char *q = realloc(b->p, nc);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->p = q;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void sb_puts(sbuf *b, const char *s)
-{
-    sb_putn(b, s, strlen(s));
-}
 
 /* HELP text escapes \ and newline; label values also ". */
 static void sb_escaped(sbuf *b, const char *s, bool quote)

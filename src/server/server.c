@@ -178,6 +178,35 @@ static void observe_done(server *sv, const sched_req *r)
     metrics_inc(sv->m_req_ok);
 }
 
+/* Chat chunks for the reply parser's events; the tokens' logprobs ride on
+ * the first (or on a chunk of their own when the text is held back). */
+static void push_events(stream *st, const api_meta *meta, const reply_event *ev, size_t n_ev, const api_logprob *lp,
+                        int n_lp, bool usage_null)
+{
+    bool lp_left = lp && n_lp > 0;
+    for (size_t i = 0; i < n_ev || lp_left; i++) {
+        api_choice c = {.role = st->first, .logprobs = st->req->logprobs && lp_left};
+        if (c.logprobs)
+            c.tokens = lp, c.n_tokens = n_lp;
+        lp_left = false;
+        api_tool_call call;
+        char id[48];
+        if (i >= n_ev)
+            ; /* logprobs alone */
+        else if (ev[i].kind == REPLY_CONTENT)
+            c.text = ev[i].text, c.text_len = ev[i].len;
+        else if (ev[i].kind == REPLY_REASONING)
+            c.reasoning = ev[i].text, c.reasoning_len = ev[i].len;
+        else {
+            api_make_id(id, sizeof id, "call_", (uint64_t)st->t0 * 7919u + (uint64_t)ev[i].index);
+            call = (api_tool_call){ev[i].index, id, ev[i].name, ev[i].arguments};
+            c.tool_calls = &call, c.n_tool_calls = 1;
+        }
+        out_push(st, api_chat_chunk_json(meta, &c, usage_null));
+        st->first = false;
+    }
+}
+
 /* New text and tokens of the request as chunks (called with r->mu held). */
 static void stream_collect(stream *st)
 {
@@ -208,25 +237,7 @@ static void stream_collect(stream *st)
             lilac_error err;
             if (reply_feed(st->rp, piece, n_piece, &ev, &n_ev, &err) != LILAC_OK)
                 n_ev = 0;
-            bool lp_sent = false;
-            for (size_t i = 0; i < n_ev; i++) {
-                api_choice c = {.role = st->first, .logprobs = st->req->logprobs && !lp_sent};
-                if (c.logprobs)
-                    c.tokens = lp, c.n_tokens = n_lp, lp_sent = true;
-                api_tool_call call;
-                char id[48];
-                if (ev[i].kind == REPLY_CONTENT)
-                    c.text = ev[i].text, c.text_len = ev[i].len;
-                else if (ev[i].kind == REPLY_REASONING)
-                    c.reasoning = ev[i].text, c.reasoning_len = ev[i].len;
-                else {
-                    api_make_id(id, sizeof id, "call_", (uint64_t)st->t0 * 7919u + (uint64_t)ev[i].index);
-                    call = (api_tool_call){ev[i].index, id, ev[i].name, ev[i].arguments};
-                    c.tool_calls = &call, c.n_tool_calls = 1;
-                }
-                out_push(st, api_chat_chunk_json(&meta, &c, usage_null));
-                st->first = false;
-            }
+            push_events(st, &meta, ev, n_ev, lp, n_lp, usage_null);
         }
         hnd_logprobs_free(lp, n_lp);
         st->toks_seen = to;
@@ -245,22 +256,7 @@ static void stream_collect(stream *st)
                 lilac_error err;
                 if (reply_finish(st->rp, &ev, &n_ev, &err) != LILAC_OK)
                     n_ev = 0;
-                for (size_t i = 0; i < n_ev; i++) {
-                    api_choice c = {.role = st->first};
-                    api_tool_call call;
-                    char id[48];
-                    if (ev[i].kind == REPLY_CONTENT)
-                        c.text = ev[i].text, c.text_len = ev[i].len;
-                    else if (ev[i].kind == REPLY_REASONING)
-                        c.reasoning = ev[i].text, c.reasoning_len = ev[i].len;
-                    else {
-                        api_make_id(id, sizeof id, "call_", (uint64_t)st->t0 * 7919u + (uint64_t)ev[i].index);
-                        call = (api_tool_call){ev[i].index, id, ev[i].name, ev[i].arguments};
-                        c.tool_calls = &call, c.n_tool_calls = 1;
-                    }
-                    out_push(st, api_chat_chunk_json(&meta, &c, usage_null));
-                    st->first = false;
-                }
+                push_events(st, &meta, ev, n_ev, NULL, 0, usage_null);
                 n_calls = reply_n_tool_calls(st->rp);
             }
             api_choice c = {.role = st->first, .finish = api_finish_from(r->finish, n_calls > 0)};
