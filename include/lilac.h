@@ -98,6 +98,9 @@ typedef struct lilac_model_params {
 } lilac_model_params;
 
 enum { LILAC_BACKEND_AUTO = 0, LILAC_BACKEND_CPU = 1, LILAC_BACKEND_CUDA = 2 };
+/* Whether a CUDA GPU can be used: 1 with its description in out ("NVIDIA
+ * H200, 139.8 GiB (137.2 free), sm_90, driver 13.0"), or 0 with why not. */
+int lilac_gpu_describe(char *out, size_t cap);
 /* "cpu" / "cuda": the backend a model runs on. */
 const char *lilac_model_backend(const lilac_model *m);
 /* Parse "auto", "cpu", "cuda"; -1 for anything else. */

@@ -140,8 +140,16 @@ int cmd_doctor(int argc, char **argv)
     }
     printf("libs:     jansson %s, pcre2 %d.%d, utf8proc %s\n", JANSSON_VERSION, PCRE2_MAJOR, PCRE2_MINOR,
            utf8proc_version());
-    bool gpu = access("/dev/nvidia0", F_OK) == 0;
-    printf("gpu:      %s\n", gpu ? "an NVIDIA device is present (lilac runs on the CPU in this build)" : "none found");
+    char gpu[320];
+    if (lilac_gpu_describe(gpu, sizeof gpu)) {
+        printf("gpu:      %s: models run there (--backend cpu to keep them on the CPU)\n", gpu);
+    } else if (access("/dev/nvidia0", F_OK) == 0) {
+        printf("gpu:      an NVIDIA device is present but lilac cannot use it: %s\n", gpu);
+        printf("problem:  the GPU is unused: %s\n", gpu);
+        problems++;
+    } else {
+        printf("gpu:      none usable (%s); models run on the CPU\n", gpu);
+    }
     if (m) {
         lilac_mem_report r = lilac_model_mem_report(m, ctx, 1);
         printf("model:    %s: %s, %.2f GiB, %.2f B parameters, %.2f GiB read per token\n", model,

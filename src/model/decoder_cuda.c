@@ -577,7 +577,28 @@ lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const l
     return LILAC_OK;
 }
 
+int lilac_gpu_describe(char *out, size_t cap)
+{
+    char msg[256];
+    if (!lilac_cuda_available(msg, sizeof msg)) {
+        snprintf(out, cap, "%s", msg);
+        return 0;
+    }
+    char name[128] = "";
+    size_t total = 0, free_b = 0;
+    int a = 0, b = 0;
+    lilac_cuda_device_info(name, sizeof name, &total, &free_b, &a, &b);
+    snprintf(out, cap, "%s, %.1f GiB (%.1f free), sm_%d%d", name, total / 1073741824.0, free_b / 1073741824.0, a, b);
+    return 1;
+}
+
 #else /* no CUDA */
+
+int lilac_gpu_describe(char *out, size_t cap)
+{
+    snprintf(out, cap, "lilac was built without CUDA (no nvcc at configure time)");
+    return 0;
+}
 
 lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_error *err)
 {
