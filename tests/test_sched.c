@@ -6,6 +6,9 @@
 #include "engine/sched.h"
 #include "models.h"
 
+/* tokens each request of part 1 generates: enough that none ends before all are submitted */
+#define N1 120
+
 static int32_t *make_prompt(int n, unsigned seed)
 {
     int32_t *t = malloc((size_t)n * sizeof *t);
@@ -87,7 +90,8 @@ int main(void)
     lilac_error err;
     CHECK(lilac_model_tokenizer(m, &tk, &err) == LILAC_OK);
 
-    /* 1. three at once, five more than slots + queue refused */
+    /* 1. three at once, five more than slots + queue refused (120 tokens each,
+     * so that none is done before the sixth arrives, however fast the machine) */
     sched_params sp = {.n_parallel = 3, .n_ctx = 256, .queue_max = 2, .cache_bytes = 64 << 20, .chunk = 16};
     sched *s;
     CHECK(sched_new(m, tk, &sp, &s, &err) == LILAC_OK);
@@ -97,13 +101,13 @@ int main(void)
     sched_req *r[6];
     for (int i = 0; i < 5; i++) {
         prompts[i] = make_prompt(lens[i], 11u * (unsigned)i + 1);
-        CHECK(solo_tokens(m, tk, prompts[i], lens[i], 12, &want[i]) == 12);
+        CHECK(solo_tokens(m, tk, prompts[i], lens[i], N1, &want[i]) == N1);
     }
     for (int i = 0; i < 5; i++) {
-        sched_gen g = greedy(prompts[i], lens[i], 12);
+        sched_gen g = greedy(prompts[i], lens[i], N1);
         CHECKF(sched_submit(s, &g, &r[i], &err) == LILAC_OK, "submit %d: %s", i, err.msg);
     }
-    sched_gen g = greedy(prompts[0], lens[0], 12);
+    sched_gen g = greedy(prompts[0], lens[0], N1);
     lilac_status st = sched_submit(s, &g, &r[5], &err);
     CHECKF(st == LILAC_E_RANGE && r[5] == NULL && strstr(err.msg, "queue is full"), "sixth: %d %s", st, err.msg);
     for (int i = 0; i < 5; i++) {
@@ -127,7 +131,7 @@ int main(void)
     sched_req_release(r[0]);
     sched_stats stt;
     sched_get_stats(s, &stt);
-    CHECKF(stt.cached_tokens >= 90 && stt.cache_entries >= 1 && stt.generated_tokens == 5 * 12 + 8,
+    CHECKF(stt.cached_tokens >= 90 && stt.cache_entries >= 1 && stt.generated_tokens == 5 * N1 + 8,
            "stats: cached %llu, entries %zu, generated %llu", (unsigned long long)stt.cached_tokens, stt.cache_entries,
            (unsigned long long)stt.generated_tokens);
 
@@ -145,10 +149,12 @@ int main(void)
     CHECK(sched_submit(s, &g, &r[0], &err) == LILAC_E_ARG && strstr(err.msg, "context"));
     sched_free(s);
 
-    /* 5. one slot, no queue wait beyond 50 ms: the second request times out */
-    sp = (sched_params){.n_parallel = 1, .n_ctx = 256, .queue_max = 4, .queue_timeout_s = 0.05};
+    /* 5. one slot, no queue wait beyond 50 ms: the second request times out
+     * (the first is long enough to hold the slot well past that on a fast,
+     * idle machine: the tiny model makes thousands of tokens a second) */
+    sp = (sched_params){.n_parallel = 1, .n_ctx = 2048, .queue_max = 4, .queue_timeout_s = 0.05};
     CHECK(sched_new(m, tk, &sp, &s, &err) == LILAC_OK);
-    g = greedy(prompts[2], lens[2], 150);
+    g = greedy(prompts[2], lens[2], 1500);
     CHECK(sched_submit(s, &g, &r[0], &err) == LILAC_OK);
     nanosleep(&(struct timespec){0, 20000000L}, NULL);
     g = greedy(prompts[0], lens[0], 4);
@@ -159,7 +165,7 @@ int main(void)
     /* 6. drain: no new requests, the running one finishes */
     CHECK(sched_drain(s, 30) == 0);
     wait_done(r[0]);
-    CHECK(r[0]->status == LILAC_OK && r[0]->n_toks == 150);
+    CHECK(r[0]->status == LILAC_OK && r[0]->n_toks == 1500);
     g = greedy(prompts[0], lens[0], 4);
     CHECK(sched_submit(s, &g, &r[2], &err) == LILAC_E_RANGE && strstr(err.msg, "shutting down"));
     sched_req_release(r[0]);
