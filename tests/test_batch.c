@@ -117,6 +117,19 @@ static void check_model(const char *path)
             CHECK(lilac_batch_logits(b, 0) == NULL); /* not asked for */
     }
 
+    /* a copy of a sequence goes on exactly as the original */
+    lilac_seq *copy;
+    CHECK(lilac_seq_new(m, 512, &copy, &err) == LILAC_OK);
+    CHECK(lilac_seq_copy(copy, seqs[2], &err) == LILAC_OK && lilac_seq_pos(copy) == lilac_seq_pos(seqs[2]));
+    float *la = malloc((size_t)V * sizeof(float)), *lb = malloc((size_t)V * sizeof(float));
+    lilac_eval_opts oa = {.logits_mode = LILAC_LOGITS_LAST, .logits = la}, ob = oa;
+    ob.logits = lb;
+    int32_t nxt = gen[2][0];
+    CHECK(lilac_seq_eval(seqs[2], &nxt, 1, &oa, &err) == LILAC_OK && lilac_seq_eval(copy, &nxt, 1, &ob, &err) == LILAC_OK);
+    CHECKF(memcmp(la, lb, (size_t)V * sizeof(float)) == 0, "%s: the copy's next logits differ from the original's", path);
+    free(la), free(lb);
+    lilac_seq_free(copy);
+
     /* 3. refusals, with nothing evaluated */
     int pos1 = lilac_seq_pos(seqs[1]);
     lilac_batch_item dup[2] = {{seqs[1], gen[1], 1, true}, {seqs[1], gen[1], 1, true}};

@@ -73,6 +73,8 @@ lilac_mem_plan lilac_model_mem_plan(const lilac_model *m, int n_ctx, int n_batch
  * the page faults of first use are taken here rather than by the first
  * token (for a DeltaNet state, a fault per page on the hot path, with a TLB
  * shootdown each when another thread runs). */
+static int state_parts(const lilac_seq *s, int pos, float **ptr, size_t *n);
+
 static void prefault(float *p, size_t floats)
 {
     volatile unsigned char *b = (volatile unsigned char *)p;
@@ -180,11 +182,12 @@ lilac_status lilac_seq_new(lilac_model *m, int n_ctx, lilac_seq **out, lilac_err
             ls[i].ssm = p, p += (size_t)hp->ssm_v_heads * hp->ssm_k_dim * hp->ssm_v_dim;
         }
     }
-    /* the recurrent state is written from the first token on; the KV cache only as it fills */
-    for (int i = 0; i < hp->n_layer; i++)
-        if (hp->layer_kind[i] != LILAC_LAYER_ATTENTION)
-            prefault(ls[i].conv, (size_t)(hp->ssm_conv_kernel - 1) * conv_channels(hp) +
-                                     (size_t)hp->ssm_v_heads * hp->ssm_k_dim * hp->ssm_v_dim);
+    /* the recurrent state (the parts at position 0) is written from the
+     * first token on; the KV cache only as it fills */
+    float *part[2 * LILAC_MAX_LAYERS];
+    size_t part_n[2 * LILAC_MAX_LAYERS];
+    for (int p = 0, np = state_parts(s, 0, part, part_n); p < np; p++)
+        prefault(part[p], part_n[p]);
     lilac_status st = lilac_scratch_init(&s->sc, m, LILAC_UBATCH, n_ctx, err);
     if (st != LILAC_OK) {
         lilac_seq_free(s);
@@ -207,32 +210,41 @@ void lilac_seq_free(lilac_seq *s)
 
 int lilac_seq_pos(const lilac_seq *s) { return s->pos; }
 
-static size_t kv_row_floats(const lilac_hparams *hp) { return (size_t)(hp->n_head_kv * hp->head_dim); }
-static size_t rec_floats(const lilac_hparams *hp)
+/* The parts of a sequence's state at pos, in snapshot order: the K and V
+ * rows [0, pos) of each attention layer, and the conv and recurrent state
+ * of each DeltaNet layer (adjacent in the sequence's block, lilac_seq_new,
+ * so one part). ptr and n hold 2 * LILAC_MAX_LAYERS; returns the count. */
+static int state_parts(const lilac_seq *s, int pos, float **ptr, size_t *n)
 {
-    return (size_t)(hp->ssm_conv_kernel - 1) * conv_channels(hp) + (size_t)hp->ssm_v_heads * hp->ssm_k_dim * hp->ssm_v_dim;
+    const lilac_hparams *hp = &s->m->hp;
+    size_t kv = (size_t)pos * (size_t)(hp->n_head_kv * hp->head_dim);
+    size_t rec = (size_t)(hp->ssm_conv_kernel - 1) * conv_channels(hp) +
+                 (size_t)hp->ssm_v_heads * hp->ssm_k_dim * hp->ssm_v_dim;
+    int k = 0;
+    for (int i = 0; i < hp->n_layer; i++) {
+        const lilac_layer_state *ls = &s->layers[i];
+        if (hp->layer_kind[i] == LILAC_LAYER_ATTENTION) {
+            ptr[k] = ls->k, n[k++] = kv;
+            ptr[k] = ls->v, n[k++] = kv;
+        } else {
+            ptr[k] = ls->conv, n[k++] = rec;
+        }
+    }
+    return k;
 }
 
 /* Walks the state in snapshot order; save copies out, load copies in. */
 static void snapshot_copy(lilac_seq *s, float *buf, int pos, bool save)
 {
-    const lilac_hparams *hp = &s->m->hp;
-    size_t kv = (size_t)pos * kv_row_floats(hp), rec = rec_floats(hp);
-    for (int i = 0; i < hp->n_layer; i++) {
-        lilac_layer_state *ls = &s->layers[i];
-        /* conv and ssm are adjacent in the sequence's block (lilac_seq_new) */
-        float *parts[2] = {ls->k, ls->v};
-        size_t n = kv;
-        int np = 2;
-        if (hp->layer_kind[i] != LILAC_LAYER_ATTENTION)
-            parts[0] = ls->conv, np = 1, n = rec;
-        for (int p = 0; p < np; p++) {
-            if (save)
-                memcpy(buf, parts[p], n * sizeof(float));
-            else
-                memcpy(parts[p], buf, n * sizeof(float));
-            buf += n;
-        }
+    float *ptr[2 * LILAC_MAX_LAYERS];
+    size_t n[2 * LILAC_MAX_LAYERS];
+    int np = state_parts(s, pos, ptr, n);
+    for (int p = 0; p < np; p++) {
+        if (save)
+            memcpy(buf, ptr[p], n[p] * sizeof(float));
+        else
+            memcpy(ptr[p], buf, n[p] * sizeof(float));
+        buf += n[p];
     }
 }
 
@@ -251,18 +263,12 @@ lilac_status lilac_seq_copy(lilac_seq *dst, const lilac_seq *src, lilac_error *e
             dst->pos = src->pos;
         return st;
     }
-    const lilac_hparams *hp = &src->m->hp;
-    size_t kv = (size_t)src->pos * kv_row_floats(hp), rec = rec_floats(hp);
-    for (int i = 0; i < hp->n_layer; i++) {
-        const lilac_layer_state *a = &src->layers[i];
-        lilac_layer_state *b = &dst->layers[i];
-        if (hp->layer_kind[i] == LILAC_LAYER_ATTENTION) {
-            memcpy(b->k, a->k, kv * sizeof(float));
-            memcpy(b->v, a->v, kv * sizeof(float));
-        } else {
-            memcpy(b->conv, a->conv, rec * sizeof(float)); /* conv and ssm adjacent (lilac_seq_new) */
-        }
-    }
+    float *from[2 * LILAC_MAX_LAYERS], *to[2 * LILAC_MAX_LAYERS];
+    size_t n[2 * LILAC_MAX_LAYERS];
+    int np = state_parts(src, src->pos, from, n);
+    state_parts(dst, src->pos, to, n);
+    for (int p = 0; p < np; p++)
+        memcpy(to[p], from[p], n[p] * sizeof(float));
     dst->pos = src->pos;
     return LILAC_OK;
 }
@@ -284,18 +290,18 @@ void lilac_seq_snapshot_load(lilac_seq *s, const float *src, int pos)
 
 void lilac_seq_reset(lilac_seq *s)
 {
-    /* Only the recurrent state must be cleared: KV rows past pos are never read. */
-    const lilac_hparams *hp = &s->m->hp;
     if (s->cuda) {
         lilac_cuda_seq_reset(s->m, s->cuda);
         s->pos = 0;
         return;
     }
-    for (int i = 0; i < hp->n_layer; i++)
-        if (hp->layer_kind[i] == LILAC_LAYER_DELTANET) {
-            memset(s->layers[i].conv, 0, (size_t)(hp->ssm_conv_kernel - 1) * conv_channels(hp) * sizeof(float));
-            memset(s->layers[i].ssm, 0, (size_t)hp->ssm_v_heads * hp->ssm_k_dim * hp->ssm_v_dim * sizeof(float));
-        }
+    /* Only the recurrent state must be cleared: KV rows past pos are never
+     * read, and at position 0 the state's parts are the DeltaNet ones. */
+    float *ptr[2 * LILAC_MAX_LAYERS];
+    size_t n[2 * LILAC_MAX_LAYERS];
+    int np = state_parts(s, 0, ptr, n);
+    for (int p = 0; p < np; p++)
+        memset(ptr[p], 0, n[p] * sizeof(float));
     s->pos = 0;
 }
 
