@@ -125,8 +125,10 @@ static void check_model(const char *path)
     lilac_eval_opts oa = {.logits_mode = LILAC_LOGITS_LAST, .logits = la}, ob = oa;
     ob.logits = lb;
     int32_t nxt = gen[2][0];
-    CHECK(lilac_seq_eval(seqs[2], &nxt, 1, &oa, &err) == LILAC_OK && lilac_seq_eval(copy, &nxt, 1, &ob, &err) == LILAC_OK);
-    CHECKF(memcmp(la, lb, (size_t)V * sizeof(float)) == 0, "%s: the copy's next logits differ from the original's", path);
+    CHECK(lilac_seq_eval(seqs[2], &nxt, 1, &oa, &err) == LILAC_OK);
+    CHECK(lilac_seq_eval(copy, &nxt, 1, &ob, &err) == LILAC_OK);
+    CHECKF(memcmp(la, lb, (size_t)V * sizeof(float)) == 0, "%s: the copy's next logits differ from the original's",
+           path);
     free(la), free(lb);
     lilac_seq_free(copy);
 
