@@ -137,7 +137,7 @@ static void req_finish(sched_req *r, lilac_finish finish, lilac_status status, c
     r->finish = finish;
     r->status = status;
     if (msg)
-        snprintf(r->error, sizeof r->error, "%s", msg);
+        snprintf(r->error, sizeof r->error, "%.511s", msg); /* r->error holds 512 */
     r->t_done = sched_now();
     pthread_cond_broadcast(&r->cv);
     bool last = --r->refs == 0;
@@ -360,31 +360,39 @@ static void slot_token(sched *s, slot *sl, float *logits)
 
 /* ---- the stepping thread ---- */
 
-/* Move queued requests into idle slots; refuse those that waited too long. Called with s->mu held. */
+/* Move queued requests into idle slots. First the queue is swept: while
+ * stopping every request goes; otherwise those cancelled, and those that
+ * waited too long (refused). Called with s->mu held. */
 static void admit_locked(sched *s)
 {
     double now = sched_now();
-    while (s->q_head && (s->running < s->p.n_parallel || s->stopping)) {
-        sched_req *r = s->q_head;
-        s->q_head = r->next;
-        if (!s->q_head)
-            s->q_tail = NULL;
+    s->q_tail = NULL;
+    for (sched_req **pp = &s->q_head; *pp;) {
+        sched_req *r = *pp;
+        bool expired = s->p.queue_timeout_s > 0 && now - r->t_submit > s->p.queue_timeout_s;
+        if (!s->stopping && !expired && !atomic_load(&r->cancelled)) {
+            s->q_tail = r;
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
         s->q_len--;
         if (s->stopping) {
             req_finish(r, LILAC_FINISH_CANCELLED, LILAC_E_RANGE, "the server is shutting down");
             continue;
         }
-        if (s->p.queue_timeout_s > 0 && now - r->t_submit > s->p.queue_timeout_s) {
-            pthread_mutex_lock(&r->mu);
-            r->timed_out = true;
-            pthread_mutex_unlock(&r->mu);
-            req_finish(r, LILAC_FINISH_CANCELLED, LILAC_E_RANGE, "the request waited too long in the queue");
-            continue;
-        }
-        if (atomic_load(&r->cancelled)) {
-            req_finish(r, LILAC_FINISH_CANCELLED, LILAC_OK, NULL);
-            continue;
-        }
+        pthread_mutex_lock(&r->mu);
+        r->timed_out = expired;
+        pthread_mutex_unlock(&r->mu);
+        req_finish(r, LILAC_FINISH_CANCELLED, expired ? LILAC_E_RANGE : LILAC_OK,
+                   expired ? "the request waited too long in the queue" : NULL);
+    }
+    while (s->q_head && s->running < s->p.n_parallel) {
+        sched_req *r = s->q_head;
+        s->q_head = r->next;
+        if (!s->q_head)
+            s->q_tail = NULL;
+        s->q_len--;
         lilac_error err;
         s->running++; /* the slot is taken from here on */
         pthread_mutex_unlock(&s->mu); /* restoring a snapshot takes a while */
@@ -398,25 +406,6 @@ static void admit_locked(sched *s)
         s->st.cached_tokens += (uint64_t)r->n_cached;
         s->st.prompt_tokens += (uint64_t)r->gen.n_prompt;
     }
-    /* requests still waiting may time out while every slot is busy */
-    for (sched_req **pp = &s->q_head; *pp;) {
-        sched_req *r = *pp;
-        bool expired = s->p.queue_timeout_s > 0 && now - r->t_submit > s->p.queue_timeout_s;
-        if (!expired && !atomic_load(&r->cancelled)) {
-            pp = &r->next;
-            continue;
-        }
-        *pp = r->next;
-        s->q_len--;
-        pthread_mutex_lock(&r->mu);
-        r->timed_out = expired;
-        pthread_mutex_unlock(&r->mu);
-        req_finish(r, LILAC_FINISH_CANCELLED, expired ? LILAC_E_RANGE : LILAC_OK,
-                   expired ? "the request waited too long in the queue" : NULL);
-    }
-    s->q_tail = NULL;
-    for (sched_req *r = s->q_head; r; r = r->next)
-        s->q_tail = r;
 }
 
 static void step(sched *s)
