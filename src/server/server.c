@@ -48,8 +48,9 @@ static void log_json(json_t *o)
 
 /* ---- responses ---- */
 
-static enum MHD_Result send_text(struct MHD_Connection *c, int status, const char *type, const char *body,
-                                 int retry_after)
+/* allow: the Allow header of a 405, else NULL */
+static enum MHD_Result send_head(struct MHD_Connection *c, int status, const char *type, const char *body,
+                                 int retry_after, const char *allow)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r)
@@ -60,12 +61,20 @@ static enum MHD_Result send_text(struct MHD_Connection *c, int status, const cha
         snprintf(v, sizeof v, "%d", retry_after);
         MHD_add_response_header(r, "Retry-After", v);
     }
+    if (allow)
+        MHD_add_response_header(r, "Allow", allow);
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return ret;
 }
 
-static enum MHD_Result send_error(server *sv, struct MHD_Connection *c, const api_error *e)
+static enum MHD_Result send_text(struct MHD_Connection *c, int status, const char *type, const char *body,
+                                 int retry_after)
+{
+    return send_head(c, status, type, body, retry_after, NULL);
+}
+
+static enum MHD_Result send_error_allow(server *sv, struct MHD_Connection *c, const api_error *e, const char *allow)
 {
     char *j = api_error_json(e);
     int retry = e->status == 429 ? 1 : e->status == 503 ? 5 : 0;
@@ -79,9 +88,14 @@ static enum MHD_Result send_error(server *sv, struct MHD_Connection *c, const ap
         metrics_inc(sv->m_rej_auth);
     else
         metrics_inc(sv->m_rej_bad);
-    enum MHD_Result r = send_text(c, e->status, "application/json", j ? j : "{}", retry);
+    enum MHD_Result r = send_head(c, e->status, "application/json", j ? j : "{}", retry, allow);
     free(j);
     return r;
+}
+
+static enum MHD_Result send_error(server *sv, struct MHD_Connection *c, const api_error *e)
+{
+    return send_error_allow(sv, c, e, NULL);
 }
 
 /* ---- the client's socket: has it gone? ---- */
@@ -540,19 +554,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 not_allowed:
     api_error_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s is not allowed on %s (use %s)",
                   method, url, allow);
-    {
-        char *j = api_error_json(&e);
-        struct MHD_Response *r = MHD_create_response_from_buffer(strlen(j ? j : "{}"), j ? j : (void *)"{}",
-                                                                 j ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
-        if (!r)
-            return MHD_NO;
-        MHD_add_response_header(r, "Content-Type", "application/json");
-        MHD_add_response_header(r, "Allow", allow);
-        metrics_inc(sv->m_rej_bad);
-        enum MHD_Result ret = MHD_queue_response(c, 405, r);
-        MHD_destroy_response(r);
-        return ret;
-    }
+    return send_error_allow(sv, c, &e, allow);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
