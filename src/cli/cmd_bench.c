@@ -56,16 +56,13 @@ static void fill_tokens(int32_t *t, int n, int vocab, uint64_t *state)
     }
 }
 
-/* The context a test starts from: `depth` tokens, evaluated once per
- * test and copied into each repetition's sequence. */
-static lilac_seq *g_base;
-
-static int make_base(lilac_model *m, const bench_opts *o, int n_ctx)
+/* The context the tests start from: `depth` tokens, evaluated once and
+ * copied into each repetition's sequence (*base stays NULL at depth 0). */
+static int make_base(lilac_model *m, const bench_opts *o, int n_ctx, lilac_seq **base)
 {
     const lilac_hparams *hp = lilac_model_hparams(m);
     lilac_error err;
-    lilac_seq_free(g_base);
-    g_base = NULL;
+    *base = NULL;
     if (o->depth == 0)
         return 0;
     int32_t *toks = malloc((size_t)o->depth * sizeof *toks);
@@ -75,14 +72,14 @@ static int make_base(lilac_model *m, const bench_opts *o, int n_ctx)
     fill_tokens(toks, o->depth, hp->n_vocab, &rng);
     lilac_eval_opts eo = {.logits_mode = LILAC_LOGITS_NONE};
     int rc = 0;
-    if (lilac_seq_new(m, n_ctx, &g_base, &err) || lilac_seq_eval(g_base, toks, o->depth, &eo, &err))
+    if (lilac_seq_new(m, n_ctx, base, &err) || lilac_seq_eval(*base, toks, o->depth, &eo, &err))
         rc = cli_fail_err(&err);
     free(toks);
     return rc;
 }
 
 /* One repetition: the base context copied into a fresh sequence, then the test. */
-static int run_once(lilac_model *m, const bench_opts *o, bool gen, double *tps)
+static int run_once(lilac_model *m, const bench_opts *o, const lilac_seq *base, bool gen, double *tps)
 {
     const lilac_hparams *hp = lilac_model_hparams(m);
     int n = gen ? o->n_gen : o->n_prompt;
@@ -97,7 +94,7 @@ static int run_once(lilac_model *m, const bench_opts *o, bool gen, double *tps)
         cli_fail("%s", "out of memory");
         goto done;
     }
-    if (lilac_seq_new(m, n_ctx, &s, &err) || (g_base && lilac_seq_copy(s, g_base, &err))) {
+    if (lilac_seq_new(m, n_ctx, &s, &err) || (base && lilac_seq_copy(s, base, &err))) {
         cli_fail_err(&err);
         goto done;
     }
@@ -127,7 +124,7 @@ done:
 
 /* Generation with o->parallel sequences in one batch: each step feeds one
  * token to every sequence; tokens/s counts all of them. */
-static int run_once_parallel(lilac_model *m, const bench_opts *o, double *tps)
+static int run_once_parallel(lilac_model *m, const bench_opts *o, const lilac_seq *base, double *tps)
 {
     const lilac_hparams *hp = lilac_model_hparams(m);
     int P = o->parallel, n = o->n_gen, n_ctx = o->depth + n + 1;
@@ -152,7 +149,7 @@ static int run_once_parallel(lilac_model *m, const bench_opts *o, double *tps)
             goto done;
         }
         fill_tokens(toks + (size_t)i * (o->depth + n + 1), o->depth + n, hp->n_vocab, &rng);
-        if (g_base && lilac_seq_copy(s[i], g_base, &err)) {
+        if (base && lilac_seq_copy(s[i], base, &err)) {
             cli_fail_err(&err);
             goto done;
         }
@@ -178,7 +175,7 @@ done:
     return rc;
 }
 
-static int run_test(lilac_model *m, const bench_opts *o, bool gen, double load_s)
+static int run_test(lilac_model *m, const bench_opts *o, const lilac_seq *base, bool gen, double load_s)
 {
     int n = gen ? o->n_gen : o->n_prompt;
     if (n <= 0)
@@ -191,16 +188,12 @@ static int run_test(lilac_model *m, const bench_opts *o, bool gen, double load_s
      * speed is reported apart */
     double warm = 0;
     bool par = gen && o->parallel > 1;
-    if (make_base(m, o, o->depth + n + 1)) {
-        free(t);
-        return 1;
-    }
-    if (par ? run_once_parallel(m, o, &warm) : run_once(m, o, gen, &warm)) {
+    if (par ? run_once_parallel(m, o, base, &warm) : run_once(m, o, base, gen, &warm)) {
         free(t);
         return 1;
     }
     for (int r = 0; r < o->reps; r++)
-        if (par ? run_once_parallel(m, o, &t[r]) : run_once(m, o, gen, &t[r])) {
+        if (par ? run_once_parallel(m, o, base, &t[r]) : run_once(m, o, base, gen, &t[r])) {
             free(t);
             return 1;
         }
@@ -299,11 +292,13 @@ int cmd_bench(int argc, char **argv)
         printf("| model      |          size |   params | threads | test   | depth |          t/s      |      min |      max |  warm-up |\n");
         printf("| ---------- | ------------: | -------: | ------: | ------ | ----: | ----------------: | -------: | -------: | -------: |\n");
     }
-    int rc = run_test(m, &o, false, load_s);
+    lilac_seq *base = NULL; /* the depth context, shared by both tests */
+    int rc = make_base(m, &o, o.depth + (o.n_prompt > o.n_gen ? o.n_prompt : o.n_gen) + 1, &base);
     if (!rc)
-        rc = run_test(m, &o, true, load_s);
-    lilac_seq_free(g_base);
-    g_base = NULL;
+        rc = run_test(m, &o, base, false, load_s);
+    if (!rc)
+        rc = run_test(m, &o, base, true, load_s);
+    lilac_seq_free(base);
     if (!rc && !o.json)
         printf("peak resident memory: %.2f GiB\n", peak_rss_bytes() / 1073741824.0);
     lilac_model_free(m);
