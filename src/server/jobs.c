@@ -8,6 +8,7 @@
 
 #include "server/handle.h"
 #include "util/err.h"
+#include "util/mapfile.h"
 
 typedef struct job {
     char *id;        /* the id as JSON text, the key for resuming */
@@ -16,41 +17,6 @@ typedef struct job {
     hnd_prep prep;
     sched_req *r;
 } job;
-
-/* Read a whole file; NULL with *len 0 when it does not exist. */
-static char *slurp(const char *path, size_t *len, lilac_error *err, bool must_exist)
-{
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (must_exist)
-            lilac_fail(err, LILAC_E_IO, "%s: cannot open", path);
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
-    size_t got;
-    while (b && (got = fread(b + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (cap - n - 1 == 0) {
-            char *nb = realloc(b, cap * 2);
-            if (!nb) {
-                free(b);
-                b = NULL;
-                break;
-            }
-            b = nb, cap *= 2;
-        }
-    }
-    fclose(f);
-    if (!b) {
-        lilac_fail(err, LILAC_E_NOMEM, "%s: out of memory", path);
-        return NULL;
-    }
-    b[n] = '\0';
-    *len = n;
-    return b;
-}
 
 static char *id_text(json_t *line_obj, int line_no)
 {
@@ -65,15 +31,19 @@ static char *id_text(json_t *line_obj, int line_no)
 /* The ids already in out; cuts a torn last line off the file. */
 static lilac_status done_ids(const char *path, char ***ids, int *n, lilac_error *err)
 {
-    size_t len;
-    char *text = slurp(path, &len, err, false);
     *ids = NULL, *n = 0;
-    if (!text)
-        return LILAC_OK;
+    if (access(path, F_OK) != 0)
+        return LILAC_OK; /* nothing done yet */
+    lilac_mapfile map;
+    lilac_status mst = lilac_mapfile_open(&map, path, err);
+    if (mst)
+        return mst;
+    const char *text = (const char *)map.data;
+    size_t len = map.size;
     size_t good = 0; /* bytes up to the end of the last whole, parseable line */
     int cap = 0;
     for (size_t at = 0; at < len;) {
-        char *nl = memchr(text + at, '\n', len - at);
+        const char *nl = memchr(text + at, '\n', len - at);
         if (!nl)
             break;
         json_t *o = json_loadb(text + at, (size_t)(nl - (text + at)), 0, NULL);
@@ -87,7 +57,7 @@ static lilac_status done_ids(const char *path, char ***ids, int *n, lilac_error 
             char **ni = realloc(*ids, (size_t)cap * sizeof *ni);
             if (!ni) {
                 json_decref(o);
-                free(text);
+                lilac_mapfile_close(&map);
                 return lilac_fail(err, LILAC_E_NOMEM, "out of memory");
             }
             *ids = ni;
@@ -97,7 +67,7 @@ static lilac_status done_ids(const char *path, char ***ids, int *n, lilac_error 
         at = (size_t)(nl - text) + 1;
         good = at;
     }
-    free(text);
+    lilac_mapfile_close(&map);
     if (good < len && truncate(path, (off_t)good) != 0)
         return lilac_fail(err, LILAC_E_IO, "%s: cannot cut off its torn last line", path);
     return LILAC_OK;
@@ -143,10 +113,12 @@ static void job_free(job *j)
 lilac_status lilac_jobs_run(const lilac_jobs_params *p, lilac_jobs_result *res, lilac_error *err)
 {
     memset(res, 0, sizeof *res);
-    size_t in_len;
-    char *in = slurp(p->in_path, &in_len, err, true);
-    if (!in)
-        return err->status ? err->status : LILAC_E_IO;
+    lilac_mapfile in_map;
+    lilac_status mst = lilac_mapfile_open(&in_map, p->in_path, err);
+    if (mst)
+        return mst;
+    const char *in = (const char *)in_map.data; /* not NUL-terminated: lengths throughout */
+    size_t in_len = in_map.size;
     char **done = NULL;
     int n_done = 0;
     lilac_status st = done_ids(p->out_path, &done, &n_done, err);
@@ -177,20 +149,23 @@ lilac_status lilac_jobs_run(const lilac_jobs_params *p, lilac_jobs_result *res, 
     int n_seen = 0;
     if (!st && (!fl || !seen))
         st = lilac_fail(err, LILAC_E_NOMEM, "out of memory");
-    for (const char *s = in; !st && s < in + in_len && *s;)
-        res->n_total += *s++ == '\n' || (s == in + in_len && s[-1] != '\n');
+    for (size_t i = 0; !st && i < in_len; i++) /* lines, the last one with or without its newline */
+        res->n_total += in[i] == '\n' || i + 1 == in_len;
     size_t at = 0;
     int line_no = 0, n_flight = 0, finished = 0;
     double t_start = sched_now(), t_draw = 0;
     while (!st && (at < in_len || n_flight > 0)) {
         /* fill the flight */
         while (at < in_len && n_flight < max_flight) {
-            char *nl = memchr(in + at, '\n', in_len - at);
+            const char *nl = memchr(in + at, '\n', in_len - at);
             size_t n = nl ? (size_t)(nl - (in + at)) : in_len - at;
             const char *line = in + at;
             at += n + (nl ? 1 : 0);
             line_no++;
-            if (n == 0 || strspn(line, " \t\r") >= n)
+            size_t blank = 0; /* a line of spaces only is skipped (bounded: the map has no NUL) */
+            while (blank < n && (line[blank] == ' ' || line[blank] == '\t' || line[blank] == '\r'))
+                blank++;
+            if (blank == n)
                 continue;
             json_t *o = json_loadb(line, n, 0, NULL);
             char *id = id_text(o, line_no);
@@ -283,6 +258,6 @@ lilac_status lilac_jobs_run(const lilac_jobs_params *p, lilac_jobs_result *res, 
     lilac_model_free(m);
     if (out && fclose(out) != 0 && !st)
         st = lilac_fail(err, LILAC_E_IO, "%s: write failed", p->out_path);
-    free(in);
+    lilac_mapfile_close(&in_map);
     return st;
 }
