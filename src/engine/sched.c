@@ -583,7 +583,8 @@ static lilac_status check_gen(const sched *s, const sched_gen *g, lilac_error *e
     int V = lilac_model_hparams(s->m)->n_vocab;
     for (int i = 0; i < g->n_prompt; i++)
         if (g->prompt[i] < 0 || g->prompt[i] >= V)
-            return lilac_fail(err, LILAC_E_ARG, "prompt token %d at index %d is outside the vocabulary", g->prompt[i], i);
+            return lilac_fail(err, LILAC_E_ARG, "prompt token %d at index %d is outside the vocabulary", g->prompt[i],
+                              i);
     if (g->n_stop < 0 || (g->n_stop > 0 && !g->stop))
         return lilac_fail(err, LILAC_E_ARG, "bad stop strings");
     return LILAC_OK;

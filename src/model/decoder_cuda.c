@@ -275,7 +275,8 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
         {&cm->conv, C + 1},     {&cm->z, nvd},              {&cm->a, (size_t)hp->ssm_v_heads + 1},
         {&cm->b, (size_t)hp->ssm_v_heads + 1},              {&cm->o, nvd},             {&cm->rl, (size_t)hp->n_expert},
         {&cm->rw, k},           {&cm->gbuf, k * ff},        {&cm->ubuf, k * ff},       {&cm->ex, k * (size_t)E},
-        {&cm->shg, sff},        {&cm->shu, sff},            {&cm->sho, (size_t)E},     {&cm->logits, (size_t)hp->n_vocab},
+        {&cm->shg, sff},        {&cm->shu, sff},            {&cm->sho, (size_t)E},
+        {&cm->logits, (size_t)hp->n_vocab},
         {&cm->att_part, lilac_cuda_attention_part_floats(hp->n_head, hp->head_dim)},
     };
     for (size_t i = 0; !st && i < sizeof bufs / sizeof bufs[0]; i++)
@@ -417,14 +418,25 @@ static double now_s(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
-#define OP(id, name, call)                                                                                     \
+/* Count seconds against the operation called name (a slot per name). */
+static void op_time(const char *name, double s)
+{
+    int i = 0;
+    while (i < 31 && g_op_name[i] && strcmp(g_op_name[i], name) != 0)
+        i++;
+    g_op_name[i] = name;
+    g_op_s[i] += s;
+    g_op_n[i]++;
+}
+
+#define OP(name, call)                                                                                         \
     do {                                                                                                       \
         double t0_ = g_timing ? now_s() : 0;                                                                   \
         call;                                                                                                  \
         if (g_timing) {                                                                                        \
             char m_[8];                                                                                        \
             lilac_cuda_sync(s, m_, sizeof m_);                                                                 \
-            g_op_s[id] += now_s() - t0_, g_op_n[id]++, g_op_name[id] = name;                                   \
+            op_time(name, now_s() - t0_);                                                                      \
         }                                                                                                      \
     } while (0)
 
@@ -456,48 +468,57 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
     int nk = hp->ssm_k_heads, nv = hp->ssm_v_heads, dk = hp->ssm_k_dim, dv = hp->ssm_v_dim;
     int C = 2 * nk * dk + nv * dv, k = hp->n_expert_used, ff = hp->expert_ff;
     const int *pos = cm->tok + 1; /* everything position-dependent reads it on the device: one graph for all steps */
-    OP(0, "get_row", lilac_cuda_get_row(&cm->tok_embd, cm->tok, cm->x, s));
+    OP("get_row", lilac_cuda_get_row(&cm->tok_embd, cm->tok, cm->x, s));
     for (int il = 0; il < hp->n_layer; il++) {
         const cuda_layer *cl = &cm->layers[il];
-        OP(1, "rmsnorm", lilac_cuda_rmsnorm(cm->x, cl->attn_norm, cm->xn, 1, E, hp->norm_eps, s));
+        OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cl->attn_norm, cm->xn, 1, E, hp->norm_eps, s));
         if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
-            OP(2, "matvec", lilac_cuda_matvec(&cl->wq, cm->xn, cm->qg, 1, s));
-            OP(2, "matvec", lilac_cuda_matvec(&cl->wk, cm->xn, cm->kb, 1, s));
-            OP(2, "matvec", lilac_cuda_matvec(&cl->wv, cm->xn, cm->vb, 1, s));
-            OP(3, "norm_rope", lilac_cuda_norm_rope(cm->qg, cl->q_norm, nh, q_step, hd, hp->rope_dims, pos, hp->rope_theta, hp->norm_eps,
-                                 s));
-            OP(3, "norm_rope", lilac_cuda_norm_rope(cm->kb, cl->k_norm, nkv, hd, hd, hp->rope_dims, pos, hp->rope_theta, hp->norm_eps, s));
-            OP(4, "kv_store", lilac_cuda_kv_store(cs->k[il], cs->v[il], cm->kb, cm->vb, kvw, pos, s));
-            OP(5, "attention", lilac_cuda_attention(cm->qg, q_step, cs->k[il], cs->v[il], pos, nh, nkv, hd, cm->att, cs->scores,
-                                 cs->n_ctx, cm->att_part, hp->attn_output_gate, s));
-            OP(2, "matvec", lilac_cuda_matvec(&cl->wo, cm->att, cm->tmp, 1, s));
+            OP("matvec", lilac_cuda_matvec(&cl->wq, cm->xn, cm->qg, 1, s));
+            OP("matvec", lilac_cuda_matvec(&cl->wk, cm->xn, cm->kb, 1, s));
+            OP("matvec", lilac_cuda_matvec(&cl->wv, cm->xn, cm->vb, 1, s));
+            OP("norm_rope",
+               lilac_cuda_norm_rope(cm->qg, cl->q_norm, nh, q_step, hd, hp->rope_dims, pos, hp->rope_theta,
+                   hp->norm_eps, s));
+            OP("norm_rope",
+               lilac_cuda_norm_rope(cm->kb, cl->k_norm, nkv, hd, hd, hp->rope_dims, pos, hp->rope_theta, hp->norm_eps,
+                   s));
+            OP("kv_store", lilac_cuda_kv_store(cs->k[il], cs->v[il], cm->kb, cm->vb, kvw, pos, s));
+            OP("attention",
+               lilac_cuda_attention(cm->qg, q_step, cs->k[il], cs->v[il], pos, nh, nkv, hd, cm->att, cs->scores,
+                   cs->n_ctx, cm->att_part, hp->attn_output_gate, s));
+            OP("matvec", lilac_cuda_matvec(&cl->wo, cm->att, cm->tmp, 1, s));
         } else {
-            OP(2, "matvec", lilac_cuda_matvec(&cl->ssm_qkv, cm->xn, cm->qkv, 1, s));
-            OP(2, "matvec", lilac_cuda_matvec(&cl->ssm_z, cm->xn, cm->z, 1, s));
-            OP(2, "matvec", lilac_cuda_matvec(&cl->ssm_alpha, cm->xn, cm->a, 1, s));
-            OP(2, "matvec", lilac_cuda_matvec(&cl->ssm_beta, cm->xn, cm->b, 1, s));
-            OP(6, "conv_step", lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, hp->ssm_conv_kernel, s));
-            OP(7, "deltanet_step", lilac_cuda_deltanet_step(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
-                                     cl->ssm_norm, nk, nv, dk, dv, m->w.ssm_v_tiled, hp->norm_eps, s));
-            OP(2, "matvec", lilac_cuda_matvec(&cl->ssm_out, cm->o, cm->tmp, 1, s));
+            OP("matvec", lilac_cuda_matvec(&cl->ssm_qkv, cm->xn, cm->qkv, 1, s));
+            OP("matvec", lilac_cuda_matvec(&cl->ssm_z, cm->xn, cm->z, 1, s));
+            OP("matvec", lilac_cuda_matvec(&cl->ssm_alpha, cm->xn, cm->a, 1, s));
+            OP("matvec", lilac_cuda_matvec(&cl->ssm_beta, cm->xn, cm->b, 1, s));
+            OP("conv_step",
+               lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, hp->ssm_conv_kernel, s));
+            OP("deltanet_step",
+               lilac_cuda_deltanet_step(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
+                   cl->ssm_norm, nk, nv, dk, dv, m->w.ssm_v_tiled, hp->norm_eps, s));
+            OP("matvec", lilac_cuda_matvec(&cl->ssm_out, cm->o, cm->tmp, 1, s));
         }
-        OP(8, "add", lilac_cuda_add(cm->x, cm->tmp, E, s));
-        OP(1, "rmsnorm", lilac_cuda_rmsnorm(cm->x, cl->post_norm, cm->xn, 1, E, hp->norm_eps, s));
+        OP("add", lilac_cuda_add(cm->x, cm->tmp, E, s));
+        OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cl->post_norm, cm->xn, 1, E, hp->norm_eps, s));
         /* routed experts, the routing read on the device */
-        OP(2, "matvec", lilac_cuda_matvec(&cl->router, cm->xn, cm->rl, 1, s));
-        OP(9, "topk", lilac_cuda_topk(cm->rl, hp->n_expert, k, hp->norm_topk, cm->idx, cm->rw, s));
-        OP(10, "matvec_experts", lilac_cuda_matvec_experts(&cl->exp_gate, cl->gate_stride, cm->idx, k, cm->xn, 0, cm->gbuf, s));
-        OP(10, "matvec_experts", lilac_cuda_matvec_experts(&cl->exp_up, cl->up_stride, cm->idx, k, cm->xn, 0, cm->ubuf, s));
-        OP(11, "swiglu", lilac_cuda_swiglu(cm->gbuf, cm->ubuf, k * ff, s));
-        OP(10, "matvec_experts", lilac_cuda_matvec_experts(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, 1, cm->ex, s));
+        OP("matvec", lilac_cuda_matvec(&cl->router, cm->xn, cm->rl, 1, s));
+        OP("topk", lilac_cuda_topk(cm->rl, hp->n_expert, k, hp->norm_topk, cm->idx, cm->rw, s));
+        OP("matvec_experts",
+           lilac_cuda_matvec_experts(&cl->exp_gate, cl->gate_stride, cm->idx, k, cm->xn, 0, cm->gbuf, s));
+        OP("matvec_experts", lilac_cuda_matvec_experts(&cl->exp_up, cl->up_stride, cm->idx, k, cm->xn, 0, cm->ubuf, s));
+        OP("swiglu", lilac_cuda_swiglu(cm->gbuf, cm->ubuf, k * ff, s));
+        OP("matvec_experts",
+           lilac_cuda_matvec_experts(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, 1, cm->ex, s));
         bool shared = hp->shared_ff > 0;
         if (shared) {
-            OP(2, "matvec", lilac_cuda_matvec(&cl->sh_gate, cm->xn, cm->shg, 1, s));
-            OP(2, "matvec", lilac_cuda_matvec(&cl->sh_up, cm->xn, cm->shu, 1, s));
-            OP(11, "swiglu", lilac_cuda_swiglu(cm->shg, cm->shu, hp->shared_ff, s));
-            OP(2, "matvec", lilac_cuda_matvec(&cl->sh_down, cm->shg, cm->sho, 1, s));
+            OP("matvec", lilac_cuda_matvec(&cl->sh_gate, cm->xn, cm->shg, 1, s));
+            OP("matvec", lilac_cuda_matvec(&cl->sh_up, cm->xn, cm->shu, 1, s));
+            OP("swiglu", lilac_cuda_swiglu(cm->shg, cm->shu, hp->shared_ff, s));
+            OP("matvec", lilac_cuda_matvec(&cl->sh_down, cm->shg, cm->sho, 1, s));
         }
-        OP(12, "moe_sum", lilac_cuda_moe_sum(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL, cl->sh_gate_inp, cm->xn, E, s));
+        OP("moe_sum",
+           lilac_cuda_moe_sum(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL, cl->sh_gate_inp, cm->xn, E, s));
     }
     lilac_cuda_rmsnorm(cm->x, cm->output_norm, cm->xn, 1, E, hp->norm_eps, s);
 }
@@ -552,7 +573,7 @@ lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const l
             return lilac_fail(err, LILAC_E_INTERNAL, "CUDA: uploading a token failed");
         if (g_timing == 1) {
             lilac_cuda_sync(cm->stream, msg, sizeof msg);
-            g_op_s[13] += now_s() - t0, g_op_n[13]++, g_op_name[13] = "token_up";
+            op_time("token_up", now_s() - t0);
         }
         run_step(m, s->cuda);
         t0 = g_timing == 1 ? now_s() : 0;
@@ -569,7 +590,7 @@ lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const l
             return cuda_err(err, "CUDA step", msg);
         }
         if (g_timing == 1)
-            g_op_s[14] += now_s() - t0, g_op_n[14]++, g_op_name[14] = "out+download";
+            op_time("out+download", now_s() - t0);
         if (lilac_cuda_last_error(msg, sizeof msg))
             return cuda_err(err, "CUDA step", msg);
         s->pos++;
