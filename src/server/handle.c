@@ -94,9 +94,7 @@ int hnd_prepare(const hnd_engine *en, const api_request *req, hnd_prep *p, api_e
     g->stop = gp.stop;
     g->n_stop = gp.n_stop;
     g->ignore_eos = gp.ignore_eos;
-    g->n_logprobs = req->logprobs ? (req->top_logprobs > 0 ? req->top_logprobs : 0) : 0;
-    if (req->logprobs && g->n_logprobs == 0)
-        g->n_logprobs = 1; /* the chosen token's logprob comes with the sample anyway; one alternative is cheap */
+    g->n_logprobs = gp.n_logprobs; /* the chosen token's own logprob comes with every sample */
     return 0;
 }
 
