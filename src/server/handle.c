@@ -217,9 +217,9 @@ char *hnd_response_json(const hnd_engine *en, const hnd_prep *p, sched_req *r, a
         lilac_error err;
         char *content = NULL, *reasoning = NULL;
         size_t n_content = 0, n_reasoning = 0;
-        api_tool_call calls[64];
-        char *owned[128];
-        int n_calls = 0, n_owned = 0;
+        api_tool_call *calls = NULL; /* every call, however many; their strings owned here */
+        int n_calls = 0;
+        bool oom = false;
         if (reply_new(&p->ropts, &rp, &err) == LILAC_OK) {
             const reply_event *ev;
             size_t n_ev;
@@ -231,15 +231,18 @@ char *hnd_response_json(const hnd_engine *en, const hnd_prep *p, sched_req *r, a
                         grow_append(&content, &n_content, ev[i].text, ev[i].len);
                     else if (ev[i].kind == REPLY_REASONING)
                         grow_append(&reasoning, &n_reasoning, ev[i].text, ev[i].len);
-                    else if (n_calls < 64 && n_owned + 3 <= 128) {
+                    else {
                         char id[48];
                         api_make_id(id, sizeof id, "call_", next_id());
-                        owned[n_owned++] = strdup(id);
-                        owned[n_owned++] = strdup(ev[i].name);
-                        owned[n_owned++] = strdup(ev[i].arguments);
-                        calls[n_calls] = (api_tool_call){ev[i].index, owned[n_owned - 3], owned[n_owned - 2],
-                                                         owned[n_owned - 1]};
-                        n_calls++;
+                        api_tool_call *more = realloc(calls, (size_t)(n_calls + 1) * sizeof *calls);
+                        if (!more) {
+                            oom = true;
+                            continue;
+                        }
+                        calls = more;
+                        calls[n_calls++] =
+                            (api_tool_call){ev[i].index, strdup(id), strdup(ev[i].name), strdup(ev[i].arguments)};
+                        oom |= !calls[n_calls - 1].id || !calls[n_calls - 1].name || !calls[n_calls - 1].arguments;
                     }
                 }
             }
@@ -254,11 +257,15 @@ char *hnd_response_json(const hnd_engine *en, const hnd_prep *p, sched_req *r, a
         c.tool_calls = calls;
         c.n_tool_calls = n_calls;
         c.finish = api_finish_from(r->finish, n_calls > 0);
-        json = api_chat_response_json(&meta, &c, &u);
+        json = oom ? NULL : api_chat_response_json(&meta, &c, &u);
         free(content);
         free(reasoning);
-        for (int i = 0; i < n_owned; i++)
-            free(owned[i]);
+        for (int i = 0; i < n_calls; i++) {
+            free((char *)calls[i].id);
+            free((char *)calls[i].name);
+            free((char *)calls[i].arguments);
+        }
+        free(calls);
     }
     pthread_mutex_unlock(&r->mu);
     hnd_logprobs_free(lp, n_lp);
