@@ -18,11 +18,14 @@
 
 /* 4 activation bytes broadcast to every lane; the compiler folds it into
  * vpdpbusd's {1to16} memory operand */
-QR16_INLINE __m512i bcast4(const int8_t *p)
+typedef int32_t i32_any __attribute__((may_alias, aligned(1)));
+/* acc += w . (4 activation bytes at p, broadcast): vpdpbusd with the
+ * {1to16} memory operand, which GCC 12 does not fold from
+ * _mm512_set1_epi32 (it emits a separate vpbroadcastd) */
+QR16_INLINE __m512i dp_bcast(__m512i acc, __m512i w, const int8_t *p)
 {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm512_set1_epi32(v);
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const i32_any *)(const void *)p));
+    return acc;
 }
 
 /* vpshufb control: byte k of each 32-bit lane, zero-extended */
@@ -64,6 +67,7 @@ QR16_INLINE void qr16_q4k(const block_q4_Kx16 *blk, const lilac_qx *x, int nt, i
         __m512 a[LILAC_QR16_NT];
         for (int t = 0; t < nt; t++)
             a[t] = _mm512_setzero_ps();
+#pragma GCC unroll 8
         for (int g = 0; g < 8; g++) {
             __m512i wl[4], wh[4];
             for (int p = 0; p < 4; p++) {
@@ -75,10 +79,10 @@ QR16_INLINE void qr16_q4k(const block_q4_Kx16 *blk, const lilac_qx *x, int nt, i
                 const int8_t *xh = x[t].hi + 256 * i + 32 * g, *xl = x[t].lo + 256 * i + 32 * g;
                 __m512i H = _mm512_setzero_si512(), L = _mm512_setzero_si512();
                 for (int p = 0; p < 4; p++) {
-                    H = _mm512_dpbusd_epi32(H, wl[p], bcast4(xh + 4 * p));
-                    L = _mm512_dpbusd_epi32(L, wl[p], bcast4(xl + 4 * p));
-                    H = _mm512_dpbusd_epi32(H, wh[p], bcast4(xh + 16 + 4 * p));
-                    L = _mm512_dpbusd_epi32(L, wh[p], bcast4(xl + 16 + 4 * p));
+                    H = dp_bcast(H, wl[p], xh + 4 * p);
+                    L = dp_bcast(L, wl[p], xl + 4 * p);
+                    H = dp_bcast(H, wh[p], xh + 16 + 4 * p);
+                    L = dp_bcast(L, wh[p], xl + 16 + 4 * p);
                 }
                 const __m512i S = _mm512_add_epi32(_mm512_slli_epi32(H, 8), L);
                 const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(S), _mm512_set1_ps(x[t].unit[8 * i + g]));
@@ -102,18 +106,27 @@ QR16_INLINE void qr16_q4k(const block_q4_Kx16 *blk, const lilac_qx *x, int nt, i
         _mm512_storeu_ps(out + LILAC_QR16_ROWS * t, acc[t]);
 }
 
+/* one copy per nt, each with its loops unrolled */
+#define QR16_NT(k)                                                                                          \
+    static __attribute__((noinline)) void qr16_q4k_nt##k(const block_q4_Kx16 *b, const lilac_qx *x, int64_t n, \
+                                                         float *out)                                        \
+    {                                                                                                       \
+        qr16_q4k(b, x, k, n, out);                                                                          \
+    }
+QR16_NT(1)
+QR16_NT(2)
+QR16_NT(3)
+QR16_NT(4)
+QR16_NT(5)
+QR16_NT(6)
+QR16_NT(7)
+QR16_NT(8)
+#undef QR16_NT
+
 void lilac_qr16_q4_K_avx512(const void *w, const lilac_qx *x, int nt, int64_t n, float *out)
 {
-    const block_q4_Kx16 *b = w;
-    /* one copy per nt, each with its loops unrolled */
-    switch (nt) {
-    case 1: qr16_q4k(b, x, 1, n, out); break;
-    case 2: qr16_q4k(b, x, 2, n, out); break;
-    case 3: qr16_q4k(b, x, 3, n, out); break;
-    case 4: qr16_q4k(b, x, 4, n, out); break;
-    case 5: qr16_q4k(b, x, 5, n, out); break;
-    case 6: qr16_q4k(b, x, 6, n, out); break;
-    case 7: qr16_q4k(b, x, 7, n, out); break;
-    default: qr16_q4k(b, x, 8, n, out); break;
-    }
+    static void (*const fns[LILAC_QR16_NT])(const block_q4_Kx16 *, const lilac_qx *, int64_t, float *) = {
+        qr16_q4k_nt1, qr16_q4k_nt2, qr16_q4k_nt3, qr16_q4k_nt4,
+        qr16_q4k_nt5, qr16_q4k_nt6, qr16_q4k_nt7, qr16_q4k_nt8};
+    fns[(nt < 1 ? 1 : nt > LILAC_QR16_NT ? LILAC_QR16_NT : nt) - 1](w, x, n, out);
 }
