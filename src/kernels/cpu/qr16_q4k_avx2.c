@@ -108,18 +108,27 @@ QR16_INLINE void qr16_q4k(const block_q4_Kx16 *blk, const lilac_qx *x, int nt, i
         memcpy(out + LILAC_QR16_ROWS * t, accs[t], sizeof accs[t]);
 }
 
+/* one copy per nt, each with its loops unrolled */
+#define QR16_NT(k)                                                                                          \
+    static __attribute__((noinline)) void qr16_q4k_nt##k(const block_q4_Kx16 *b, const lilac_qx *x, int64_t n, \
+                                                         float *out)                                        \
+    {                                                                                                       \
+        qr16_q4k(b, x, k, n, out);                                                                          \
+    }
+QR16_NT(1)
+QR16_NT(2)
+QR16_NT(3)
+QR16_NT(4)
+QR16_NT(5)
+QR16_NT(6)
+QR16_NT(7)
+QR16_NT(8)
+#undef QR16_NT
+
 void lilac_qr16_q4_K_avx2(const void *w, const lilac_qx *x, int nt, int64_t n, float *out)
 {
-    const block_q4_Kx16 *b = w;
-    /* one copy per nt, each with its loops unrolled */
-    switch (nt) {
-    case 1: qr16_q4k(b, x, 1, n, out); break;
-    case 2: qr16_q4k(b, x, 2, n, out); break;
-    case 3: qr16_q4k(b, x, 3, n, out); break;
-    case 4: qr16_q4k(b, x, 4, n, out); break;
-    case 5: qr16_q4k(b, x, 5, n, out); break;
-    case 6: qr16_q4k(b, x, 6, n, out); break;
-    case 7: qr16_q4k(b, x, 7, n, out); break;
-    default: qr16_q4k(b, x, 8, n, out); break;
-    }
+    static void (*const fns[LILAC_QR16_NT])(const block_q4_Kx16 *, const lilac_qx *, int64_t, float *) = {
+        qr16_q4k_nt1, qr16_q4k_nt2, qr16_q4k_nt3, qr16_q4k_nt4,
+        qr16_q4k_nt5, qr16_q4k_nt6, qr16_q4k_nt7, qr16_q4k_nt8};
+    fns[(nt < 1 ? 1 : nt > LILAC_QR16_NT ? LILAC_QR16_NT : nt) - 1](w, x, n, out);
 }
