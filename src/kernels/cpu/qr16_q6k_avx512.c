@@ -32,23 +32,40 @@ QR16_INLINE void unpack(const uint8_t *q, __m512i c[4])
     c[0] = _mm512_and_si512(r0, m3f);
     c[1] = _mm512_and_si512(r1, m3f);
     c[2] = _mm512_and_si512(r2, m3f);
-    /* m ? a : b: bits 0..1 from r0 >> 6, 2..3 from r1 >> 4, 4..5 from r2 >> 2 */
-    __m512i t = _mm512_ternarylogic_epi32(m03, _mm512_srli_epi16(r0, 6), _mm512_srli_epi16(r1, 4), 0xCA);
-    t = _mm512_ternarylogic_epi32(m0f, t, _mm512_srli_epi16(r2, 2), 0xCA);
+    /* 0xE4: c ? a : b (the first operand is overwritten: a temporary, not
+     * a mask). Bits 0..1 from r0 >> 6, 2..3 from r1 >> 4, 4..5 from r2 >> 2 */
+    __m512i t = _mm512_ternarylogic_epi32(_mm512_srli_epi16(r0, 6), _mm512_srli_epi16(r1, 4), m03, 0xE4);
+    t = _mm512_ternarylogic_epi32(t, _mm512_srli_epi16(r2, 2), m0f, 0xE4);
     c[3] = _mm512_and_si512(t, m3f);
 }
 
-/* sum (q - 32) * Q of group g (its 16 columns at xh, xl) for all 16 rows */
-QR16_INLINE __m512i group_sum(const __m512i c[4], const int8_t *xh, const int8_t *xl, int32_t sum16)
+/* acc + vpdpbusd(w, the 4 bytes at p in every lane), the bytes as an
+ * embedded broadcast ({1to16}): GCC 12 does not fold
+ * _mm512_set1_epi32(load) into the instruction (clang does) and leaves a
+ * separate vpbroadcastd per product. */
+static inline __m512i dp_bcast(__m512i acc, __m512i w, const int8_t *p)
 {
-    __m512i h = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], _mm512_set1_epi32(load32(xh)));
-    __m512i l = _mm512_dpbusd_epi32(_mm512_set1_epi32(-32 * sum16), c[0], _mm512_set1_epi32(load32(xl)));
-    h = _mm512_dpbusd_epi32(h, c[1], _mm512_set1_epi32(load32(xh + 4)));
-    l = _mm512_dpbusd_epi32(l, c[1], _mm512_set1_epi32(load32(xl + 4)));
-    h = _mm512_dpbusd_epi32(h, c[2], _mm512_set1_epi32(load32(xh + 8)));
-    l = _mm512_dpbusd_epi32(l, c[2], _mm512_set1_epi32(load32(xl + 8)));
-    h = _mm512_dpbusd_epi32(h, c[3], _mm512_set1_epi32(load32(xh + 12)));
-    l = _mm512_dpbusd_epi32(l, c[3], _mm512_set1_epi32(load32(xl + 12)));
+#if defined(__GNUC__) && !defined(__clang__)
+    typedef int32_t __attribute__((may_alias, aligned(1))) i32u;
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const i32u *)(const void *)p));
+    return acc;
+#else
+    return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(load32(p)));
+#endif
+}
+
+/* sum (q - 32) * Q of one group (its 16 columns at xh, xl) for all 16
+ * rows; off = -32 * sum16 of the group, in every lane */
+QR16_INLINE __m512i group_sum(const __m512i c[4], const int8_t *xh, const int8_t *xl, __m512i off)
+{
+    __m512i h = dp_bcast(_mm512_setzero_si512(), c[0], xh);
+    __m512i l = dp_bcast(off, c[0], xl);
+    h = dp_bcast(h, c[1], xh + 4);
+    l = dp_bcast(l, c[1], xl + 4);
+    h = dp_bcast(h, c[2], xh + 8);
+    l = dp_bcast(l, c[2], xl + 8);
+    h = dp_bcast(h, c[3], xh + 12);
+    l = dp_bcast(l, c[3], xl + 12);
     return _mm512_add_epi32(_mm512_slli_epi32(h, 8), l);
 }
 
@@ -57,10 +74,15 @@ QR16_INLINE __m512i group_sum(const __m512i c[4], const int8_t *xh, const int8_t
 QR16_INLINE void q6_kernel(const block_q6_Kx16 *b, const lilac_qx *x, int nt, int64_t n, float *out)
 {
     __m512 acc[LILAC_QR16_NT];
+    _Alignas(64) int32_t off[LILAC_QR16_NT][16];
     for (int t = 0; t < nt; t++)
         acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / 256; i++) {
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)b[i].d));
+        /* -32 * sum16 of the 16 groups, for broadcasts from memory */
+        for (int t = 0; t < nt; t++)
+            _mm512_store_si512(off[t], _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                        _mm512_slli_epi32(_mm512_loadu_si512(x[t].sum16 + 16 * i), 5)));
         for (int p = 0; p < 8; p++) {
             __m512i c0[4], c1[4];
             unpack(b[i].q[2 * p][0], c0);
@@ -72,8 +94,9 @@ QR16_INLINE void q6_kernel(const block_q6_Kx16 *b, const lilac_qx *x, int nt, in
             for (int t = 0; t < nt; t++) {
                 const lilac_qx *xt = &x[t];
                 const int64_t at = 256 * i + 32 * p;
-                const __m512i is0 = group_sum(c0, xt->hi + at, xt->lo + at, xt->sum16[at / 16]);
-                const __m512i is1 = group_sum(c1, xt->hi + at + 16, xt->lo + at + 16, xt->sum16[at / 16 + 1]);
+                const __m512i is0 = group_sum(c0, xt->hi + at, xt->lo + at, _mm512_set1_epi32(off[t][2 * p]));
+                const __m512i is1 =
+                    group_sum(c1, xt->hi + at + 16, xt->lo + at + 16, _mm512_set1_epi32(off[t][2 * p + 1]));
                 __m512 blk = _mm512_mul_ps(_mm512_cvtepi32_ps(is0), s0);
                 blk = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is1), s1, blk);
                 acc[t] = _mm512_fmadd_ps(blk, _mm512_set1_ps(xt->unit[at / 32]), acc[t]);
