@@ -56,15 +56,15 @@ typedef struct {
  * r's block is w = d * sc[g] * (q - 32) per group g of 16 columns, q in
  * 0..63 (as block_q6_K). */
 typedef struct {
-    uint16_t d[16];      /* f16, row r */
-    int8_t sc[16][16];   /* sc[g][r] */
-    /* ql[g][p]: group g (columns 16g .. 16g + 15), register p (0, 1); byte
-     * 4r + b holds the low 4 bits of q[r][16g + 4p + b] in its low nibble
-     * and of q[r][16g + 8 + 4p + b] in its high nibble (chunks p, p + 2) */
-    uint8_t ql[16][2][64];
-    /* qh[g]: byte 4r + b holds the high 2 bits of q[r][16g + 4k + b] at
-     * bits 2k .. 2k + 1, k = 0..3 (chunk k) */
-    uint8_t qh[16][64];
+    uint16_t d[16];    /* f16, row r */
+    int8_t sc[16][16]; /* sc[g][r] */
+    /* q[g][k]: group g (columns 16g .. 16g + 15), register k (0..2); byte
+     * 4r + b holds q[r][16g + 4k + b] (chunk k) whole in bits 0..5, and
+     * bits 2k, 2k + 1 of q[r][16g + 12 + b] (chunk 3) in bits 6, 7. Three
+     * chunks are then one AND each; chunk 3 is gathered from the three top
+     * bit pairs (ql/qh nibble splits cost ~12 operations per group, this
+     * 9). */
+    uint8_t q[16][3][64];
 } block_q6_Kx16;
 
 /* 16 rows of n columns (n a multiple of 256), row r at src + r * row_bytes,
