@@ -1,11 +1,9 @@
-/* qr16 Q6_K, AVX2 + FMA + F16C (qr16.h). A ymm holds 8 rows, so the 16
- * rows go in two passes (rows 0..7, then 8..15: each half of every 64-byte
- * weight register), which keeps the row sums of 8 tokens in registers.
- * Per 16-column group: vpmaddubsw of q (0..63) against a digit (-127..127)
+/* qr16 Q6_K, AVX2 + FMA + F16C (qr16.h). Per 16-column group: vpmaddubsw of q (0..63) against a digit (-127..127)
  * gives 16-bit pair sums of at most 2 * 63 * 127 = 16002, so two chunks
  * add in 16 bits without saturating (32004); vpmaddwd by 256 (hi) or 1
  * (lo) widens them to the exact int32 sum q * Q, less 32 * sum16 for the
- * offset. Then one float step per group: times d * sc * unit. */
+ * offset. Then one float step per group: times d * sc * unit. A ymm
+ * holds 8 rows: each group is done as two halves (rows 0..7, 8..15). */
 #include <immintrin.h>
 #include <string.h>
 
@@ -37,6 +35,9 @@ QR16_INLINE void unpack(const uint8_t *q, __m256i c[4])
     c[3] = _mm256_or_si256(_mm256_or_si256(a, b), e);
 }
 
+/* As qr16_q6k_avx512.c: the weights 4 KB ahead, non-temporally. */
+#define QR16_AHEAD 4096
+
 static inline __m256i bcast(const int8_t *p) { return _mm256_set1_epi32(load32(p)); }
 
 /* sum (q - 32) * Q of one group (16 columns at xh, xl) for 8 rows */
@@ -54,30 +55,43 @@ QR16_INLINE __m256i group_sum(const __m256i c[4], const int8_t *xh, const int8_t
     return _mm256_add_epi32(_mm256_add_epi32(h, l), _mm256_set1_epi32(-32 * sum16));
 }
 
+/* One pass over the weights, both halves of each group in turn. Two
+ * passes of half the rows each (all 8 tokens' row sums of a half in
+ * registers) read every line twice: from memory 10 against 16 GB/s for
+ * the one-row kernel, 20 GB/s this way; but here the 16 row sums of 4 or
+ * more tokens spill (in cache, 25 against 20 cycles per token and 256
+ * weights at nt = 4), and alternating halves over short spans lost the
+ * prefetched lines. */
 QR16_INLINE void q6_kernel(const block_q6_Kx16 *b, const lilac_qx *x, int nt, int64_t n, float *out)
 {
-    for (int half = 0; half < 2; half++) {
-        __m256 acc[LILAC_QR16_NT];
-        for (int t = 0; t < nt; t++)
-            acc[t] = _mm256_setzero_ps();
-        for (int64_t i = 0; i < n / 256; i++) {
-            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b[i].d + 8 * half)));
-            for (int g = 0; g < 16; g++) {
+    __m256 acc[2][LILAC_QR16_NT];
+    for (int t = 0; t < nt; t++)
+        acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 256; i++) {
+        const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b[i].d));
+        const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b[i].d + 8)));
+        for (int g = 0; g < 16; g++) {
+            /* 4 lines per group: the block's 3360 bytes over its 16 groups */
+            for (int o = 256 * g; o < 256 * (g + 1) && o < (int)sizeof *b; o += 64)
+                _mm_prefetch((const char *)(b + i) + QR16_AHEAD + o, _MM_HINT_NTA);
+            for (int half = 0; half < 2; half++) {
                 __m256i c[4];
                 unpack(b[i].q[g][0] + 32 * half, c);
                 const __m128i sc8 = _mm_loadl_epi64((const __m128i *)(b[i].sc[g] + 8 * half));
-                const __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc8)), d);
+                const __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc8)), half ? d1 : d0);
                 for (int t = 0; t < nt; t++) {
                     const lilac_qx *xt = &x[t];
                     const int64_t at = 256 * i + 16 * g;
                     const __m256i is = group_sum(c, xt->hi + at, xt->lo + at, xt->sum16[at / 16]);
                     const __m256 f = _mm256_mul_ps(s, _mm256_set1_ps(xt->unit[at / 32]));
-                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), f, acc[t]);
+                    acc[half][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), f, acc[half][t]);
                 }
             }
         }
-        for (int t = 0; t < nt; t++)
-            _mm256_storeu_ps(out + LILAC_QR16_ROWS * t + 8 * half, acc[t]);
+    }
+    for (int t = 0; t < nt; t++) {
+        _mm256_storeu_ps(out + LILAC_QR16_ROWS * t, acc[0][t]);
+        _mm256_storeu_ps(out + LILAC_QR16_ROWS * t + 8, acc[1][t]);
     }
 }
 
