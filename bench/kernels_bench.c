@@ -232,25 +232,47 @@ int main(int argc, char **argv)
         lilac_mat W = {.data = data, .type = t->type, .rows = rows, .cols = cols,
                        .row_bytes = row_bytes};
         int quant = lilac_cpu_qdot_for(&lilac_cpu_scalar, t->type) != NULL;
-        for (int fast = 0; fast <= quant; fast++)
+        /* path 0 precise, 1 fast, 2 fast on the 16-row repacked layout
+         * (kernels/cpu/qr16.h) as the model runs Q4_K / Q6_K */
+        int r16 = lilac_cpu_r16_type(t->type);
+        int64_t rows16 = rows / LILAC_QR16_ROWS * LILAC_QR16_ROWS;
+        uint8_t *packed = NULL;
+        lilac_mat W16 = W;
+        if (r16 >= 0 && cols % 256 == 0 && rows16 > 0 && (packed = aligned_alloc(64, (bytes + 63) / 64 * 64))) {
+            for (int64_t g = 0; g < rows16 / LILAC_QR16_ROWS; g++) {
+                size_t off = (size_t)g * LILAC_QR16_ROWS * row_bytes;
+                if (t->type == LILAC_Q4_K)
+                    lilac_qr16_pack_q4_K(data + off, row_bytes, cols, packed + off);
+                else
+                    lilac_qr16_pack_q6_K(data + off, row_bytes, cols, packed + off);
+            }
+            W16 = (lilac_mat){.data = packed, .type = r16, .rows = rows16, .cols = cols, .row_bytes = row_bytes};
+        }
+        for (int path = 0; path <= (packed ? 2 : quant); path++)
             for (int s = 0; s < n_sets; s++) {
-                lilac_cpu_kernels k = lilac_cpu_with(sets[s], fast);
+                lilac_cpu_kernels k = lilac_cpu_with(sets[s], path > 0);
+                const lilac_mat *M = path == 2 ? &W16 : &W;
+                if (path == 2 && !lilac_cpu_qr16_for(&k, r16))
+                    continue;
                 char label[40];
-                snprintf(label, sizeof label, "%s %s", sets[s]->name, quant ? (fast ? "fast" : "precise") : "");
+                snprintf(label, sizeof label, "%s %s", sets[s]->name,
+                         quant ? (path == 2 ? "fast r16" : path ? "fast" : "precise") : "");
+                size_t mbytes = (size_t)M->rows * row_bytes;
                 for (int th = 0; th < n_threads; th++) {
                     double best = 1e30;
-                    lilac_matmul(&k, pools[th], &W, x, ntok, y); /* warm the pool and the scratch */
+                    lilac_matmul(&k, pools[th], M, x, ntok, y); /* warm the pool and the scratch */
                     for (int r = 0; r < reps; r++) {
                         double t0 = now();
-                        lilac_matmul(&k, pools[th], &W, x, ntok, y);
+                        lilac_matmul(&k, pools[th], M, x, ntok, y);
                         double dt = now() - t0;
                         best = dt < best ? dt : best;
                     }
                     printf("| %-4s | %-16s | %7d | %6.2f | %9.2f |\n", t->name, label, threads[th],
-                           (double)bytes / best * 1e-9, best * 1e3);
+                           (double)mbytes / best * 1e-9, best * 1e3);
                     fflush(stdout);
                 }
             }
+        free(packed);
     }
     for (int i = 0; i < n_threads; i++)
         lilac_pool_free(pools[i]);

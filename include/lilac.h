@@ -95,6 +95,12 @@ typedef struct lilac_model_params {
      * why), _CPU, or _CUDA (an error when no GPU can be used). The
      * environment variable LILAC_BACKEND=cpu|cuda|auto sets the default. */
     int backend;
+    /* Keep Q4_K / Q6_K matrices as mapped from the file. false (the
+     * default, unless LILAC_REPACK=0): on the CPU's fast path they are
+     * copied once at load, 16 rows interleaved, into anonymous memory of
+     * the same size, for kernels about twice as fast; loading then reads
+     * them all. */
+    bool no_repack;
 } lilac_model_params;
 
 enum { LILAC_BACKEND_AUTO = 0, LILAC_BACKEND_CPU = 1, LILAC_BACKEND_CUDA = 2 };
@@ -130,6 +136,14 @@ typedef struct lilac_type_count {
  * found (at most max are written). */
 size_t lilac_model_type_counts(const lilac_model *m, lilac_type_count *out, size_t max);
 uint64_t lilac_model_weight_bytes(const lilac_model *m);
+/* One-time work after the memory check and before the first token: on the
+ * CPU's fast path, the Q4_K / Q6_K matrices are repacked for the 16-row
+ * kernels (see lilac_model_params.no_repack), reading every one of them.
+ * lilac_seq_new does it when it has not been done; call it to do it at a
+ * time of your choosing (a server before it says it is ready). */
+lilac_status lilac_model_prepare(lilac_model *m, lilac_error *err);
+/* The bytes repacked (0: none, or not prepared yet). */
+uint64_t lilac_model_repacked_bytes(const lilac_model *m);
 uint64_t lilac_model_n_params(const lilac_model *m);
 /* Weight bytes one token reads: everything but the routed experts, plus
  * n_expert_used / n_expert of them. */

@@ -151,6 +151,9 @@ lilac_status lilac_seq_new(lilac_model *m, int n_ctx, lilac_seq **out, lilac_err
         *out = s;
         return LILAC_OK;
     }
+    lilac_status ps = lilac_model_prepare(m, err); /* once per model */
+    if (ps)
+        return ps;
     uint64_t kv, rec;
     lilac_state_sizes(hp, n_ctx, &kv, &rec);
     uint64_t total = kv + rec;

@@ -27,6 +27,7 @@ static const struct {
     {LILAC_BOOL, {"BOOL", 1, 1}},        {LILAC_F8_E4M3, {"F8_E4M3", 1, 1}},
     {LILAC_F8_E5M2, {"F8_E5M2", 1, 1}},
     {LILAC_MLX_AFFINE, {"MLX_AFFINE", 1, 0}}, /* size 0: row bytes depend on the bits */
+    {LILAC_Q4_K_R16, {"Q4_K_R16", 256, 144}}, {LILAC_Q6_K_R16, {"Q6_K_R16", 256, 210}},
 };
 
 const lilac_dtype_info *lilac_dtype_get(int type)

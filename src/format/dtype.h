@@ -53,6 +53,11 @@ typedef enum lilac_dtype {
      * (packed uint32 codes with separate scales and biases; kernels/mat.h).
      * Its row size depends on the bits, so lilac_dtype_row_bytes is 0. */
     LILAC_MLX_AFFINE = 1100,
+    /* Not file element types: Q4_K / Q6_K matrices repacked 16 rows at a
+     * time for the fast CPU kernels (kernels/cpu/qr16.h); the same bytes
+     * per row as the type they came from. */
+    LILAC_Q4_K_R16 = 1101,
+    LILAC_Q6_K_R16 = 1102,
 } lilac_dtype;
 
 typedef struct lilac_dtype_info {

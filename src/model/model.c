@@ -3,6 +3,7 @@
  * what the public API says about a loaded model. */
 #include "model/model.h"
 #include "model/decoder_cuda.h"
+#include "model/repack.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -62,6 +63,7 @@ lilac_model_params lilac_model_default_params(void)
     lilac_model_params p = {0};
     int b = lilac_backend_parse(getenv("LILAC_BACKEND"));
     p.backend = b < 0 ? LILAC_BACKEND_AUTO : b;
+    p.no_repack = !lilac_repack_enabled_env();
     return p;
 }
 
@@ -98,6 +100,7 @@ void lilac_model_free(lilac_model *m)
     lilac_model_free_text(m);
     lilac_cuda_model_free(m->cuda);
     lilac_pool_free(m->pool);
+    lilac_model_repack_free(m);
     for (size_t i = 0; i < m->owned.n; i++)
         free(m->owned.ptrs[i]);
     free(m->owned.ptrs);

@@ -77,6 +77,10 @@ struct lilac_model {
     uint64_t weight_bytes, n_params;
     uint64_t expert_bytes; /* of the routed experts, within weight_bytes */
 
+    void *repack_mem; /* the repacked Q4_K / Q6_K matrices (model/repack.c), or NULL */
+    size_t repack_bytes;
+    bool prepared; /* lilac_model_prepare ran (model/repack.c) */
+
     lilac_alloc_list owned; /* small arrays converted at load */
     uint64_t owned_bytes;
 

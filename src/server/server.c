@@ -653,7 +653,8 @@ static int engine_main(void *user, int listen_fd, int ready_fd)
     struct MHD_Daemon *d = NULL;
     int rc = 1;
     if (lilac_model_open(p->model_path, &mp, &m, &err) ||
-        lilac_model_mem_check(m, p->n_ctx, p->n_parallel, &err) || lilac_model_tokenizer(m, &sv.en.tok, &err)) {
+        lilac_model_mem_check(m, p->n_ctx, p->n_parallel, &err) || lilac_model_prepare(m, &err) ||
+        lilac_model_tokenizer(m, &sv.en.tok, &err)) {
         log_json(json_pack("{s:s, s:s}", "event", "load_failed", "error", err.msg));
         goto done;
     }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "format/dtype.h"
+#include "kernels/cpu/quant.h"
 #include "kernels/cpu/mlx.h"
 
 bool lilac_cpu_runs(const lilac_cpu_kernels *k)
@@ -89,6 +90,56 @@ lilac_qdotn_fn lilac_cpu_qdotn_for(const lilac_cpu_kernels *k, int type)
     }
 }
 
+lilac_qr16_fn lilac_cpu_qr16_for(const lilac_cpu_kernels *k, int type)
+{
+    switch (type) {
+    case LILAC_Q4_K_R16: return k->qr16_q4_K;
+    case LILAC_Q6_K_R16: return k->qr16_q6_K;
+    default: return NULL;
+    }
+}
+
+int lilac_cpu_r16_base(int type)
+{
+    switch (type) {
+    case LILAC_Q4_K_R16: return LILAC_Q4_K;
+    case LILAC_Q6_K_R16: return LILAC_Q6_K;
+    default: return -1;
+    }
+}
+
+/* One 256-column block of a 16-row group of a repacked matrix (type
+ * LILAC_Q4_K_R16 / LILAC_Q6_K_R16) back in its file layout: 16 blocks, row
+ * r's at out + r * block size. */
+static void r16_unpack_block(int type, const lilac_mat *W, int64_t group, int64_t b, uint8_t *out)
+{
+    const uint8_t *g = (const uint8_t *)W->data + (size_t)group * LILAC_QR16_ROWS * W->row_bytes;
+    if (type == LILAC_Q4_K_R16)
+        lilac_qr16_unpack_q4_K(g + (size_t)b * sizeof(block_q4_Kx16), 256, out, sizeof(block_q4_K));
+    else
+        lilac_qr16_unpack_q6_K(g + (size_t)b * sizeof(block_q6_Kx16), 256, out, sizeof(block_q6_K));
+}
+
+void lilac_r16_row_to_f32(const lilac_mat *W, int64_t r, float *out)
+{
+    uint8_t blocks[LILAC_QR16_ROWS * sizeof(block_q6_K)];
+    int base = lilac_cpu_r16_base(W->type);
+    size_t bs = lilac_dtype_row_bytes(base, 256);
+    for (int64_t b = 0; b < W->cols / 256; b++) {
+        r16_unpack_block(W->type, W, r / LILAC_QR16_ROWS, b, blocks);
+        lilac_row_to_f32(base, blocks + (size_t)(r % LILAC_QR16_ROWS) * bs, out + 256 * b, 256);
+    }
+}
+
+int lilac_cpu_r16_type(int type)
+{
+    switch (type) {
+    case LILAC_Q4_K: return LILAC_Q4_K_R16;
+    case LILAC_Q6_K: return LILAC_Q6_K_R16;
+    default: return -1;
+    }
+}
+
 bool lilac_cpu_type_supported(int type) { return lilac_cpu_dot_for(&lilac_cpu_scalar, type) != NULL; }
 
 /* The quantized activations of the calling thread: grown as needed, freed
@@ -144,6 +195,7 @@ typedef struct {
     /* the fast path: qdot over the quantized rows of x at qx, qx_bytes apart */
     lilac_qdot_fn qdot;
     lilac_qdotn_fn qdotn; /* up to LILAC_QDOT_NT rows at once, or NULL */
+    lilac_qr16_fn qr16;   /* a repacked matrix (kernels/cpu/qr16.h): 16 rows at once */
     uint8_t *qx;
     size_t qx_bytes;
     int qx_layout;
@@ -155,6 +207,29 @@ static void matmul_rows(const matmul_job *j, int64_t r0, int64_t r1)
     int64_t cols = j->W->cols, rows = j->W->rows;
     if (r1 > rows)
         r1 = rows;
+    if (j->qr16) {
+        /* 16-row groups (r0 is a multiple of 16); tokens in blocks whose
+         * quantized rows stay in L2 while every group of the task passes
+         * over them, the task's weights staying there for every block */
+        enum { NT = LILAC_QR16_NT, TB = 32 };
+        for (int64_t tb = 0; tb < j->n_tok; tb += TB) {
+            const int64_t te = tb + TB < j->n_tok ? tb + TB : j->n_tok;
+            for (int64_t g = r0; g < r1; g += LILAC_QR16_ROWS) {
+                const void *w = (const uint8_t *)j->W->data + (size_t)g * j->W->row_bytes;
+                for (int64_t t0 = tb; t0 < te; t0 += NT) {
+                    const int nt = te - t0 < NT ? (int)(te - t0) : NT;
+                    lilac_qx q[NT];
+                    float o[NT * LILAC_QR16_ROWS];
+                    for (int u = 0; u < nt; u++)
+                        q[u] = lilac_qx_carve(j->qx + (size_t)(t0 + u) * j->qx_bytes, cols, j->qx_layout);
+                    j->qr16(w, q, nt, cols, o);
+                    for (int u = 0; u < nt; u++)
+                        memcpy(j->y + (t0 + u) * rows + g, o + u * LILAC_QR16_ROWS, LILAC_QR16_ROWS * sizeof(float));
+                }
+            }
+        }
+        return;
+    }
     if (j->qdot) {
         /* chunks of RB rows: a group of NT activation rows is read from
          * L1 for every row of the chunk, the chunk's weights stay there
@@ -180,6 +255,23 @@ static void matmul_rows(const matmul_job *j, int64_t r0, int64_t r1)
                 lilac_qx q = lilac_qx_carve(j->qx + (size_t)t * j->qx_bytes, cols, j->qx_layout);
                 for (int64_t r = rc; r < re; r++)
                     j->y[t * rows + r] = j->qdot(lilac_mat_row(j->W, r), &q, cols);
+            }
+        }
+        return;
+    }
+    if (lilac_cpu_r16_base(j->W->type) >= 0) {
+        /* a repacked matrix without its quantized activations (no memory
+         * for them): float32 dots block by block over the unpacked rows */
+        uint8_t blocks[LILAC_QR16_ROWS * sizeof(block_q6_K)];
+        size_t bs = lilac_dtype_row_bytes(lilac_cpu_r16_base(j->W->type), 256);
+        for (int64_t g = r0; g < r1; g += LILAC_QR16_ROWS) {
+            for (int64_t t = 0; t < j->n_tok; t++)
+                memset(j->y + t * rows + g, 0, LILAC_QR16_ROWS * sizeof(float));
+            for (int64_t b = 0; b < cols / 256; b++) {
+                r16_unpack_block(j->W->type, j->W, g / LILAC_QR16_ROWS, b, blocks);
+                for (int r = 0; r < LILAC_QR16_ROWS; r++)
+                    for (int64_t t = 0; t < j->n_tok; t++)
+                        j->y[t * rows + g + r] += j->dot(blocks + r * bs, j->x + t * cols + 256 * b, 256);
             }
         }
         return;
@@ -238,13 +330,17 @@ void lilac_matmul_multi(const lilac_cpu_kernels *k, lilac_pool *pool, const lila
             continue;
         }
         matmul_job *j = &mj.part[n];
-        *j = (matmul_job){.W = W, .dot = lilac_cpu_dot_for(k, W->type), .x = items[i].x, .n_tok = nt_i,
+        int dtype = lilac_cpu_r16_base(W->type) >= 0 ? lilac_cpu_r16_base(W->type) : W->type;
+        *j = (matmul_job){.W = W, .dot = lilac_cpu_dot_for(k, dtype), .x = items[i].x, .n_tok = nt_i,
                           .y = items[i].y};
         off[n] = SIZE_MAX;
+        lilac_qr16_fn qr16 = lilac_cpu_qr16_for(k, W->type);
         lilac_qdot_fn qdot = k->fast ? lilac_cpu_qdot_for(k, W->type) : NULL;
         int layout = lilac_qx_layout(W->type);
-        if (qdot && k->qx_quantize && W->cols % (layout == LILAC_QX_KQ ? 256 : LILAC_QX_BLOCK) == 0 && nt_i > 0) {
+        if ((qdot || qr16) && k->qx_quantize && W->cols % (layout == LILAC_QX_KQ ? 256 : LILAC_QX_BLOCK) == 0 &&
+            nt_i > 0) {
             j->qdot = qdot;
+            j->qr16 = qr16;
             j->qdotn = lilac_cpu_qdotn_for(k, W->type);
             j->qx_layout = layout;
             j->qx_bytes = lilac_qx_row_bytes(W->cols);
@@ -264,17 +360,18 @@ void lilac_matmul_multi(const lilac_cpu_kernels *k, lilac_pool *pool, const lila
     uint8_t *buf = total ? scratch_get(total) : NULL;
     for (int i = 0; i < n; i++) {
         matmul_job *j = &mj.part[i];
-        if (!j->qdot)
+        if (!j->qdot && !j->qr16)
             continue;
         if (!buf) { /* the precise path, which needs no memory */
             j->qdot = NULL;
             j->qdotn = NULL;
+            j->qr16 = NULL;
             continue;
         }
         j->qx = buf + off[i];
         bool first = true;
         for (int p = 0; p < i && first; p++)
-            first = !(mj.part[p].qdot && off[p] == off[i]);
+            first = !((mj.part[p].qdot || mj.part[p].qr16) && off[p] == off[i]);
         if (first)
             for (int64_t t = 0; t < j->n_tok; t++) {
                 lilac_qx q = lilac_qx_carve(j->qx + (size_t)t * j->qx_bytes, j->W->cols, j->qx_layout);
@@ -299,6 +396,8 @@ void lilac_matmul_multi(const lilac_cpu_kernels *k, lilac_pool *pool, const lila
         if (nt > rows)
             nt = rows > 0 ? rows : 1;
         j->rows_per_task = rows > 0 ? (rows + nt - 1) / nt : 1;
+        if (lilac_cpu_r16_base(j->W->type) >= 0) /* whole 16-row groups */
+            j->rows_per_task = (j->rows_per_task + LILAC_QR16_ROWS - 1) / LILAC_QR16_ROWS * LILAC_QR16_ROWS;
         nt = rows > 0 ? (rows + j->rows_per_task - 1) / j->rows_per_task : 0;
         mj.task0[i] = tasks;
         tasks += (int)nt;

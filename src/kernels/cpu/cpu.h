@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "kernels/cpu/qfast.h"
+#include "kernels/cpu/qr16.h"
 #include "kernels/mat.h"
 #include "util/pool.h"
 
@@ -30,6 +31,9 @@ typedef struct lilac_cpu_kernels {
     /* Their LILAC_QDOT_NT-row versions, bitwise the same; NULL where a
      * set has none (the single-row dot then runs per row). */
     lilac_qdotn_fn qdotn_q4_K, qdotn_q6_K;
+    /* The 16-row interleaved kernels (kernels/cpu/qr16.h), NULL where a set
+     * has none (the model then keeps its Q4_K / Q6_K matrices as they are). */
+    lilac_qr16_fn qr16_q4_K, qr16_q6_K;
     /* lilac_matmul takes the fast path for the block types when set. The
      * sets below leave it off (precise); a model copies its set and turns
      * it on unless lilac_model_params.precise (lilac_cpu_with). */
@@ -65,6 +69,13 @@ lilac_qdot_fn lilac_cpu_qdot_for(const lilac_cpu_kernels *k, int type);
 /* The multi-row fast dot for a block type, or NULL. */
 lilac_qdotn_fn lilac_cpu_qdotn_for(const lilac_cpu_kernels *k, int type);
 bool lilac_cpu_type_supported(int type);
+/* The 16-row kernel for a repacked type (LILAC_Q4_K_R16, LILAC_Q6_K_R16),
+ * or NULL; lilac_cpu_r16_type: the repacked type of a block type, or -1. */
+lilac_qr16_fn lilac_cpu_qr16_for(const lilac_cpu_kernels *k, int type);
+int lilac_cpu_r16_type(int type);
+int lilac_cpu_r16_base(int type); /* the inverse, or -1 */
+/* Row r of a repacked matrix as float32 (W->cols values). */
+void lilac_r16_row_to_f32(const lilac_mat *W, int64_t r, float *out);
 
 /* Scalar conversions. */
 float lilac_f16_to_f32(uint16_t h);

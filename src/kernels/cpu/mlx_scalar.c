@@ -86,6 +86,8 @@ void lilac_mat_row_to_f32(const lilac_mat *m, int64_t r, float *out)
 {
     if (m->type == LILAC_MLX_AFFINE)
         lilac_mlx_dequant_row(m, r, out);
+    else if (lilac_cpu_r16_base(m->type) >= 0)
+        lilac_r16_row_to_f32(m, r, out);
     else
         lilac_row_to_f32(m->type, lilac_mat_row(m, r), out, m->cols);
 }

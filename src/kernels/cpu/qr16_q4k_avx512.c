@@ -12,21 +12,10 @@
 #include <string.h>
 
 #include "kernels/cpu/qr16.h"
+#include "kernels/cpu/qr16_avx512.h"
 #include "kernels/cpu/quant.h"
 
 #define QR16_INLINE static inline __attribute__((always_inline))
-
-/* 4 activation bytes broadcast to every lane; the compiler folds it into
- * vpdpbusd's {1to16} memory operand */
-typedef int32_t i32_any __attribute__((may_alias, aligned(1)));
-/* acc += w . (4 activation bytes at p, broadcast): vpdpbusd with the
- * {1to16} memory operand, which GCC 12 does not fold from
- * _mm512_set1_epi32 (it emits a separate vpbroadcastd) */
-QR16_INLINE __m512i dp_bcast(__m512i acc, __m512i w, const int8_t *p)
-{
-    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const i32_any *)(const void *)p));
-    return acc;
-}
 
 /* vpshufb control: byte k of each 32-bit lane, zero-extended */
 static inline __m512i byte_k(int k)
@@ -79,10 +68,10 @@ QR16_INLINE void qr16_q4k(const block_q4_Kx16 *blk, const lilac_qx *x, int nt, i
                 const int8_t *xh = x[t].hi + 256 * i + 32 * g, *xl = x[t].lo + 256 * i + 32 * g;
                 __m512i H = _mm512_setzero_si512(), L = _mm512_setzero_si512();
                 for (int p = 0; p < 4; p++) {
-                    H = dp_bcast(H, wl[p], xh + 4 * p);
-                    L = dp_bcast(L, wl[p], xl + 4 * p);
-                    H = dp_bcast(H, wh[p], xh + 16 + 4 * p);
-                    L = dp_bcast(L, wh[p], xl + 16 + 4 * p);
+                    H = qr16_dp_bcast(H, wl[p], xh + 4 * p);
+                    L = qr16_dp_bcast(L, wl[p], xl + 4 * p);
+                    H = qr16_dp_bcast(H, wh[p], xh + 16 + 4 * p);
+                    L = qr16_dp_bcast(L, wh[p], xl + 16 + 4 * p);
                 }
                 const __m512i S = _mm512_add_epi32(_mm512_slli_epi32(H, 8), L);
                 const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(S), _mm512_set1_ps(x[t].unit[8 * i + g]));

@@ -11,15 +11,9 @@
 #include <string.h>
 
 #include "kernels/cpu/qr16.h"
+#include "kernels/cpu/qr16_avx512.h"
 
 #define QR16_INLINE static inline __attribute__((always_inline))
-
-static inline int32_t load32(const void *p)
-{
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
 
 /* The four chunk registers of group q (qr16.h): chunks 0..2 are bits 0..5
  * of the three registers; chunk 3 gathers their bits 6..7. The 16-bit
@@ -45,33 +39,18 @@ QR16_INLINE void unpack(const uint8_t *q, __m512i c[4])
  * worse. */
 #define QR16_AHEAD 4096
 
-/* acc + vpdpbusd(w, the 4 bytes at p in every lane), the bytes as an
- * embedded broadcast ({1to16}): GCC 12 does not fold
- * _mm512_set1_epi32(load) into the instruction (clang does) and leaves a
- * separate vpbroadcastd per product. */
-static inline __m512i dp_bcast(__m512i acc, __m512i w, const int8_t *p)
-{
-#if defined(__GNUC__) && !defined(__clang__)
-    typedef int32_t __attribute__((may_alias, aligned(1))) i32u;
-    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const i32u *)(const void *)p));
-    return acc;
-#else
-    return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(load32(p)));
-#endif
-}
-
 /* sum (q - 32) * Q of one group (its 16 columns at xh, xl) for all 16
  * rows; off = -32 * sum16 of the group, in every lane */
 QR16_INLINE __m512i group_sum(const __m512i c[4], const int8_t *xh, const int8_t *xl, __m512i off)
 {
-    __m512i h = dp_bcast(_mm512_setzero_si512(), c[0], xh);
-    __m512i l = dp_bcast(off, c[0], xl);
-    h = dp_bcast(h, c[1], xh + 4);
-    l = dp_bcast(l, c[1], xl + 4);
-    h = dp_bcast(h, c[2], xh + 8);
-    l = dp_bcast(l, c[2], xl + 8);
-    h = dp_bcast(h, c[3], xh + 12);
-    l = dp_bcast(l, c[3], xl + 12);
+    __m512i h = qr16_dp_bcast(_mm512_setzero_si512(), c[0], xh);
+    __m512i l = qr16_dp_bcast(off, c[0], xl);
+    h = qr16_dp_bcast(h, c[1], xh + 4);
+    l = qr16_dp_bcast(l, c[1], xl + 4);
+    h = qr16_dp_bcast(h, c[2], xh + 8);
+    l = qr16_dp_bcast(l, c[2], xl + 8);
+    h = qr16_dp_bcast(h, c[3], xh + 12);
+    l = qr16_dp_bcast(l, c[3], xl + 12);
     return _mm512_add_epi32(_mm512_slli_epi32(h, 8), l);
 }
 
