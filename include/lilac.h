@@ -95,7 +95,19 @@ typedef struct lilac_model_params {
      * why), _CPU, or _CUDA (an error when no GPU can be used). The
      * environment variable LILAC_BACKEND=cpu|cuda|auto sets the default. */
     int backend;
+    /* The element type of the KV cache of the full-attention layers:
+     * LILAC_KV_F32 (the default: exact) or LILAC_KV_F16 (IEEE half, as
+     * llama.cpp's default: half the memory and half the bytes a token reads
+     * at depth, keys and values rounded to 11 significant bits). CPU only:
+     * the CUDA backend refuses F16 at lilac_model_open. */
+    int kv_type;
 } lilac_model_params;
+
+enum { LILAC_KV_F32 = 0, LILAC_KV_F16 = 1 };
+/* Parse "f32", "f16"; -1 for anything else. */
+int lilac_kv_type_parse(const char *s);
+/* "f32" / "f16" ("?" for an unknown value). */
+const char *lilac_kv_type_name(int kv_type);
 
 enum { LILAC_BACKEND_AUTO = 0, LILAC_BACKEND_CPU = 1, LILAC_BACKEND_CUDA = 2 };
 /* Whether a CUDA GPU can be used: 1 with its description in out ("NVIDIA

@@ -65,6 +65,19 @@ lilac_model_params lilac_model_default_params(void)
     return p;
 }
 
+int lilac_kv_type_parse(const char *s)
+{
+    if (!s)
+        return -1;
+    if (!strcmp(s, "f32"))
+        return LILAC_KV_F32;
+    if (!strcmp(s, "f16"))
+        return LILAC_KV_F16;
+    return -1;
+}
+
+const char *lilac_kv_type_name(int t) { return t == LILAC_KV_F32 ? "f32" : t == LILAC_KV_F16 ? "f16" : "?"; }
+
 const char *lilac_model_backend(const lilac_model *m) { return m->cuda ? "cuda" : "cpu"; }
 
 /* Put the model on the GPU when asked (or when one is there, for auto). */
@@ -301,6 +314,11 @@ lilac_status lilac_model_open(const char *path, const lilac_model_params *params
     if (!m)
         return lilac_fail(err, LILAC_E_NOMEM, "out of memory");
     m->params = params ? *params : lilac_model_default_params();
+    if (m->params.kv_type != LILAC_KV_F32 && m->params.kv_type != LILAC_KV_F16) {
+        int t = m->params.kv_type;
+        free(m);
+        return lilac_fail(err, LILAC_E_ARG, "unknown KV cache type %d (LILAC_KV_F32 or LILAC_KV_F16)", t);
+    }
     m->path = strdup(path);
     lilac_loader ld = {.m = m, .err = err};
     lilac_status s;
@@ -327,6 +345,13 @@ lilac_status lilac_model_open(const char *path, const lilac_model_params *params
     }
     if (!s)
         s = pick_backend(m, err);
+    /* the device keeps its own float32 KV cache: say so rather than run
+     * something other than what was asked */
+    if (!s && m->cuda && m->params.kv_type != LILAC_KV_F32)
+        s = lilac_fail(err, LILAC_E_UNSUPPORTED,
+                       "KV cache type %s: the CUDA backend keeps its KV cache in f32; use --kv-type f32, or "
+                       "--backend cpu (LILAC_BACKEND=cpu) for an f16 cache",
+                       lilac_kv_type_name(m->params.kv_type));
     if (s) {
         lilac_model_free(m);
         return s;
