@@ -99,7 +99,9 @@ typedef struct lilac_model_params {
      * LILAC_KV_F32 (the default: exact) or LILAC_KV_F16 (IEEE half, as
      * llama.cpp's default: half the memory and half the bytes a token reads
      * at depth, keys and values rounded to 11 significant bits). CPU only:
-     * the CUDA backend refuses F16 at lilac_model_open. */
+     * the CUDA backend refuses F16 at lilac_model_open. The environment
+     * variable LILAC_KV_TYPE=f32|f16 sets the default (another value makes
+     * lilac_model_open fail, saying so). */
     int kv_type;
 } lilac_model_params;
 
@@ -131,6 +133,7 @@ const lilac_hparams *lilac_model_hparams(const lilac_model *m);
 const char *lilac_model_arch_name(const lilac_model *m); /* "qwen35moe", "qwen3moe" */
 const char *lilac_model_format(const lilac_model *m);    /* "gguf", "safetensors" */
 int lilac_model_n_threads(const lilac_model *m);
+int lilac_model_kv_type(const lilac_model *m); /* LILAC_KV_F32 / LILAC_KV_F16 */
 
 typedef struct lilac_type_count {
     const char *type_name; /* "BF16", "F32", ... */

@@ -62,6 +62,8 @@ lilac_model_params lilac_model_default_params(void)
     lilac_model_params p = {0};
     int b = lilac_backend_parse(getenv("LILAC_BACKEND"));
     p.backend = b < 0 ? LILAC_BACKEND_AUTO : b;
+    const char *kv = getenv("LILAC_KV_TYPE");
+    p.kv_type = kv && *kv ? lilac_kv_type_parse(kv) : LILAC_KV_F32; /* -1: refused at open */
     return p;
 }
 
@@ -317,7 +319,8 @@ lilac_status lilac_model_open(const char *path, const lilac_model_params *params
     if (m->params.kv_type != LILAC_KV_F32 && m->params.kv_type != LILAC_KV_F16) {
         int t = m->params.kv_type;
         free(m);
-        return lilac_fail(err, LILAC_E_ARG, "unknown KV cache type %d (LILAC_KV_F32 or LILAC_KV_F16)", t);
+        return lilac_fail(err, LILAC_E_ARG, "unknown KV cache type %d (LILAC_KV_F32 or LILAC_KV_F16; LILAC_KV_TYPE "
+                          "and --kv-type take f32 or f16)", t);
     }
     m->path = strdup(path);
     lilac_loader ld = {.m = m, .err = err};
@@ -364,6 +367,7 @@ const lilac_hparams *lilac_model_hparams(const lilac_model *m) { return &m->hp; 
 const char *lilac_model_arch_name(const lilac_model *m) { return m->arch_name; }
 const char *lilac_model_format(const lilac_model *m) { return m->format; }
 int lilac_model_n_threads(const lilac_model *m) { return m->params.n_threads; }
+int lilac_model_kv_type(const lilac_model *m) { return m->params.kv_type; }
 uint64_t lilac_model_weight_bytes(const lilac_model *m) { return m->weight_bytes; }
 uint64_t lilac_model_n_params(const lilac_model *m) { return m->n_params; }
 
