@@ -61,8 +61,12 @@ static inline __m256 reduce8(const __m256 *x)
     return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
+/* The next block's rows go to L2 while this one is computed (as the
+ * AVX-512 kernels do; knext, vnext NULL after the last block). */
+static inline __attribute__((always_inline)) void prefetch(const char *p) { _mm_prefetch(p, _MM_HINT_T1); }
+
 static inline __attribute__((always_inline)) void scores(const lilac_attn_in *a, const char *k0, int nb, size_t rs,
-                                                         bool f16, float S[][BK])
+                                                         bool f16, float S[][BK], const char *knext, int nbn)
 {
     int g = a->g, hd = a->hd;
     __m256 scale = _mm256_set1_ps(a->scale);
@@ -77,7 +81,12 @@ static inline __attribute__((always_inline)) void scores(const lilac_attn_in *a,
             __m256 acc[8];
             for (int x = 0; x < 8; x++)
                 acc[x] = _mm256_setzero_ps();
+            bool pf = knext && i0 == 0;
             for (int d = 0; d < hd; d += 8) {
+                size_t db = (size_t)d * (f16 ? 2 : 4);
+                if (pf && db % 64 == 0)
+                    for (int c = 0; c < 4 && j + c < nbn; c++)
+                        prefetch(knext + (size_t)(j + c) * rs + db);
                 __m256 qa = _mm256_loadu_ps(q0 + d), qb = _mm256_loadu_ps(q1 + d);
                 for (int c = 0; c < 4; c++) {
                     __m256 kv = ldkv(kr[c], d, f16);
@@ -96,10 +105,12 @@ static inline __attribute__((always_inline)) void scores(const lilac_attn_in *a,
 
 static inline __attribute__((always_inline)) void values(const lilac_attn_in *a, float *o, int i0, int H,
                                                          const float *alpha, const char *v0, int nb, size_t rs,
-                                                         bool f16, float S[][BK])
+                                                         bool f16, float S[][BK], const char *vnext, int nbn)
 {
     int hd = a->hd;
     for (int d = 0; d < hd; d += 16) {
+        size_t db = (size_t)d * (f16 ? 2 : 4);
+        bool pf = vnext && i0 == 0 && db % 64 == 0;
         __m256 acc[4][2];
         for (int h = 0; h < H; h++) {
             __m256 al = _mm256_set1_ps(alpha[i0 + h]);
@@ -108,6 +119,8 @@ static inline __attribute__((always_inline)) void values(const lilac_attn_in *a,
         }
         for (int j = 0; j < nb; j++) {
             const char *vr = v0 + (size_t)j * rs;
+            if (pf && j < nbn)
+                prefetch(vnext + (size_t)j * rs + db);
             __m256 x0 = ldkv(vr, d, f16), x1 = ldkv(vr, d + 8, f16);
             for (int h = 0; h < H; h++) {
                 __m256 p = _mm256_broadcast_ss(&S[i0 + h][j]);
@@ -133,7 +146,10 @@ static inline __attribute__((always_inline)) void attn(const lilac_attn_in *a, f
     for (int j0 = 0; j0 < a->n; j0 += BK) {
         int nb = a->n - j0 < BK ? a->n - j0 : BK;
         const char *k0 = (const char *)a->k + (size_t)j0 * rs, *v0 = (const char *)a->v + (size_t)j0 * rs;
-        scores(a, k0, nb, rs, f16, S);
+        int nbn = a->n - j0 - BK; /* the next block's keys */
+        nbn = nbn < 0 ? 0 : nbn < BK ? nbn : BK;
+        const char *kn = nbn ? k0 + (size_t)BK * rs : NULL, *vn = nbn ? v0 + (size_t)BK * rs : NULL;
+        scores(a, k0, nb, rs, f16, S, kn, nbn);
         for (int i = 0; i < g; i++) {
             for (int j = nb; j < BK; j++) /* the block's missing keys weigh nothing */
                 S[i][j] = -INFINITY;
@@ -153,11 +169,11 @@ static inline __attribute__((always_inline)) void attn(const lilac_attn_in *a, f
         }
         int i0 = 0;
         for (; i0 + 4 <= g; i0 += 4)
-            values(a, o, i0, 4, alpha, v0, nb, rs, f16, S);
+            values(a, o, i0, 4, alpha, v0, nb, rs, f16, S, vn, nbn);
         switch (g - i0) {
-        case 3: values(a, o, i0, 3, alpha, v0, nb, rs, f16, S); break;
-        case 2: values(a, o, i0, 2, alpha, v0, nb, rs, f16, S); break;
-        case 1: values(a, o, i0, 1, alpha, v0, nb, rs, f16, S); break;
+        case 3: values(a, o, i0, 3, alpha, v0, nb, rs, f16, S, vn, nbn); break;
+        case 2: values(a, o, i0, 2, alpha, v0, nb, rs, f16, S, vn, nbn); break;
+        case 1: values(a, o, i0, 1, alpha, v0, nb, rs, f16, S, vn, nbn); break;
         default: break;
         }
     }
