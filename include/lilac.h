@@ -101,7 +101,21 @@ typedef struct lilac_model_params {
      * the same size, for kernels about twice as fast; loading then reads
      * them all. */
     bool no_repack;
+    /* The element type of the KV cache of the full-attention layers:
+     * LILAC_KV_F32 (the default: exact) or LILAC_KV_F16 (IEEE half, as
+     * llama.cpp's default: half the memory and half the bytes a token reads
+     * at depth, keys and values rounded to 11 significant bits). CPU only:
+     * the CUDA backend refuses F16 at lilac_model_open. The environment
+     * variable LILAC_KV_TYPE=f32|f16 sets the default (another value makes
+     * lilac_model_open fail, saying so). */
+    int kv_type;
 } lilac_model_params;
+
+enum { LILAC_KV_F32 = 0, LILAC_KV_F16 = 1 };
+/* Parse "f32", "f16"; -1 for anything else. */
+int lilac_kv_type_parse(const char *s);
+/* "f32" / "f16" ("?" for an unknown value). */
+const char *lilac_kv_type_name(int kv_type);
 
 enum { LILAC_BACKEND_AUTO = 0, LILAC_BACKEND_CPU = 1, LILAC_BACKEND_CUDA = 2 };
 /* Whether a CUDA GPU can be used: 1 with its description in out ("NVIDIA
@@ -125,6 +139,7 @@ const lilac_hparams *lilac_model_hparams(const lilac_model *m);
 const char *lilac_model_arch_name(const lilac_model *m); /* "qwen35moe", "qwen3moe" */
 const char *lilac_model_format(const lilac_model *m);    /* "gguf", "safetensors" */
 int lilac_model_n_threads(const lilac_model *m);
+int lilac_model_kv_type(const lilac_model *m); /* LILAC_KV_F32 / LILAC_KV_F16 */
 
 typedef struct lilac_type_count {
     const char *type_name; /* "BF16", "F32", ... */

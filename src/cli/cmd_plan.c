@@ -13,11 +13,12 @@
 
 static const double GiB = 1073741824.0;
 
-static void print_plan(const lilac_mem_report *r, int ctx, int par)
+static void print_plan(const lilac_mem_report *r, int ctx, int par, int kv_type)
 {
     printf("memory plan for context %d x %d sequence%s:\n", ctx, par, par > 1 ? "s" : "");
     printf("  weights          %9.3f GiB (mapped; all of it is touched by a MoE)\n", r->weights / GiB);
-    printf("  KV cache         %9.3f GiB (full-attention layers only, float32)\n", r->kv / GiB);
+    printf("  KV cache         %9.3f GiB (full-attention layers only, %s)\n", r->kv / GiB,
+           kv_type == LILAC_KV_F16 ? "IEEE half" : "float32; --kv-type f16 halves it");
     printf("  recurrent state  %9.3f GiB (DeltaNet conv + state)\n", r->recurrent / GiB);
     printf("  scratch          %9.3f GiB\n", r->scratch / GiB);
     printf("  other            %9.3f GiB (tokenizer, small tensors, runtime)\n", r->other / GiB);
@@ -63,7 +64,7 @@ int cmd_plan(int argc, char **argv)
     if (lilac_model_open(model, &mp, &m, &err))
         return cli_fail_err(&err);
     lilac_mem_report r = lilac_model_mem_report(m, ctx, par);
-    print_plan(&r, ctx, par);
+    print_plan(&r, ctx, par, lilac_model_kv_type(m));
     lilac_model_free(m);
     return r.fits ? 0 : 1;
 }
@@ -155,7 +156,7 @@ int cmd_doctor(int argc, char **argv)
         printf("model:    %s: %s, %.2f GiB, %.2f B parameters, %.2f GiB read per token\n", model,
                lilac_model_arch_name(m), lilac_model_weight_bytes(m) / GiB, lilac_model_n_params(m) / 1e9,
                lilac_model_active_bytes(m) / GiB);
-        print_plan(&r, ctx, 1);
+        print_plan(&r, ctx, 1, lilac_model_kv_type(m));
         if (!r.fits) {
             printf("problem:  the model does not fit at context %d: %s\n", ctx,
                    r.max_ctx ? "lower --ctx" : "use a smaller quantization");

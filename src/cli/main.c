@@ -44,6 +44,8 @@ static void usage(FILE *f)
           "MODEL is a GGUF file or a Hugging Face checkpoint directory.\n"
           "--backend cpu|cuda|auto (any command that loads a model; default auto, or $LILAC_BACKEND):\n"
           "where the model runs; auto takes a CUDA GPU when lilac was built with CUDA and one is present.\n"
+          "--kv-type f32|f16 (any command that loads a model; default f32, or $LILAC_KV_TYPE): the KV\n"
+          "cache's element type; f16 halves its memory and what a token reads at depth (CPU backend only).\n"
           "--precise (run, chat, bench, logits): keep activations in float32 against quantized\n"
           "weights; slower. By default they are rounded to 16 bits per block of 32 for integer\n"
           "dot products (far closer to the model than 8-bit activations).\n",
@@ -191,8 +193,8 @@ static int cmd_info(int argc, char **argv)
         if (i == 1 && (ctx || ctxs[1] == ctxs[0]))
             break;
         lilac_mem_plan p = lilac_model_mem_plan(m, ctxs[i], 256);
-        printf("  context %7d: KV cache %s, recurrent state %s, scratch %s, total %s\n", ctxs[i],
-               human((double)p.kv_bytes, b1, sizeof b1), human((double)p.recurrent_bytes, b2, sizeof b2),
+        printf("  context %7d: KV cache (%s) %s, recurrent state %s, scratch %s, total %s\n", ctxs[i],
+               lilac_kv_type_name(lilac_model_kv_type(m)), human((double)p.kv_bytes, b1, sizeof b1), human((double)p.recurrent_bytes, b2, sizeof b2),
                human((double)p.scratch_bytes, b3, sizeof b3),
                human((double)(p.kv_bytes + p.recurrent_bytes + p.scratch_bytes), b4, sizeof b4));
     }
@@ -359,6 +361,17 @@ int main(int argc, char **argv)
             if (i + 1 >= argc || lilac_backend_parse(argv[i + 1]) < 0)
                 return cli_fail("--backend takes cpu, cuda or auto, not '%s'", i + 1 < argc ? argv[i + 1] : "");
             setenv("LILAC_BACKEND", argv[i + 1], 1);
+            memmove(&argv[i], &argv[i + 2], (size_t)(argc - i - 2) * sizeof *argv);
+            argc -= 2;
+            argv[argc] = NULL;
+            i--;
+        }
+    /* --kv-type f32|f16 likewise, as LILAC_KV_TYPE */
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--kv-type")) {
+            if (i + 1 >= argc || lilac_kv_type_parse(argv[i + 1]) < 0)
+                return cli_fail("--kv-type takes f32 or f16, not '%s'", i + 1 < argc ? argv[i + 1] : "");
+            setenv("LILAC_KV_TYPE", argv[i + 1], 1);
             memmove(&argv[i], &argv[i + 2], (size_t)(argc - i - 2) * sizeof *argv);
             argc -= 2;
             argv[argc] = NULL;

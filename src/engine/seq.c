@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/attention.h"
 #include "model/decoder_cuda.h"
 #include "util/err.h"
 
@@ -12,15 +13,24 @@ static size_t conv_channels(const lilac_hparams *hp)
     return (size_t)(2 * hp->ssm_k_heads * hp->ssm_k_dim + hp->ssm_v_heads * hp->ssm_v_dim);
 }
 
-void lilac_state_sizes(const lilac_hparams *hp, int n_ctx, uint64_t *kv, uint64_t *rec)
+static size_t kv_elem_bytes(int kv_type) { return kv_type == LILAC_KV_F16 ? 2 : sizeof(float); }
+
+/* Bytes of one attention layer's K (or V) rows [0, n) */
+static size_t kv_rows_bytes(const lilac_hparams *hp, int kv_type, int n)
+{
+    return (size_t)n * (size_t)(hp->n_head_kv * hp->head_dim) * kv_elem_bytes(kv_type);
+}
+
+void lilac_state_sizes(const lilac_hparams *hp, int n_ctx, int kv_type, uint64_t *kv, uint64_t *rec)
 {
     *kv = *rec = 0;
     for (int i = 0; i < hp->n_layer; i++) {
         if (hp->layer_kind[i] == LILAC_LAYER_ATTENTION)
-            *kv += 2ull * (uint64_t)n_ctx * (uint64_t)(hp->n_head_kv * hp->head_dim);
+            *kv += 2ull * (uint64_t)n_ctx * (uint64_t)(hp->n_head_kv * hp->head_dim) * kv_elem_bytes(kv_type);
         else
-            *rec += (uint64_t)(hp->ssm_conv_kernel - 1) * conv_channels(hp) +
-                    (uint64_t)hp->ssm_v_heads * (uint64_t)hp->ssm_k_dim * (uint64_t)hp->ssm_v_dim;
+            *rec += ((uint64_t)(hp->ssm_conv_kernel - 1) * conv_channels(hp) +
+                     (uint64_t)hp->ssm_v_heads * (uint64_t)hp->ssm_k_dim * (uint64_t)hp->ssm_v_dim) *
+                    sizeof(float);
     }
 }
 
@@ -40,32 +50,40 @@ static size_t widest(const lilac_hparams *hp)
     return w;
 }
 
-static size_t per_thread_floats(const lilac_hparams *hp, int n_ctx)
+static size_t per_thread_floats(const lilac_hparams *hp)
 {
-    /* attention scores over the context, or a DeltaNet chunk's matrices */
+    /* an attention row's running and partial softmax states, or a DeltaNet
+     * chunk's matrices */
     size_t chunk = 64, dk = (size_t)hp->ssm_k_dim, dv = (size_t)hp->ssm_v_dim;
     size_t dn = chunk * chunk * 2 + chunk * (dk * 3 + dv * 4) + dk + dv + chunk;
-    size_t at = (size_t)n_ctx * (size_t)(hp->n_head_kv > 0 ? hp->n_head / hp->n_head_kv : 1);
+    size_t at = hp->n_head_kv > 0 ? lilac_attn_thread_floats(hp->n_head, hp->n_head_kv, hp->head_dim) : 0;
     return (dn > at ? dn : at) + 64;
 }
 
-static uint64_t scratch_floats(const lilac_hparams *hp, int n_tok, int n_threads, int n_ctx)
+/* the partial attention states of a split step (model/attention.h) */
+static size_t attn_parts_floats(const lilac_hparams *hp)
+{
+    return hp->n_head_kv > 0 ? LILAC_ATTN_PARTS * lilac_attn_part_floats(hp->n_head, hp->n_head_kv, hp->head_dim)
+                             : 0;
+}
+
+static uint64_t scratch_floats(const lilac_hparams *hp, int n_tok, int n_threads)
 {
     uint64_t nt = (uint64_t)n_tok, small = (uint64_t)(hp->n_expert > hp->ssm_v_heads ? hp->n_expert : hp->ssm_v_heads);
     return nt * (uint64_t)hp->n_embd * 5 + nt * widest(hp) * 3 + nt * small * 2 +
-           nt * (uint64_t)hp->n_expert_used * 2 + (uint64_t)n_threads * per_thread_floats(hp, n_ctx);
+           nt * (uint64_t)hp->n_expert_used * 2 + (uint64_t)n_threads * per_thread_floats(hp) +
+           attn_parts_floats(hp);
 }
 
 lilac_mem_plan lilac_model_mem_plan(const lilac_model *m, int n_ctx, int n_batch)
 {
     lilac_mem_plan p;
-    lilac_state_sizes(&m->hp, n_ctx, &p.kv_bytes, &p.recurrent_bytes);
-    p.kv_bytes *= sizeof(float);
-    p.recurrent_bytes *= sizeof(float);
+    lilac_state_sizes(&m->hp, n_ctx, m->params.kv_type, &p.kv_bytes, &p.recurrent_bytes);
     if (n_batch > LILAC_UBATCH)
         n_batch = LILAC_UBATCH;
-    p.scratch_bytes = scratch_floats(&m->hp, n_batch, m->params.n_threads, n_ctx) * sizeof(float) +
-                      (uint64_t)n_batch * (uint64_t)(m->hp.n_expert_used + 3) * sizeof(int);
+    p.scratch_bytes = scratch_floats(&m->hp, n_batch, m->params.n_threads) * sizeof(float) +
+                      (uint64_t)n_batch * (uint64_t)(m->hp.n_expert_used + 3) * sizeof(int) +
+                      (uint64_t)n_batch * 2 * sizeof(void *);
     return p;
 }
 
@@ -73,12 +91,11 @@ lilac_mem_plan lilac_model_mem_plan(const lilac_model *m, int n_ctx, int n_batch
  * the page faults of first use are taken here rather than by the first
  * token (for a DeltaNet state, a fault per page on the hot path, with a TLB
  * shootdown each when another thread runs). */
-static int state_parts(const lilac_seq *s, int pos, float **ptr, size_t *n);
+static int state_parts(const lilac_seq *s, int pos, char **ptr, size_t *n);
 
-static void prefault(float *p, size_t floats)
+static void prefault(void *p, size_t bytes)
 {
     volatile unsigned char *b = (volatile unsigned char *)p;
-    size_t bytes = floats * sizeof(float);
     for (size_t i = 0; i < bytes; i += 4096)
         b[i] = 0;
 }
@@ -87,14 +104,16 @@ lilac_status lilac_scratch_init(lilac_scratch *sc, const lilac_model *m, int n_t
 {
     const lilac_hparams *hp = &m->hp;
     memset(sc, 0, sizeof *sc);
-    uint64_t total = scratch_floats(hp, n_tok, m->params.n_threads, n_ctx);
+    (void)n_ctx; /* attention works in fixed-size ranges, whatever the context */
+    uint64_t total = scratch_floats(hp, n_tok, m->params.n_threads);
     if (total > (uint64_t)SIZE_MAX / sizeof(float) / 2)
         return lilac_fail(err, LILAC_E_NOMEM, "scratch for %d tokens of a %d-token context is too large", n_tok, n_ctx);
     size_t nt = (size_t)n_tok, wide = widest(hp);
     size_t small = (size_t)(hp->n_expert > hp->ssm_v_heads ? hp->n_expert : hp->ssm_v_heads);
     sc->mem = calloc((size_t)total, sizeof(float));
     sc->ints = calloc(nt * ((size_t)hp->n_expert_used + 3), sizeof(int));
-    if (!sc->mem || !sc->ints) {
+    sc->attn_kv = calloc(nt * 2, sizeof *sc->attn_kv);
+    if (!sc->mem || !sc->ints || !sc->attn_kv) {
         lilac_scratch_free(sc);
         return lilac_fail(err, LILAC_E_NOMEM, "out of memory for %d tokens of scratch (%.1f MiB)", n_tok,
                           (double)total * sizeof(float) / (1 << 20));
@@ -113,14 +132,16 @@ lilac_status lilac_scratch_init(lilac_scratch *sc, const lilac_model *m, int n_t
     sc->small0 = p, p += nt * small;
     sc->small1 = p, p += nt * small;
     sc->route_w = p, p += nt * (size_t)hp->n_expert_used * 2;
-    sc->per_thread_floats = per_thread_floats(hp, n_ctx);
-    sc->per_thread = p;
+    sc->per_thread_floats = per_thread_floats(hp);
+    sc->per_thread = p, p += (size_t)m->params.n_threads * sc->per_thread_floats;
+    sc->attn_parts = p;
+    sc->attn_n_parts = hp->n_head_kv > 0 ? LILAC_ATTN_PARTS : 0;
     sc->route_idx = sc->ints;
     sc->ex_rows = sc->ints + nt * (size_t)hp->n_expert_used;
     sc->tok_seg = sc->ex_rows + nt;
     sc->tok_pos = sc->tok_seg + nt;
     /* written from the first token on */
-    prefault(sc->mem, (size_t)total);
+    prefault(sc->mem, (size_t)total * sizeof(float));
     return LILAC_OK;
 }
 
@@ -128,6 +149,7 @@ void lilac_scratch_free(lilac_scratch *sc)
 {
     free(sc->mem);
     free(sc->ints);
+    free((void *)sc->attn_kv);
     memset(sc, 0, sizeof *sc);
 }
 
@@ -155,8 +177,15 @@ lilac_status lilac_seq_new(lilac_model *m, int n_ctx, lilac_seq **out, lilac_err
     if (ps)
         return ps;
     uint64_t kv, rec;
-    lilac_state_sizes(hp, n_ctx, &kv, &rec);
-    uint64_t total = kv + rec;
+    int kv_type = m->params.kv_type;
+    lilac_state_sizes(hp, n_ctx, kv_type, &kv, &rec);
+    /* each layer's K and V start on a 64-byte boundary */
+    uint64_t kv_part = ((uint64_t)kv_rows_bytes(hp, kv_type, n_ctx) + 63) / 64 * 64, n_attn = 0;
+    for (int i = 0; i < hp->n_layer; i++)
+        n_attn += hp->layer_kind[i] == LILAC_LAYER_ATTENTION;
+    if (kv / (2 * (n_attn ? n_attn : 1)) > (uint64_t)SIZE_MAX / 4)
+        return lilac_fail(err, LILAC_E_NOMEM, "a context of %d tokens needs too much memory", n_ctx);
+    uint64_t total = (2 * n_attn * kv_part + rec + sizeof(float) - 1) / sizeof(float); /* floats */
     if (total > (uint64_t)SIZE_MAX / sizeof(float) / 2)
         return lilac_fail(err, LILAC_E_NOMEM, "a context of %d tokens needs too much memory", n_ctx);
     lilac_seq *s = calloc(1, sizeof *s);
@@ -171,23 +200,25 @@ lilac_status lilac_seq_new(lilac_model *m, int n_ctx, lilac_seq **out, lilac_err
     }
     s->m = m;
     s->n_ctx = n_ctx;
+    s->kv_type = kv_type;
+    s->kv_es = kv_elem_bytes(kv_type);
     s->mem = mem;
     s->mem_floats = (size_t)total;
     s->layers = ls;
-    float *p = mem;
-    size_t kvw = (size_t)n_ctx * (size_t)(hp->n_head_kv * hp->head_dim);
+    char *p = (char *)mem;
     for (int i = 0; i < hp->n_layer; i++) {
         if (hp->layer_kind[i] == LILAC_LAYER_ATTENTION) {
-            ls[i].k = p, p += kvw;
-            ls[i].v = p, p += kvw;
+            ls[i].k = p, p += kv_part;
+            ls[i].v = p, p += kv_part;
         } else {
-            ls[i].conv = p, p += (size_t)(hp->ssm_conv_kernel - 1) * conv_channels(hp);
-            ls[i].ssm = p, p += (size_t)hp->ssm_v_heads * hp->ssm_k_dim * hp->ssm_v_dim;
+            size_t conv = (size_t)(hp->ssm_conv_kernel - 1) * conv_channels(hp);
+            ls[i].conv = (float *)p, p += conv * sizeof(float);
+            ls[i].ssm = (float *)p, p += (size_t)hp->ssm_v_heads * hp->ssm_k_dim * hp->ssm_v_dim * sizeof(float);
         }
     }
     /* the recurrent state (the parts at position 0) is written from the
      * first token on; the KV cache only as it fills */
-    float *part[2 * LILAC_MAX_LAYERS];
+    char *part[2 * LILAC_MAX_LAYERS];
     size_t part_n[2 * LILAC_MAX_LAYERS];
     for (int p = 0, np = state_parts(s, 0, part, part_n); p < np; p++)
         prefault(part[p], part_n[p]);
@@ -213,16 +244,18 @@ void lilac_seq_free(lilac_seq *s)
 
 int lilac_seq_pos(const lilac_seq *s) { return s->pos; }
 
-/* The parts of a sequence's state at pos, in snapshot order: the K and V
- * rows [0, pos) of each attention layer, and the conv and recurrent state
- * of each DeltaNet layer (adjacent in the sequence's block, lilac_seq_new,
- * so one part). ptr and n hold 2 * LILAC_MAX_LAYERS; returns the count. */
-static int state_parts(const lilac_seq *s, int pos, float **ptr, size_t *n)
+/* The parts of a sequence's state at pos, in snapshot order, in bytes: the
+ * K and V rows [0, pos) of each attention layer, and the conv and
+ * recurrent state of each DeltaNet layer (adjacent in the sequence's
+ * block, lilac_seq_new, so one part). ptr and n hold 2 * LILAC_MAX_LAYERS;
+ * returns the count. */
+static int state_parts(const lilac_seq *s, int pos, char **ptr, size_t *n)
 {
     const lilac_hparams *hp = &s->m->hp;
-    size_t kv = (size_t)pos * (size_t)(hp->n_head_kv * hp->head_dim);
-    size_t rec = (size_t)(hp->ssm_conv_kernel - 1) * conv_channels(hp) +
-                 (size_t)hp->ssm_v_heads * hp->ssm_k_dim * hp->ssm_v_dim;
+    size_t kv = kv_rows_bytes(hp, s->kv_type, pos);
+    size_t rec = ((size_t)(hp->ssm_conv_kernel - 1) * conv_channels(hp) +
+                  (size_t)hp->ssm_v_heads * hp->ssm_k_dim * hp->ssm_v_dim) *
+                 sizeof(float);
     int k = 0;
     for (int i = 0; i < hp->n_layer; i++) {
         const lilac_layer_state *ls = &s->layers[i];
@@ -230,23 +263,23 @@ static int state_parts(const lilac_seq *s, int pos, float **ptr, size_t *n)
             ptr[k] = ls->k, n[k++] = kv;
             ptr[k] = ls->v, n[k++] = kv;
         } else {
-            ptr[k] = ls->conv, n[k++] = rec;
+            ptr[k] = (char *)ls->conv, n[k++] = rec;
         }
     }
     return k;
 }
 
 /* Walks the state in snapshot order; save copies out, load copies in. */
-static void snapshot_copy(lilac_seq *s, float *buf, int pos, bool save)
+static void snapshot_copy(lilac_seq *s, char *buf, int pos, bool save)
 {
-    float *ptr[2 * LILAC_MAX_LAYERS];
+    char *ptr[2 * LILAC_MAX_LAYERS];
     size_t n[2 * LILAC_MAX_LAYERS];
     int np = state_parts(s, pos, ptr, n);
     for (int p = 0; p < np; p++) {
         if (save)
-            memcpy(buf, ptr[p], n[p] * sizeof(float));
+            memcpy(buf, ptr[p], n[p]);
         else
-            memcpy(ptr[p], buf, n[p] * sizeof(float));
+            memcpy(ptr[p], buf, n[p]);
         buf += n[p];
     }
 }
@@ -266,12 +299,12 @@ lilac_status lilac_seq_copy(lilac_seq *dst, const lilac_seq *src, lilac_error *e
             dst->pos = src->pos;
         return st;
     }
-    float *from[2 * LILAC_MAX_LAYERS], *to[2 * LILAC_MAX_LAYERS];
+    char *from[2 * LILAC_MAX_LAYERS], *to[2 * LILAC_MAX_LAYERS];
     size_t n[2 * LILAC_MAX_LAYERS];
     int np = state_parts(src, src->pos, from, n);
     state_parts(dst, src->pos, to, n);
     for (int p = 0; p < np; p++)
-        memcpy(to[p], from[p], n[p] * sizeof(float));
+        memcpy(to[p], from[p], n[p]);
     dst->pos = src->pos;
     return LILAC_OK;
 }
@@ -279,15 +312,18 @@ lilac_status lilac_seq_copy(lilac_seq *dst, const lilac_seq *src, lilac_error *e
 size_t lilac_seq_snapshot_floats(const lilac_seq *s)
 {
     uint64_t kv, rec;
-    lilac_state_sizes(&s->m->hp, s->pos, &kv, &rec);
-    return (size_t)(kv + rec);
+    lilac_state_sizes(&s->m->hp, s->pos, s->kv_type, &kv, &rec);
+    return (size_t)((kv + rec + sizeof(float) - 1) / sizeof(float));
 }
 
-void lilac_seq_snapshot_save(const lilac_seq *s, float *dst) { snapshot_copy((lilac_seq *)s, dst, s->pos, true); }
+void lilac_seq_snapshot_save(const lilac_seq *s, float *dst)
+{
+    snapshot_copy((lilac_seq *)s, (char *)dst, s->pos, true);
+}
 
 void lilac_seq_snapshot_load(lilac_seq *s, const float *src, int pos)
 {
-    snapshot_copy(s, (float *)src, pos, false);
+    snapshot_copy(s, (char *)src, pos, false);
     s->pos = pos;
 }
 
@@ -300,11 +336,11 @@ void lilac_seq_reset(lilac_seq *s)
     }
     /* Only the recurrent state must be cleared: KV rows past pos are never
      * read, and at position 0 the state's parts are the DeltaNet ones. */
-    float *ptr[2 * LILAC_MAX_LAYERS];
+    char *ptr[2 * LILAC_MAX_LAYERS];
     size_t n[2 * LILAC_MAX_LAYERS];
     int np = state_parts(s, 0, ptr, n);
     for (int p = 0; p < np; p++)
-        memset(ptr[p], 0, n[p] * sizeof(float));
+        memset(ptr[p], 0, n[p]);
     s->pos = 0;
 }
 

@@ -7,7 +7,7 @@
 #include "model/model.h"
 
 typedef struct lilac_layer_state {
-    float *k, *v; /* attention: [n_ctx][n_head_kv * head_dim] */
+    void *k, *v;  /* attention: [n_ctx][n_head_kv * head_dim] of the sequence's kv_type */
     float *conv;  /* DeltaNet: the last K-1 inputs of the conv, [K-1][channels] */
     float *ssm;   /* DeltaNet: [v_heads][k_dim][v_dim] */
 } lilac_layer_state;
@@ -26,6 +26,9 @@ typedef struct lilac_scratch {
     int *tok_seg, *tok_pos;      /* [n_tok] each token's segment and position */
     float *per_thread;           /* [n_threads][per_thread_floats] */
     size_t per_thread_floats;
+    float *attn_parts;           /* [attn_n_parts] partial attention states (model/attn.h) */
+    int attn_n_parts;
+    const void **attn_kv;        /* [n_tok][2]: each token's K and V cache */
     float *mem;                  /* the floats above live here */
     int *ints;                   /* and the ints here */
 } lilac_scratch;
@@ -38,6 +41,8 @@ struct lilac_seq {
     lilac_model *m;
     int n_ctx;
     int pos;
+    int kv_type;   /* LILAC_KV_F32 / _F16, the model's */
+    size_t kv_es;  /* bytes of one KV element */
     lilac_layer_state *layers;
     lilac_scratch sc;
     float *mem; /* one block holds the state */
@@ -46,15 +51,16 @@ struct lilac_seq {
 };
 
 /* Snapshots of a sequence's state at its position (prefix reuse): the KV
- * rows [0, pos) of the attention layers and the DeltaNet conv and
- * recurrent state, in that order, as floats. */
+ * rows [0, pos) of the attention layers (as the cache holds them: float32
+ * or half) and the DeltaNet conv and recurrent state, in that order, in a
+ * buffer of floats (the bytes, rounded up to whole floats). */
 size_t lilac_seq_snapshot_floats(const lilac_seq *s);
 void lilac_seq_snapshot_save(const lilac_seq *s, float *dst);
 /* Load one saved at pos (<= s->n_ctx) from a sequence of the same model. */
 void lilac_seq_snapshot_load(lilac_seq *s, const float *src, int pos);
 
-/* The bytes of a sequence's state (KV cache and recurrent state). */
-void lilac_state_sizes(const lilac_hparams *hp, int n_ctx, uint64_t *kv_floats, uint64_t *rec_floats);
+/* The bytes of a sequence's state (KV cache of kv_type, and recurrent state). */
+void lilac_state_sizes(const lilac_hparams *hp, int n_ctx, int kv_type, uint64_t *kv_bytes, uint64_t *rec_bytes);
 
 /* The forward pass over n tokens of one sequence (decoder.c). */
 lilac_status lilac_decoder_eval(lilac_seq *s, const int32_t *tokens, int n, const lilac_eval_opts *opts,

@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "engine/seq.h"
+#include "kernels/cpu/quantize.h"
+#include "model/attention.h"
 #include "model/decoder_cuda.h"
 #include "util/err.h"
 
@@ -69,57 +71,6 @@ static void matmul(const lilac_model *m, const lilac_mat *W, const float *x, int
 
 /* ---- gated full attention ---- */
 
-typedef struct {
-    const lilac_model *m;
-    const lilac_dec_seg *segs;
-    int il;
-    lilac_scratch *sc;
-    const float *q; /* [nt][q_stride], q of head h at h * q_step */
-    int q_stride, q_step;
-    float *out;     /* [nt][n_head * head_dim] */
-} attn_job;
-
-/* One token and one KV head with the query heads that share it (GQA):
- * each key and value row is read once for all of them. */
-static void attn_task(void *ctx, int task, int thread)
-{
-    const attn_job *j = ctx;
-    const lilac_hparams *hp = &j->m->hp;
-    const lilac_cpu_kernels *kern = j->m->kern;
-    int hd = hp->head_dim, kvw = hp->n_head_kv * hd, g = hp->n_head / hp->n_head_kv;
-    int t = task / hp->n_head_kv, kvh = task % hp->n_head_kv;
-    const lilac_layer_state *st = &j->segs[j->sc->tok_seg[t]].s->layers[j->il];
-    int n_keys = j->sc->tok_pos[t] + 1; /* causal: itself and everything before */
-    float *sc = j->sc->per_thread + (size_t)thread * j->sc->per_thread_floats; /* [g][n_keys] */
-    float scale = 1.0f / sqrtf((float)hd);
-    const float *q0 = j->q + (size_t)t * j->q_stride + (size_t)kvh * g * j->q_step;
-    for (int p = 0; p < n_keys; p++) {
-        const float *k = st->k + (size_t)p * kvw + (size_t)kvh * hd;
-        for (int i = 0; i < g; i++)
-            sc[(size_t)i * n_keys + p] = kern->dot_f32(k, q0 + (size_t)i * j->q_step, hd) * scale;
-    }
-    for (int i = 0; i < g; i++) {
-        float *s = sc + (size_t)i * n_keys, mx = -INFINITY;
-        for (int p = 0; p < n_keys; p++)
-            mx = s[p] > mx ? s[p] : mx;
-        double sum = 0;
-        for (int p = 0; p < n_keys; p++) {
-            s[p] = expf(s[p] - mx);
-            sum += s[p];
-        }
-        float inv = (float)(1.0 / sum);
-        for (int p = 0; p < n_keys; p++)
-            s[p] *= inv;
-        memset(j->out + (size_t)t * hp->n_head * hd + (size_t)(kvh * g + i) * hd, 0, (size_t)hd * sizeof(float));
-    }
-    for (int p = 0; p < n_keys; p++) {
-        const float *v = st->v + (size_t)p * kvw + (size_t)kvh * hd;
-        for (int i = 0; i < g; i++)
-            kern->axpy_f32(j->out + (size_t)t * hp->n_head * hd + (size_t)(kvh * g + i) * hd, sc[(size_t)i * n_keys + p],
-                           v, hd);
-    }
-}
-
 static void attention(const lilac_model *m, const lilac_layer_weights *lw, int il, const lilac_dec_seg *segs,
                       lilac_scratch *sc, int nt, float *out)
 {
@@ -142,12 +93,39 @@ static void attention(const lilac_model *m, const lilac_layer_weights *lw, int i
             rmsnorm(kh, kh, lw->k_norm, hd, hp->norm_eps);
             rope(kh, hp->rope_dims, pos, hp->rope_theta);
         }
-        memcpy(st->k + (size_t)pos * kvw, k + (size_t)t * kvw, (size_t)kvw * sizeof(float));
-        memcpy(st->v + (size_t)pos * kvw, v + (size_t)t * kvw, (size_t)kvw * sizeof(float));
+        if (m->params.kv_type == LILAC_KV_F16) {
+            uint16_t *kd = (uint16_t *)st->k + (size_t)pos * kvw, *vd = (uint16_t *)st->v + (size_t)pos * kvw;
+            for (int i = 0; i < kvw; i++) {
+                kd[i] = lilac_f32_to_f16(k[(size_t)t * kvw + i]);
+                vd[i] = lilac_f32_to_f16(v[(size_t)t * kvw + i]);
+            }
+        } else {
+            memcpy((float *)st->k + (size_t)pos * kvw, k + (size_t)t * kvw, (size_t)kvw * sizeof(float));
+            memcpy((float *)st->v + (size_t)pos * kvw, v + (size_t)t * kvw, (size_t)kvw * sizeof(float));
+        }
+        sc->attn_kv[2 * t] = st->k;
+        sc->attn_kv[2 * t + 1] = st->v;
     }
     float *o = sc->big1; /* k and v now live in the cache */
-    attn_job j = {m, segs, il, sc, qg, q_stride, q_step, o};
-    lilac_pool_run(m->pool, nt * nkv, attn_task, &j);
+    lilac_attn_step as = {
+        .kern = m->kern,
+        .n_head = nh,
+        .n_head_kv = nkv,
+        .head_dim = hd,
+        .kv_type = m->params.kv_type,
+        .nt = nt,
+        .q = qg,
+        .q_stride = q_stride,
+        .q_step = q_step,
+        .kv = sc->attn_kv,
+        .pos = sc->tok_pos,
+        .out = o,
+        .per_thread = sc->per_thread,
+        .per_thread_floats = sc->per_thread_floats,
+        .parts = sc->attn_parts,
+        .n_parts = sc->attn_n_parts,
+    };
+    lilac_attn_run(m->pool, &as);
     if (hp->attn_output_gate)
         for (int t = 0; t < nt; t++)
             for (int h = 0; h < nh; h++) {

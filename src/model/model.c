@@ -64,8 +64,23 @@ lilac_model_params lilac_model_default_params(void)
     int b = lilac_backend_parse(getenv("LILAC_BACKEND"));
     p.backend = b < 0 ? LILAC_BACKEND_AUTO : b;
     p.no_repack = !lilac_repack_enabled_env();
+    const char *kv = getenv("LILAC_KV_TYPE");
+    p.kv_type = kv && *kv ? lilac_kv_type_parse(kv) : LILAC_KV_F32; /* -1: refused at open */
     return p;
 }
+
+int lilac_kv_type_parse(const char *s)
+{
+    if (!s)
+        return -1;
+    if (!strcmp(s, "f32"))
+        return LILAC_KV_F32;
+    if (!strcmp(s, "f16"))
+        return LILAC_KV_F16;
+    return -1;
+}
+
+const char *lilac_kv_type_name(int t) { return t == LILAC_KV_F32 ? "f32" : t == LILAC_KV_F16 ? "f16" : "?"; }
 
 const char *lilac_model_backend(const lilac_model *m) { return m->cuda ? "cuda" : "cpu"; }
 
@@ -304,6 +319,12 @@ lilac_status lilac_model_open(const char *path, const lilac_model_params *params
     if (!m)
         return lilac_fail(err, LILAC_E_NOMEM, "out of memory");
     m->params = params ? *params : lilac_model_default_params();
+    if (m->params.kv_type != LILAC_KV_F32 && m->params.kv_type != LILAC_KV_F16) {
+        int t = m->params.kv_type;
+        free(m);
+        return lilac_fail(err, LILAC_E_ARG, "unknown KV cache type %d (LILAC_KV_F32 or LILAC_KV_F16; LILAC_KV_TYPE "
+                          "and --kv-type take f32 or f16)", t);
+    }
     m->path = strdup(path);
     lilac_loader ld = {.m = m, .err = err};
     lilac_status s;
@@ -330,6 +351,13 @@ lilac_status lilac_model_open(const char *path, const lilac_model_params *params
     }
     if (!s)
         s = pick_backend(m, err);
+    /* the device keeps its own float32 KV cache: say so rather than run
+     * something other than what was asked */
+    if (!s && m->cuda && m->params.kv_type != LILAC_KV_F32)
+        s = lilac_fail(err, LILAC_E_UNSUPPORTED,
+                       "KV cache type %s: the CUDA backend keeps its KV cache in f32; use --kv-type f32, or "
+                       "--backend cpu (LILAC_BACKEND=cpu) for an f16 cache",
+                       lilac_kv_type_name(m->params.kv_type));
     if (s) {
         lilac_model_free(m);
         return s;
@@ -342,6 +370,7 @@ const lilac_hparams *lilac_model_hparams(const lilac_model *m) { return &m->hp; 
 const char *lilac_model_arch_name(const lilac_model *m) { return m->arch_name; }
 const char *lilac_model_format(const lilac_model *m) { return m->format; }
 int lilac_model_n_threads(const lilac_model *m) { return m->params.n_threads; }
+int lilac_model_kv_type(const lilac_model *m) { return m->params.kv_type; }
 uint64_t lilac_model_weight_bytes(const lilac_model *m) { return m->weight_bytes; }
 uint64_t lilac_model_n_params(const lilac_model *m) { return m->n_params; }
 
