@@ -299,6 +299,11 @@ int cmd_bench(int argc, char **argv)
     int rc = make_base(m, &o, o.depth + (o.n_prompt > o.n_gen ? o.n_prompt : o.n_gen) + 1, &base);
     if (!rc)
         rc = run_test(m, &o, base, false, load_s);
+    if (!rc && o.parallel > 1 && o.n_gen > 0) { /* one sequence alone first, in the same process, to compare */
+        bench_opts one = o;
+        one.parallel = 1;
+        rc = run_test(m, &one, base, true, load_s);
+    }
     if (!rc)
         rc = run_test(m, &o, base, true, load_s);
     lilac_seq_free(base);

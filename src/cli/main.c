@@ -22,7 +22,8 @@ static void usage(FILE *f)
           "                                token ids, or the text of ids (MODEL may be a tokenizer.json)\n"
           "  bench -m MODEL [-p 512] [-n 64] [-d DEPTH] [-t THREADS] [-P PARALLEL] [-r REPS] [--json] [--precise]\n"
           "                                prompt processing and generation speed (llama-bench's tests);\n"
-          "                                -P N: generation of N sequences together (total tokens/s)\n"
+          "                                -P N: generation of N sequences together (total tokens/s),\n"
+          "                                after one sequence alone\n"
           "  eval -m MODEL -f TEXT [--ctx 512] [--reference REF] [--save-logits F] [--json]\n"
           "  eval --compare A.gguf B.gguf ... --reference REF -f TEXT\n"
           "                                perplexity; KL and top-1 against a reference model or logits\n"
@@ -46,6 +47,9 @@ static void usage(FILE *f)
           "where the model runs; auto takes a CUDA GPU when lilac was built with CUDA and one is present.\n"
           "--kv-type f32|f16 (any command that loads a model; default f32, or $LILAC_KV_TYPE): the KV\n"
           "cache's element type; f16 halves its memory and what a token reads at depth (CPU backend only).\n"
+          "--no-repack (any command that loads a model, or LILAC_REPACK=0): keep Q4_K/Q6_K weights as mapped\n"
+          "from the file; by default the CPU copies them once, before the first token, into a layout its\n"
+          "kernels read about twice as fast (same memory; loading then reads the whole file).\n"
           "--precise (run, chat, bench, logits): keep activations in float32 against quantized\n"
           "weights; slower. By default they are rounded to 16 bits per block of 32 for integer\n"
           "dot products (far closer to the model than 8-bit activations).\n",
@@ -342,6 +346,29 @@ static int cmd_convert(int argc, char **argv)
     return 0;
 }
 
+static bool backend_ok(const char *v) { return lilac_backend_parse(v) >= 0; }
+static bool kv_type_ok(const char *v) { return lilac_kv_type_parse(v) >= 0; }
+
+/* Removes every `opt VALUE` (or, with no check function, the flag `opt`,
+ * whose value is then "0") from argv[2..] and sets env to the value;
+ * returns the exit status of a bad value, 0 when fine. */
+static int take_env_option(int *argc, char **argv, const char *opt, const char *env, bool (*ok)(const char *),
+                           const char *bad_fmt)
+{
+    int take = ok ? 2 : 1;
+    for (int i = 2; i < *argc; i++)
+        if (!strcmp(argv[i], opt)) {
+            if (ok && (i + 1 >= *argc || !ok(argv[i + 1])))
+                return cli_fail(bad_fmt, i + 1 < *argc ? argv[i + 1] : "");
+            setenv(env, ok ? argv[i + 1] : "0", 1);
+            memmove(&argv[i], &argv[i + take], (size_t)(*argc - i - take) * sizeof *argv);
+            *argc -= take;
+            argv[*argc] = NULL;
+            i--;
+        }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -353,30 +380,18 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    /* --backend cpu|cuda|auto, for every command that loads a model: taken
-     * out of the arguments and passed on as LILAC_BACKEND, which
-     * lilac_model_default_params reads */
-    for (int i = 2; i < argc; i++)
-        if (!strcmp(argv[i], "--backend")) {
-            if (i + 1 >= argc || lilac_backend_parse(argv[i + 1]) < 0)
-                return cli_fail("--backend takes cpu, cuda or auto, not '%s'", i + 1 < argc ? argv[i + 1] : "");
-            setenv("LILAC_BACKEND", argv[i + 1], 1);
-            memmove(&argv[i], &argv[i + 2], (size_t)(argc - i - 2) * sizeof *argv);
-            argc -= 2;
-            argv[argc] = NULL;
-            i--;
-        }
-    /* --kv-type f32|f16 likewise, as LILAC_KV_TYPE */
-    for (int i = 2; i < argc; i++)
-        if (!strcmp(argv[i], "--kv-type")) {
-            if (i + 1 >= argc || lilac_kv_type_parse(argv[i + 1]) < 0)
-                return cli_fail("--kv-type takes f32 or f16, not '%s'", i + 1 < argc ? argv[i + 1] : "");
-            setenv("LILAC_KV_TYPE", argv[i + 1], 1);
-            memmove(&argv[i], &argv[i + 2], (size_t)(argc - i - 2) * sizeof *argv);
-            argc -= 2;
-            argv[argc] = NULL;
-            i--;
-        }
+    /* Options of every command that loads a model, taken out of the
+     * arguments and passed on in the environment, which
+     * lilac_model_default_params reads: --backend cpu|cuda|auto
+     * (LILAC_BACKEND), --kv-type f32|f16 (LILAC_KV_TYPE), --no-repack
+     * (LILAC_REPACK=0). */
+    int bad;
+    if ((bad = take_env_option(&argc, argv, "--backend", "LILAC_BACKEND", backend_ok,
+                                 "--backend takes cpu, cuda or auto, not '%s'")) ||
+        (bad = take_env_option(&argc, argv, "--kv-type", "LILAC_KV_TYPE", kv_type_ok,
+                                 "--kv-type takes f32 or f16, not '%s'")) ||
+        (bad = take_env_option(&argc, argv, "--no-repack", "LILAC_REPACK", NULL, NULL)))
+        return bad;
     if (!strcmp(cmd, "plan"))
         return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "doctor"))
