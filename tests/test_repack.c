@@ -130,7 +130,8 @@ int main(void)
 {
     const char *fx = tu_require_fixtures();
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s/tiny-qwen35moe/gguf", fx);
+    if (snprintf(dir, sizeof dir, "%s/tiny-qwen35moe/gguf", fx) >= (int)sizeof dir)
+        return 1;
     check_model(dir, "model-Q4_K_M.gguf");
     check_model(dir, "model-Q6_K.gguf");
     TEST_END();

@@ -6,6 +6,7 @@
 
 #include "model/attention.h"
 #include "model/decoder_cuda.h"
+#include "model/deltanet.h"
 #include "util/err.h"
 
 static size_t conv_channels(const lilac_hparams *hp)
@@ -54,8 +55,7 @@ static size_t per_thread_floats(const lilac_hparams *hp)
 {
     /* an attention row's running and partial softmax states, or a DeltaNet
      * chunk's matrices */
-    size_t chunk = 64, dk = (size_t)hp->ssm_k_dim, dv = (size_t)hp->ssm_v_dim;
-    size_t dn = chunk * chunk * 2 + chunk * (dk * 3 + dv * 4) + dk + dv + chunk;
+    size_t dn = lilac_dn_scratch_floats(hp->ssm_k_dim, hp->ssm_v_dim);
     size_t at = hp->n_head_kv > 0 ? lilac_attn_thread_floats(hp->n_head, hp->n_head_kv, hp->head_dim) : 0;
     return (dn > at ? dn : at) + 64;
 }

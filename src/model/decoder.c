@@ -10,6 +10,7 @@
 #include "kernels/cpu/quantize.h"
 #include "model/attention.h"
 #include "model/decoder_cuda.h"
+#include "model/deltanet.h"
 #include "util/err.h"
 
 /* ---- small vector helpers ---- */
@@ -139,8 +140,6 @@ static void attention(const lilac_model *m, const lilac_layer_weights *lw, int i
 
 /* ---- Gated DeltaNet ---- */
 
-#define DN_CHUNK 64
-
 typedef struct {
     const lilac_model *m;
     const lilac_dec_seg *segs;
@@ -150,117 +149,6 @@ typedef struct {
     const float *g, *beta; /* [nt][v_heads] */
     float *o;              /* [nt][v_heads * v_dim] */
 } dn_job;
-
-/* The recurrent form, one token: S *= exp(g); S += k (beta (v - S^T k))^T; o = S^T q. */
-static void dn_recurrent(float *S, const float *q, const float *k, const float *v, float g, float beta,
-                         int dk, int dv, float *o, float *tmp)
-{
-    float decay = expf(g);
-    float *kv_mem = tmp;
-    memset(kv_mem, 0, (size_t)dv * sizeof(float));
-    for (int i = 0; i < dk; i++) {
-        float *row = S + (size_t)i * dv;
-        for (int c = 0; c < dv; c++) {
-            row[c] *= decay;
-            kv_mem[c] += row[c] * k[i];
-        }
-    }
-    for (int c = 0; c < dv; c++)
-        kv_mem[c] = (v[c] - kv_mem[c]) * beta; /* now delta */
-    memset(o, 0, (size_t)dv * sizeof(float));
-    for (int i = 0; i < dk; i++) {
-        float *row = S + (size_t)i * dv;
-        for (int c = 0; c < dv; c++) {
-            row[c] += k[i] * kv_mem[c];
-            o[c] += row[c] * q[i];
-        }
-    }
-}
-
-/* The chunked form over L <= DN_CHUNK tokens, as the reference's
- * torch_chunk_gated_delta_rule: within the chunk the delta rule is solved
- * as a triangular system (the WY form), and the state enters once. */
-static void dn_chunk(float *S, const float *const *q, const float *const *k, const float *const *v,
-                     const float *g, const float *beta, int L, int dk, int dv, float *const *o, float *buf)
-{
-    float *G = buf;             /* [L] cumulative log-decay */
-    float *A = G + DN_CHUNK;    /* [L][L] */
-    float *row = A + DN_CHUNK * DN_CHUNK; /* [L] */
-    float *U = row + DN_CHUNK;  /* [L][dv] */
-    float *W = U + (size_t)DN_CHUNK * dv; /* [L][dk] */
-    float *Vn = W + (size_t)DN_CHUNK * dk; /* [L][dv] */
-
-    for (int i = 0; i < L; i++)
-        G[i] = (i ? G[i - 1] : 0.0f) + g[i];
-    /* A = -(beta_i k_i . k_m) exp(G_i - G_m), strictly lower triangular */
-    for (int i = 0; i < L; i++)
-        for (int mm = 0; mm < L; mm++)
-            A[i * DN_CHUNK + mm] = mm < i ? -beta[i] * dotf(k[i], k[mm], dk) * expf(G[i] - G[mm]) : 0.0f;
-    /* forward substitution: T = (I - A')^-1 built row by row from the rows above */
-    for (int i = 1; i < L; i++) {
-        for (int mm = 0; mm < i; mm++) {
-            float s = A[i * DN_CHUNK + mm];
-            for (int r = mm + 1; r < i; r++)
-                s += A[i * DN_CHUNK + r] * A[r * DN_CHUNK + mm];
-            row[mm] = s;
-        }
-        memcpy(A + i * DN_CHUNK, row, (size_t)i * sizeof(float));
-    }
-    for (int i = 0; i < L; i++)
-        A[i * DN_CHUNK + i] = 1.0f;
-    /* U = T (beta v);  W = T (beta exp(G) k) */
-    for (int i = 0; i < L; i++) {
-        float *u = U + (size_t)i * dv, *w = W + (size_t)i * dk;
-        memset(u, 0, (size_t)dv * sizeof(float));
-        memset(w, 0, (size_t)dk * sizeof(float));
-        for (int mm = 0; mm <= i; mm++) {
-            float a = A[i * DN_CHUNK + mm] * beta[mm];
-            float ag = a * expf(G[mm]);
-            for (int c = 0; c < dv; c++)
-                u[c] += a * v[mm][c];
-            for (int d = 0; d < dk; d++)
-                w[d] += ag * k[mm][d];
-        }
-    }
-    /* v_new = U - W S;  o_i = exp(G_i) q_i S + sum_{m<=i} (q_i.k_m) exp(G_i - G_m) v_new_m */
-    for (int i = 0; i < L; i++) {
-        float *vn = Vn + (size_t)i * dv, *oi = o[i];
-        const float *w = W + (size_t)i * dk;
-        memcpy(vn, U + (size_t)i * dv, (size_t)dv * sizeof(float));
-        memset(oi, 0, (size_t)dv * sizeof(float));
-        float eg = expf(G[i]);
-        for (int d = 0; d < dk; d++) {
-            const float *Sd = S + (size_t)d * dv;
-            float wd = w[d], qd = q[i][d] * eg;
-            for (int c = 0; c < dv; c++) {
-                vn[c] -= wd * Sd[c];
-                oi[c] += qd * Sd[c];
-            }
-        }
-    }
-    for (int i = 0; i < L; i++) {
-        float *oi = o[i];
-        for (int mm = 0; mm <= i; mm++) {
-            float a = dotf(q[i], k[mm], dk) * expf(G[i] - G[mm]);
-            const float *vn = Vn + (size_t)mm * dv;
-            for (int c = 0; c < dv; c++)
-                oi[c] += a * vn[c];
-        }
-    }
-    /* S = exp(G_last) S + sum_i exp(G_last - G_i) k_i v_new_i^T */
-    float gl = G[L - 1], el = expf(gl);
-    for (int d = 0; d < dk; d++) {
-        float *Sd = S + (size_t)d * dv;
-        for (int c = 0; c < dv; c++)
-            Sd[c] *= el;
-        for (int i = 0; i < L; i++) {
-            float kd = k[i][d] * expf(gl - G[i]);
-            const float *vn = Vn + (size_t)i * dv;
-            for (int c = 0; c < dv; c++)
-                Sd[c] += kd * vn[c];
-        }
-    }
-}
 
 /* task: value head j of segment task / v_heads */
 static void dn_head_task(void *ctx, int task, int thread)
@@ -274,23 +162,22 @@ static void dn_head_task(void *ctx, int task, int thread)
     int kh = jb->m->w.ssm_v_tiled ? j % nk : j / (nv / nk);
     float *S = seg->s->layers[jb->il].ssm + (size_t)j * dk * dv;
     float *buf = jb->sc->per_thread + (size_t)thread * jb->sc->per_thread_floats;
-    const float *qs[DN_CHUNK], *ks[DN_CHUNK], *vs[DN_CHUNK];
-    float *os[DN_CHUNK], gs[DN_CHUNK], bs[DN_CHUNK];
-    for (int t0 = seg->t0; t0 < seg->t0 + seg->n; t0 += DN_CHUNK) {
-        int L = seg->t0 + seg->n - t0 < DN_CHUNK ? seg->t0 + seg->n - t0 : DN_CHUNK;
+    const float *row0 = jb->qkv + (size_t)seg->t0 * C;
+    const float *q = row0 + (size_t)kh * dk, *k = row0 + (size_t)nk * dk + (size_t)kh * dk;
+    const float *v = row0 + (size_t)2 * nk * dk + (size_t)j * dv;
+    float *o = jb->o + (size_t)seg->t0 * nv * dv + (size_t)j * dv;
+    float gs[LILAC_DN_CHUNK], bs[LILAC_DN_CHUNK];
+    for (int t = 0; t < seg->n; t += LILAC_DN_CHUNK) {
+        int L = seg->n - t < LILAC_DN_CHUNK ? seg->n - t : LILAC_DN_CHUNK;
         for (int i = 0; i < L; i++) {
-            const float *row = jb->qkv + (size_t)(t0 + i) * C;
-            qs[i] = row + (size_t)kh * dk;
-            ks[i] = row + (size_t)nk * dk + (size_t)kh * dk;
-            vs[i] = row + (size_t)2 * nk * dk + (size_t)j * dv;
-            os[i] = jb->o + (size_t)(t0 + i) * nv * dv + (size_t)j * dv;
-            gs[i] = jb->g[(size_t)(t0 + i) * nv + j];
-            bs[i] = jb->beta[(size_t)(t0 + i) * nv + j];
+            gs[i] = jb->g[(size_t)(seg->t0 + t + i) * nv + j];
+            bs[i] = jb->beta[(size_t)(seg->t0 + t + i) * nv + j];
         }
+        size_t x = (size_t)t * C, y = (size_t)t * nv * dv;
         if (seg->n == 1)
-            dn_recurrent(S, qs[0], ks[0], vs[0], gs[0], bs[0], dk, dv, os[0], buf);
+            lilac_dn_recurrent(S, q, k, v, gs[0], bs[0], dk, dv, o, buf);
         else
-            dn_chunk(S, qs, ks, vs, gs, bs, L, dk, dv, os, buf);
+            lilac_dn_chunk(jb->m->kern, S, q + x, k + x, v + x, C, gs, bs, L, dk, dv, o + y, (int64_t)nv * dv, buf);
     }
 }
 

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "kernels/cpu/attn.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/qfast.h"
 #include "kernels/cpu/qr16.h"
 #include "kernels/mat.h"
@@ -24,6 +25,8 @@ typedef struct lilac_cpu_kernels {
     lilac_axpy_fn axpy_f32; /* attention's weighted sum of values */
     /* Attention over a KV cache of float32 / IEEE half (kernels/cpu/attn.h). */
     lilac_attn_fn attn_f32, attn_f16;
+    /* Small dense float32 products (kernels/cpu/gemm.h): the DeltaNet chunk. */
+    lilac_gemm_f32_fn gemm_f32;
     /* GGUF block types (kernels/cpu/quant.h): float32 x against the
      * dequantized weights. */
     lilac_dot_fn dot_q8_0, dot_q4_0, dot_q4_K, dot_q5_K, dot_q6_K;

@@ -67,6 +67,7 @@ const lilac_cpu_kernels lilac_cpu_avx2 = {
     .axpy_f32 = axpy_f32,
     .attn_f32 = lilac_attn_f32_avx2,
     .attn_f16 = lilac_attn_f16_avx2,
+    .gemm_f32 = lilac_gemm_f32_avx2,
     .dot_f16 = dot_f16,
     .dot_bf16 = dot_bf16,
     .dot_q8_0 = lilac_dot_q8_0_avx2,

@@ -82,6 +82,7 @@ const lilac_cpu_kernels lilac_cpu_avx512 = {
     .axpy_f32 = axpy_f32,
     .attn_f32 = lilac_attn_f32_avx512,
     .attn_f16 = lilac_attn_f16_avx512,
+    .gemm_f32 = lilac_gemm_f32_avx512,
     .dot_f16 = dot_f16,
     .dot_bf16 = dot_bf16,
     .dot_q8_0 = lilac_dot_q8_0_avx2,

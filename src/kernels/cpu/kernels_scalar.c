@@ -71,6 +71,7 @@ const lilac_cpu_kernels lilac_cpu_scalar = {
     .axpy_f32 = lilac_axpy_f32_scalar,
     .attn_f32 = lilac_attn_f32_scalar,
     .attn_f16 = lilac_attn_f16_scalar,
+    .gemm_f32 = lilac_gemm_f32_scalar,
     .dot_f16 = dot_f16,
     .dot_bf16 = dot_bf16,
     .dot_q8_0 = lilac_dot_q8_0_scalar,

@@ -323,6 +323,7 @@ const lilac_cpu_kernels lilac_cpu_neon = {
     .axpy_f32 = axpy_f32,
     .attn_f32 = lilac_attn_f32_scalar, /* no NEON version yet */
     .attn_f16 = lilac_attn_f16_scalar,
+    .gemm_f32 = lilac_gemm_f32_scalar, /* no NEON version yet: the oracle itself */
     .dot_f16 = dot_f16,
     .dot_bf16 = dot_bf16,
     .dot_q8_0 = lilac_dot_q8_0_scalar,
