@@ -233,6 +233,7 @@ static int run_test(lilac_model *m, const bench_opts *o, const lilac_seq *base, 
 int cmd_bench(int argc, char **argv)
 {
     bench_opts o = {.n_prompt = 512, .n_gen = 64, .reps = 3, .parallel = 1};
+    int depths[8] = {0}, n_depths = 1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -251,8 +252,25 @@ int cmd_bench(int argc, char **argv)
             dst = &o.n_prompt, zero_ok = true;
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen"))
             dst = &o.n_gen, zero_ok = true;
-        else if (!strcmp(a, "-d") || !strcmp(a, "--depth"))
-            dst = &o.depth, zero_ok = true;
+        else if ((!strcmp(a, "-d") || !strcmp(a, "--depth")) && v) {
+            /* a list, as llama-bench takes: -d 0,8192 measures both in one process */
+            n_depths = 0;
+            for (const char *p = v; *p && n_depths < 8;) {
+                char num[24];
+                size_t len = strcspn(p, ",");
+                if (len == 0 || len >= sizeof num)
+                    return cli_fail("bench: -d wants depths like 0,8192, not '%s'", v);
+                memcpy(num, p, len);
+                num[len] = 0;
+                int x = !strcmp(num, "0") ? 0 : cli_parse_int(num);
+                if (x < 0)
+                    return cli_fail("bench: -d wants depths like 0,8192, not '%s'", v);
+                depths[n_depths++] = x;
+                p += len + (p[len] == ',');
+            }
+            i++;
+            continue;
+        }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
             dst = &o.threads;
         else if (!strcmp(a, "-P") || !strcmp(a, "--parallel"))
@@ -280,6 +298,8 @@ int cmd_bench(int argc, char **argv)
     double t0 = now_s();
     if (lilac_model_open(o.model, &mp, &m, &err))
         return cli_fail_err(&err);
+    for (int d = 0; d < n_depths; d++)
+        o.depth = depths[d] > o.depth ? depths[d] : o.depth; /* the plan for the deepest */
     if (lilac_model_mem_check(m, o.depth + (o.n_prompt > o.n_gen ? o.n_prompt : o.n_gen) + 1, o.parallel, &err) ||
         lilac_model_prepare(m, &err)) { /* load time includes the CPU repack */
         lilac_model_free(m);
@@ -295,18 +315,22 @@ int cmd_bench(int argc, char **argv)
         printf("| model      |          size |   params | threads | test   | depth |          t/s      |      min |      max |  warm-up |\n");
         printf("| ---------- | ------------: | -------: | ------: | ------ | ----: | ----------------: | -------: | -------: | -------: |\n");
     }
-    lilac_seq *base = NULL; /* the depth context, shared by both tests */
-    int rc = make_base(m, &o, o.depth + (o.n_prompt > o.n_gen ? o.n_prompt : o.n_gen) + 1, &base);
-    if (!rc)
-        rc = run_test(m, &o, base, false, load_s);
-    if (!rc && o.parallel > 1 && o.n_gen > 0) { /* one sequence alone first, in the same process, to compare */
-        bench_opts one = o;
-        one.parallel = 1;
-        rc = run_test(m, &one, base, true, load_s);
+    int rc = 0;
+    for (int d = 0; d < n_depths && !rc; d++) {
+        o.depth = depths[d];
+        lilac_seq *base = NULL; /* the depth context, shared by the tests at this depth */
+        rc = make_base(m, &o, o.depth + (o.n_prompt > o.n_gen ? o.n_prompt : o.n_gen) + 1, &base);
+        if (!rc)
+            rc = run_test(m, &o, base, false, load_s);
+        if (!rc && o.parallel > 1 && o.n_gen > 0) { /* one sequence alone first, in the same process, to compare */
+            bench_opts one = o;
+            one.parallel = 1;
+            rc = run_test(m, &one, base, true, load_s);
+        }
+        if (!rc)
+            rc = run_test(m, &o, base, true, load_s);
+        lilac_seq_free(base);
     }
-    if (!rc)
-        rc = run_test(m, &o, base, true, load_s);
-    lilac_seq_free(base);
     if (!rc && !o.json)
         printf("peak resident memory: %.2f GiB\n", peak_rss_bytes() / 1073741824.0);
     lilac_model_free(m);

@@ -16,7 +16,7 @@ static const double GiB = 1073741824.0;
 static void print_plan(const lilac_mem_report *r, int ctx, int par, int kv_type)
 {
     printf("memory plan for context %d x %d sequence%s:\n", ctx, par, par > 1 ? "s" : "");
-    printf("  weights          %9.3f GiB (mapped; all of it is touched by a MoE)\n", r->weights / GiB);
+    printf("  weights          %9.3f GiB (mapped, or repacked for the CPU: the same size; a MoE touches all)\n", r->weights / GiB);
     printf("  KV cache         %9.3f GiB (full-attention layers only, %s)\n", r->kv / GiB,
            kv_type == LILAC_KV_F16 ? "IEEE half" : "float32; --kv-type f16 halves it");
     printf("  recurrent state  %9.3f GiB (DeltaNet conv + state)\n", r->recurrent / GiB);

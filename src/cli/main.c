@@ -20,7 +20,7 @@ static void usage(FILE *f)
           "  chat -m MODEL [options]       an interactive conversation; each turn costs only its tokens\n"
           "  tokenize -m MODEL (--text T | --file F | --jsonl [--file F] | --decode IDS)\n"
           "                                token ids, or the text of ids (MODEL may be a tokenizer.json)\n"
-          "  bench -m MODEL [-p 512] [-n 64] [-d DEPTH] [-t THREADS] [-P PARALLEL] [-r REPS] [--json] [--precise]\n"
+          "  bench -m MODEL [-p 512] [-n 64] [-d DEPTH[,DEPTH...]] [-t THREADS] [-P PARALLEL] [-r REPS] [--json] [--precise]\n"
           "                                prompt processing and generation speed (llama-bench's tests);\n"
           "                                -P N: generation of N sequences together (total tokens/s),\n"
           "                                after one sequence alone\n"
