@@ -391,27 +391,55 @@ static void moe(const lilac_model *m, const lilac_layer_weights *lw, lilac_scrat
     for (int t = 0; t < nt; t++)
         route(hp, sc->small0 + (size_t)t * hp->n_expert, sc->route_idx + (size_t)t * k, sc->route_w + (size_t)t * k);
 
-    /* each expert over the tokens routed to it, weights read once per step */
-    for (int e = 0; e < hp->n_expert; e++) {
-        int n = 0;
-        for (int t = 0; t < nt; t++)
-            for (int i = 0; i < k; i++)
-                if (sc->route_idx[t * k + i] == e) {
-                    sc->ex_rows[n] = t;
-                    sc->small1[n] = sc->route_w[t * k + i];
-                    memcpy(sc->ex_in + (size_t)n * E, sc->xn + (size_t)t * E, (size_t)E * sizeof(float));
-                    n++;
-                }
-        if (!n)
-            continue;
-        /* gate and up in one job, the rows quantized once */
-        const lilac_mm_item gu[2] = {{&lw->exp_gate[e], sc->ex_in, sc->big0, 0},
-                                     {&lw->exp_up[e], sc->ex_in, sc->big1, 0}};
-        lilac_matmul_multi(m->kern, m->pool, gu, 2, n);
-        swiglu(sc->big0, sc->big1, (size_t)n * ff);
-        matmul(m, &lw->exp_down[e], sc->big0, n, sc->ex_out);
-        for (int r = 0; r < n; r++)
-            add_scaled(out + (size_t)sc->ex_rows[r] * E, sc->small1[r], sc->ex_out + (size_t)r * E, (size_t)E);
+    /* each expert over the tokens routed to it, weights read once per step;
+     * experts in index order, as many at a time as the buffers hold, so
+     * that a group's gates and ups are one job and its downs another (two
+     * barriers per group rather than per expert). The products and the
+     * order of the sums are the one-expert-at-a-time ones. */
+    size_t cap_rows = (size_t)sc->n_tok, cap_ff = sc->big_floats / (size_t)ff;
+    if (cap_ff < cap_rows)
+        cap_rows = cap_ff;
+    int e_next = 0;
+    while (e_next < hp->n_expert) {
+        int g_exp[LILAC_MM_MAX / 2], g0[LILAC_MM_MAX / 2], gn[LILAC_MM_MAX / 2], n_groups = 0;
+        size_t r = 0;
+        for (; e_next < hp->n_expert && n_groups < LILAC_MM_MAX / 2; e_next++) {
+            int n = 0;
+            for (int t = 0; t < nt; t++)
+                for (int i = 0; i < k; i++)
+                    n += sc->route_idx[t * k + i] == e_next;
+            if (!n)
+                continue;
+            if (r + (size_t)n > cap_rows)
+                break; /* the next group starts with it (n <= nt <= cap_rows) */
+            g_exp[n_groups] = e_next;
+            g0[n_groups] = (int)r;
+            gn[n_groups++] = n;
+            for (int t = 0; t < nt; t++)
+                for (int i = 0; i < k; i++)
+                    if (sc->route_idx[t * k + i] == e_next) {
+                        sc->ex_rows[r] = t;
+                        sc->small1[r] = sc->route_w[t * k + i];
+                        memcpy(sc->ex_in + r * E, sc->xn + (size_t)t * E, (size_t)E * sizeof(float));
+                        r++;
+                    }
+        }
+        lilac_mm_item it[LILAC_MM_MAX];
+        int n_it = 0;
+        for (int g = 0; g < n_groups; g++) {
+            const float *x = sc->ex_in + (size_t)g0[g] * E;
+            it[n_it++] = (lilac_mm_item){&lw->exp_gate[g_exp[g]], x, sc->big0 + (size_t)g0[g] * ff, gn[g]};
+            it[n_it++] = (lilac_mm_item){&lw->exp_up[g_exp[g]], x, sc->big1 + (size_t)g0[g] * ff, gn[g]};
+        }
+        lilac_matmul_multi(m->kern, m->pool, it, n_it, nt);
+        swiglu(sc->big0, sc->big1, r * ff);
+        n_it = 0;
+        for (int g = 0; g < n_groups; g++)
+            it[n_it++] = (lilac_mm_item){&lw->exp_down[g_exp[g]], sc->big0 + (size_t)g0[g] * ff,
+                                         sc->ex_out + (size_t)g0[g] * E, gn[g]};
+        lilac_matmul_multi(m->kern, m->pool, it, n_it, nt);
+        for (size_t i = 0; i < r; i++)
+            add_scaled(out + (size_t)sc->ex_rows[i] * E, sc->small1[i], sc->ex_out + i * E, (size_t)E);
     }
     if (hp->shared_ff > 0) {
         int sff = hp->shared_ff;
