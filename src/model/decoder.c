@@ -181,6 +181,101 @@ static void dn_head_task(void *ctx, int task, int thread)
     }
 }
 
+/* Per-token work of a DeltaNet layer, split over the pool by tokens when
+ * there are enough of them to pay for a barrier (each token's arithmetic
+ * is the same either way). */
+typedef struct {
+    const lilac_model *m;
+    const lilac_layer_weights *lw;
+    int il;
+    const lilac_dec_seg *segs;
+    const lilac_scratch *sc;
+    const float *qkv; /* [nt][C] the projection */
+    float *conv;      /* [nt][C] after conv and SiLU */
+    float *a, *b;     /* [nt][v_heads] the gates, in place */
+    float *o;         /* [nt][v_heads * v_dim] the heads' outputs, gated in place */
+    const float *z;
+    int nt, per_task;
+} dn_tok_job;
+
+typedef void (*tok_fn)(const dn_tok_job *j, int t);
+
+typedef struct {
+    dn_tok_job *j;
+    tok_fn fn;
+} tok_run;
+
+static void tok_task(void *ctx, int task, int thread)
+{
+    (void)thread;
+    const tok_run *r = ctx;
+    int t1 = (task + 1) * r->j->per_task < r->j->nt ? (task + 1) * r->j->per_task : r->j->nt;
+    for (int t = task * r->j->per_task; t < t1; t++)
+        r->fn(r->j, t);
+}
+
+static void tok_parallel(const lilac_model *m, int nt, tok_fn fn, dn_tok_job *j)
+{
+    int threads = lilac_pool_size(m->pool);
+    tok_run r = {j, fn};
+    if (nt < 8 || threads < 2) {
+        j->per_task = nt;
+        tok_task(&r, 0, 0);
+        return;
+    }
+    int tasks = threads * 4 < nt ? threads * 4 : nt;
+    j->per_task = (nt + tasks - 1) / tasks;
+    lilac_pool_run(m->pool, (nt + j->per_task - 1) / j->per_task, tok_task, &r);
+}
+
+static void dn_conv_task(const dn_tok_job *j, int t)
+{
+    const lilac_hparams *hp = &j->m->hp;
+    int nk = hp->ssm_k_heads, nv = hp->ssm_v_heads, dk = hp->ssm_k_dim;
+    int C = 2 * nk * dk + nv * hp->ssm_v_dim, K = hp->ssm_conv_kernel;
+    const lilac_dec_seg *seg = &j->segs[j->sc->tok_seg[t]];
+    const lilac_layer_state *st = &seg->s->layers[j->il];
+    const float *in = j->qkv + (size_t)seg->t0 * C;
+    int ts = t - seg->t0; /* within its segment */
+    float *row = j->conv + (size_t)t * C;
+    for (int c = 0; c < C; c++) {
+        const float *w = j->lw->ssm_conv + (size_t)c * K;
+        float s = 0;
+        for (int i = 0; i < K; i++) {
+            int tau = ts - (K - 1) + i;
+            float xin = tau >= 0 ? in[(size_t)tau * C + c] : st->conv[(size_t)(K - 1 + tau) * C + c];
+            s += w[i] * xin;
+        }
+        row[c] = silu(s);
+    }
+    float qscale = 1.0f / sqrtf((float)dk);
+    for (int h = 0; h < nk; h++) {
+        float *q = row + (size_t)h * dk, *k = row + (size_t)(nk + h) * dk;
+        l2norm(q, dk);
+        l2norm(k, dk);
+        for (int d = 0; d < dk; d++)
+            q[d] *= qscale;
+    }
+    for (int jv = 0; jv < nv; jv++) {
+        size_t i = (size_t)t * nv + jv;
+        j->a[i] = j->lw->ssm_a[jv] * softplus(j->a[i] + j->lw->ssm_dt[jv]); /* g, the log-decay */
+        j->b[i] = sigmoid(j->b[i]);
+    }
+}
+
+static void dn_gate_task(const dn_tok_job *j, int t)
+{
+    const lilac_hparams *hp = &j->m->hp;
+    int nv = hp->ssm_v_heads, dv = hp->ssm_v_dim;
+    for (int jv = 0; jv < nv; jv++) {
+        float *oj = j->o + (size_t)t * nv * dv + (size_t)jv * dv;
+        const float *zj = j->z + (size_t)t * nv * dv + (size_t)jv * dv;
+        rmsnorm(oj, oj, j->lw->ssm_norm, dv, hp->norm_eps);
+        for (int c = 0; c < dv; c++)
+            oj[c] *= silu(zj[c]);
+    }
+}
+
 static void deltanet(const lilac_model *m, const lilac_layer_weights *lw, int il, const lilac_dec_seg *segs,
                      int n_seg, lilac_scratch *sc, int nt, float *out)
 {
@@ -192,23 +287,15 @@ static void deltanet(const lilac_model *m, const lilac_layer_weights *lw, int il
                              {&lw->ssm_alpha, sc->xn, a, 0}, {&lw->ssm_beta, sc->xn, b, 0}};
     lilac_matmul_multi(m->kern, m->pool, proj, 4, nt);
 
-    /* causal depthwise conv over each segment's tokens; inputs before them come from its state */
+    /* causal depthwise conv (inputs before a segment come from its
+     * state), SiLU, q/k L2 norm and the gates, per token over the pool;
+     * then each state keeps its segment's last K-1 inputs */
+    dn_tok_job tj = {m, lw, il, segs, sc, qkv, conv, a, b, NULL, NULL, nt, 0};
+    tok_parallel(m, nt, dn_conv_task, &tj);
     for (int g = 0; g < n_seg; g++) {
         lilac_layer_state *st = &segs[g].s->layers[il];
         const float *in = qkv + (size_t)segs[g].t0 * C;
         int n = segs[g].n;
-        for (int t = 0; t < n; t++)
-            for (int c = 0; c < C; c++) {
-                const float *w = lw->ssm_conv + (size_t)c * K;
-                float s = 0;
-                for (int i = 0; i < K; i++) {
-                    int tau = t - (K - 1) + i;
-                    float xin = tau >= 0 ? in[(size_t)tau * C + c] : st->conv[(size_t)(K - 1 + tau) * C + c];
-                    s += w[i] * xin;
-                }
-                conv[(size_t)(segs[g].t0 + t) * C + c] = silu(s);
-            }
-        /* the state keeps the last K-1 inputs */
         for (int r = 0; r < K - 1; r++) {
             int tau = n - (K - 1) + r; /* input index relative to this segment */
             float *dst = st->conv + (size_t)r * C;
@@ -218,34 +305,13 @@ static void deltanet(const lilac_model *m, const lilac_layer_weights *lw, int il
                 memmove(dst, st->conv + (size_t)(K - 1 + tau) * C, (size_t)C * sizeof(float));
         }
     }
-    float qscale = 1.0f / sqrtf((float)dk);
-    for (int t = 0; t < nt; t++) {
-        float *row = conv + (size_t)t * C;
-        for (int h = 0; h < nk; h++) {
-            float *q = row + (size_t)h * dk, *k = row + (size_t)(nk + h) * dk;
-            l2norm(q, dk);
-            l2norm(k, dk);
-            for (int d = 0; d < dk; d++)
-                q[d] *= qscale;
-        }
-        for (int j = 0; j < nv; j++) {
-            size_t i = (size_t)t * nv + j;
-            a[i] = lw->ssm_a[j] * softplus(a[i] + lw->ssm_dt[j]); /* g, the log-decay */
-            b[i] = sigmoid(b[i]);
-        }
-    }
     float *o = sc->big0; /* the projections are consumed */
     dn_job jb = {m, segs, il, sc, conv, a, b, o};
     lilac_pool_run(m->pool, n_seg * nv, dn_head_task, &jb);
     /* gated RMSNorm per value head: norm(o) * w * silu(z) */
-    for (int t = 0; t < nt; t++)
-        for (int j = 0; j < nv; j++) {
-            float *oj = o + (size_t)t * nv * dv + (size_t)j * dv;
-            const float *zj = z + (size_t)t * nv * dv + (size_t)j * dv;
-            rmsnorm(oj, oj, lw->ssm_norm, dv, hp->norm_eps);
-            for (int c = 0; c < dv; c++)
-                oj[c] *= silu(zj[c]);
-        }
+    tj.o = o;
+    tj.z = z;
+    tok_parallel(m, nt, dn_gate_task, &tj);
     matmul(m, &lw->ssm_out, o, nt, out);
 }
 

@@ -315,10 +315,42 @@ static void multi_task(void *ctx, int task, int thread)
     matmul_rows(j, r0, r0 + j->rows_per_task);
 }
 
+/* The activation rows a multi job quantizes: part[i]'s n_tok rows are rows
+ * row0[i] .. row0[i + 1] of the whole. */
+typedef struct {
+    const multi_job *mj;
+    const lilac_cpu_kernels *k;
+    int part[LILAC_MM_MAX];
+    int64_t row0[LILAC_MM_MAX + 1];
+    int n;
+    int64_t rows, rows_per_task;
+} quant_job;
+
+static void quantize_task(void *ctx, int task, int thread)
+{
+    (void)thread;
+    const quant_job *qj = ctx;
+    int64_t r0 = (int64_t)task * qj->rows_per_task, r1 = r0 + qj->rows_per_task;
+    if (r1 > qj->rows)
+        r1 = qj->rows;
+    int i = 0;
+    for (int64_t r = r0; r < r1; r++) {
+        while (r >= qj->row0[i + 1])
+            i++;
+        const matmul_job *j = &qj->mj->part[qj->part[i]];
+        int64_t t = r - qj->row0[i];
+        lilac_qx q = lilac_qx_carve(j->qx + (size_t)t * j->qx_bytes, j->W->cols, j->qx_layout);
+        qj->k->qx_quantize(j->x + t * j->W->cols, j->W->cols, &q);
+    }
+}
+
 void lilac_matmul_multi(const lilac_cpu_kernels *k, lilac_pool *pool, const lilac_mm_item *items, int n_items,
                         int64_t n_tok)
 {
     multi_job mj;
+    quant_job qj;
+    qj.n = 0;
+    qj.rows = 0;
     int n = 0;
     /* where each part's quantized rows start in the buffer (SIZE_MAX: none) */
     size_t off[LILAC_MM_MAX], total = 0;
@@ -372,11 +404,28 @@ void lilac_matmul_multi(const lilac_cpu_kernels *k, lilac_pool *pool, const lila
         bool first = true;
         for (int p = 0; p < i && first; p++)
             first = !((mj.part[p].qdot || mj.part[p].qr16) && off[p] == off[i]);
-        if (first)
-            for (int64_t t = 0; t < j->n_tok; t++) {
-                lilac_qx q = lilac_qx_carve(j->qx + (size_t)t * j->qx_bytes, j->W->cols, j->qx_layout);
-                k->qx_quantize(j->x + t * j->W->cols, j->W->cols, &q);
-            }
+        if (first) {
+            qj.part[qj.n] = i;
+            qj.row0[qj.n] = qj.rows;
+            qj.rows += j->n_tok;
+            qj.n++;
+        }
+    }
+    /* the activation rows, quantized once each: over the pool when there
+     * are many (prefill), inline for the few of a decode step (a barrier
+     * costs more than they do); each row's bytes do not depend on who
+     * quantizes it */
+    qj.row0[qj.n] = qj.rows;
+    qj.mj = &mj;
+    qj.k = k;
+    int q_tasks = lilac_pool_size(pool) * 4;
+    if (qj.rows >= 32 && lilac_pool_size(pool) > 1) {
+        qj.rows_per_task = (qj.rows + q_tasks - 1) / q_tasks;
+        lilac_pool_run(pool, (int)((qj.rows + qj.rows_per_task - 1) / qj.rows_per_task), quantize_task, &qj);
+    } else {
+        qj.rows_per_task = qj.rows;
+        if (qj.rows)
+            quantize_task(&qj, 0, 0);
     }
     /* about 16 tasks per thread over the whole job, each part split in
      * proportion to its work; a tiny job runs inline */
