@@ -446,6 +446,50 @@ static bool moe_few(const lilac_model *m, const lilac_layer_weights *lw, lilac_s
     return true;
 }
 
+/* The gather of an expert group's input rows and the combine of its
+ * outputs, over the pool when there are many rows (prefill). The combine
+ * splits by token and adds each token's rows in row order, the order of
+ * the one-thread loop, so the sums are bitwise the same. */
+typedef struct {
+    lilac_scratch *sc;
+    int E, r, nt, per_task;
+    float *out;
+} moe_rows_job;
+
+static void moe_gather_task(void *ctx, int task, int thread)
+{
+    (void)thread;
+    const moe_rows_job *j = ctx;
+    int i1 = (task + 1) * j->per_task < j->r ? (task + 1) * j->per_task : j->r;
+    for (int i = task * j->per_task; i < i1; i++)
+        memcpy(j->sc->ex_in + (size_t)i * j->E, j->sc->xn + (size_t)j->sc->ex_rows[i] * j->E, (size_t)j->E * sizeof(float));
+}
+
+static void moe_combine_task(void *ctx, int task, int thread)
+{
+    (void)thread;
+    const moe_rows_job *j = ctx;
+    int t0 = task * j->per_task, t1 = t0 + j->per_task < j->nt ? t0 + j->per_task : j->nt;
+    for (int i = 0; i < j->r; i++)
+        if (j->sc->ex_rows[i] >= t0 && j->sc->ex_rows[i] < t1)
+            add_scaled(j->out + (size_t)j->sc->ex_rows[i] * j->E, j->sc->small1[i], j->sc->ex_out + (size_t)i * j->E,
+                       (size_t)j->E);
+}
+
+/* n items of work (rows or tokens) in about 4 tasks per thread; inline when few */
+static void rows_parallel(const lilac_model *m, moe_rows_job *j, int n, lilac_pool_fn fn)
+{
+    int threads = lilac_pool_size(m->pool);
+    if (n < 64 || threads < 2) {
+        j->per_task = n > 0 ? n : 1;
+        fn(j, 0, 0);
+        return;
+    }
+    int tasks = threads * 4;
+    j->per_task = (n + tasks - 1) / tasks;
+    lilac_pool_run(m->pool, (n + j->per_task - 1) / j->per_task, fn, j);
+}
+
 static void moe(const lilac_model *m, const lilac_layer_weights *lw, lilac_scratch *sc, int nt, float *out)
 {
     const lilac_hparams *hp = &m->hp;
@@ -486,10 +530,11 @@ static void moe(const lilac_model *m, const lilac_layer_weights *lw, lilac_scrat
                     if (sc->route_idx[t * k + i] == e_next) {
                         sc->ex_rows[r] = t;
                         sc->small1[r] = sc->route_w[t * k + i];
-                        memcpy(sc->ex_in + r * E, sc->xn + (size_t)t * E, (size_t)E * sizeof(float));
                         r++;
                     }
         }
+        moe_rows_job mr = {sc, E, (int)r, nt, 0, NULL};
+        rows_parallel(m, &mr, (int)r, moe_gather_task);
         lilac_mm_item it[LILAC_MM_MAX];
         int n_it = 0;
         for (int g = 0; g < n_groups; g++) {
@@ -504,8 +549,8 @@ static void moe(const lilac_model *m, const lilac_layer_weights *lw, lilac_scrat
             it[n_it++] = (lilac_mm_item){&lw->exp_down[g_exp[g]], sc->big0 + (size_t)g0[g] * ff,
                                          sc->ex_out + (size_t)g0[g] * E, gn[g]};
         lilac_matmul_multi(m->kern, m->pool, it, n_it, nt);
-        for (size_t i = 0; i < r; i++)
-            add_scaled(out + (size_t)sc->ex_rows[i] * E, sc->small1[i], sc->ex_out + i * E, (size_t)E);
+        mr.out = out;
+        rows_parallel(m, &mr, nt, moe_combine_task);
     }
     if (hp->shared_ff > 0) {
         int sff = hp->shared_ff;

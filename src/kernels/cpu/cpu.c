@@ -212,17 +212,17 @@ static void matmul_rows(const matmul_job *j, int64_t r0, int64_t r1)
          * quantized rows stay in L2 while every group of the task passes
          * over them, the task's weights staying there for every block */
         enum { NT = LILAC_QR16_NT, TB = 32 };
+        lilac_qx q[TB]; /* the block's rows, carved once for all its groups */
         for (int64_t tb = 0; tb < j->n_tok; tb += TB) {
             const int64_t te = tb + TB < j->n_tok ? tb + TB : j->n_tok;
+            for (int64_t t = tb; t < te; t++)
+                q[t - tb] = lilac_qx_carve(j->qx + (size_t)t * j->qx_bytes, cols, j->qx_layout);
             for (int64_t g = r0; g < r1; g += LILAC_QR16_ROWS) {
                 const void *w = (const uint8_t *)j->W->data + (size_t)g * j->W->row_bytes;
                 for (int64_t t0 = tb; t0 < te; t0 += NT) {
                     const int nt = te - t0 < NT ? (int)(te - t0) : NT;
-                    lilac_qx q[NT];
                     float o[NT * LILAC_QR16_ROWS];
-                    for (int u = 0; u < nt; u++)
-                        q[u] = lilac_qx_carve(j->qx + (size_t)(t0 + u) * j->qx_bytes, cols, j->qx_layout);
-                    j->qr16(w, q, nt, cols, o);
+                    j->qr16(w, q + (t0 - tb), nt, cols, o);
                     for (int u = 0; u < nt; u++)
                         memcpy(j->y + (t0 + u) * rows + g, o + u * LILAC_QR16_ROWS, LILAC_QR16_ROWS * sizeof(float));
                 }
