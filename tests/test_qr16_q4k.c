@@ -5,8 +5,8 @@
  *  - the scalar qr16 kernel against the one-row oracle
  *    lilac_qdot_q4_K_scalar (same activations quantized in its KQ layout),
  *    per row and token, within float32 rounding of the sum of the terms;
- *  - the AVX2 and AVX-512 kernels against the scalar qr16 kernel, where
- *    this CPU runs them;
+ *  - the AVX2 and AVX-512 (x86) or NEON (aarch64) kernels against the
+ *    scalar qr16 kernel, where this CPU runs them;
  *  - every kernel: out[t * 16 + r] bit for bit the same for every nt and
  *    whichever tokens come with x[t]; a NaN/inf activation block makes the
  *    token's outputs NaN (and leaves the other tokens alone); zero
@@ -205,8 +205,13 @@ static void find_kernels(void)
         else
             printf("SKIP (part): this CPU cannot run the %s qr16 Q4_K kernel\n", simd[k].name);
     }
+#elif defined(__aarch64__)
+    if (lilac_cpu_runs(&lilac_cpu_neon))
+        kernels[n_kernels++] = (kernel){"neon", lilac_qr16_q4_K_neon, &lilac_cpu_neon};
+    else
+        printf("SKIP (part): this CPU cannot run the neon qr16 Q4_K kernel (no dotprod)\n");
 #else
-    printf("SKIP (part): not an x86 build: no AVX2 / AVX-512 qr16 Q4_K kernels\n");
+    printf("SKIP (part): neither x86 nor aarch64: only the scalar qr16 Q4_K kernel is tested\n");
 #endif
     printf("qr16 Q4_K kernels run here:");
     for (int k = 0; k < n_kernels; k++)

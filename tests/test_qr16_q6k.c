@@ -3,8 +3,8 @@
  *  - the scalar qr16 kernel equals, per row and token, the one-row fast
  *    dot's oracle (lilac_qdot_q6_K_scalar) over the same quantized
  *    activations, to float32 rounding of sum |w * x|;
- *  - the AVX-512 and AVX2 kernels (where this CPU runs them) equal the
- *    scalar one to the same bound;
+ *  - the AVX-512 and AVX2 (x86) or NEON (aarch64) kernels, where this
+ *    CPU runs them, equal the scalar one to the same bound;
  *  - every kernel's out[t * 16 + r] is bit for bit its nt = 1 result for
  *    x[t], for every nt up to LILAC_QR16_NT;
  *  - a NaN or infinite activation makes that token's outputs NaN, zero
@@ -50,8 +50,13 @@ static void find_kernels(void)
         kernels[n_kernels++] = (kernel){"avx2", lilac_qr16_q6_K_avx2};
     else
         printf("SKIP (part): this CPU cannot run the AVX2 kernel: not tested\n");
+#elif defined(__aarch64__)
+    if (lilac_cpu_runs(&lilac_cpu_neon))
+        kernels[n_kernels++] = (kernel){"neon", lilac_qr16_q6_K_neon};
+    else
+        printf("SKIP (part): this CPU cannot run the neon kernel (no dotprod): not tested\n");
 #else
-    printf("SKIP (part): not x86: only the scalar qr16 Q6_K kernel is tested\n");
+    printf("SKIP (part): neither x86 nor aarch64: only the scalar qr16 Q6_K kernel is tested\n");
 #endif
     printf("qr16 Q6_K kernels tested:");
     for (int k = 0; k < n_kernels; k++)

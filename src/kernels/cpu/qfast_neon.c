@@ -337,4 +337,6 @@ const lilac_cpu_kernels lilac_cpu_neon = {
     .qdot_q4_K = lilac_qdot_q4_K_neon,
     .qdot_q5_K = lilac_qdot_q5_K_neon,
     .qdot_q6_K = lilac_qdot_q6_K_neon,
+    .qr16_q4_K = lilac_qr16_q4_K_neon,
+    .qr16_q6_K = lilac_qr16_q6_K_neon,
 };

@@ -91,5 +91,10 @@ void lilac_qr16_q6_K_avx2(const void *w, const lilac_qx *x, int nt, int64_t n, f
 void lilac_qr16_q4_K_avx512(const void *w, const lilac_qx *x, int nt, int64_t n, float *out);
 void lilac_qr16_q6_K_avx512(const void *w, const lilac_qx *x, int nt, int64_t n, float *out);
 #endif
+#if defined(__aarch64__)
+/* NEON + dotprod (qr16_neon.c): 4 registers of 4 rows, sdot by lane */
+void lilac_qr16_q4_K_neon(const void *w, const lilac_qx *x, int nt, int64_t n, float *out);
+void lilac_qr16_q6_K_neon(const void *w, const lilac_qx *x, int nt, int64_t n, float *out);
+#endif
 
 #endif
