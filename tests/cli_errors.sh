@@ -97,6 +97,11 @@ check "logits --tokens 1,,2" 1 "'1,,2'" one -- "$LILAC" logits -m a.gguf --token
 check "logits --threads 0" 1 "--threads" one -- "$LILAC" logits -m a.gguf --tokens 1,2 --threads 0
 check "logits --threads x" 1 "'x'" one -- "$LILAC" logits -m a.gguf --tokens 1,2 --threads x
 check "logits no tokens" 1 "no tokens given" one -- "$LILAC" logits -m a.gguf
+check "--kv-type f64" 1 "--kv-type takes f32 or f16, not 'f64'" one -- "$LILAC" run -m a.gguf --kv-type f64
+check "--kv-type without a value" 1 "--kv-type takes f32 or f16" one -- "$LILAC" run -m a.gguf --kv-type
+check "--backend gpu" 1 "--backend takes cpu, cuda or auto, not 'gpu'" one -- "$LILAC" run -m a.gguf --backend gpu
+check "bench -d 0,,1" 1 "'0,,1'" one -- "$LILAC" bench -m a.gguf -d 0,,1
+check "bench -d x" 1 "'x'" one -- "$LILAC" bench -m a.gguf -d x
 
 # ---- paths that are no model (no fixture needed) ----
 check_model "path that does not exist" "$T/does-not-exist.gguf"
