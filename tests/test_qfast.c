@@ -21,16 +21,8 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/qfast.h"
 #include "kernels/cpu/quant.h"
+#include "qxtest.h"
 #include "testutil.h"
-
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-static uint64_t next(void)
-{
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return rng;
-}
-static double urand(void) { return (double)(next() >> 11) * (1.0 / 9007199254740992.0); }
-static float frand(void) { return (float)(urand() * 2.0 - 1.0); }
 
 typedef void (*dequant_fn)(const void *row, float *out, int64_t n);
 
@@ -83,24 +75,15 @@ static void find_sets(void)
     printf(" (best: %s)\n", lilac_cpu_best()->name);
 }
 
-/* Any finite fp16 bit pattern: zero, subnormals, negatives, up to 65504. */
-static uint16_t rand_f16(void)
-{
-    uint16_t h = (uint16_t)next();
-    if (((h >> 10) & 31) == 31)
-        h &= (uint16_t)~0x4000;
-    return h;
-}
-
 /* nb random blocks; moderate = fp16 scales of moderate size and sign */
 static uint8_t *rand_row(const qtype *t, int nb, int moderate)
 {
     uint8_t *row = malloc((size_t)nb * t->size);
     for (size_t i = 0; i < (size_t)nb * t->size; i++)
-        row[i] = (uint8_t)next();
+        row[i] = (uint8_t)qt_next();
     for (int b = 0; b < nb; b++)
         for (int k = 0; k < t->n_f16; k++) {
-            uint16_t h = moderate ? (uint16_t)(0x3000 + (next() & 0x7ff)) : rand_f16();
+            uint16_t h = moderate ? (uint16_t)(0x3000 + (qt_next() & 0x7ff)) : qt_rand_f16();
             memcpy(row + (size_t)b * t->size + t->f16_at[k], &h, 2);
         }
     return row;
@@ -142,58 +125,6 @@ static void term_mag(const qtype *t, const uint8_t *row, int64_t n, double *g)
 }
 
 /* ---- activations ---- */
-
-typedef struct {
-    void *buf;
-    lilac_qx q;
-} qrow;
-
-static qrow qrow_new(int64_t n, int layout)
-{
-    qrow r;
-    r.buf = aligned_alloc(64, lilac_qx_row_bytes(n));
-    memset(r.buf, 0xA5, lilac_qx_row_bytes(n)); /* nothing may stay unwritten */
-    r.q = lilac_qx_carve(r.buf, n, layout);
-    return r;
-}
-
-/* Random activations with the awkward cases: zero and sub-threshold
- * blocks, blocks of very different sizes, lone outliers, and exact ties
- * of the rounding (max|x| = 127 makes Q = 256 x, so x = k + 1/2 lands on
- * Q = 128 mod 256 and x = k + 1/2 + 1/512 on a half of Q). */
-static void rand_x(float *x, int64_t n, int plain)
-{
-    for (int64_t b = 0; b < n / 32; b++) {
-        float *xb = x + 32 * b;
-        int kind = plain ? 7 : (int)(next() % 10);
-        float scale = 1.0f;
-        switch (kind) {
-        case 0:
-            memset(xb, 0, 32 * sizeof(float));
-            continue;
-        case 1:
-            for (int i = 0; i < 32; i++)
-                xb[i] = frand() * 1e-31f;
-            continue;
-        case 2: scale = 1e-3f; break;
-        case 3: scale = 1e3f; break;
-        case 4:
-            for (int i = 0; i < 32; i++)
-                xb[i] = frand() * 0.01f;
-            xb[next() % 32] = 40.0f * (next() & 1 ? 1 : -1);
-            continue;
-        case 5:
-            for (int i = 0; i < 32; i++)
-                xb[i] = (float)((int)(next() % 253) - 126) + (next() & 1 ? 0.5f : -0.5f) +
-                        (next() & 1 ? 1.0f / 512 : 0.0f);
-            xb[next() % 32] = next() & 1 ? 127.0f : -127.0f;
-            continue;
-        default: break;
-        }
-        for (int i = 0; i < 32; i++)
-            xb[i] = frand() * scale;
-    }
-}
 
 /* Q and the value of value i (in natural order) */
 static inline int32_t qx_Q(const lilac_qx *q, int64_t i)
@@ -257,7 +188,7 @@ static void test_quantize(void)
             for (int rep = 0; rep < (layout ? 4 : 20); rep++) {
                 int64_t n = 32 * nbs[layout][si];
                 float *x = malloc((size_t)n * sizeof(float));
-                rand_x(x, n, 0);
+                qt_rand_x(x, n, 0);
                 qrow r = qrow_new(n, layout);
                 lilac_qx_quantize_scalar(x, n, &r.q);
                 for (int64_t b = 0; b < n / 32; b++) {
@@ -310,7 +241,7 @@ static void test_quantize(void)
     /* the comparison would see a one-digit difference */
     int64_t n = 64;
     float x[64];
-    rand_x(x, n, 1);
+    qt_rand_x(x, n, 1);
     qrow a = qrow_new(n, 0), b = qrow_new(n, 0);
     lilac_qx_quantize_scalar(x, n, &a.q);
     lilac_qx_quantize_scalar(x, n, &b.q);
@@ -384,7 +315,7 @@ static dot_stats check_dot(const qtype *t, lilac_qx_quantize_fn qz, lilac_qdot_f
             double *g = malloc((size_t)n * sizeof(double));
             t->dequant(row, w, n);
             term_mag(t, row, n, g);
-            rand_x(x, n, rep == 0);
+            qt_rand_x(x, n, rep == 0);
             qrow r = qrow_new(n, lilac_qx_layout(t->type));
             qz(x, n, &r.q);
             double exact_q = 0, exact = 0, mag = 0, err = 0;
@@ -409,7 +340,7 @@ static dot_stats check_dot(const qtype *t, lilac_qx_quantize_fn qz, lilac_qdot_f
                 st.worst_true = fabs(got - exact) / amag;
 
             /* zeroing one weight block's activations takes exactly its share away */
-            int b = (int)(next() % (uint64_t)nb);
+            int b = (int)(qt_next() % (uint64_t)nb);
             float *xz = malloc((size_t)n * sizeof(float));
             memcpy(xz, x, (size_t)n * sizeof(float));
             memset(xz + (size_t)b * t->qk, 0, (size_t)t->qk * sizeof(float));
@@ -498,8 +429,8 @@ static void test_nonfinite(void)
             int64_t n = (int64_t)nb * t->qk;
             uint8_t *row = rand_row(t, nb, 1);
             float *x = malloc((size_t)n * sizeof(float));
-            rand_x(x, n, 1);
-            int64_t at = (int64_t)(next() % (uint64_t)n);
+            qt_rand_x(x, n, 1);
+            int64_t at = (int64_t)(qt_next() % (uint64_t)n);
             x[at] = specials[sp];
             qrow r = qrow_new(n, lilac_qx_layout(t->type));
             lilac_qx_quantize_scalar(x, n, &r.q);
@@ -541,7 +472,7 @@ static void test_matmul(void)
                 float *y1 = malloc((size_t)ntok * rows * sizeof(float));
                 float *y3 = malloc((size_t)ntok * rows * sizeof(float));
                 float *yp = malloc((size_t)ntok * rows * sizeof(float));
-                rand_x(x, ntok * cols, 1);
+                qt_rand_x(x, ntok * cols, 1);
                 lilac_mat m = {.data = W, .type = t->type, .rows = rows, .cols = cols,
                                .row_bytes = lilac_dtype_row_bytes(t->type, cols)};
                 lilac_matmul(&fast, p1, &m, x, ntok, y1);
@@ -584,9 +515,9 @@ static void test_matmul(void)
         float *W = malloc((size_t)rows * cols * sizeof(float)), *x = malloc((size_t)2 * cols * sizeof(float));
         float *y = malloc((size_t)2 * rows * sizeof(float));
         for (int i = 0; i < rows * cols; i++)
-            W[i] = frand();
+            W[i] = qt_frand();
         for (int i = 0; i < 2 * cols; i++)
-            x[i] = frand();
+            x[i] = qt_frand();
         lilac_mat m = {.data = W, .type = LILAC_F32, .rows = rows, .cols = cols,
                        .row_bytes = (size_t)cols * sizeof(float)};
         lilac_matmul(&fast, p3, &m, x, 2, y);
@@ -625,7 +556,7 @@ static void test_multi_dots(void)
                     lilac_qx q[NT];
                     for (int u = 0; u < NT; u++) {
                         r[u] = qrow_new(n, lilac_qx_layout(t->type));
-                        rand_x(x, n, rep >= 2);
+                        qt_rand_x(x, n, rep >= 2);
                         sets[k]->qx_quantize(x, n, &r[u].q);
                         q[u] = r[u].q;
                     }
@@ -661,10 +592,10 @@ static void test_precise_sets(void)
             uint16_t *wh = malloc((size_t)n * 2), *wb = malloc((size_t)n * 2);
             double mag = 0;
             for (int i = 0; i < n; i++) {
-                wf[i] = frand();
-                x[i] = frand();
-                wh[i] = (uint16_t)(0x3000 + (next() & 0xfff)) | (uint16_t)(next() & 0x8000);
-                union { float f; uint32_t u; } v = {frand()};
+                wf[i] = qt_frand();
+                x[i] = qt_frand();
+                wh[i] = (uint16_t)(0x3000 + (qt_next() & 0xfff)) | (uint16_t)(qt_next() & 0x8000);
+                union { float f; uint32_t u; } v = {qt_frand()};
                 wb[i] = (uint16_t)(v.u >> 16);
                 mag += fabs((double)x[i]) * 4;
             }
@@ -690,7 +621,7 @@ static void test_precise_sets(void)
                 t->dequant(row, w, n);
                 double mag = 0;
                 for (int64_t i = 0; i < n; i++) {
-                    x[i] = frand();
+                    x[i] = qt_frand();
                     mag += fabs((double)w[i] * x[i]);
                 }
                 bad += !(fabsf(d(row, x, n) - o(row, x, n)) <= 1e-5 * mag);
@@ -715,6 +646,7 @@ static void test_precise_sets(void)
 
 int main(void)
 {
+    qt_rng = 0x2545f4914f6cdd1dull;
     find_sets();
     test_layout();
     test_quantize();

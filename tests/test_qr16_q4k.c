@@ -20,30 +20,13 @@
 #include "kernels/cpu/qfast.h"
 #include "kernels/cpu/qr16.h"
 #include "kernels/cpu/quant.h"
+#include "qxtest.h"
 #include "testutil.h"
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint64_t next(void)
-{
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return rng;
-}
-static double urand(void) { return (double)(next() >> 11) * (1.0 / 9007199254740992.0); }
-static float frand(void) { return (float)(urand() * 2.0 - 1.0); }
 
 #define ROWS LILAC_QR16_ROWS
 #define NT LILAC_QR16_NT
 
 /* ---- weights ---- */
-
-/* Any finite fp16 bit pattern: zero, subnormals, negatives, up to 65504. */
-static uint16_t rand_f16(void)
-{
-    uint16_t h = (uint16_t)next();
-    if (((h >> 10) & 31) == 31)
-        h &= (uint16_t)~0x4000;
-    return h;
-}
 
 /* 16 rows of n columns of random Q4_K blocks, row r at r * row_bytes;
  * moderate = d, dmin of moderate size (else any finite fp16) */
@@ -51,12 +34,12 @@ static uint8_t *rand_rows(int64_t n, size_t row_bytes, int moderate)
 {
     uint8_t *rows = malloc(ROWS * row_bytes);
     for (size_t i = 0; i < ROWS * row_bytes; i++)
-        rows[i] = (uint8_t)next();
+        rows[i] = (uint8_t)qt_next();
     for (int r = 0; r < ROWS; r++)
         for (int64_t i = 0; i < n / LILAC_QK_K; i++) {
             block_q4_K *b = (block_q4_K *)(void *)(rows + (size_t)r * row_bytes + (size_t)i * sizeof(block_q4_K));
-            b->d = moderate ? (uint16_t)(0x3000 + (next() & 0x7ff)) : rand_f16();
-            b->dmin = moderate ? (uint16_t)(0x2c00 + (next() & 0x7ff)) : rand_f16();
+            b->d = moderate ? (uint16_t)(0x3000 + (qt_next() & 0x7ff)) : qt_rand_f16();
+            b->dmin = moderate ? (uint16_t)(0x2c00 + (qt_next() & 0x7ff)) : qt_rand_f16();
         }
     return rows;
 }
@@ -91,54 +74,6 @@ static int layout_errors(const uint8_t *rows, size_t row_bytes, int64_t n, const
 }
 
 /* ---- activations ---- */
-
-typedef struct {
-    void *buf;
-    lilac_qx q;
-} qrow;
-
-static qrow qrow_new(int64_t n, int layout)
-{
-    qrow r;
-    r.buf = aligned_alloc(64, lilac_qx_row_bytes(n));
-    memset(r.buf, 0xA5, lilac_qx_row_bytes(n));
-    r.q = lilac_qx_carve(r.buf, n, layout);
-    return r;
-}
-
-/* Random activations with the awkward blocks: zero, sub-threshold, very
- * small and large, lone outliers, digit ties (as test_qfast.c). */
-static void rand_x(float *x, int64_t n, int plain)
-{
-    for (int64_t b = 0; b < n / 32; b++) {
-        float *xb = x + 32 * b;
-        int kind = plain ? 7 : (int)(next() % 10);
-        float scale = 1.0f;
-        switch (kind) {
-        case 0: memset(xb, 0, 32 * sizeof(float)); continue;
-        case 1:
-            for (int i = 0; i < 32; i++)
-                xb[i] = frand() * 1e-31f;
-            continue;
-        case 2: scale = 1e-3f; break;
-        case 3: scale = 1e3f; break;
-        case 4:
-            for (int i = 0; i < 32; i++)
-                xb[i] = frand() * 0.01f;
-            xb[next() % 32] = 40.0f * (next() & 1 ? 1 : -1);
-            continue;
-        case 5:
-            for (int i = 0; i < 32; i++)
-                xb[i] = (float)((int)(next() % 253) - 126) + (next() & 1 ? 0.5f : -0.5f) +
-                        (next() & 1 ? 1.0f / 512 : 0.0f);
-            xb[next() % 32] = next() & 1 ? 127.0f : -127.0f;
-            continue;
-        default: break;
-        }
-        for (int i = 0; i < 32; i++)
-            xb[i] = frand() * scale;
-    }
-}
 
 /* NT tokens of n values, quantized in both layouts */
 typedef struct {
@@ -313,7 +248,7 @@ static void check_matrix(const uint8_t *rows, size_t row_bytes, int64_t n, const
         /* every nt, with tokens s .. s + nt - 1 (so x[t] comes with
          * different companions and at different positions) */
         for (int nt = 1; nt <= NT; nt++) {
-            const int s = (int)(next() % NT);
+            const int s = (int)(qt_next() % NT);
             float got[NT * ROWS];
             memset(got, 0xFF, sizeof got);
             kernels[k].fn(w, &tk->xn[s], nt, n, got);
@@ -343,7 +278,7 @@ static void test_dots(void)
             float *xs[NT];
             for (int t = 0; t < NT; t++) {
                 xs[t] = malloc((size_t)n * sizeof(float));
-                rand_x(xs[t], n, rep == 0 && t < 2);
+                qt_rand_x(xs[t], n, rep == 0 && t < 2);
             }
             tokens tk;
             tokens_make(&tk, n, (const float *const *)xs);
@@ -383,9 +318,9 @@ static void test_special(void)
         float *xs[NT];
         for (int t = 0; t < NT; t++) {
             xs[t] = malloc((size_t)n * sizeof(float));
-            rand_x(xs[t], n, 1);
+            qt_rand_x(xs[t], n, 1);
         }
-        xs[1][next() % (uint64_t)n] = specials[sp];
+        xs[1][qt_next() % (uint64_t)n] = specials[sp];
         memset(xs[2], 0, (size_t)n * sizeof(float));
         tokens tk;
         tokens_make(&tk, n, (const float *const *)xs);
@@ -420,18 +355,18 @@ static void test_broken(void)
     float *xs[NT];
     for (int t = 0; t < NT; t++) {
         xs[t] = malloc((size_t)n * sizeof(float));
-        rand_x(xs[t], n, 1);
+        qt_rand_x(xs[t], n, 1);
     }
     tokens tk;
     tokens_make(&tk, n, (const float *const *)xs);
     for (int c = 0; c < 3; c++) {
         lilac_qr16_pack_q4_K(rows, row_bytes, n, w);
-        block_q4_Kx16 *b = &w[next() % (uint64_t)(n / LILAC_QK_K)];
-        const int r = (int)(next() % ROWS);
+        block_q4_Kx16 *b = &w[qt_next() % (uint64_t)(n / LILAC_QK_K)];
+        const int r = (int)(qt_next() % ROWS);
         if (c == 0)
-            b->qs[next() % 8][next() % 4][4 * r + next() % 4] ^= 0x44; /* a weight in each nibble by 4 */
+            b->qs[qt_next() % 8][qt_next() % 4][4 * r + qt_next() % 4] ^= 0x44; /* a weight in each nibble by 4 */
         else if (c == 1)
-            b->scales[0][r] ^= 0x10u << (8 * (next() % 4)); /* one group's scale by 16 */
+            b->scales[0][r] ^= 0x10u << (8 * (qt_next() % 4)); /* one group's scale by 16 */
         else
             b->d[r] ^= 0x0400; /* d twice or half */
         dot_stats st = {0};
@@ -447,6 +382,7 @@ static void test_broken(void)
 
 int main(void)
 {
+    qt_rng = 0x9e3779b97f4a7c15ull;
     find_kernels();
     test_pack();
     test_dots();

@@ -18,17 +18,10 @@
 #include "kernels/cpu/qfast.h"
 #include "kernels/cpu/qr16.h"
 #include "kernels/cpu/quant.h"
+#include "qxtest.h"
 #include "testutil.h"
 
 enum { R = LILAC_QR16_ROWS, NT = LILAC_QR16_NT };
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint64_t next(void)
-{
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return rng;
-}
-static float frand(void) { return (float)((double)(next() >> 11) * (2.0 / 9007199254740992.0) - 1.0); }
 
 typedef struct {
     const char *name;
@@ -70,53 +63,13 @@ static uint8_t *rand_rows(int nb, size_t row_bytes)
 {
     uint8_t *m = malloc(R * row_bytes);
     for (size_t i = 0; i < R * row_bytes; i++)
-        m[i] = (uint8_t)next();
+        m[i] = (uint8_t)qt_next();
     for (int r = 0; r < R; r++)
         for (int b = 0; b < nb; b++) {
             block_q6_K *blk = (block_q6_K *)(void *)(m + (size_t)r * row_bytes) + b;
-            blk->d = (uint16_t)(0x2000 + (next() & 0x1fff)) | (uint16_t)(next() & 0x8000);
+            blk->d = (uint16_t)(0x2000 + (qt_next() & 0x1fff)) | (uint16_t)(qt_next() & 0x8000);
         }
     return m;
-}
-
-/* Random activations with the awkward blocks: zero, sub-threshold, of very
- * different sizes, lone outliers (as test_qfast.c) */
-static void rand_x(float *x, int64_t n)
-{
-    for (int64_t b = 0; b < n / 32; b++) {
-        float *xb = x + 32 * b, scale = 1.0f;
-        switch (next() % 8) {
-        case 0: memset(xb, 0, 32 * sizeof(float)); continue;
-        case 1:
-            for (int i = 0; i < 32; i++)
-                xb[i] = frand() * 1e-31f;
-            continue;
-        case 2: scale = 1e-3f; break;
-        case 3: scale = 1e3f; break;
-        case 4:
-            for (int i = 0; i < 32; i++)
-                xb[i] = frand() * 0.01f;
-            xb[next() % 32] = 40.0f * (next() & 1 ? 1 : -1);
-            continue;
-        default: break;
-        }
-        for (int i = 0; i < 32; i++)
-            xb[i] = frand() * scale;
-    }
-}
-
-typedef struct {
-    void *buf;
-    lilac_qx q;
-} qrow;
-
-static qrow qrow_new(int64_t n, int layout)
-{
-    qrow r;
-    r.buf = aligned_alloc(64, lilac_qx_row_bytes(n));
-    memset(r.buf, 0xA5, lilac_qx_row_bytes(n));
-    r.q = lilac_qx_carve(r.buf, n, layout);
-    return r;
 }
 
 static double qx_val(const lilac_qx *q, int64_t i)
@@ -171,7 +124,7 @@ static qcase case_new(int64_t n, size_t pad)
     lilac_qr16_pack_q6_K(c.rows, c.row_bytes, n, c.packed);
     c.x = malloc((size_t)NT * n * sizeof(float));
     for (int t = 0; t < NT; t++) {
-        rand_x(c.x + t * n, n);
+        qt_rand_x(c.x + t * n, n, 0);
         c.nat[t] = qrow_new(n, LILAC_QX_NATURAL);
         c.one[t] = qrow_new(n, lilac_qx_layout(LILAC_Q6_K));
     }
@@ -266,7 +219,7 @@ static void test_pack(void)
             lilac_qr16_unpack_q6_K(p, n, back, row_bytes);
             bad += memcmp(rows, back, R * row_bytes) != 0;
             /* and the comparison sees one changed bit */
-            back[(size_t)(next() % (R * row_bytes))] ^= 1;
+            back[(size_t)(qt_next() % (R * row_bytes))] ^= 1;
             bad += memcmp(rows, back, R * row_bytes) == 0;
             runs++;
             free(rows), free(back), free(p);
@@ -349,7 +302,7 @@ static void test_special(void)
             /* token 2 gets a non-finite value; the others stay as they were */
             for (int sp = 0; sp < 3; sp++) {
                 float *x2 = c.x + 2 * c.n;
-                const int64_t at = (int64_t)(next() % (uint64_t)c.n);
+                const int64_t at = (int64_t)(qt_next() % (uint64_t)c.n);
                 const float keep = x2[at];
                 x2[at] = specials[sp];
                 lilac_qx_quantize_scalar(x2, c.n, &c.nat[2].q);
@@ -379,6 +332,7 @@ static void test_special(void)
 
 int main(void)
 {
+    qt_rng = 0x9e3779b97f4a7c15ull;
     find_kernels();
     test_pack();
     test_dots();

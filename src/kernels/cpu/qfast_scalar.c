@@ -175,7 +175,7 @@ float lilac_qdot_q5_K_scalar(const void *row, const lilac_qx *x, int64_t n)
 
 /* Q6_K: the unsigned 6-bit quants (value + 32) in value order; group
  * v / 16 takes scale v / 16. */
-static void q6_quants(const block_q6_K *b, uint8_t q[LILAC_QK_K])
+void lilac_q6_K_quants(const block_q6_K *b, uint8_t q[LILAC_QK_K])
 {
     for (int h = 0; h < 2; h++) {
         const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
@@ -209,7 +209,7 @@ float lilac_qdot_q6_K_scalar(const void *row, const lilac_qx *x, int64_t n)
     uint8_t q[LILAC_QK_K];
     float s = 0;
     for (int64_t i = 0; i < n / LILAC_QK_K; i++) {
-        q6_quants(&w[i], q);
+        lilac_q6_K_quants(&w[i], q);
         s += q6_block(&w[i], q, x, i * LILAC_QK_K);
     }
     return s;
@@ -221,7 +221,7 @@ void lilac_qdotn_q6_K_scalar(const void *row, const lilac_qx *x, int nt, int64_t
     uint8_t q[LILAC_QK_K];
     float s[LILAC_QDOT_NT] = {0};
     for (int64_t i = 0; i < n / LILAC_QK_K; i++) {
-        q6_quants(&w[i], q); /* once for all rows */
+        lilac_q6_K_quants(&w[i], q); /* once for all rows */
         for (int t = 0; t < nt; t++)
             s[t] += q6_block(&w[i], q, &x[t], i * LILAC_QK_K);
     }

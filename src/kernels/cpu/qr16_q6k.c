@@ -8,22 +8,7 @@
 
 _Static_assert(sizeof(block_q6_Kx16) == 16 * sizeof(block_q6_K), "block_q6_Kx16 is 16 block_q6_K");
 
-/* The 6-bit quants of a block_q6_K in value order (as quant_scalar.c's
- * dequantizer reads them), and back. */
-static void q6_get(const block_q6_K *b, uint8_t q[LILAC_QK_K])
-{
-    for (int h = 0; h < 2; h++) {
-        const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
-        uint8_t *y = q + 128 * h;
-        for (int l = 0; l < 32; l++) {
-            y[l] = (uint8_t)((ql[l] & 0xF) | ((qh[l] & 3) << 4));
-            y[l + 32] = (uint8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
-            y[l + 64] = (uint8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
-            y[l + 96] = (uint8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
-        }
-    }
-}
-
+/* The inverse of lilac_q6_K_quants (quant.h). */
 static void q6_put(const uint8_t q[LILAC_QK_K], block_q6_K *b)
 {
     for (int h = 0; h < 2; h++) {
@@ -57,7 +42,7 @@ void lilac_qr16_pack_q6_K(const void *src, size_t row_bytes, int64_t n, void *ds
         block_q6_Kx16 *o = &out[i];
         for (int r = 0; r < LILAC_QR16_ROWS; r++) {
             const block_q6_K *b = (const block_q6_K *)(const void *)((const uint8_t *)src + (size_t)r * row_bytes) + i;
-            q6_get(b, q);
+            lilac_q6_K_quants(b, q);
             o->d[r] = b->d;
             for (int g = 0; g < 16; g++) {
                 o->sc[g][r] = b->scales[g];

@@ -61,6 +61,10 @@ typedef struct block_q6_K {
     uint16_t d; /* fp16 */
 } block_q6_K;
 
+/* A block_q6_K's unsigned 6-bit quants (value + 32) in value order
+ * (qfast_scalar.c; the 16-row repacking reads them too). */
+void lilac_q6_K_quants(const block_q6_K *b, uint8_t q[256]);
+
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 is 34 bytes");
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 is 18 bytes");
 _Static_assert(sizeof(block_q4_K) == 144, "block_q4_K is 144 bytes");
