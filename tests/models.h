@@ -9,17 +9,23 @@
 #include "lilac.h"
 #include "testutil.h"
 
-static inline lilac_model *tm_open(const char *path, int threads)
+/* The model at path with these parameters, or NULL saying why. */
+static inline lilac_model *tm_open_with(const char *path, const lilac_model_params *p)
 {
-    lilac_model_params p = lilac_model_default_params();
-    p.n_threads = threads;
     lilac_model *m = NULL;
     lilac_error err;
-    if (lilac_model_open(path, &p, &m, &err)) {
+    if (lilac_model_open(path, p, &m, &err)) {
         fprintf(stderr, "cannot open %s: %s\n", path, err.msg);
         return NULL;
     }
     return m;
+}
+
+static inline lilac_model *tm_open(const char *path, int threads)
+{
+    lilac_model_params p = lilac_model_default_params();
+    p.n_threads = threads;
+    return tm_open_with(path, &p);
 }
 
 /* Logits of every position: prefill all at once (step 0), or `step`

@@ -11,13 +11,7 @@ static lilac_model *open_on(const char *path, int backend)
     lilac_model_params p = lilac_model_default_params();
     p.backend = backend;
     p.precise = true;
-    lilac_model *m = NULL;
-    lilac_error err;
-    if (lilac_model_open(path, &p, &m, &err)) {
-        fprintf(stderr, "%s: %s\n", path, err.msg);
-        return NULL;
-    }
-    return m;
+    return tm_open_with(path, &p);
 }
 
 static float *read_f32(const char *path, size_t n)

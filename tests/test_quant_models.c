@@ -33,13 +33,7 @@ static lilac_model *open_mode(const char *path, bool precise)
     lilac_model_params p = lilac_model_default_params();
     p.n_threads = 2;
     p.precise = precise;
-    lilac_model *m = NULL;
-    lilac_error err;
-    if (lilac_model_open(path, &p, &m, &err)) {
-        fprintf(stderr, "cannot open %s: %s\n", path, err.msg);
-        return NULL;
-    }
-    return m;
+    return tm_open_with(path, &p);
 }
 
 

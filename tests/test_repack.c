@@ -22,13 +22,7 @@ static lilac_model *open_model(const char *path, bool no_repack, const char *ker
     p.n_threads = 2;
     p.no_repack = no_repack;
     p.backend = LILAC_BACKEND_CPU;
-    lilac_model *m = NULL;
-    lilac_error err;
-    if (lilac_model_open(path, &p, &m, &err)) {
-        fprintf(stderr, "cannot open %s: %s\n", path, err.msg);
-        return NULL;
-    }
-    return m;
+    return tm_open_with(path, &p);
 }
 
 /* every repacked matrix of a layer converts back to the file's rows */
