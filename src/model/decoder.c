@@ -181,6 +181,22 @@ static void dn_head_task(void *ctx, int task, int thread)
     }
 }
 
+/* n items of work over the pool, about 4 tasks per thread, task k taking
+ * items [k * *per_task, (k + 1) * *per_task); one task inline below min_n
+ * items (a barrier costs more than a few of them) */
+static void split_run(const lilac_model *m, int n, int min_n, int *per_task, lilac_pool_fn fn, void *ctx)
+{
+    int threads = lilac_pool_size(m->pool);
+    if (n < min_n || threads < 2) {
+        *per_task = n > 0 ? n : 1;
+        fn(ctx, 0, 0);
+        return;
+    }
+    int tasks = threads * 4 < n ? threads * 4 : n;
+    *per_task = (n + tasks - 1) / tasks;
+    lilac_pool_run(m->pool, (n + *per_task - 1) / *per_task, fn, ctx);
+}
+
 /* Per-token work of a DeltaNet layer, split over the pool by tokens when
  * there are enough of them to pay for a barrier (each token's arithmetic
  * is the same either way). */
@@ -216,16 +232,8 @@ static void tok_task(void *ctx, int task, int thread)
 
 static void tok_parallel(const lilac_model *m, int nt, tok_fn fn, dn_tok_job *j)
 {
-    int threads = lilac_pool_size(m->pool);
     tok_run r = {j, fn};
-    if (nt < 8 || threads < 2) {
-        j->per_task = nt;
-        tok_task(&r, 0, 0);
-        return;
-    }
-    int tasks = threads * 4 < nt ? threads * 4 : nt;
-    j->per_task = (nt + tasks - 1) / tasks;
-    lilac_pool_run(m->pool, (nt + j->per_task - 1) / j->per_task, tok_task, &r);
+    split_run(m, nt, 8, &j->per_task, tok_task, &r);
 }
 
 static void dn_conv_task(const dn_tok_job *j, int t)
@@ -476,19 +484,6 @@ static void moe_combine_task(void *ctx, int task, int thread)
                        (size_t)j->E);
 }
 
-/* n items of work (rows or tokens) in about 4 tasks per thread; inline when few */
-static void rows_parallel(const lilac_model *m, moe_rows_job *j, int n, lilac_pool_fn fn)
-{
-    int threads = lilac_pool_size(m->pool);
-    if (n < 64 || threads < 2) {
-        j->per_task = n > 0 ? n : 1;
-        fn(j, 0, 0);
-        return;
-    }
-    int tasks = threads * 4;
-    j->per_task = (n + tasks - 1) / tasks;
-    lilac_pool_run(m->pool, (n + j->per_task - 1) / j->per_task, fn, j);
-}
 
 static void moe(const lilac_model *m, const lilac_layer_weights *lw, lilac_scratch *sc, int nt, float *out)
 {
@@ -534,7 +529,7 @@ static void moe(const lilac_model *m, const lilac_layer_weights *lw, lilac_scrat
                     }
         }
         moe_rows_job mr = {sc, E, (int)r, nt, 0, NULL};
-        rows_parallel(m, &mr, (int)r, moe_gather_task);
+        split_run(m, (int)r, 64, &mr.per_task, moe_gather_task, &mr);
         lilac_mm_item it[LILAC_MM_MAX];
         int n_it = 0;
         for (int g = 0; g < n_groups; g++) {
@@ -550,7 +545,7 @@ static void moe(const lilac_model *m, const lilac_layer_weights *lw, lilac_scrat
                                          sc->ex_out + (size_t)g0[g] * E, gn[g]};
         lilac_matmul_multi(m->kern, m->pool, it, n_it, nt);
         mr.out = out;
-        rows_parallel(m, &mr, nt, moe_combine_task);
+        split_run(m, nt, 64, &mr.per_task, moe_combine_task, &mr);
     }
     if (hp->shared_ff > 0) {
         int sff = hp->shared_ff;

@@ -142,12 +142,7 @@ static lilac_status repack(lilac_model *m, lilac_error *err)
         off += (size_t)l.mats[i]->rows * l.mats[i]->row_bytes;
     }
     pack_job j = {l.mats, dst};
-    for (size_t done = 0; done < l.n;) { /* pool tasks are ints */
-        int n = l.n - done > (1u << 30) ? 1 << 30 : (int)(l.n - done);
-        pack_job part = {j.mats + done, j.dst + done};
-        lilac_pool_run(m->pool, n, pack_task, &part);
-        done += (size_t)n;
-    }
+    lilac_pool_run(m->pool, (int)l.n, pack_task, &j); /* one task per matrix: as many as the model's views */
     for (size_t i = 0; i < l.n; i++) {
         l.mats[i]->data = dst[i];
         l.mats[i]->type = lilac_cpu_r16_type(l.mats[i]->type);
