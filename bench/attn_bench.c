@@ -19,39 +19,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/quantize.h"
 #include "model/attention.h"
 #include "util/pool.h"
 
 enum { NH = 16, NKV = 2, HD = 256, G = NH / NKV, QSTEP = 2 * HD };
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-static float frand(void)
-{
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
-
-static double cpu_mhz(void)
-{
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    char line[256];
-    double mhz = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "cpu MHz", 7) && sscanf(strchr(line, ':') + 1, "%lf", &mhz) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return mhz > 0 ? mhz : 2600;
-}
 
 /* ---- the previous attention (decoder.c before model/attention.c) ---- */
 
@@ -153,13 +127,13 @@ int main(int argc, char **argv)
             return 1;
         }
         for (size_t i = 0; i < cells; i++) {
-            k32[l][i] = frand() * 2, v32[l][i] = frand();
+            k32[l][i] = bu_frand() * 2, v32[l][i] = bu_frand();
             k16[l][i] = lilac_f32_to_f16(k32[l][i]), v16[l][i] = lilac_f32_to_f16(v32[l][i]);
         }
     }
     float q[NH * QSTEP], out[NH * HD];
     for (int i = 0; i < NH * QSTEP; i++)
-        q[i] = frand() * 3;
+        q[i] = bu_frand() * 3;
     int max_threads = 1;
     for (int i = 0; i < nj; i++)
         max_threads = threads[i] > max_threads ? threads[i] : max_threads;
@@ -167,7 +141,7 @@ int main(int argc, char **argv)
     float *per_thread = malloc((size_t)max_threads * ptf * sizeof(float));
     float *parts = malloc(LILAC_ATTN_PARTS * lilac_attn_part_floats(NH, NKV, HD) * sizeof(float));
     float *old_scores = malloc((size_t)max_threads * G * (size_t)rows * sizeof(float));
-    double mhz = cpu_mhz();
+    double mhz = bu_cpu_mhz();
     printf("attention, one decode token: %d q heads, %d KV heads, head_dim %d; %d layers; kernel set %s; "
            "clock %.0f MHz (peak %.1f GFMA/s per core); best of %d\n",
            NH, NKV, HD, L, kern->name, mhz, 16 * mhz * 1e-3, reps);
@@ -188,7 +162,7 @@ int main(int argc, char **argv)
                 /* enough tokens per sample to be ~20 ms */
                 int iters = 1 + (int)(2e8 / ((double)n_keys * NH * HD * 2 * L + 1e6));
                 for (int r = 0; r < reps; r++) {
-                    double t0 = now();
+                    double t0 = bu_now();
                     for (int it = 0; it < iters; it++)
                         for (int l = 0; l < L; l++) {
                             if (c == 0) {
@@ -202,7 +176,7 @@ int main(int argc, char **argv)
                                 lilac_attn_run(pool, &as);
                             }
                         }
-                    double dt = (now() - t0) / iters;
+                    double dt = (bu_now() - t0) / iters;
                     best = dt < best ? dt : best;
                 }
                 double fmas = (double)n_keys * NH * HD * 2 * L;

@@ -20,38 +20,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "../tests/dn_ref.h"
 #include "kernels/cpu/cpu.h"
 #include "model/deltanet.h"
 
 enum { NK = 16, NV = 32, DK = 128, DV = 128, C = 2 * NK * DK + NV * DV };
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-static float frand(void)
-{
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
-
-static double cpu_mhz(void)
-{
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    char line[256];
-    double mhz = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "cpu MHz", 7) && sscanf(strchr(line, ':') + 1, "%lf", &mhz) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return mhz > 0 ? mhz : 2600;
-}
 
 static void normalize(float *x, int n, float scale)
 {
@@ -133,15 +107,15 @@ int main(int argc, char **argv)
     size_t nb = lilac_dn_scratch_floats(DK, DV), no = dn_old_floats(DK, DV);
     ly.buf = malloc((nb > no ? nb : no) * sizeof(float));
     for (size_t i = 0; i < (size_t)nt * C; i++)
-        ly.qkv[i] = frand();
+        ly.qkv[i] = bu_frand();
     for (int t = 0; t < nt; t++)
         for (int h = 0; h < NK; h++) {
             normalize(ly.qkv + (size_t)t * C + h * DK, DK, 1.0f / sqrtf((float)DK));
             normalize(ly.qkv + (size_t)t * C + NK * DK + h * DK, DK, 1.0f);
         }
     for (size_t i = 0; i < (size_t)nt * NV; i++) {
-        ly.g[i] = -0.5f + 0.49f * frand();
-        ly.beta[i] = 0.5f + 0.49f * frand();
+        ly.g[i] = -0.5f + 0.49f * bu_frand();
+        ly.beta[i] = 0.5f + 0.49f * bu_frand();
     }
     float *ref = malloc((size_t)nt * NV * DV * sizeof(float));
 
@@ -152,15 +126,15 @@ int main(int argc, char **argv)
         double L = nt - t0 < LILAC_DN_CHUNK ? nt - t0 : LILAC_DN_CHUNK;
         fma += NV * (3 * L * DK * DV + L * L / 2 * (3 * DK + 2 * DV));
     }
-    double peak = cpu_mhz() * 1e6 * 16;
+    double peak = bu_cpu_mhz() * 1e6 * 16;
     printf("one DeltaNet layer, %d tokens, %d value heads, dk = dv = %d, one thread; best of %d\n", nt, NV, DK, reps);
 
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         memset(ly.S, 0, (size_t)NV * DK * DV * sizeof(float));
-        double t = now();
+        double t = bu_now();
         run_old(&ly);
-        t = now() - t;
+        t = bu_now() - t;
         best = t < best ? t : best;
     }
     memcpy(ref, ly.o, (size_t)nt * NV * DV * sizeof(float));
@@ -178,9 +152,9 @@ int main(int argc, char **argv)
         best = 1e30;
         for (int r = 0; r < reps; r++) {
             memset(ly.S, 0, (size_t)NV * DK * DV * sizeof(float));
-            double t = now();
+            double t = bu_now();
             run_new(&ly, sets[s]);
-            t = now() - t;
+            t = bu_now() - t;
             best = t < best ? t : best;
         }
         double md = 0, mo = 0;

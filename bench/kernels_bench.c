@@ -16,24 +16,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "format/dtype.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/quant.h"
 #include "util/pool.h"
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint64_t next(void)
-{
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return rng;
-}
 
 typedef struct {
     int type;
@@ -72,22 +59,22 @@ static int listed(const char *list, const char *name)
 static void fill(const btype *t, uint8_t *data, size_t bytes, int64_t rows, size_t row_bytes)
 {
     for (size_t i = 0; i + 8 <= bytes; i += 8) {
-        uint64_t v = next();
+        uint64_t v = bu_next();
         memcpy(data + i, &v, 8);
     }
     const lilac_dtype_info *di = lilac_dtype_get(t->type);
     if (t->type == LILAC_F32) {
         for (size_t i = 0; i + 4 <= bytes; i += 4) {
-            float f = (float)(int)(next() % 2001 - 1000) * 1e-3f;
+            float f = (float)(int)(bu_next() % 2001 - 1000) * 1e-3f;
             memcpy(data + i, &f, 4);
         }
         return;
     }
     if (t->type == LILAC_F16 || t->type == LILAC_BF16) {
         for (size_t i = 0; i + 2 <= bytes; i += 2) {
-            uint16_t h = t->type == LILAC_F16 ? (uint16_t)(0x3000 + (next() & 0xfff))
-                                              : (uint16_t)(0x3c00 + (next() & 0xff));
-            h |= (uint16_t)(next() & 0x8000);
+            uint16_t h = t->type == LILAC_F16 ? (uint16_t)(0x3000 + (bu_next() & 0xfff))
+                                              : (uint16_t)(0x3c00 + (bu_next() & 0xff));
+            h |= (uint16_t)(bu_next() & 0x8000);
             memcpy(data + i, &h, 2);
         }
         return;
@@ -95,7 +82,7 @@ static void fill(const btype *t, uint8_t *data, size_t bytes, int64_t rows, size
     for (int64_t r = 0; r < rows; r++)
         for (size_t b = 0; b < row_bytes / di->size; b++)
             for (int k = 0; k < t->n_f16; k++) {
-                uint16_t h = (uint16_t)(0x2000 + (next() & 0x7ff));
+                uint16_t h = (uint16_t)(0x2000 + (bu_next() & 0x7ff));
                 memcpy(data + (size_t)r * row_bytes + b * di->size + t->f16_at[k], &h, 2);
             }
 }
@@ -200,7 +187,7 @@ int main(int argc, char **argv)
         return 1;
     }
     for (int64_t i = 0; i < (int64_t)ntok * cols; i++)
-        x[i] = (float)((int)(next() % 2001) - 1000) * 1e-3f;
+        x[i] = (float)((int)(bu_next() % 2001) - 1000) * 1e-3f;
     printf("kernels_bench: %d MB of weights, %d columns, %d token(s), best of %d; best set here: %s\n", mb, cols, ntok,
            reps, lilac_cpu_best()->name);
 
@@ -210,9 +197,9 @@ int main(int argc, char **argv)
         stream_job j = {data, cap, threads[ti] * 4, {0}};
         double best = 1e30;
         for (int r = 0; r < reps; r++) {
-            double t0 = now();
+            double t0 = bu_now();
             lilac_pool_run(pools[ti], j.n_tasks, stream_task, &j);
-            double dt = now() - t0;
+            double dt = bu_now() - t0;
             best = dt < best ? dt : best;
         }
         printf("%-6s %-16s %d thread%s %7.2f GB/s\n", "-", "read stream", threads[ti], threads[ti] > 1 ? "s" : " ",
@@ -262,9 +249,9 @@ int main(int argc, char **argv)
                     double best = 1e30;
                     lilac_matmul(&k, pools[th], M, x, ntok, y); /* warm the pool and the scratch */
                     for (int r = 0; r < reps; r++) {
-                        double t0 = now();
+                        double t0 = bu_now();
                         lilac_matmul(&k, pools[th], M, x, ntok, y);
-                        double dt = now() - t0;
+                        double dt = bu_now() - t0;
                         best = dt < best ? dt : best;
                     }
                     printf("| %-4s | %-16s | %7d | %6.2f | %9.2f |\n", t->name, label, threads[th],

@@ -15,18 +15,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "tokenizer/tokenizer.h"
 
 #ifndef LILAC_SOURCE_DIR
 #define LILAC_SOURCE_DIR "."
 #endif
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void die(const char *what, const lilac_error *err)
 {
@@ -68,10 +62,10 @@ int main(int argc, char **argv)
 
     lilac_error err;
     tok_tokenizer *t = NULL;
-    double t0 = now();
+    double t0 = bu_now();
     if (tok_load(tok_path, &t, &err) != LILAC_OK)
         die("loading the tokenizer", &err);
-    double t_load = now() - t0;
+    double t_load = bu_now() - t0;
 
     json_error_t je;
     json_t *root = json_load_file(golden_path, 0, &je);
@@ -104,10 +98,10 @@ int main(int argc, char **argv)
         tok_set_cache(t, cold ? 0 : 65536);
         for (int r = 0; r < repeats + (cold ? 0 : 1); r++) { /* one warm-up pass with the cache */
             ids.n = 0;
-            t0 = now();
+            t0 = bu_now();
             if (tok_encode(t, text, n, NULL, &ids, &err) != LILAC_OK)
                 die("encoding", &err);
-            double dt = now() - t0;
+            double dt = bu_now() - t0;
             if (cold && dt < best_cold)
                 best_cold = dt;
             if (!cold && r > 0 && dt < best_warm)
@@ -118,10 +112,10 @@ int main(int argc, char **argv)
     char *out = NULL;
     size_t out_len = 0;
     for (int r = 0; r < repeats; r++) {
-        t0 = now();
+        t0 = bu_now();
         if (tok_decode(t, ids.ids, ids.n, false, &out, &out_len, &err) != LILAC_OK)
             die("decoding", &err);
-        double dt = now() - t0;
+        double dt = bu_now() - t0;
         if (dt < best_dec)
             best_dec = dt;
         free(out);
@@ -132,7 +126,7 @@ int main(int argc, char **argv)
     size_t streamed = 0;
     for (int r = 0; r < repeats; r++) {
         streamed = 0;
-        t0 = now();
+        t0 = bu_now();
         for (size_t i = 0; i < ids.n; i++) {
             const char *txt;
             size_t l;
@@ -143,7 +137,7 @@ int main(int argc, char **argv)
         size_t l;
         tok_stream_flush(s, &l);
         streamed += l;
-        double dt = now() - t0;
+        double dt = bu_now() - t0;
         if (dt < best_stream)
             best_stream = dt;
     }
