@@ -14,80 +14,17 @@
 
 #ifdef LILAC_CUDA
 #include "kernels/cuda/cuda.h"
-
-/* kernels/cuda/cuda_ops.cu */
-void lilac_cuda_rmsnorm(const float *x, const float *w, float *y, int rows, int n, float eps, lilac_cuda_stream *s);
-void lilac_cuda_add(float *x, const float *y, int n, lilac_cuda_stream *s);
-void lilac_cuda_norm_rope(float *v, const float *w, int n_heads, int step, int hd, int rot, const int *pos,
-                          float theta, float eps, lilac_cuda_stream *s);
-void lilac_cuda_kv_store(float *K, float *V, const float *k, const float *v, int kvw, const int *pos,
-                         lilac_cuda_stream *s);
-void lilac_cuda_attention(const float *q, int q_step, const float *K, const float *V, const int *pos, int n_head,
-                          int n_head_kv, int hd, float *out, float *scratch, int scratch_stride, float *part, int gated,
-                          lilac_cuda_stream *s);
-size_t lilac_cuda_attention_part_floats(int n_head, int hd);
-int lilac_cuda_capture_begin(lilac_cuda_stream *s);
-int lilac_cuda_capture_end(lilac_cuda_stream *s, void **exec);
-int lilac_cuda_graph_launch(void *exec, lilac_cuda_stream *s);
-void lilac_cuda_graph_free(void *exec);
-void lilac_cuda_conv_step(const float *in, float *state, const float *w, float *out, int C, int K,
-                          lilac_cuda_stream *s);
-void lilac_cuda_deltanet_step(float *conv_out, float *a, float *b, const float *ssm_a, const float *ssm_dt, float *S,
-                              float *o, const float *z, const float *norm_w, int nk, int nv, int dk, int dv, int tiled,
-                              float eps, lilac_cuda_stream *s);
-void lilac_cuda_topk(const float *logits, int E, int k, int norm, int32_t *idx, float *w, lilac_cuda_stream *s);
-void lilac_cuda_swiglu(float *g, const float *u, int n, lilac_cuda_stream *s);
-void lilac_cuda_moe_sum(float *x, const float *ex, const float *w, int k, const float *sh, const float *gate_inp,
-                        const float *xn, int E, lilac_cuda_stream *s);
-int lilac_cuda_copy(void *dst, const void *src, size_t bytes, lilac_cuda_stream *s);
-int lilac_cuda_upload_async(void *dst, const void *src, size_t bytes, lilac_cuda_stream *s);
-int lilac_cuda_last_error(char *msg, size_t cap);
-
-typedef struct cuda_layer {
-    float *attn_norm, *post_norm, *q_norm, *k_norm;
-    lilac_cuda_mat wq, wk, wv, wo;
-    lilac_cuda_mat ssm_qkv, ssm_z, ssm_alpha, ssm_beta, ssm_out;
-    float *ssm_conv, *ssm_a, *ssm_dt, *ssm_norm;
-    lilac_cuda_mat router, exp_gate, exp_up, exp_down, sh_gate, sh_up, sh_down;
-    size_t gate_stride, up_stride, down_stride;
-    float *sh_gate_inp;
-} cuda_layer;
-
-struct lilac_cuda_model {
-    lilac_cuda_stream *stream;
-    lilac_cuda_mat tok_embd, output;
-    float *output_norm;
-    cuda_layer *layers;
-    int n_layer;
-    void **allocs; /* every device allocation, freed together */
-    size_t n_allocs, cap_allocs;
-    size_t bytes;
-    /* one token's activations (steps run one after another on the stream) */
-    float *x, *xn, *tmp, *qg, *kb, *vb, *att, *qkv, *conv, *z, *a, *b, *o, *rl, *rw, *gbuf, *ubuf, *ex, *shg, *shu,
-        *sho, *logits, *att_part;
-    int32_t *tok, *idx; /* tok[0]: the token, tok[1]: its position */
-    char device[160];
-};
+#include "kernels/cuda/cuda_ops.h"
+#include "model/decoder_cuda_int.h"
 
 static void timing_report(void);
-
-struct lilac_cuda_seq {
-    float **k, **v, **conv, **ssm; /* per layer (dev) */
-    float *scores;                 /* [n_head][n_ctx] (dev) */
-    void *graph;                   /* the decode step captured for this sequence's buffers */
-    bool graph_failed;
-    int steps;
-    void *block;
-    size_t bytes;
-    int n_ctx;
-};
 
 static lilac_status cuda_err(lilac_error *err, const char *what, const char *msg)
 {
     return lilac_fail(err, LILAC_E_UNSUPPORTED, "%s: %s", what, msg);
 }
 
-static lilac_status dev_alloc(lilac_cuda_model *cm, void **p, size_t bytes, lilac_error *err)
+lilac_status lilac_cuda_model_alloc(lilac_cuda_model *cm, void **p, size_t bytes, lilac_error *err)
 {
     char msg[256];
     if (cm->n_allocs == cm->cap_allocs) {
@@ -110,7 +47,7 @@ static lilac_status up_floats(lilac_cuda_model *cm, const float *host, size_t n,
     if (!host)
         return LILAC_OK;
     char msg[256];
-    lilac_status st = dev_alloc(cm, (void **)out, n * sizeof(float), err);
+    lilac_status st = lilac_cuda_model_alloc(cm, (void **)out, n * sizeof(float), err);
     if (!st && lilac_cuda_upload(*out, host, n * sizeof(float), msg, sizeof msg))
         st = cuda_err(err, "upload", msg);
     return st;
@@ -129,7 +66,7 @@ static lilac_status up_mat(lilac_cuda_model *cm, const lilac_mat *w, lilac_cuda_
     size_t bytes = (size_t)w->rows * w->row_bytes;
     void *d;
     char msg[256];
-    lilac_status st = dev_alloc(cm, &d, bytes, err);
+    lilac_status st = lilac_cuda_model_alloc(cm, &d, bytes, err);
     if (!st && lilac_cuda_upload(d, w->data, bytes, msg, sizeof msg))
         st = cuda_err(err, "upload", msg);
     if (!st)
@@ -149,7 +86,7 @@ static lilac_status up_experts(lilac_cuda_model *cm, const lilac_mat *e, int n, 
     size_t one = (size_t)e[0].rows * e[0].row_bytes;
     uint8_t *d;
     char msg[256];
-    lilac_status st = dev_alloc(cm, (void **)&d, one * (size_t)n, err);
+    lilac_status st = lilac_cuda_model_alloc(cm, (void **)&d, one * (size_t)n, err);
     bool contiguous = true;
     for (int i = 1; i < n; i++)
         contiguous &= (const uint8_t *)e[i].data == (const uint8_t *)e[0].data + (size_t)i * one;
@@ -280,11 +217,11 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
         {&cm->att_part, lilac_cuda_attention_part_floats(hp->n_head, hp->head_dim)},
     };
     for (size_t i = 0; !st && i < sizeof bufs / sizeof bufs[0]; i++)
-        st = dev_alloc(cm, (void **)bufs[i].p, bufs[i].n * sizeof(float), err);
+        st = lilac_cuda_model_alloc(cm, (void **)bufs[i].p, bufs[i].n * sizeof(float), err);
     if (!st)
-        st = dev_alloc(cm, (void **)&cm->tok, 2 * sizeof(int32_t), err);
+        st = lilac_cuda_model_alloc(cm, (void **)&cm->tok, 2 * sizeof(int32_t), err);
     if (!st)
-        st = dev_alloc(cm, (void **)&cm->idx, k * sizeof(int32_t), err);
+        st = lilac_cuda_model_alloc(cm, (void **)&cm->idx, k * sizeof(int32_t), err);
     if (st) {
         lilac_cuda_model_free(cm);
         return st;

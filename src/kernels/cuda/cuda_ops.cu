@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "kernels/cuda/cuda.h"
+#include "kernels/cuda/cuda_ops.h"
 
 #define CS(s) ((cudaStream_t)(s))
 

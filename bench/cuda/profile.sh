@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Where a CUDA decode step spends its time, on the GPU machine: the kernels'
+# summed GPU time from nsys (when the machine has it), and the per-operation
+# table of LILAC_CUDA_TIMING=1 (each op synchronized: host-side overhead
+# included, so small ops look dearer than they are). Needs bench/cuda/run.sh
+# build and synth first; writes under OUT.
+#
+#   bench/cuda/profile.sh [TOKENS]
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${OUT:-$root/cuda-out}
+build=${BUILD:-$root/build-cuda}
+synth=${SYNTH:-/tmp/qwen3.6-35b-a3b-Q4_K_M.gguf}
+n=${1:-64}
+mkdir -p "$out"
+nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+if [ -n "$nsys" ]; then
+    "$nsys" profile -t cuda --cuda-graph-trace=node -o "$out/decode" -f true \
+        "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n "$n" -r 1 >"$out/nsys.log" 2>&1
+    "$nsys" stats -q --report cuda_gpu_kern_sum --format csv "$out/decode.nsys-rep" >"$out/kern_sum.csv" 2>&1
+    head -40 "$out/kern_sum.csv" | cut -c1-220
+else
+    echo "no nsys on this machine"
+fi
+LILAC_CUDA_TIMING=1 "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n "$n" -r 1 2>&1 | tail -30

@@ -1,0 +1,52 @@
+/* decoder_cuda_int: what the CUDA decoder's files share (decoder_cuda.c
+ * the model, sequences and the one-token step): the device copy of the
+ * weights, the activation buffers and a sequence's device state. */
+#ifndef LILAC_MODEL_DECODER_CUDA_INT_H
+#define LILAC_MODEL_DECODER_CUDA_INT_H
+
+#include <stdbool.h>
+
+#include "kernels/cuda/cuda.h"
+#include "model/decoder_cuda.h"
+
+typedef struct cuda_layer {
+    float *attn_norm, *post_norm, *q_norm, *k_norm;
+    lilac_cuda_mat wq, wk, wv, wo;
+    lilac_cuda_mat ssm_qkv, ssm_z, ssm_alpha, ssm_beta, ssm_out;
+    float *ssm_conv, *ssm_a, *ssm_dt, *ssm_norm;
+    lilac_cuda_mat router, exp_gate, exp_up, exp_down, sh_gate, sh_up, sh_down;
+    size_t gate_stride, up_stride, down_stride;
+    float *sh_gate_inp;
+} cuda_layer;
+
+struct lilac_cuda_model {
+    lilac_cuda_stream *stream;
+    lilac_cuda_mat tok_embd, output;
+    float *output_norm;
+    cuda_layer *layers;
+    int n_layer;
+    void **allocs; /* every device allocation, freed together */
+    size_t n_allocs, cap_allocs;
+    size_t bytes;
+    /* one token's activations (steps run one after another on the stream) */
+    float *x, *xn, *tmp, *qg, *kb, *vb, *att, *qkv, *conv, *z, *a, *b, *o, *rl, *rw, *gbuf, *ubuf, *ex, *shg, *shu,
+        *sho, *logits, *att_part;
+    int32_t *tok, *idx; /* tok[0]: the token, tok[1]: its position */
+    char device[160];
+};
+
+struct lilac_cuda_seq {
+    float **k, **v, **conv, **ssm; /* per layer (dev) */
+    float *scores;                 /* [n_head][n_ctx] (dev) */
+    void *graph;                   /* the decode step captured for this sequence's buffers */
+    bool graph_failed;
+    int steps;
+    void *block;
+    size_t bytes;
+    int n_ctx;
+};
+
+/* p = bytes of device memory owned by cm (freed with it), counted in cm->bytes. */
+lilac_status lilac_cuda_model_alloc(lilac_cuda_model *cm, void **p, size_t bytes, lilac_error *err);
+
+#endif
