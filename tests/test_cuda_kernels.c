@@ -215,14 +215,16 @@ static void test_matvec(int ti, const tmat *m, int n_tok, const char *layout)
     free(y);
 }
 
-/* k experts of one layer, stored expert_stride apart, idx with repeats. */
-static void test_experts(int ti, int type, int64_t rows, int64_t cols, int x_stride)
+/* k experts of one layer, stored expert_stride apart, idx with repeats.
+ * fused: through lilac_cuda_matvec_fused with the input silu(x) * x2 and
+ * the product added to y's previous contents. */
+static void test_experts(int ti, int type, int64_t rows, int64_t cols, int x_stride, int fused)
 {
     enum { N_EXP = 16, K = 8 };
     static const int32_t IDX[K] = {3, 15, 0, 3, 7, 7, 12, 1};
     char what[256], msg[512];
-    snprintf(what, sizeof what, "%s experts %d of %d, %lld x %lld, x_stride %d", tname(type), K, N_EXP,
-             (long long)rows, (long long)cols, x_stride);
+    snprintf(what, sizeof what, "%s experts %d of %d, %lld x %lld, x_stride %d%s", tname(type), K, N_EXP,
+             (long long)rows, (long long)cols, x_stride, fused ? ", fused SwiGLU input and y +=" : "");
     const size_t rb = lilac_dtype_row_bytes(type, cols), stride = (size_t)rows * rb + 64;
     uint8_t *host = malloc(stride * N_EXP);
     float *deq = malloc(sizeof(float) * (size_t)(N_EXP * rows * cols));
@@ -233,19 +235,31 @@ static void test_experts(int ti, int type, int64_t rows, int64_t cols, int x_str
     }
     const int nxr = x_stride ? K : 1;
     float *x = malloc(sizeof(float) * (size_t)(nxr * cols)), *y = malloc(sizeof(float) * (size_t)(K * rows));
-    for (int64_t i = 0; i < nxr * cols; i++)
-        x[i] = rnd_sym();
+    float *x2 = malloc(sizeof(float) * (size_t)(nxr * cols)), *xe = malloc(sizeof(float) * (size_t)(nxr * cols));
+    for (int64_t i = 0; i < nxr * cols; i++) {
+        x[i] = 4 * rnd_sym(), x2[i] = rnd_sym();
+        xe[i] = fused ? x[i] / (1.0f + expf(-x[i])) * x2[i] : x[i]; /* what the product sees */
+    }
+    const float Y0 = 0x1p-12f; /* y's previous contents when fused: exact, small */
     void *dw = NULL, *didx = NULL;
     float *dx = dev_floats(x, (size_t)(nxr * cols)), *dy = dev_floats(NULL, (size_t)(K * rows));
+    float *dx2 = dev_floats(x2, (size_t)(nxr * cols));
     if (lilac_cuda_malloc(&dw, stride * N_EXP, msg, sizeof msg) ||
         lilac_cuda_upload(dw, host, stride * N_EXP, msg, sizeof msg) ||
         lilac_cuda_malloc(&didx, sizeof IDX, msg, sizeof msg) ||
         lilac_cuda_upload(didx, IDX, sizeof IDX, msg, sizeof msg))
         CHECKF(0, "%s: %s", what, msg);
-    else if (dx && dy) {
+    else if (dx && dy && dx2) {
         const lilac_cuda_mat m = {.data = dw, .type = type, .rows = rows, .cols = cols, .row_bytes = rb};
-        lilac_cuda_memset(dy, 0xFF, sizeof(float) * (size_t)(K * rows), NULL);
-        lilac_cuda_matvec_experts(&m, stride, didx, K, dx, x_stride, dy, NULL);
+        if (fused) {
+            for (int64_t i = 0; i < K * rows; i++)
+                y[i] = Y0;
+            lilac_cuda_upload(dy, y, sizeof(float) * (size_t)(K * rows), msg, sizeof msg);
+            lilac_cuda_matvec_fused(&m, stride, didx, K, dx, dx2, x_stride, dy, 1, NULL);
+        } else {
+            lilac_cuda_memset(dy, 0xFF, sizeof(float) * (size_t)(K * rows), NULL);
+            lilac_cuda_matvec_experts(&m, stride, didx, K, dx, x_stride, dy, NULL);
+        }
         const char *err = check_msg();
         if (err)
             CHECKF(0, "%s: %s", what, err);
@@ -253,9 +267,11 @@ static void test_experts(int ti, int type, int64_t rows, int64_t cols, int x_str
             CHECKF(0, "%s: download: %s", what, msg);
         else
             for (int i = 0; i < K; i++) {
+                for (int64_t r = 0; fused && r < rows; r++)
+                    y[i * rows + r] -= Y0;
                 char w2[300];
                 snprintf(w2, sizeof w2, "%s, slot %d (expert %d)", what, i, IDX[i]);
-                const double w = compare(w2, deq + (size_t)IDX[i] * rows * cols, cols, x + (x_stride ? i * cols : 0),
+                const double w = compare(w2, deq + (size_t)IDX[i] * rows * cols, cols, xe + (x_stride ? i * cols : 0),
                                          y + i * rows, rows, 1, rows);
                 if (!(w <= worst_ex[ti]))
                     worst_ex[ti] = w;
@@ -264,10 +280,13 @@ static void test_experts(int ti, int type, int64_t rows, int64_t cols, int x_str
     lilac_cuda_free(dw);
     lilac_cuda_free(didx);
     lilac_cuda_free(dx);
+    lilac_cuda_free(dx2);
     lilac_cuda_free(dy);
     free(host);
     free(deq);
     free(x);
+    free(x2);
+    free(xe);
     free(y);
 }
 
@@ -372,9 +391,11 @@ static void test_type(int ti)
             tmat_free(&m);
         }
     }
-    test_experts(ti, type, 96, 512, 0);
-    test_experts(ti, type, 96, 512, 1);
-    test_experts(ti, type, 333, 2048, 1);
+    test_experts(ti, type, 96, 512, 0, 0);
+    test_experts(ti, type, 96, 512, 1, 0);
+    test_experts(ti, type, 333, 2048, 1, 0);
+    test_experts(ti, type, 96, 512, 1, 1);
+    test_experts(ti, type, 40, 2048, 0, 1);
 }
 
 /* Refused calls are reported by lilac_cuda_check. */

@@ -74,9 +74,25 @@ static lilac_status up_mat(lilac_cuda_model *cm, const lilac_mat *w, lilac_cuda_
     return st;
 }
 
-/* The n experts one after another in one allocation, whatever their host layout. */
-static lilac_status up_experts(lilac_cuda_model *cm, const lilac_mat *e, int n, lilac_cuda_mat *out, size_t *stride,
-                               lilac_error *err)
+/* The n experts one after another at d, whatever their host layout. */
+static lilac_status up_expert_run(uint8_t *d, const lilac_mat *e, int n, size_t one, lilac_error *err)
+{
+    char msg[256];
+    bool contiguous = true;
+    for (int i = 1; i < n; i++)
+        contiguous &= (const uint8_t *)e[i].data == (const uint8_t *)e[0].data + (size_t)i * one;
+    if (contiguous && lilac_cuda_upload(d, e[0].data, one * (size_t)n, msg, sizeof msg))
+        return cuda_err(err, "upload", msg);
+    for (int i = 0; !contiguous && i < n; i++)
+        if (lilac_cuda_upload(d + (size_t)i * one, e[i].data, one, msg, sizeof msg))
+            return cuda_err(err, "upload", msg);
+    return LILAC_OK;
+}
+
+/* The n experts of e (and of e2, when given, right after them: one
+ * allocation, so that one product over expert indices < 2n covers both). */
+static lilac_status up_experts(lilac_cuda_model *cm, const lilac_mat *e, const lilac_mat *e2, int n,
+                               lilac_cuda_mat *out, lilac_cuda_mat *out2, size_t *stride, lilac_error *err)
 {
     memset(out, 0, sizeof *out);
     if (!e || n < 1 || !e[0].data)
@@ -85,21 +101,25 @@ static lilac_status up_experts(lilac_cuda_model *cm, const lilac_mat *e, int n, 
         return lilac_fail(err, LILAC_E_UNSUPPORTED, "the CUDA kernels do not run the experts' weight type yet");
     size_t one = (size_t)e[0].rows * e[0].row_bytes;
     uint8_t *d;
-    char msg[256];
-    lilac_status st = lilac_cuda_model_alloc(cm, (void **)&d, one * (size_t)n, err);
-    bool contiguous = true;
-    for (int i = 1; i < n; i++)
-        contiguous &= (const uint8_t *)e[i].data == (const uint8_t *)e[0].data + (size_t)i * one;
-    if (!st && contiguous && lilac_cuda_upload(d, e[0].data, one * (size_t)n, msg, sizeof msg))
-        st = cuda_err(err, "upload", msg);
-    for (int i = 0; !st && !contiguous && i < n; i++)
-        if (lilac_cuda_upload(d + (size_t)i * one, e[i].data, one, msg, sizeof msg))
-            st = cuda_err(err, "upload", msg);
+    lilac_status st = lilac_cuda_model_alloc(cm, (void **)&d, one * (size_t)(e2 ? 2 * n : n), err);
+    if (!st)
+        st = up_expert_run(d, e, n, one, err);
+    if (!st && e2)
+        st = up_expert_run(d + one * (size_t)n, e2, n, one, err);
     if (!st) {
         *out = (lilac_cuda_mat){d, e[0].type, e[0].rows, e[0].cols, e[0].row_bytes};
+        if (e2)
+            *out2 = (lilac_cuda_mat){d + one * (size_t)n, e[0].type, e[0].rows, e[0].cols, e[0].row_bytes};
         *stride = one;
     }
     return st;
+}
+
+/* Whether the gate and up experts can share one allocation (and one product). */
+static bool same_layout(const lilac_mat *a, const lilac_mat *b)
+{
+    return a && b && a[0].data && b[0].data && a[0].type == b[0].type && a[0].rows == b[0].rows &&
+           a[0].cols == b[0].cols && a[0].row_bytes == b[0].row_bytes;
 }
 
 static size_t conv_channels(const lilac_hparams *hp)
@@ -129,8 +149,14 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
     snprintf(cm->device, sizeof cm->device, "%s (%.1f GiB, sm_%d%d)", name, total / 1073741824.0, ccM, ccm);
     cm->n_layer = hp->n_layer;
     lilac_status st = LILAC_OK;
-    if (lilac_cuda_stream_new(&cm->stream, msg, sizeof msg))
+    if (hp->n_expert > 512 || hp->n_expert_used > 32)
+        st = lilac_fail(err, LILAC_E_UNSUPPORTED, "the CUDA backend routes up to 512 experts, 32 a token (this model: %d, %d)",
+                        hp->n_expert, hp->n_expert_used);
+    if (!st && (lilac_cuda_stream_new(&cm->stream, msg, sizeof msg) || lilac_cuda_stream_new(&cm->aux, msg, sizeof msg)))
         st = cuda_err(err, "stream", msg);
+    for (int i = 0; !st && i < 2; i++)
+        if (lilac_cuda_event_new(&cm->ev[i]))
+            st = lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA: creating an event failed");
     cm->layers = calloc((size_t)hp->n_layer, sizeof *cm->layers);
     if (!st && !cm->layers)
         st = lilac_fail(err, LILAC_E_NOMEM, "out of memory");
@@ -183,12 +209,18 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
         }
         if (!st)
             st = up_mat(cm, &lw->router, &cl->router, err);
+        cl->gu_fused = same_layout(lw->exp_gate, lw->exp_up);
+        if (!st && cl->gu_fused) {
+            st = up_experts(cm, lw->exp_gate, lw->exp_up, hp->n_expert, &cl->exp_gate, &cl->exp_up, &cl->gate_stride,
+                            err);
+            cl->up_stride = cl->gate_stride;
+        } else if (!st) {
+            st = up_experts(cm, lw->exp_gate, NULL, hp->n_expert, &cl->exp_gate, NULL, &cl->gate_stride, err);
+            if (!st)
+                st = up_experts(cm, lw->exp_up, NULL, hp->n_expert, &cl->exp_up, NULL, &cl->up_stride, err);
+        }
         if (!st)
-            st = up_experts(cm, lw->exp_gate, hp->n_expert, &cl->exp_gate, &cl->gate_stride, err);
-        if (!st)
-            st = up_experts(cm, lw->exp_up, hp->n_expert, &cl->exp_up, &cl->up_stride, err);
-        if (!st)
-            st = up_experts(cm, lw->exp_down, hp->n_expert, &cl->exp_down, &cl->down_stride, err);
+            st = up_experts(cm, lw->exp_down, NULL, hp->n_expert, &cl->exp_down, NULL, &cl->down_stride, err);
         if (!st && hp->shared_ff > 0) {
             st = up_mat(cm, &lw->sh_gate, &cl->sh_gate, err);
             if (!st)
@@ -211,7 +243,7 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
         {&cm->kb, nh * hd},     {&cm->vb, nh * hd},         {&cm->att, nh * hd},       {&cm->qkv, C + 1},
         {&cm->conv, C + 1},     {&cm->z, nvd},              {&cm->a, (size_t)hp->ssm_v_heads + 1},
         {&cm->b, (size_t)hp->ssm_v_heads + 1},              {&cm->o, nvd},             {&cm->rl, (size_t)hp->n_expert},
-        {&cm->rw, k},           {&cm->gbuf, k * ff},        {&cm->ubuf, k * ff},       {&cm->ex, k * (size_t)E},
+        {&cm->rw, k + 1},       {&cm->gbuf, 2 * k * ff},    {&cm->ex, k * (size_t)E},
         {&cm->shg, sff},        {&cm->shu, sff},            {&cm->sho, (size_t)E},
         {&cm->logits, (size_t)hp->n_vocab},
         {&cm->att_part, lilac_cuda_attention_part_floats(hp->n_head, hp->head_dim)},
@@ -221,7 +253,9 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
     if (!st)
         st = lilac_cuda_model_alloc(cm, (void **)&cm->tok, 2 * sizeof(int32_t), err);
     if (!st)
-        st = lilac_cuda_model_alloc(cm, (void **)&cm->idx, k * sizeof(int32_t), err);
+        st = lilac_cuda_model_alloc(cm, (void **)&cm->idx, 2 * k * sizeof(int32_t), err);
+    if (!st)
+        cm->ubuf = cm->gbuf + k * ff; /* right after the gate outputs: one product writes both */
     if (st) {
         lilac_cuda_model_free(cm);
         return st;
@@ -239,6 +273,9 @@ void lilac_cuda_model_free(lilac_cuda_model *cm)
         lilac_cuda_free(cm->allocs[i]);
     free(cm->allocs);
     free(cm->layers);
+    for (int i = 0; i < 2; i++)
+        lilac_cuda_event_free(cm->ev[i]);
+    lilac_cuda_stream_free(cm->aux);
     lilac_cuda_stream_free(cm->stream);
     free(cm);
 }
@@ -400,64 +437,76 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
     lilac_cuda_model *cm = m->cuda;
     const lilac_hparams *hp = &m->hp;
     lilac_cuda_stream *s = cm->stream;
-    int E = hp->n_embd, hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv, kvw = nkv * hd;
+    int E = hp->n_embd, hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
     int q_step = hd * (hp->attn_output_gate ? 2 : 1);
     int nk = hp->ssm_k_heads, nv = hp->ssm_v_heads, dk = hp->ssm_k_dim, dv = hp->ssm_v_dim;
-    int C = 2 * nk * dk + nv * dv, k = hp->n_expert_used, ff = hp->expert_ff;
+    int C = 2 * nk * dk + nv * dv, k = hp->n_expert_used;
     const int *pos = cm->tok + 1; /* everything position-dependent reads it on the device: one graph for all steps */
+    lilac_cuda_stream *aux = cm->aux;
+    float eps = hp->norm_eps;
+    bool shared = hp->shared_ff > 0;
     OP("get_row", lilac_cuda_get_row(&cm->tok_embd, cm->tok, cm->x, s));
+    OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cm->layers[0].attn_norm, cm->xn, 1, E, eps, s));
     for (int il = 0; il < hp->n_layer; il++) {
         const cuda_layer *cl = &cm->layers[il];
-        OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cl->attn_norm, cm->xn, 1, E, hp->norm_eps, s));
+        /* x += mixer(xn): the small products of the same input on the second branch */
+        lilac_cuda_fork(s, aux, cm->ev[0]);
         if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
+            OP("matvec", lilac_cuda_matvec(&cl->wk, cm->xn, cm->kb, 1, aux));
+            OP("matvec", lilac_cuda_matvec(&cl->wv, cm->xn, cm->vb, 1, aux));
             OP("matvec", lilac_cuda_matvec(&cl->wq, cm->xn, cm->qg, 1, s));
-            OP("matvec", lilac_cuda_matvec(&cl->wk, cm->xn, cm->kb, 1, s));
-            OP("matvec", lilac_cuda_matvec(&cl->wv, cm->xn, cm->vb, 1, s));
-            OP("norm_rope",
-               lilac_cuda_norm_rope(cm->qg, cl->q_norm, nh, q_step, hd, hp->rope_dims, pos, hp->rope_theta,
-                   hp->norm_eps, s));
-            OP("norm_rope",
-               lilac_cuda_norm_rope(cm->kb, cl->k_norm, nkv, hd, hd, hp->rope_dims, pos, hp->rope_theta, hp->norm_eps,
-                   s));
-            OP("kv_store", lilac_cuda_kv_store(cs->k[il], cs->v[il], cm->kb, cm->vb, kvw, pos, s));
+            lilac_cuda_fork(aux, s, cm->ev[1]);
+            OP("norm_rope_kv", lilac_cuda_norm_rope_kv(cm->qg, cl->q_norm, q_step, nh, cm->kb, cm->vb, cl->k_norm,
+                                                       cs->k[il], cs->v[il], nkv, hd, hp->rope_dims, pos,
+                                                       hp->rope_theta, eps, s));
             OP("attention",
                lilac_cuda_attention(cm->qg, q_step, cs->k[il], cs->v[il], pos, nh, nkv, hd, cm->att, cs->scores,
                    cs->n_ctx, cm->att_part, hp->attn_output_gate, s));
-            OP("matvec", lilac_cuda_matvec(&cl->wo, cm->att, cm->tmp, 1, s));
+            OP("matvec", lilac_cuda_matvec_fused(&cl->wo, 0, NULL, 1, cm->att, NULL, 0, cm->x, 1, s));
         } else {
+            OP("matvec", lilac_cuda_matvec(&cl->ssm_z, cm->xn, cm->z, 1, aux));
+            OP("matvec", lilac_cuda_matvec(&cl->ssm_alpha, cm->xn, cm->a, 1, aux));
+            OP("matvec", lilac_cuda_matvec(&cl->ssm_beta, cm->xn, cm->b, 1, aux));
             OP("matvec", lilac_cuda_matvec(&cl->ssm_qkv, cm->xn, cm->qkv, 1, s));
-            OP("matvec", lilac_cuda_matvec(&cl->ssm_z, cm->xn, cm->z, 1, s));
-            OP("matvec", lilac_cuda_matvec(&cl->ssm_alpha, cm->xn, cm->a, 1, s));
-            OP("matvec", lilac_cuda_matvec(&cl->ssm_beta, cm->xn, cm->b, 1, s));
             OP("conv_step",
                lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, hp->ssm_conv_kernel, s));
-            OP("deltanet_step",
-               lilac_cuda_deltanet_step(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
-                   cl->ssm_norm, nk, nv, dk, dv, m->w.ssm_v_tiled, hp->norm_eps, s));
-            OP("matvec", lilac_cuda_matvec(&cl->ssm_out, cm->o, cm->tmp, 1, s));
+            lilac_cuda_fork(aux, s, cm->ev[1]);
+            int tiled = m->w.ssm_v_tiled;
+            OP("deltanet", if (lilac_cuda_deltanet_fused(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il],
+                                                         cm->o, cm->z, cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s))
+                               lilac_cuda_deltanet_step(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il],
+                                                        cm->o, cm->z, cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s));
+            OP("matvec", lilac_cuda_matvec_fused(&cl->ssm_out, 0, NULL, 1, cm->o, NULL, 0, cm->x, 1, s));
         }
-        OP("add", lilac_cuda_add(cm->x, cm->tmp, E, s));
-        OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cl->post_norm, cm->xn, 1, E, hp->norm_eps, s));
-        /* routed experts, the routing read on the device */
-        OP("matvec", lilac_cuda_matvec(&cl->router, cm->xn, cm->rl, 1, s));
-        OP("topk", lilac_cuda_topk(cm->rl, hp->n_expert, k, hp->norm_topk, cm->idx, cm->rw, s));
-        OP("matvec_experts",
-           lilac_cuda_matvec_experts(&cl->exp_gate, cl->gate_stride, cm->idx, k, cm->xn, 0, cm->gbuf, s));
-        OP("matvec_experts", lilac_cuda_matvec_experts(&cl->exp_up, cl->up_stride, cm->idx, k, cm->xn, 0, cm->ubuf, s));
-        OP("swiglu", lilac_cuda_swiglu(cm->gbuf, cm->ubuf, k * ff, s));
-        OP("matvec_experts",
-           lilac_cuda_matvec_experts(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, 1, cm->ex, s));
-        bool shared = hp->shared_ff > 0;
+        OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cl->post_norm, cm->xn, 1, E, eps, s));
+        /* x += moe(xn): the shared expert on the second branch, the routed ones on the main */
         if (shared) {
-            OP("matvec", lilac_cuda_matvec(&cl->sh_gate, cm->xn, cm->shg, 1, s));
-            OP("matvec", lilac_cuda_matvec(&cl->sh_up, cm->xn, cm->shu, 1, s));
-            OP("swiglu", lilac_cuda_swiglu(cm->shg, cm->shu, hp->shared_ff, s));
-            OP("matvec", lilac_cuda_matvec(&cl->sh_down, cm->shg, cm->sho, 1, s));
+            lilac_cuda_fork(s, aux, cm->ev[0]);
+            OP("matvec", lilac_cuda_matvec(&cl->sh_gate, cm->xn, cm->shg, 1, aux));
+            OP("matvec", lilac_cuda_matvec(&cl->sh_up, cm->xn, cm->shu, 1, aux));
+            OP("matvec", lilac_cuda_matvec_fused(&cl->sh_down, 0, NULL, 1, cm->shg, cm->shu, 0, cm->sho, 0, aux));
         }
-        OP("moe_sum",
-           lilac_cuda_moe_sum(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL, cl->sh_gate_inp, cm->xn, E, s));
+        OP("matvec", lilac_cuda_matvec(&cl->router, cm->xn, cm->rl, 1, s));
+        OP("route", lilac_cuda_route(cm->rl, hp->n_expert, k, hp->norm_topk, cm->idx, cm->rw,
+                                     cl->gu_fused ? hp->n_expert : 0, shared ? cl->sh_gate_inp : NULL, cm->xn, E, s));
+        if (cl->gu_fused) { /* gate and up of the k experts: 2k slots of one product */
+            OP("matvec_experts",
+               lilac_cuda_matvec_experts(&cl->exp_gate, cl->gate_stride, cm->idx, 2 * k, cm->xn, 0, cm->gbuf, s));
+        } else {
+            OP("matvec_experts",
+               lilac_cuda_matvec_experts(&cl->exp_gate, cl->gate_stride, cm->idx, k, cm->xn, 0, cm->gbuf, s));
+            OP("matvec_experts",
+               lilac_cuda_matvec_experts(&cl->exp_up, cl->up_stride, cm->idx, k, cm->xn, 0, cm->ubuf, s));
+        }
+        OP("matvec_experts", lilac_cuda_matvec_fused(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
+                                                     1, cm->ex, 0, s));
+        if (shared)
+            lilac_cuda_fork(aux, s, cm->ev[1]);
+        /* and the next layer's input norm (the output norm after the last) */
+        const float *next_norm = il + 1 < hp->n_layer ? cm->layers[il + 1].attn_norm : cm->output_norm;
+        OP("moe_sum_norm", lilac_cuda_moe_sum_norm(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL, cm->rw + k,
+                                                   next_norm, cm->xn, E, eps, s));
     }
-    lilac_cuda_rmsnorm(cm->x, cm->output_norm, cm->xn, 1, E, hp->norm_eps, s);
 }
 
 /* The step as a CUDA graph: captured at the sequence's second step (the

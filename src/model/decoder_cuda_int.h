@@ -17,10 +17,13 @@ typedef struct cuda_layer {
     lilac_cuda_mat router, exp_gate, exp_up, exp_down, sh_gate, sh_up, sh_down;
     size_t gate_stride, up_stride, down_stride;
     float *sh_gate_inp;
+    bool gu_fused; /* up expert e stored at gate expert n_expert + e: one product for both */
 } cuda_layer;
 
 struct lilac_cuda_model {
     lilac_cuda_stream *stream;
+    lilac_cuda_stream *aux; /* the step's second branch (products independent of the main chain) */
+    void *ev[2];            /* fork and join events */
     lilac_cuda_mat tok_embd, output;
     float *output_norm;
     cuda_layer *layers;

@@ -58,6 +58,15 @@ void lilac_cuda_matvec(const lilac_cuda_mat *W, const float *x, float *y, int n_
 void lilac_cuda_matvec_experts(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
                                const float *x, int x_stride, float *y, lilac_cuda_stream *s);
 
+/* The one-token product with the step's neighbours folded in: as
+ * lilac_cuda_matvec_experts (idx set, k slots) or lilac_cuda_matvec (idx
+ * NULL, k = 1), where the input is silu(x) * x2 elementwise when x2 is set
+ * (the SwiGLU of a gate and an up product; x2 laid out as x), and y += the
+ * product when accumulate is set (a residual add) instead of y = it. */
+void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
+                             const float *x, const float *x2, int x_stride, float *y, int accumulate,
+                             lilac_cuda_stream *s);
+
 /* out[c] = value c of row r of W, c < cols (dev): an embedding lookup with r read on the device from *r_dev. */
 void lilac_cuda_get_row(const lilac_cuda_mat *W, const int32_t *r_dev, float *out, lilac_cuda_stream *s);
 

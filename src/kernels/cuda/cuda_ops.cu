@@ -584,3 +584,297 @@ extern "C" int lilac_cuda_last_error(char *msg, size_t cap)
         snprintf(msg, cap, "CUDA: %s", cudaGetErrorString(e));
     return -1;
 }
+
+// ---- the fused one-token step (decoder_cuda.c's step): fewer, fuller kernels ----
+
+// Streams and events: the step forks independent products onto a second
+// stream and joins them back, which a captured graph keeps as branches.
+extern "C" int lilac_cuda_event_new(void **ev)
+{
+    cudaEvent_t e = NULL;
+    *ev = NULL;
+    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    *ev = e;
+    return 0;
+}
+
+extern "C" void lilac_cuda_event_free(void *ev)
+{
+    if (ev)
+        cudaEventDestroy((cudaEvent_t)ev);
+}
+
+extern "C" void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, void *ev)
+{
+    cudaEventRecord((cudaEvent_t)ev, CS(from));
+    cudaStreamWaitEvent(CS(to), (cudaEvent_t)ev, 0);
+}
+
+// The router's softmax, top-k and weights as k_topk computes them, by one
+// warp with the logits in registers (E <= 32 * TOPK_PER_LANE, k <= 32):
+// k_topk's block-wide rounds cost more in barriers than the work. With
+// up_offset > 0, idx[k + i] = idx[i] + up_offset as well (the up matrices
+// stored after the gate ones: one product over 2k slots). With gate_inp,
+// w[k] = sigmoid(gate_inp . xn) (the shared expert's gate).
+#define TOPK_PER_LANE 16
+__global__ void k_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
+                        const float *gate_inp, const float *xn, int n_embd)
+{
+    const int lane = threadIdx.x;
+    float p[TOPK_PER_LANE];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < TOPK_PER_LANE; i++) {
+        const int e = lane + 32 * i;
+        p[i] = e < E ? logits[e] : -INFINITY;
+        mx = fmaxf(mx, p[i]);
+    }
+    mx = warp_max(mx);
+    float sum = 0;
+#pragma unroll
+    for (int i = 0; i < TOPK_PER_LANE; i++) {
+        const int e = lane + 32 * i;
+        p[i] = e < E ? expf(p[i] - mx) : 0.0f;
+        sum += p[i];
+    }
+    sum = warp_sum(sum);
+#pragma unroll
+    for (int i = 0; i < TOPK_PER_LANE; i++)
+        p[i] = lane + 32 * i < E ? p[i] / sum : -1.0f;
+    __shared__ int chosen[32];
+    __shared__ float pw[32];
+    for (int r = 0; r < k; r++) {
+        float bv = -1.0f;
+        int bi = 0x7fffffff;
+#pragma unroll
+        for (int i = 0; i < TOPK_PER_LANE; i++) // ascending index: the first of equals wins
+            if (p[i] > bv)
+                bv = p[i], bi = lane + 32 * i;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi))
+                bv = ov, bi = oi;
+        }
+        if (lane == 0)
+            chosen[r] = bi, pw[r] = bv;
+        if ((bi & 31) == lane) {
+#pragma unroll
+            for (int i = 0; i < TOPK_PER_LANE; i++)
+                if (i == bi >> 5)
+                    p[i] = -2.0f; // taken
+        }
+    }
+    float gsh = 0;
+    if (gate_inp) {
+        float d = 0;
+        for (int i = lane; i < n_embd; i += 32)
+            d += gate_inp[i] * xn[i];
+        gsh = sigmoidf_(warp_sum(d));
+    }
+    __syncwarp();
+    if (lane == 0) {
+        for (int i = 1; i < k; i++) // by expert index, as the CPU adds them
+            for (int q = i; q > 0 && chosen[q - 1] > chosen[q]; q--) {
+                int t = chosen[q];
+                chosen[q] = chosen[q - 1];
+                chosen[q - 1] = t;
+                float tw = pw[q];
+                pw[q] = pw[q - 1];
+                pw[q - 1] = tw;
+            }
+        float tot = 0;
+        for (int i = 0; i < k; i++)
+            tot += pw[i];
+        for (int i = 0; i < k; i++) {
+            idx[i] = chosen[i];
+            if (up_offset > 0)
+                idx[k + i] = chosen[i] + up_offset;
+            w[i] = norm ? pw[i] / tot : pw[i];
+        }
+        if (gate_inp)
+            w[k] = gsh;
+    }
+}
+
+extern "C" int lilac_cuda_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
+                                const float *gate_inp, const float *xn, int n_embd, lilac_cuda_stream *s)
+{
+    if (E > 32 * TOPK_PER_LANE || k > 32 || k < 1 || k > E)
+        return -1;
+    k_route<<<1, 32, 0, CS(s)>>>(logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd);
+    return 0;
+}
+
+// x += sum_i w[i] ex[i] (+ gsh * sh), then xn = RMSNorm(x) * norm_w (the
+// next layer's input norm, or the output norm) when norm_w is set: one block.
+__global__ void k_moe_sum_norm(float *x, const float *ex, const float *w, int k, const float *sh, const float *gsh,
+                               const float *norm_w, float *xn, int E, float eps)
+{
+    float ss = 0;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        float o = 0;
+        for (int i = 0; i < k; i++)
+            o += w[i] * ex[(size_t)i * E + e];
+        if (sh)
+            o += *gsh * sh[e];
+        const float v = x[e] + o;
+        x[e] = v;
+        ss += v * v;
+    }
+    if (!norm_w)
+        return;
+    ss = block_sum(ss);
+    const float r = rsqrtf(ss / E + eps);
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        xn[e] = x[e] * r * norm_w[e];
+}
+
+extern "C" void lilac_cuda_moe_sum_norm(float *x, const float *ex, const float *w, int k, const float *sh,
+                                        const float *gsh, const float *norm_w, float *xn, int E, float eps,
+                                        lilac_cuda_stream *s)
+{
+    k_moe_sum_norm<<<1, 1024, 0, CS(s)>>>(x, ex, w, k, sh, gsh, norm_w, xn, E, eps);
+}
+
+// Blocks [0, nh): q head b, k_norm_rope's work; blocks [nh, nh + nkv): k
+// head b - nh the same, then its K and V rows stored into the caches.
+__global__ void k_norm_rope_kv(float *q, const float *q_norm, int q_step, int nh, float *k, const float *v,
+                               const float *k_norm, float *K, float *V, int nkv, int hd, int rot, const int *pos_dev,
+                               float theta, float eps)
+{
+    const int b = blockIdx.x, pos = *pos_dev;
+    const bool isq = b < nh;
+    float *x = isq ? q + (size_t)b * q_step : k + (size_t)(b - nh) * hd;
+    const float *w = isq ? q_norm : k_norm;
+    float ss = 0;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x)
+        ss += x[i] * x[i];
+    ss = block_sum(ss);
+    float r = rsqrtf(ss / hd + eps);
+    for (int i = threadIdx.x; i < hd; i += blockDim.x)
+        x[i] = x[i] * r * w[i];
+    __syncthreads();
+    int half = rot / 2;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)rot);
+        float ang = (float)pos * inv_freq, c, s;
+        sincosf(ang, &s, &c);
+        float x0 = x[i], x1 = x[i + half];
+        x[i] = x0 * c - x1 * s;
+        x[i + half] = x1 * c + x0 * s;
+    }
+    if (isq)
+        return;
+    __syncthreads();
+    const size_t at = (size_t)pos * nkv * hd + (size_t)(b - nh) * hd;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        K[at + i] = x[i];
+        V[at + i] = v[(size_t)(b - nh) * hd + i];
+    }
+}
+
+extern "C" void lilac_cuda_norm_rope_kv(float *q, const float *q_norm, int q_step, int nh, float *k, const float *v,
+                                        const float *k_norm, float *K, float *V, int nkv, int hd, int rot,
+                                        const int *pos, float theta, float eps, lilac_cuda_stream *s)
+{
+    k_norm_rope_kv<<<nh + nkv, 128, 0, CS(s)>>>(q, q_norm, q_step, nh, k, v, k_norm, K, V, nkv, hd, rot, pos, theta,
+                                                eps);
+}
+
+// The DeltaNet step after the conv in one kernel, per value head j (block):
+// q and k of its key head L2-normalized (k_dn_qk_norm, without writing them
+// back: two value heads share a key head), its gates (k_dn_gates), the delta
+// rule (k_dn_recurrent's split: thread (part, c) holds column c of rows part,
+// part + DN_P, ...), and the gated RMSNorm of its output (k_gated_norm).
+__global__ void k_dn_fused(float *S_all, const float *conv, const float *a, const float *b, const float *ssm_a,
+                           const float *ssm_dt, const float *z, const float *norm_w, float *o_all, int nk, int nv,
+                           int dk, int dv, int tiled, float eps)
+{
+    const int j = blockIdx.x, c = threadIdx.x % dv, part = threadIdx.x / dv;
+    const int kh = tiled ? j % nk : j / (nv / nk);
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    extern __shared__ float sh[]; // q[dk], k[dk], red[DN_P][dv]
+    float *qs = sh, *ks = sh + dk, *red = sh + 2 * dk;
+    __shared__ float gate[2], nrm[2], opart[32];
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+        qs[i] = conv[(size_t)kh * dk + i];
+        ks[i] = conv[(size_t)(nk + kh) * dk + i];
+    }
+    __syncthreads();
+    if (wid < 2) { // warp 0: |q|^2, warp 1: |k|^2
+        const float *x = wid == 0 ? qs : ks;
+        float ss = 0;
+        for (int i = lane; i < dk; i += 32)
+            ss += x[i] * x[i];
+        ss = warp_sum(ss);
+        if (lane == 0)
+            nrm[wid] = rsqrtf(ss + 1e-6f) * (wid == 0 ? rsqrtf((float)dk) : 1.0f);
+    } else if (wid == 2 && lane == 0) {
+        float x = a[j] + ssm_dt[j];
+        float sp = x > 20.0f ? x : log1pf(expf(x));
+        gate[0] = ssm_a[j] * sp;
+        gate[1] = sigmoidf_(b[j]);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+        qs[i] *= nrm[0];
+        ks[i] *= nrm[1];
+    }
+    __syncthreads();
+    float *S = S_all + (size_t)j * dk * dv;
+    float decay = expf(gate[0]), kv = 0, sr[DN_ROWS];
+    int n = 0;
+    for (int i = part; i < dk; i += DN_P, n++) {
+        sr[n] = S[(size_t)i * dv + c] * decay;
+        kv += sr[n] * ks[i];
+    }
+    red[part * dv + c] = kv;
+    __syncthreads();
+    kv = 0;
+    for (int q = 0; q < DN_P; q++)
+        kv += red[q * dv + c];
+    float v = conv[(size_t)2 * nk * dk + (size_t)j * dv + c];
+    float delta = (v - kv) * gate[1], o = 0;
+    n = 0;
+    for (int i = part; i < dk; i += DN_P, n++) {
+        sr[n] += ks[i] * delta;
+        S[(size_t)i * dv + c] = sr[n];
+        o += sr[n] * qs[i];
+    }
+    __syncthreads();
+    red[part * dv + c] = o;
+    __syncthreads();
+    // part 0 (threads [0, dv), whole warps) finishes: the sum over parts, then the gated norm over the dv columns
+    if (part == 0) {
+        o = 0;
+        for (int q = 0; q < DN_P; q++)
+            o += red[q * dv + c];
+        float ss = warp_sum(o * o);
+        if (lane == 0)
+            opart[wid] = ss;
+    }
+    __syncthreads();
+    if (part == 0) {
+        float ss = 0;
+        for (int q = 0; q < dv / 32; q++)
+            ss += opart[q];
+        const float r = rsqrtf(ss / dv + eps);
+        const float zz = z[(size_t)j * dv + c];
+        o_all[(size_t)j * dv + c] = o * r * norm_w[c] * silu(zz);
+    }
+}
+
+extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, const float *b, const float *ssm_a,
+                                         const float *ssm_dt, float *S, float *o, const float *z, const float *norm_w,
+                                         int nk, int nv, int dk, int dv, int tiled, float eps, lilac_cuda_stream *s)
+{
+    if (!(dv * DN_P <= 1024 && dv % 32 == 0 && dv <= 1024 && dk <= DN_P * DN_ROWS))
+        return -1;
+    k_dn_fused<<<nv, dv * DN_P, (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s)>>>(
+        S, conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps);
+    return 0;
+}

@@ -635,32 +635,38 @@ struct MV {
     size_t row_bytes, expert_stride;
     const int32_t *idx; /* expert of each slot, or NULL */
     const float *x;
+    const float *x2; /* when set, the input is silu(x) * x2 (SwiGLU), x2 laid out as x */
     float *y;
     long long rows, cols;
     long long x_tok, x_slot; /* x strides in floats between tokens / slots (0: shared) */
     long long y_tok, y_slot;
     long long row_tiles, items; /* items = slots x row tiles */
     int n_tok, lpr_log2, ut, n_ct;
+    int acc; /* y += product (a residual add) instead of y = product */
 };
+
+/* The SwiGLU activation as cuda_ops.cu's k_swiglu computes it (the same bits). */
+__device__ __forceinline__ float glu(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 /* x[t][u0 * VPU ..) of nt tokens (the rest zero) into shared memory, value
  * i of unit u at u * (VPU + 4) + i times 2^(64 - xshift(i)) (the 16-byte
  * pad puts adjacent lanes' float4 reads in different banks), and the sums
  * of x over each run of 16 values. A thread a run. */
 template <class UT, int T>
-__device__ void load_x(const float *x, long long x_tok, int nt, int u0, int u1, float *xs, int XS, float *ss, int SS)
+__device__ void load_x(const float *x, const float *x2, long long x_tok, int nt, int u0, int u1, float *xs, int XS,
+                       float *ss, int SS)
 {
     constexpr int VPU = UT::VPU, US = VPU + 4, NR = VPU / 16;
     const int nruns = (u1 - u0) * NR;
-    const float *xc = x + (long long)u0 * VPU;
     for (int i = threadIdx.x; i < T * nruns; i += NTHREADS) {
         const int t = i / nruns, run = i - t * nruns, u = run / NR, rr = run - u * NR;
-        const float *src = xc + t * x_tok + UT::vcol(u * VPU + 16 * rr); /* a run's 16 columns are adjacent */
+        const long long off = (long long)u0 * VPU + t * x_tok + UT::vcol(u * VPU + 16 * rr);
+        const float *src = x + off, *src2 = x2 ? x2 + off : nullptr; /* a run's 16 columns are adjacent */
         float4 *dst = reinterpret_cast<float4 *>(xs + t * XS + u * US + 16 * rr);
         float v[16], s = 0.f;
 #pragma unroll
         for (int k = 0; k < 16; k++) {
-            v[k] = t < nt ? src[k] : 0.f;
+            v[k] = t >= nt ? 0.f : src2 ? glu(src[k], src2[k]) : src[k];
             s += v[k];
             v[k] *= __int_as_float((127 + 64 - UT::xshift(16 * rr + k)) << 23);
         }
@@ -748,7 +754,7 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv(const 
                 ok[r] = row0 + r < p.rows;
                 rowp[r] = W + (size_t)(row0 + r) * p.row_bytes;
             }
-            const float *xb = p.x + slot * p.x_slot;
+            const float *xb = p.x + slot * p.x_slot, *x2b = p.x2 ? p.x2 + slot * p.x_slot : nullptr;
             float *yb = p.y + slot * p.y_slot;
             float tot[R][T];
 #pragma unroll
@@ -761,7 +767,7 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv(const 
                 const long long key = ((p.x_slot ? slot : 0) * ntc + tc) * p.n_ct + ct;
                 if (key != loaded) { /* the same for the whole block */
                     __syncthreads();
-                    load_x<UT, T>(xb + t0 * p.x_tok, p.x_tok, nt, u0, u1, xs, XS, ss, SS);
+                    load_x<UT, T>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0, u1, xs, XS, ss, SS);
                     loaded = key;
                 }
                 typename UT::Pay a[R], b[R];
@@ -790,8 +796,10 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv(const 
                     float v = tot[r][t];
                     for (int o = lpr >> 1; o; o >>= 1)
                         v += __shfl_xor_sync(0xffffffffu, v, o);
-                    if (sub == 0 && ok[r] && t < nt)
-                        yb[(t0 + t) * p.y_tok + row0 + r] = v;
+                    if (sub == 0 && ok[r] && t < nt) {
+                        float *yp = yb + (t0 + t) * p.y_tok + row0 + r;
+                        *yp = p.acc ? *yp + v : v;
+                    }
                 }
         }
     }
@@ -808,15 +816,19 @@ __global__ void __launch_bounds__(NTHREADS) k_mv_scalar(const MV p, int type)
     if (row >= p.rows)
         return;
     const uint8_t *rowp = p.w + (p.idx ? (size_t)p.idx[slot] * p.expert_stride : 0) + (size_t)row * p.row_bytes;
-    const float *xb = p.x + slot * p.x_slot;
+    const float *xb = p.x + slot * p.x_slot, *x2b = p.x2 ? p.x2 + slot * p.x_slot : nullptr;
     for (int t = 0; t < p.n_tok; t++) {
         float acc = 0.f;
-        for (long long c = lane; c < p.cols; c += 32)
-            acc = fmaf(dq_value(type, rowp, c), xb[t * p.x_tok + c], acc);
+        for (long long c = lane; c < p.cols; c += 32) {
+            const long long i = t * p.x_tok + c;
+            acc = fmaf(dq_value(type, rowp, c), x2b ? glu(xb[i], x2b[i]) : xb[i], acc);
+        }
         for (int o = 16; o; o >>= 1)
             acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (lane == 0)
-            p.y[slot * p.y_slot + t * p.y_tok + row] = acc;
+        if (lane == 0) {
+            float *yp = p.y + slot * p.y_slot + t * p.y_tok + row;
+            *yp = p.acc ? *yp + acc : acc;
+        }
     }
 }
 
@@ -922,12 +934,9 @@ template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int
      * the whole memory latency, the next ones are prefetched. */
     int lpr = U / 8;
     lpr = lpr < (U < 4 ? U : 4) ? (U < 4 ? U : 4) : lpr > 32 ? 32 : lpr;
-    p.lpr_log2 = floor_log2(lpr);
+    lpr = 1 << floor_log2(lpr);
     p.ut = U < TILE_VALUES / T / UT::VPU ? U : TILE_VALUES / T / UT::VPU;
     p.n_ct = (U + p.ut - 1) / p.ut;
-    const long long rpt = (long long)NWARPS * R * (32 >> p.lpr_log2);
-    p.row_tiles = (p.rows + rpt - 1) / rpt;
-    p.items = p.row_tiles * slots;
     const int smem = (int)sizeof(float) * T * p.ut * (UT::VPU + 4 + UT::NRUN);
 
     static std::atomic<int> attr_set{0};
@@ -946,6 +955,19 @@ template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int
         occ[kib].store(per_sm, std::memory_order_relaxed);
     }
     const long long cap = (long long)per_sm * sm_count();
+    /* A small matrix (an expert, a 2048-wide projection) has too few row
+     * tiles to keep the device busy at 8 units a lane: then more lanes a row
+     * (fewer rows a block, shorter chains of dependent loads), until there
+     * are two tiles a resident block or a lane has one unit. */
+    auto tiles = [&](int l) {
+        const long long rpt = (long long)NWARPS * R * (32 >> floor_log2(l));
+        return (p.rows + rpt - 1) / rpt * slots;
+    };
+    while (lpr < 32 && 2 * lpr <= U && tiles(lpr) < 2 * cap)
+        lpr *= 2;
+    p.lpr_log2 = floor_log2(lpr);
+    p.row_tiles = tiles(lpr) / slots;
+    p.items = p.row_tiles * slots;
     const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
     kern<<<grid, NTHREADS, smem, st>>>(p);
 }
@@ -964,7 +986,7 @@ template <int TYPE, bool A16> void launch_t(const MV &p, cudaStream_t st, int sl
 
 /* Check W and run the product of `slots` slots. */
 void matvec(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int slots, const float *x,
-            long long x_slot, float *y, int n_tok, cudaStream_t st)
+            long long x_slot, float *y, int n_tok, cudaStream_t st, const float *x2 = nullptr, int acc = 0)
 {
     int blck, bsz;
     if (!W || !x || !y) {
@@ -993,6 +1015,8 @@ void matvec(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, i
     p.expert_stride = expert_stride;
     p.idx = idx;
     p.x = x;
+    p.x2 = x2;
+    p.acc = acc;
     p.y = y;
     p.rows = W->rows;
     p.cols = W->cols;
@@ -1228,6 +1252,23 @@ void lilac_cuda_matvec_experts(const lilac_cuda_mat *W, size_t expert_stride, co
     if (k <= 0)
         return;
     matvec(W, expert_stride, idx, k, x, W && x_stride ? W->cols : 0, y, 1, S(s));
+}
+
+void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
+                             const float *x, const float *x2, int x_stride, float *y, int accumulate,
+                             lilac_cuda_stream *s)
+{
+    if (!idx && k != 1) {
+        set_err("lilac_cuda_matvec_fused: without idx there is one matrix (k = %d)", k);
+        return;
+    }
+    if (k > 65535) {
+        set_err("lilac_cuda_matvec_fused: k = %d experts at once is too many", k);
+        return;
+    }
+    if (k <= 0)
+        return;
+    matvec(W, expert_stride, idx, k, x, W && x_stride ? W->cols : 0, y, 1, S(s), x2, accumulate);
 }
 
 void lilac_cuda_get_row(const lilac_cuda_mat *W, const int32_t *r_dev, float *out, lilac_cuda_stream *s)
