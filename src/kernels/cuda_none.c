@@ -96,6 +96,25 @@ void lilac_cuda_matvec_experts(const lilac_cuda_mat *W, size_t expert_stride, co
     (void)W, (void)expert_stride, (void)idx, (void)k, (void)x, (void)x_stride, (void)y, (void)s;
 }
 
+void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
+                             const float *x, const float *x2, int x_stride, float *y, int accumulate,
+                             lilac_cuda_stream *s)
+{
+    (void)W, (void)expert_stride, (void)idx, (void)k, (void)x, (void)x2, (void)x_stride, (void)y, (void)accumulate,
+        (void)s;
+}
+
+int lilac_cuda_pdl(void) { return 0; }
+
+int lilac_cuda_host_alloc(void **p, size_t bytes)
+{
+    (void)bytes;
+    *p = NULL;
+    return -1;
+}
+
+void lilac_cuda_host_free(void *p) { (void)p; }
+
 void lilac_cuda_get_row(const lilac_cuda_mat *W, const int32_t *r_dev, float *out, lilac_cuda_stream *s)
 {
     (void)W, (void)r_dev, (void)out, (void)s;

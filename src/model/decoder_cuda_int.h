@@ -35,6 +35,7 @@ struct lilac_cuda_model {
     float *x, *xn, *tmp, *qg, *kb, *vb, *att, *qkv, *conv, *z, *a, *b, *o, *rl, *rw, *gbuf, *ubuf, *ex, *shg, *shu,
         *sho, *logits, *att_part;
     int32_t *tok, *idx; /* tok[0]: the token, tok[1]: its position */
+    float *logits_host; /* pinned (host), n_vocab: the logits' way down */
     char device[160];
 };
 

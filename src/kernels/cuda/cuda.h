@@ -36,6 +36,9 @@ int lilac_cuda_device_info(char *name, size_t cap, size_t *total_bytes, size_t *
 /* Memory and copies; 0 on success, -1 with msg filled. */
 int lilac_cuda_malloc(void **p, size_t bytes, char *msg, size_t cap);
 void lilac_cuda_free(void *p);
+/* Page-locked host memory (copies to and from it run at the bus's speed); 0 or -1. */
+int lilac_cuda_host_alloc(void **p, size_t bytes);
+void lilac_cuda_host_free(void *p);
 int lilac_cuda_upload(void *dst_dev, const void *src_host, size_t bytes, char *msg, size_t cap);
 int lilac_cuda_download(void *dst_host, const void *src_dev, size_t bytes, lilac_cuda_stream *s, char *msg,
                         size_t cap); /* waits for s first */
@@ -43,6 +46,11 @@ int lilac_cuda_memset(void *dst_dev, int value, size_t bytes, lilac_cuda_stream 
 int lilac_cuda_sync(lilac_cuda_stream *s, char *msg, size_t cap);
 int lilac_cuda_stream_new(lilac_cuda_stream **s, char *msg, size_t cap);
 void lilac_cuda_stream_free(lilac_cuda_stream *s);
+
+/* Whether kernels are launched dependent (programmatic dependent launch:
+ * a kernel starts, and fetches its weights, while the one before it ends):
+ * on sm_90 and later unless LILAC_CUDA_PDL=0. */
+int lilac_cuda_pdl(void);
 
 /* Whether the kernels handle a type (lilac_dtype). */
 int lilac_cuda_type_supported(int type);

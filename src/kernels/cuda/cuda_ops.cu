@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "kernels/cuda/cuda.h"
+#include "kernels/cuda/cuda_dev.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
 #define CS(s) ((cudaStream_t)(s))
@@ -75,6 +76,7 @@ static __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f
 // y = x / sqrt(mean(x^2) + eps) * w (w may be NULL), one block per row.
 __global__ void k_rmsnorm(const float *x, const float *w, float *y, int n, float eps)
 {
+    griddep_launch_dependents(); // the next product may start fetching its weights
     const float *xr = x + (size_t)blockIdx.x * n;
     float *yr = y + (size_t)blockIdx.x * n;
     float ss = 0;
@@ -243,6 +245,7 @@ __global__ void k_attention_part(const float *q, int q_step, const float *K, con
 // Per head: the parts combined with their maxima, then the gate sigmoid(g).
 __global__ void k_attention_combine(const float *q, int q_step, int hd, const float *part, float *out, int gated)
 {
+    griddep_launch_dependents();
     int h = blockIdx.x;
     const float *ph = part + (size_t)h * ATT_SPLIT * (hd + 2);
     float M = -INFINITY;
@@ -285,6 +288,7 @@ extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K,
 // the last K-1 inputs; SiLU after.
 __global__ void k_conv_step(const float *in, float *state, const float *w, float *out, int C, int K)
 {
+    griddep_launch_dependents();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C)
         return;
@@ -623,6 +627,16 @@ extern "C" void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, 
 __global__ void k_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
                         const float *gate_inp, const float *xn, int n_embd)
 {
+    griddep_launch_dependents();
+    float gsh = 0;
+    if (gate_inp) { // the whole block: a 2048-long dot is most of the kernel's loads
+        float d = 0;
+        for (int i = threadIdx.x; i < n_embd; i += blockDim.x)
+            d += gate_inp[i] * xn[i];
+        gsh = sigmoidf_(block_sum(d));
+    }
+    if (threadIdx.x >= 32)
+        return;
     const int lane = threadIdx.x;
     float p[TOPK_PER_LANE];
     float mx = -INFINITY;
@@ -668,13 +682,6 @@ __global__ void k_route(const float *logits, int E, int k, int norm, int32_t *id
                     p[i] = -2.0f; // taken
         }
     }
-    float gsh = 0;
-    if (gate_inp) {
-        float d = 0;
-        for (int i = lane; i < n_embd; i += 32)
-            d += gate_inp[i] * xn[i];
-        gsh = sigmoidf_(warp_sum(d));
-    }
     __syncwarp();
     if (lane == 0) {
         for (int i = 1; i < k; i++) // by expert index, as the CPU adds them
@@ -705,7 +712,7 @@ extern "C" int lilac_cuda_route(const float *logits, int E, int k, int norm, int
 {
     if (E > 32 * TOPK_PER_LANE || k > 32 || k < 1 || k > E)
         return -1;
-    k_route<<<1, 32, 0, CS(s)>>>(logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd);
+    k_route<<<1, 256, 0, CS(s)>>>(logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd);
     return 0;
 }
 
@@ -714,6 +721,7 @@ extern "C" int lilac_cuda_route(const float *logits, int E, int k, int norm, int
 __global__ void k_moe_sum_norm(float *x, const float *ex, const float *w, int k, const float *sh, const float *gsh,
                                const float *norm_w, float *xn, int E, float eps)
 {
+    griddep_launch_dependents();
     float ss = 0;
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
         float o = 0;
@@ -746,6 +754,7 @@ __global__ void k_norm_rope_kv(float *q, const float *q_norm, int q_step, int nh
                                const float *k_norm, float *K, float *V, int nkv, int hd, int rot, const int *pos_dev,
                                float theta, float eps)
 {
+    griddep_launch_dependents();
     const int b = blockIdx.x, pos = *pos_dev;
     const bool isq = b < nh;
     float *x = isq ? q + (size_t)b * q_step : k + (size_t)(b - nh) * hd;
@@ -800,6 +809,14 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
     extern __shared__ float sh[]; // q[dk], k[dk], red[DN_P][dv]
     float *qs = sh, *ks = sh + dk, *red = sh + 2 * dk;
     __shared__ float gate[2], nrm[2], opart[32];
+    griddep_launch_dependents();
+    // the state is this kernel's alone: in flight before the conv that feeds q, k, v has finished
+    float *S = S_all + (size_t)j * dk * dv;
+    float sr[DN_ROWS];
+    int n = 0;
+    for (int i = part; i < dk; i += DN_P, n++)
+        sr[n] = S[(size_t)i * dv + c];
+    griddep_wait();
     for (int i = threadIdx.x; i < dk; i += blockDim.x) {
         qs[i] = conv[(size_t)kh * dk + i];
         ks[i] = conv[(size_t)(nk + kh) * dk + i];
@@ -825,11 +842,10 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
         ks[i] *= nrm[1];
     }
     __syncthreads();
-    float *S = S_all + (size_t)j * dk * dv;
-    float decay = expf(gate[0]), kv = 0, sr[DN_ROWS];
-    int n = 0;
+    float decay = expf(gate[0]), kv = 0;
+    n = 0;
     for (int i = part; i < dk; i += DN_P, n++) {
-        sr[n] = S[(size_t)i * dv + c] * decay;
+        sr[n] *= decay;
         kv += sr[n] * ks[i];
     }
     red[part * dv + c] = kv;
@@ -874,7 +890,7 @@ extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, 
 {
     if (!(dv * DN_P <= 1024 && dv % 32 == 0 && dv <= 1024 && dk <= DN_P * DN_ROWS))
         return -1;
-    k_dn_fused<<<nv, dv * DN_P, (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s)>>>(
-        S, conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps);
+    launch_dependent(k_dn_fused, dim3(nv), dim3(dv * DN_P), (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s), S,
+                     conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps);
     return 0;
 }

@@ -35,10 +35,12 @@
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "format/dtype.h"
 #include "kernels/cuda/cuda.h"
+#include "kernels/cuda/cuda_dev.cuh"
 
 #if defined(__CUDA_FTZ) && __CUDA_FTZ
 #error "cuda_quant.cu relies on float32 denormals: build it without -ftz=true / --use_fast_math"
@@ -76,6 +78,7 @@ constexpr int SMEM_MAX = 160 * 1024; /* what that takes at most (16 floats a uni
 
 /* ------------------------------------------------------------------ */
 /* device helpers */
+
 
 __device__ __forceinline__ float h2f(uint32_t h)
 {
@@ -741,6 +744,9 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv(const 
 
     const long long it0 = p.items * blockIdx.x / gridDim.x, it1 = p.items * (blockIdx.x + 1) / gridDim.x;
     long long loaded = -1;
+    griddep_launch_dependents();
+    if (p.idx) /* the expert indices come from the kernel before */
+        griddep_wait();
     for (int tc = 0; tc < ntc; tc++) { /* token chunks outermost: x stays put while the block's rows go by */
         const int t0 = tc * T, nt = min(T, p.n_tok - t0);
         for (long long it = it0; it < it1; it++) {
@@ -765,15 +771,19 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv(const 
             for (int ct = 0; ct < p.n_ct; ct++) {
                 const int u0 = ct * p.ut, u1 = min(U, u0 + p.ut);
                 const long long key = ((p.x_slot ? slot : 0) * ntc + tc) * p.n_ct + ct;
-                if (key != loaded) { /* the same for the whole block */
-                    __syncthreads();
-                    load_x<UT, T>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0, u1, xs, XS, ss, SS);
-                    loaded = key;
-                }
+                /* the first weights in flight before x is loaded (and, launched
+                 * dependent, before the kernel that writes x has finished) */
                 typename UT::Pay a[R], b[R];
                 int u = u0 + sub;
                 if (u < u1)
                     load_rows<TYPE, A16, R>(rowp, ok, u, a);
+                if (key != loaded) { /* the same for the whole block */
+                    if (loaded < 0)
+                        griddep_wait();
+                    __syncthreads();
+                    load_x<UT, T>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0, u1, xs, XS, ss, SS);
+                    loaded = key;
+                }
                 while (u < u1) { /* two steps an iteration so that a and b swap roles without copies */
                     int un = u + lpr;
                     if (un < u1)
@@ -969,7 +979,7 @@ template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int
     p.row_tiles = tiles(lpr) / slots;
     p.items = p.row_tiles * slots;
     const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
-    kern<<<grid, NTHREADS, smem, st>>>(p);
+    launch_dependent(kern, dim3(grid), dim3(NTHREADS), (size_t)smem, st, p);
 }
 
 template <int TYPE, bool A16> void launch_t(const MV &p, cudaStream_t st, int slots)
@@ -1080,6 +1090,22 @@ void matvec(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, i
 
 extern "C" {
 
+int lilac_cuda_pdl(void)
+{
+    static std::atomic<int> on{-1};
+    int v = on.load(std::memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv("LILAC_CUDA_PDL");
+        int dev = 0, major = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+            (void)cudaGetLastError();
+        v = major >= 9 && !(e && *e == '0');
+        on.store(v, std::memory_order_relaxed);
+    }
+    return v;
+}
+
 int lilac_cuda_available(char *msg, size_t cap)
 {
     int drv = 0, rt = 0, n = 0;
@@ -1181,6 +1207,22 @@ int lilac_cuda_malloc(void **p, size_t bytes, char *msg, size_t cap)
 void lilac_cuda_free(void *p)
 {
     if (p && cudaFree(p) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
+int lilac_cuda_host_alloc(void **p, size_t bytes)
+{
+    *p = nullptr;
+    if (cudaMallocHost(p, bytes) == cudaSuccess)
+        return 0;
+    *p = nullptr;
+    (void)cudaGetLastError();
+    return -1;
+}
+
+void lilac_cuda_host_free(void *p)
+{
+    if (p && cudaFreeHost(p) != cudaSuccess)
         (void)cudaGetLastError();
 }
 
