@@ -3,6 +3,8 @@
 #define LILAC_KERNELS_CUDA_CUDA_DEV_CUH
 
 #include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
 
 #include "kernels/cuda/cuda.h"
 
@@ -22,6 +24,190 @@ static __device__ __forceinline__ void griddep_launch_dependents()
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
+}
+
+/* Reductions, activations and the small whole-vector steps that both a
+ * kernel of their own (cuda_ops.cu) and a product's last block (cuda_quant.cu,
+ * lilac_cuda_tail) run. Vectors that other blocks of the same kernel wrote
+ * are read with __ldcg (from L2: L1 is not coherent between blocks). */
+static __device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// The sum (or max) over a block of up to 1024 threads; every thread gets it.
+static __device__ __noinline__ float block_sum(float v)
+{
+    __shared__ float part[32];
+    __shared__ float total;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0)
+        part[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        float s = lane < (int)((blockDim.x + 31) >> 5) ? part[lane] : 0.0f;
+        s = warp_sum(s);
+        if (lane == 0)
+            total = s;
+    }
+    __syncthreads();
+    return total;
+}
+
+static __device__ __noinline__ float block_max(float v)
+{
+    __shared__ float part[32];
+    __shared__ float total;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        part[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        float s = lane < (int)((blockDim.x + 31) >> 5) ? part[lane] : -INFINITY;
+        s = warp_max(s);
+        if (lane == 0)
+            total = s;
+    }
+    __syncthreads();
+    return total;
+}
+
+static __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+static __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+
+// y = x / sqrt(mean(x^2) + eps) * w (w may be NULL), by one block.
+static __device__ void dev_rmsnorm(const float *x, const float *w, float *y, int n, float eps)
+{
+    float ss = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = __ldcg(x + i);
+        ss += v * v;
+    }
+    ss = block_sum(ss);
+    float r = rsqrtf(ss / n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        y[i] = __ldcg(x + i) * r * (w ? w[i] : 1.0f);
+}
+
+#define TOPK_PER_LANE 16
+static __device__ void dev_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
+                                 const float *gate_inp, const float *xn, int n_embd)
+{
+    float gsh = 0;
+    if (gate_inp) { // the whole block: a 2048-long dot is most of the kernel's loads
+        float d = 0;
+        for (int i = threadIdx.x; i < n_embd; i += blockDim.x)
+            d += gate_inp[i] * __ldcg(xn + i);
+        gsh = sigmoidf_(block_sum(d));
+    }
+    if (threadIdx.x >= 32)
+        return;
+    const int lane = threadIdx.x;
+    float p[TOPK_PER_LANE];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < TOPK_PER_LANE; i++) {
+        const int e = lane + 32 * i;
+        p[i] = e < E ? __ldcg(logits + e) : -INFINITY;
+        mx = fmaxf(mx, p[i]);
+    }
+    mx = warp_max(mx);
+    float sum = 0;
+#pragma unroll
+    for (int i = 0; i < TOPK_PER_LANE; i++) {
+        const int e = lane + 32 * i;
+        p[i] = e < E ? expf(p[i] - mx) : 0.0f;
+        sum += p[i];
+    }
+    sum = warp_sum(sum);
+#pragma unroll
+    for (int i = 0; i < TOPK_PER_LANE; i++)
+        p[i] = lane + 32 * i < E ? p[i] / sum : -1.0f;
+    __shared__ int chosen[32];
+    __shared__ float pw[32];
+    for (int r = 0; r < k; r++) {
+        float bv = -1.0f;
+        int bi = 0x7fffffff;
+#pragma unroll
+        for (int i = 0; i < TOPK_PER_LANE; i++) // ascending index: the first of equals wins
+            if (p[i] > bv)
+                bv = p[i], bi = lane + 32 * i;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi))
+                bv = ov, bi = oi;
+        }
+        if (lane == 0)
+            chosen[r] = bi, pw[r] = bv;
+        if ((bi & 31) == lane) {
+#pragma unroll
+            for (int i = 0; i < TOPK_PER_LANE; i++)
+                if (i == bi >> 5)
+                    p[i] = -2.0f; // taken
+        }
+    }
+    __syncwarp();
+    if (lane == 0) {
+        for (int i = 1; i < k; i++) // by expert index, as the CPU adds them
+            for (int q = i; q > 0 && chosen[q - 1] > chosen[q]; q--) {
+                int t = chosen[q];
+                chosen[q] = chosen[q - 1];
+                chosen[q - 1] = t;
+                float tw = pw[q];
+                pw[q] = pw[q - 1];
+                pw[q - 1] = tw;
+            }
+        float tot = 0;
+        for (int i = 0; i < k; i++)
+            tot += pw[i];
+        for (int i = 0; i < k; i++) {
+            idx[i] = chosen[i];
+            if (up_offset > 0)
+                idx[k + i] = chosen[i] + up_offset;
+            w[i] = norm ? pw[i] / tot : pw[i];
+        }
+        if (gate_inp)
+            w[k] = gsh;
+    }
+}
+
+// x += sum_i w[i] ex[i] (+ gsh * sh), then xn = RMSNorm(x) * norm_w (the
+// next layer's input norm, or the output norm) when norm_w is set: one block.
+static __device__ void dev_moe_sum_norm(float *x, const float *ex, const float *w, int k, const float *sh,
+                                        const float *gsh, const float *norm_w, float *xn, int E, float eps)
+{
+    float ss = 0;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        float o = 0;
+        for (int i = 0; i < k; i++)
+            o += __ldcg(w + i) * __ldcg(ex + (size_t)i * E + e);
+        if (sh)
+            o += __ldcg(gsh) * __ldcg(sh + e);
+        const float v = __ldcg(x + e) + o;
+        x[e] = v;
+        ss += v * v;
+    }
+    if (!norm_w)
+        return;
+    ss = block_sum(ss);
+    const float r = rsqrtf(ss / E + eps);
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        xn[e] = x[e] * r * norm_w[e];
 }
 
 /* kern<<<grid, block, smem, st>>>(args...), launched dependent when

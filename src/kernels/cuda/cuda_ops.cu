@@ -13,79 +13,13 @@
 
 #define CS(s) ((cudaStream_t)(s))
 
-static __device__ __forceinline__ float warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-static __device__ __forceinline__ float warp_max(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-// The sum (or max) over a block of up to 1024 threads; every thread gets it.
-static __device__ float block_sum(float v)
-{
-    __shared__ float part[32];
-    __shared__ float total;
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0)
-        part[w] = v;
-    __syncthreads();
-    if (w == 0) {
-        float s = lane < (int)((blockDim.x + 31) >> 5) ? part[lane] : 0.0f;
-        s = warp_sum(s);
-        if (lane == 0)
-            total = s;
-    }
-    __syncthreads();
-    return total;
-}
-
-static __device__ float block_max(float v)
-{
-    __shared__ float part[32];
-    __shared__ float total;
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0)
-        part[w] = v;
-    __syncthreads();
-    if (w == 0) {
-        float s = lane < (int)((blockDim.x + 31) >> 5) ? part[lane] : -INFINITY;
-        s = warp_max(s);
-        if (lane == 0)
-            total = s;
-    }
-    __syncthreads();
-    return total;
-}
-
-static __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
-static __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
-
 // ---- norms ----
 
 // y = x / sqrt(mean(x^2) + eps) * w (w may be NULL), one block per row.
 __global__ void k_rmsnorm(const float *x, const float *w, float *y, int n, float eps)
 {
     griddep_launch_dependents(); // the next product may start fetching its weights
-    const float *xr = x + (size_t)blockIdx.x * n;
-    float *yr = y + (size_t)blockIdx.x * n;
-    float ss = 0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
-        ss += xr[i] * xr[i];
-    ss = block_sum(ss);
-    float r = rsqrtf(ss / n + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
-        yr[i] = xr[i] * r * (w ? w[i] : 1.0f);
+    dev_rmsnorm(x + (size_t)blockIdx.x * n, w, y + (size_t)blockIdx.x * n, n, eps);
 }
 
 extern "C" void lilac_cuda_rmsnorm(const float *x, const float *w, float *y, int rows, int n, float eps,
@@ -623,88 +557,11 @@ extern "C" void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, 
 // up_offset > 0, idx[k + i] = idx[i] + up_offset as well (the up matrices
 // stored after the gate ones: one product over 2k slots). With gate_inp,
 // w[k] = sigmoid(gate_inp . xn) (the shared expert's gate).
-#define TOPK_PER_LANE 16
 __global__ void k_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
                         const float *gate_inp, const float *xn, int n_embd)
 {
     griddep_launch_dependents();
-    float gsh = 0;
-    if (gate_inp) { // the whole block: a 2048-long dot is most of the kernel's loads
-        float d = 0;
-        for (int i = threadIdx.x; i < n_embd; i += blockDim.x)
-            d += gate_inp[i] * xn[i];
-        gsh = sigmoidf_(block_sum(d));
-    }
-    if (threadIdx.x >= 32)
-        return;
-    const int lane = threadIdx.x;
-    float p[TOPK_PER_LANE];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < TOPK_PER_LANE; i++) {
-        const int e = lane + 32 * i;
-        p[i] = e < E ? logits[e] : -INFINITY;
-        mx = fmaxf(mx, p[i]);
-    }
-    mx = warp_max(mx);
-    float sum = 0;
-#pragma unroll
-    for (int i = 0; i < TOPK_PER_LANE; i++) {
-        const int e = lane + 32 * i;
-        p[i] = e < E ? expf(p[i] - mx) : 0.0f;
-        sum += p[i];
-    }
-    sum = warp_sum(sum);
-#pragma unroll
-    for (int i = 0; i < TOPK_PER_LANE; i++)
-        p[i] = lane + 32 * i < E ? p[i] / sum : -1.0f;
-    __shared__ int chosen[32];
-    __shared__ float pw[32];
-    for (int r = 0; r < k; r++) {
-        float bv = -1.0f;
-        int bi = 0x7fffffff;
-#pragma unroll
-        for (int i = 0; i < TOPK_PER_LANE; i++) // ascending index: the first of equals wins
-            if (p[i] > bv)
-                bv = p[i], bi = lane + 32 * i;
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > bv || (ov == bv && oi < bi))
-                bv = ov, bi = oi;
-        }
-        if (lane == 0)
-            chosen[r] = bi, pw[r] = bv;
-        if ((bi & 31) == lane) {
-#pragma unroll
-            for (int i = 0; i < TOPK_PER_LANE; i++)
-                if (i == bi >> 5)
-                    p[i] = -2.0f; // taken
-        }
-    }
-    __syncwarp();
-    if (lane == 0) {
-        for (int i = 1; i < k; i++) // by expert index, as the CPU adds them
-            for (int q = i; q > 0 && chosen[q - 1] > chosen[q]; q--) {
-                int t = chosen[q];
-                chosen[q] = chosen[q - 1];
-                chosen[q - 1] = t;
-                float tw = pw[q];
-                pw[q] = pw[q - 1];
-                pw[q - 1] = tw;
-            }
-        float tot = 0;
-        for (int i = 0; i < k; i++)
-            tot += pw[i];
-        for (int i = 0; i < k; i++) {
-            idx[i] = chosen[i];
-            if (up_offset > 0)
-                idx[k + i] = chosen[i] + up_offset;
-            w[i] = norm ? pw[i] / tot : pw[i];
-        }
-        if (gate_inp)
-            w[k] = gsh;
-    }
+    dev_route(logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd);
 }
 
 extern "C" int lilac_cuda_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
@@ -716,29 +573,11 @@ extern "C" int lilac_cuda_route(const float *logits, int E, int k, int norm, int
     return 0;
 }
 
-// x += sum_i w[i] ex[i] (+ gsh * sh), then xn = RMSNorm(x) * norm_w (the
-// next layer's input norm, or the output norm) when norm_w is set: one block.
 __global__ void k_moe_sum_norm(float *x, const float *ex, const float *w, int k, const float *sh, const float *gsh,
                                const float *norm_w, float *xn, int E, float eps)
 {
     griddep_launch_dependents();
-    float ss = 0;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        float o = 0;
-        for (int i = 0; i < k; i++)
-            o += w[i] * ex[(size_t)i * E + e];
-        if (sh)
-            o += *gsh * sh[e];
-        const float v = x[e] + o;
-        x[e] = v;
-        ss += v * v;
-    }
-    if (!norm_w)
-        return;
-    ss = block_sum(ss);
-    const float r = rsqrtf(ss / E + eps);
-    for (int e = threadIdx.x; e < E; e += blockDim.x)
-        xn[e] = x[e] * r * norm_w[e];
+    dev_moe_sum_norm(x, ex, w, k, sh, gsh, norm_w, xn, E, eps);
 }
 
 extern "C" void lilac_cuda_moe_sum_norm(float *x, const float *ex, const float *w, int k, const float *sh,
