@@ -7,6 +7,7 @@
  * against the golden ones with test_cuda_model's bounds. Skips where no
  * GPU can be used — unless LILAC_REQUIRE_CUDA=1, then it fails. */
 #include "kernels/cuda/cuda.h"
+#include "model/decoder_cuda_int.h"
 #include "models.h"
 
 static lilac_model *open_cuda(const char *path)
@@ -145,6 +146,15 @@ static void run(const char *fx, const tcase *c)
         goto done;
     CHECKF(!strcmp(lilac_model_backend(g), "cuda"), "%s runs on %s", path, lilac_model_backend(g));
     int V = lilac_model_hparams(g)->n_vocab;
+#ifdef LILAC_CUDA
+    { /* else every comparison below would be the token path against itself */
+        lilac_seq *s = NULL;
+        lilac_error err;
+        CHECKF(!lilac_seq_new(g, n, &s, &err) && lilac_cuda_prefill_wanted(s, 2) && lilac_cuda_prefill_wanted(s, n),
+               "%s: the prefill takes this model", path);
+        lilac_seq_free(s);
+    }
+#endif
     set_chunk(NULL);
     float *ref = tm_logits(g, toks, n, 1, NULL); /* one token a call: the token path */
     CHECKF(ref != NULL, "%s: token-path logits", path);
