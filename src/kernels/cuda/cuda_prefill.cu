@@ -298,25 +298,29 @@ __global__ void k_pf_dn_gates(float *a, float *b, const float *ssm_a, const floa
     b[i] = sigmoidf_(b[i]);
 }
 
-// The delta rule of value head j (block) over the chunk's tokens in order:
-// per token S *= exp(g); S += k (beta (v - S^T k))^T; o = S^T q. As
-// k_dn_recurrent: thread (part, c) holds column c of rows part, part + PD_P,
-// ... in registers for the whole chunk; the two sums over rows are reduced
-// across the parts in shared memory, kv and o in separate buffers so that
-// one barrier a sum suffices. q, k, g, beta of PD_TT tokens are staged in
+// The delta rule of value head j = blockIdx.x over the chunk's tokens in
+// order: per token S *= exp(g); S += k (beta (v - S^T k))^T; o = S^T q.
+// The columns of S are independent: block y takes columns PD_CW y ..
+// PD_CW (y + 1) - 1. As in k_dn_recurrent, thread (part, c) (a warp a part,
+// a lane a column) holds column c of rows part, part + PD_P, ... in
+// registers for the whole chunk; the two sums over rows are reduced across
+// the parts in shared memory, kv and o in separate buffers so that one
+// barrier a sum suffices. q, k, g, beta of PD_TT tokens are staged in
 // shared memory at a time.
 #define PD_P 8
+#define PD_CW 32
 #define PD_ROWS 32 /* dk / PD_P at most */
 #define PD_TT 16
 template <int ROWS> // rows a thread, at least dk / PD_P: a compile-time bound keeps sr in registers
-__global__ void __launch_bounds__(1024) k_pf_dn_recurrent(float *S_all, const float *conv, int C, const float *g, const float *beta,
-                                  float *o_all, int nk, int nv, int dk, int dv, int tiled, int n)
+__global__ void __launch_bounds__(PD_P * PD_CW)
+    k_pf_dn_recurrent(float *S_all, const float *conv, int C, const float *g, const float *beta, float *o_all, int nk,
+                      int nv, int dk, int dv, int tiled, int n)
 {
-    const int j = blockIdx.x, c = threadIdx.x % dv, part = threadIdx.x / dv;
+    const int j = blockIdx.x, cl = threadIdx.x % PD_CW, c = blockIdx.y * PD_CW + cl, part = threadIdx.x / PD_CW;
     const int kh = tiled ? j % nk : j / (nv / nk);
-    extern __shared__ float pd_sh[]; // q[PD_TT][dk], k[PD_TT][dk], g[PD_TT], beta[PD_TT], rkv[PD_P][dv], ro[PD_P][dv]
+    extern __shared__ float pd_sh[]; // q[PD_TT][dk], k[PD_TT][dk], g[PD_TT], beta[PD_TT], rkv, ro [PD_P][PD_CW]
     float *const qs = pd_sh, *const ks = qs + PD_TT * dk, *const gs = ks + PD_TT * dk, *const bs = gs + PD_TT;
-    float *const rkv = bs + PD_TT, *const ro = rkv + PD_P * dv;
+    float *const rkv = bs + PD_TT, *const ro = rkv + PD_P * PD_CW;
     float *S = S_all + (size_t)j * dk * dv;
     float sr[ROWS];
 #pragma unroll
@@ -351,11 +355,11 @@ __global__ void __launch_bounds__(1024) k_pf_dn_recurrent(float *S_all, const fl
                     kv += sr[r] * kt[i];
                 }
             }
-            rkv[part * dv + c] = kv;
+            rkv[part * PD_CW + cl] = kv;
             __syncthreads();
             kv = 0;
             for (int p = 0; p < PD_P; p++)
-                kv += rkv[p * dv + c];
+                kv += rkv[p * PD_CW + cl];
             const float v = vc[(size_t)(t0 + tt) * C];
             const float delta = (v - kv) * bs[tt];
             float o = 0;
@@ -367,12 +371,12 @@ __global__ void __launch_bounds__(1024) k_pf_dn_recurrent(float *S_all, const fl
                     o += sr[r] * qt[i];
                 }
             }
-            ro[part * dv + c] = o;
+            ro[part * PD_CW + cl] = o;
             __syncthreads();
             if (part == 0) {
                 o = 0;
                 for (int p = 0; p < PD_P; p++)
-                    o += ro[p * dv + c];
+                    o += ro[p * PD_CW + cl];
                 o_all[(size_t)(t0 + tt) * nv * dv + (size_t)j * dv + c] = o;
             }
         }
@@ -675,13 +679,14 @@ extern "C" void lilac_cuda_pf_deltanet(float *conv_out, int C, float *a, float *
     const cudaStream_t st = CS(s);
     k_pf_dn_qk_norm<<<dim3((unsigned)nk, (unsigned)n), 128, 0, st>>>(conv_out, C, nk, dk);
     k_pf_dn_gates<<<(n * nv + 127) / 128, 128, 0, st>>>(a, b, ssm_a, ssm_dt, nv, n * nv);
-    if (dv * PD_P <= 1024 && dv % 32 == 0 && dk <= PD_P * PD_ROWS) {
-        const size_t smem = sizeof(float) * ((size_t)2 * PD_TT * dk + 2 * PD_TT + (size_t)2 * PD_P * dv);
+    if (dv % PD_CW == 0 && dk <= PD_P * PD_ROWS) {
+        const size_t smem = sizeof(float) * ((size_t)2 * PD_TT * dk + 2 * PD_TT + (size_t)2 * PD_P * PD_CW);
+        const dim3 grid((unsigned)nv, (unsigned)(dv / PD_CW));
         if (dk <= 16 * PD_P)
-            k_pf_dn_recurrent<16><<<nv, dv * PD_P, smem, st>>>(S, conv_out, C, a, b, o, nk, nv, dk, dv, tiled, n);
+            k_pf_dn_recurrent<16><<<grid, PD_P * PD_CW, smem, st>>>(S, conv_out, C, a, b, o, nk, nv, dk, dv, tiled, n);
         else
-            k_pf_dn_recurrent<PD_ROWS><<<nv, dv * PD_P, smem, st>>>(S, conv_out, C, a, b, o, nk, nv, dk, dv, tiled,
-                                                                     n);
+            k_pf_dn_recurrent<PD_ROWS><<<grid, PD_P * PD_CW, smem, st>>>(S, conv_out, C, a, b, o, nk, nv, dk, dv,
+                                                                          tiled, n);
     } else {
         const int threads = dv < 32 ? 32 : (dv + 31) / 32 * 32;
         k_pf_dn_recurrent1<<<nv, threads, (size_t)2 * dk * sizeof(float), st>>>(S, conv_out, C, a, b, o, nk, nv, dk,
