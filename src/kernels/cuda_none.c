@@ -120,6 +120,19 @@ void lilac_cuda_get_row(const lilac_cuda_mat *W, const int32_t *r_dev, float *ou
     (void)W, (void)r_dev, (void)out, (void)s;
 }
 
+void lilac_cuda_get_rows(const lilac_cuda_mat *W, const int32_t *r_dev, int n, float *out, lilac_cuda_stream *s)
+{
+    (void)W, (void)r_dev, (void)n, (void)out, (void)s;
+}
+
+void lilac_cuda_matvec_grouped(const lilac_cuda_mat *W, size_t expert_stride, int n_expert, const int32_t *offsets,
+                               const int32_t *rows_of_x, int max_pairs, const float *x, long long x_stride, float *y,
+                               lilac_cuda_stream *s)
+{
+    (void)W, (void)expert_stride, (void)n_expert, (void)offsets, (void)rows_of_x, (void)max_pairs, (void)x,
+        (void)x_stride, (void)y, (void)s;
+}
+
 int lilac_cuda_check(char *msg, size_t cap) { return no_cuda(msg, cap); }
 
 double lilac_cuda_bench_matvec(const lilac_cuda_mat *W, int n_tok, int reps)

@@ -279,6 +279,7 @@ void lilac_cuda_model_free(lilac_cuda_model *cm)
     for (size_t i = 0; i < cm->n_allocs; i++)
         lilac_cuda_free(cm->allocs[i]);
     free(cm->allocs);
+    free(cm->pf);
     free(cm->layers);
     lilac_cuda_host_free(cm->logits_host);
     for (int i = 0; i < 2; i++)
@@ -568,6 +569,8 @@ lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const l
     char msg[256];
     if (opts->hidden)
         return lilac_fail(err, LILAC_E_UNSUPPORTED, "the CUDA backend does not write the residual stream (--hidden)");
+    if (lilac_cuda_prefill_wanted(s, n)) /* decoder_cuda_prefill.c: the chunk's tokens through each layer together */
+        return lilac_cuda_prefill(s, tokens, n, opts, err);
     for (int i = 0; i < n; i++) {
         double t0 = g_timing == 1 ? now_s() : 0;
         int32_t tp[2] = {tokens[i], s->pos};

@@ -38,6 +38,7 @@ struct lilac_cuda_model {
     float *logits_host; /* pinned (host), n_vocab: the logits' way down */
     int *counters;      /* (dev) 3 a layer: the last-block counters of the products with a tail */
     char device[160];
+    struct cuda_prefill *pf; /* the prefill's activations (decoder_cuda_prefill.c), allocated at its first use */
 };
 
 struct lilac_cuda_seq {
@@ -53,5 +54,12 @@ struct lilac_cuda_seq {
 
 /* p = bytes of device memory owned by cm (freed with it), counted in cm->bytes. */
 lilac_status lilac_cuda_model_alloc(lilac_cuda_model *cm, void **p, size_t bytes, lilac_error *err);
+
+struct lilac_seq;
+/* decoder_cuda_prefill.c: whether n tokens go through lilac_cuda_prefill (n > 1, shapes its kernels take, not
+ * turned off by LILAC_CUDA_PREFILL=0), and the tokens through it in chunks, as lilac_cuda_eval answers. */
+bool lilac_cuda_prefill_wanted(const struct lilac_seq *s, int n);
+lilac_status lilac_cuda_prefill(struct lilac_seq *s, const int32_t *tokens, int n, const lilac_eval_opts *opts,
+                                lilac_error *err);
 
 #endif

@@ -104,7 +104,22 @@ void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, cons
 /* out[c] = value c of row r of W, c < cols (dev): an embedding lookup with r read on the device from *r_dev. */
 void lilac_cuda_get_row(const lilac_cuda_mat *W, const int32_t *r_dev, float *out, lilac_cuda_stream *s);
 
-/* The three calls above return nothing: a call they refuse (NULL pointers, an unsupported type, a bad shape)
+/* Prefill (a chunk of n tokens of one sequence). out[i][c] = value c of row r_dev[i] of W, i < n <= 65535. */
+void lilac_cuda_get_rows(const lilac_cuda_mat *W, const int32_t *r_dev, int n, float *out, lilac_cuda_stream *s);
+
+/* The routed experts' product over (token, expert) pairs grouped by expert:
+ * the pairs of expert e are offsets[e] .. offsets[e + 1] - 1 (offsets: n_expert
+ * + 1 ints, dev), and y row i (W->rows floats apart) = W[e] . x row
+ * rows_of_x[i] (dev; NULL: row i), x rows x_stride floats apart. Experts as
+ * in lilac_cuda_matvec_experts. Each expert's weights are read once per
+ * pass of up to 8 pairs, not once per pair; max_pairs, an upper bound of
+ * any expert's pairs (the tokens), picks the pass size. A pair's sums are
+ * those of the one-token product. */
+void lilac_cuda_matvec_grouped(const lilac_cuda_mat *W, size_t expert_stride, int n_expert, const int32_t *offsets,
+                               const int32_t *rows_of_x, int max_pairs, const float *x, long long x_stride, float *y,
+                               lilac_cuda_stream *s);
+
+/* The calls above return nothing: a call they refuse (NULL pointers, an unsupported type, a bad shape)
  * launches nothing and is remembered, per thread, with any launch error. 0 when there was none since the
  * last check; else -1 with the first reason in msg, and cleared. Errors while kernels run show at the next
  * lilac_cuda_sync or lilac_cuda_download. An idx[i] or *r_dev out of range is not detected: idx must name

@@ -64,6 +64,39 @@ int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, const float
                               const float *ssm_dt, float *S, float *o, const float *z, const float *norm_w, int nk,
                               int nv, int dk, int dv, int tiled, float eps, lilac_cuda_stream *s);
 
+/* ---- prefill (cuda_prefill.cu): the n tokens of a chunk of one sequence at
+ * positions pos0 .. pos0 + n - 1 (host values: a prefill is not captured),
+ * activations [n][width]. The math of the one-token calls above, row by row. */
+/* norm_rope for n tokens, token t's heads at v + t * tok_stride, rotated at position pos0 + t. */
+void lilac_cuda_pf_norm_rope(float *v, const float *w, int n_heads, int step, long long tok_stride, int hd, int rot,
+                             int pos0, float theta, float eps, int n, lilac_cuda_stream *s);
+/* Whether lilac_cuda_pf_attention takes head size hd. */
+int lilac_cuda_pf_attention_supported(int hd);
+/* Causal attention: query t (heads q_step floats apart, tokens q_tok apart; the gate after the hd query values
+ * when gated) over keys 0 .. pos0 + t of the caches K, V (rows n_head_kv * hd, already holding the chunk's);
+ * out [n][n_head * hd]. -1 (nothing launched) for a shape it does not take. */
+int lilac_cuda_pf_attention(const float *q, int q_step, long long q_tok, const float *K, const float *V, int n_head,
+                            int n_head_kv, int hd, int pos0, int n, float *out, int gated, lilac_cuda_stream *s);
+/* The causal conv of n rows of C channels with SiLU (out [n][C]), then the state (K - 1 rows) advanced by n. */
+void lilac_cuda_pf_conv(const float *in, float *state, const float *w, float *out, int C, int K, int n,
+                        lilac_cuda_stream *s);
+/* deltanet_step for n tokens in order: conv_out [n][C] (C floats a row), a, b [n][nv], o and z [n][nv * dv]. */
+void lilac_cuda_pf_deltanet(float *conv_out, int C, float *a, float *b, const float *ssm_a, const float *ssm_dt,
+                            float *S, float *o, const float *z, const float *norm_w, int nk, int nv, int dk, int dv,
+                            int tiled, float eps, int n, lilac_cuda_stream *s);
+/* Whether the routing calls below take E experts, k a token (k <= 64). */
+int lilac_cuda_pf_moe_supported(int n_expert, int k);
+/* topk for n tokens: logits [n][E], idx and w [n][k]. */
+void lilac_cuda_pf_topk(const float *logits, int E, int k, int norm, int n, int32_t *idx, float *w,
+                        lilac_cuda_stream *s);
+/* The n * k (token, expert) pairs of idx grouped by expert, tokens ascending within one: offsets [E + 1],
+ * pair_tok [n * k] (the token of each pair), tok_pair [n * k] (the pair of each token's slot). */
+void lilac_cuda_pf_moe_group(const int32_t *idx, int n, int k, int E, int32_t *offsets, int32_t *pair_tok,
+                             int32_t *tok_pair, lilac_cuda_stream *s);
+/* moe_sum for n tokens: token t adds w[t][i] * ex[tok_pair[t][i]] for its slots i in order (+ the shared expert). */
+void lilac_cuda_pf_moe_sum(float *x, const float *ex, const float *w, const int32_t *tok_pair, int k, const float *sh,
+                           const float *gate_inp, const float *xn, int E, int n, lilac_cuda_stream *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1416,3 +1416,328 @@ out:
 }
 
 } // extern "C"
+
+/* ------------------------------------------------------------------ */
+/* prefill: the embedding rows of a chunk and the grouped expert product */
+
+namespace {
+
+/* Row r_dev[blockIdx.y] of W into out + blockIdx.y * cols (k_get_row for many rows). */
+__global__ void k_get_rows(const uint8_t *w, size_t row_bytes, long long rows, long long cols, int type,
+                           const int32_t *r_dev, float *out)
+{
+    const long long r = r_dev[blockIdx.y];
+    float *o = out + (size_t)blockIdx.y * (size_t)cols;
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += step)
+        o[c] = r >= 0 && r < rows ? dq_value(type, w + (size_t)r * row_bytes, c) : __int_as_float(0x7fc00000);
+}
+
+/* The grouped product: expert e's pairs are offsets[e] .. offsets[e + 1];
+ * pair i reads x row rows[i] (i without rows) and writes y row i. */
+struct MVG {
+    const uint8_t *w; /* expert 0 */
+    size_t row_bytes, expert_stride;
+    const int32_t *offsets, *rows;
+    const float *x;
+    float *y;
+    long long n_rows, cols, x_stride; /* W's rows and columns; floats between x rows */
+    long long row_tiles, items;       /* items = experts x row tiles */
+    int n_expert, lpr_log2, ut, n_ct;
+};
+
+/* load_x for the gathered rows of pairs p0 .. p0 + nt - 1 (the same layout and scaling). */
+template <class UT, int T>
+__device__ void load_x_rows(const float *x, long long x_stride, const int32_t *rows, int p0, int nt, int u0, int u1,
+                            float *xs, int XS, float *ss, int SS)
+{
+    constexpr int VPU = UT::VPU, US = VPU + 4, NR = VPU / 16;
+    const int nruns = (u1 - u0) * NR;
+    for (int i = threadIdx.x; i < T * nruns; i += NTHREADS) {
+        const int t = i / nruns, run = i - t * nruns, u = run / NR, rr = run - u * NR;
+        const float *src = nullptr;
+        if (t < nt) {
+            const long long xr = rows ? (long long)__ldg(rows + p0 + t) : (long long)(p0 + t);
+            src = x + xr * x_stride + (long long)u0 * VPU + UT::vcol(u * VPU + 16 * rr);
+        }
+        float4 *dst = reinterpret_cast<float4 *>(xs + t * XS + u * US + 16 * rr);
+        float v[16], s = 0.f;
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+            v[k] = src ? src[k] : 0.f;
+            s += v[k];
+            v[k] *= __int_as_float((127 + 64 - UT::xshift(16 * rr + k)) << 23);
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            dst[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
+        if (UT::NRUN)
+            ss[t * SS + run] = s;
+    }
+    __syncthreads();
+}
+
+/* k_mv over experts: a block's items (expert, tile of rows) are one
+ * contiguous run; for each expert in it, its pairs go by T at a time,
+ * outermost, so that a row tile of the expert's weights is read once per
+ * pass of T pairs and the x of a pass is loaded once for all its tiles. The
+ * lanes, rows and dot products are k_mv's: a pair's sums are the one-token
+ * product's, in the same order. */
+template <int TYPE, bool A16, int R, int T>
+__global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv_grouped(const MVG p)
+{
+    using UT = Unit<TYPE>;
+    constexpr int VPU = UT::VPU, NRUN = UT::NRUN, US = VPU + 4;
+    extern __shared__ float4 smem4[];
+    float *const xs = reinterpret_cast<float *>(smem4);
+    const int XS = p.ut * US;
+    float *const ss = xs + T * XS;
+    const int SS = p.ut * NRUN;
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lpr = 1 << p.lpr_log2, sub = lane & (lpr - 1), grp = lane >> p.lpr_log2;
+    const int rpw = R << (5 - p.lpr_log2);
+    const long long rpt = (long long)NWARPS * rpw;
+    const int U = (int)(p.cols / VPU);
+
+    const long long it0 = p.items * blockIdx.x / gridDim.x, it1 = p.items * (blockIdx.x + 1) / gridDim.x;
+    long long loaded = -1;
+    for (long long it = it0; it < it1;) { /* block-uniform: every branch below is taken by the whole block */
+        const long long e = it / p.row_tiles;
+        const long long ite = min(it1, (e + 1) * p.row_tiles);
+        const int q0 = __ldg(p.offsets + e), q1 = __ldg(p.offsets + e + 1);
+        const uint8_t *W = p.w + (size_t)e * p.expert_stride;
+        for (int c0 = q0; c0 < q1; c0 += T) {
+            const int nt = min(T, q1 - c0);
+            for (long long i = it; i < ite; i++) {
+                const long long rt = i - e * p.row_tiles;
+                const long long row0 = rt * rpt + warp * rpw + grp * R;
+                const uint8_t *rowp[R];
+                bool ok[R];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    ok[r] = row0 + r < p.n_rows;
+                    rowp[r] = W + (size_t)(row0 + r) * p.row_bytes;
+                }
+                float tot[R][T];
+#pragma unroll
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int t = 0; t < T; t++)
+                        tot[r][t] = 0.f;
+                for (int ct = 0; ct < p.n_ct; ct++) {
+                    const int u0 = ct * p.ut, u1 = min(U, u0 + p.ut);
+                    const long long key = (long long)c0 * p.n_ct + ct; /* pair indices are unique across experts */
+                    if (key != loaded) {
+                        __syncthreads();
+                        load_x_rows<UT, T>(p.x, p.x_stride, p.rows, c0, nt, u0, u1, xs, XS, ss, SS);
+                        loaded = key;
+                    }
+                    typename UT::Pay a[R], b[R];
+                    int u = u0 + sub;
+                    if (u < u1)
+                        load_rows<TYPE, A16, R>(rowp, ok, u, a);
+                    while (u < u1) {
+                        int un = u + lpr;
+                        if (un < u1)
+                            load_rows<TYPE, A16, R>(rowp, ok, un, b);
+                        UT::template dot<R, T>(a, xs + (u - u0) * US, XS, ss + (u - u0) * NRUN, SS, u, nt, tot);
+                        u = un;
+                        if (u >= u1)
+                            break;
+                        un = u + lpr;
+                        if (un < u1)
+                            load_rows<TYPE, A16, R>(rowp, ok, un, a);
+                        UT::template dot<R, T>(b, xs + (u - u0) * US, XS, ss + (u - u0) * NRUN, SS, u, nt, tot);
+                        u = un;
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int t = 0; t < T; t++) {
+                        float v = tot[r][t];
+                        for (int o = lpr >> 1; o; o >>= 1)
+                            v += __shfl_xor_sync(0xffffffffu, v, o);
+                        if (sub == 0 && ok[r] && t < nt)
+                            p.y[(long long)(c0 + t) * p.n_rows + row0 + r] = v;
+                    }
+            }
+        }
+        it = ite;
+    }
+}
+
+/* The scalar fallback of the grouped product: a warp a row, block column y an expert. */
+__global__ void __launch_bounds__(NTHREADS) k_mv_grouped_scalar(const MVG p, int type)
+{
+    const long long row = (long long)blockIdx.x * NWARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31, e = (int)blockIdx.y;
+    if (row >= p.n_rows)
+        return;
+    const uint8_t *rowp = p.w + (size_t)e * p.expert_stride + (size_t)row * p.row_bytes;
+    const int q1 = p.offsets[e + 1];
+    for (int q = p.offsets[e]; q < q1; q++) {
+        const float *xr = p.x + (p.rows ? (long long)p.rows[q] : (long long)q) * p.x_stride;
+        float acc = 0.f;
+        for (long long c = lane; c < p.cols; c += 32)
+            acc = fmaf(dq_value(type, rowp, c), xr[c], acc);
+        for (int o = 16; o; o >>= 1)
+            acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (lane == 0)
+            p.y[(long long)q * p.n_rows + row] = acc;
+    }
+}
+
+/* launch_fast's shape (lanes a row, rows a lane, column tiles, persistent
+ * grid) for the grouped kernel. */
+template <int TYPE, bool A16, int T> void launch_grouped(MVG p, cudaStream_t st)
+{
+    constexpr int R = cfg_rows;
+    using UT = Unit<TYPE>;
+    auto kern = k_mv_grouped<TYPE, A16, R, T>;
+    const int U = (int)(p.cols / UT::VPU);
+    int lpr = U / 8;
+    lpr = lpr < (U < 4 ? U : 4) ? (U < 4 ? U : 4) : lpr > 32 ? 32 : lpr;
+    p.lpr_log2 = floor_log2(lpr);
+    p.ut = U < TILE_VALUES / T / UT::VPU ? U : TILE_VALUES / T / UT::VPU;
+    p.n_ct = (U + p.ut - 1) / p.ut;
+    const long long rpt = (long long)NWARPS * R * (32 >> p.lpr_log2);
+    p.row_tiles = (p.n_rows + rpt - 1) / rpt;
+    p.items = p.row_tiles * p.n_expert;
+    const int smem = (int)sizeof(float) * T * p.ut * (UT::VPU + 4 + UT::NRUN);
+
+    static std::atomic<int> attr_set{0};
+    if (!attr_set.load(std::memory_order_relaxed)) {
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_MAX);
+        attr_set.store(1, std::memory_order_relaxed);
+    }
+    static std::atomic<int> occ[SMEM_MAX / 1024 + 1];
+    const int kib = (smem + 1023) / 1024;
+    int per_sm = occ[kib].load(std::memory_order_relaxed);
+    if (!per_sm) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NTHREADS, (size_t)kib * 1024) !=
+                cudaSuccess ||
+            per_sm < 1)
+            per_sm = 1;
+        occ[kib].store(per_sm, std::memory_order_relaxed);
+    }
+    const long long cap = (long long)per_sm * sm_count();
+    const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
+    kern<<<grid, NTHREADS, smem, st>>>(p);
+}
+
+/* Pairs a pass: launch_t's choice, from an upper bound of any expert's pairs. */
+template <int TYPE, bool A16> void launch_grouped_t(const MVG &p, int max_pairs, cudaStream_t st)
+{
+    if (max_pairs <= 1)
+        launch_grouped<TYPE, A16, 1>(p, st);
+    else if (max_pairs == 2)
+        launch_grouped<TYPE, A16, 2>(p, st);
+    else if (max_pairs <= 4 || cfg_max_tokens(TYPE) == 4)
+        launch_grouped<TYPE, A16, 4>(p, st);
+    else
+        launch_grouped<TYPE, A16, 8>(p, st);
+}
+
+} // namespace
+
+extern "C" {
+
+void lilac_cuda_get_rows(const lilac_cuda_mat *W, const int32_t *r_dev, int n, float *out, lilac_cuda_stream *s)
+{
+    int blck, bsz;
+    if (!W || !r_dev || !out || !W->data || !block_of(W->type, &blck, &bsz) || W->cols <= 0 || W->cols % blck ||
+        n < 0 || n > 65535) {
+        set_err("lilac_cuda_get_rows: bad arguments (type %d, %d rows)", W ? W->type : -1, n);
+        return;
+    }
+    if (n == 0)
+        return;
+    const long long blocks = (W->cols + 255) / 256;
+    k_get_rows<<<dim3((unsigned)(blocks < 1024 ? blocks : 1024), (unsigned)n), 256, 0, S(s)>>>(
+        static_cast<const uint8_t *>(W->data), W->row_bytes, W->rows, W->cols, W->type, r_dev, out);
+}
+
+void lilac_cuda_matvec_grouped(const lilac_cuda_mat *W, size_t expert_stride, int n_expert, const int32_t *offsets,
+                               const int32_t *rows_of_x, int max_pairs, const float *x, long long x_stride, float *y,
+                               lilac_cuda_stream *s)
+{
+    int blck, bsz;
+    if (!W || !W->data || !offsets || !x || !y) {
+        set_err("lilac_cuda_matvec_grouped: NULL matrix, offsets, x or y");
+        return;
+    }
+    if (!block_of(W->type, &blck, &bsz)) {
+        set_err("lilac_cuda_matvec_grouped: type %d has no CUDA kernel", W->type);
+        return;
+    }
+    if (W->rows <= 0 || W->cols <= 0 || W->cols % blck || W->row_bytes < (size_t)(W->cols / blck) * (size_t)bsz ||
+        n_expert < 1 || n_expert > 65535 || x_stride < W->cols ||
+        (n_expert > 1 && expert_stride < (size_t)W->rows * W->row_bytes)) {
+        set_err("lilac_cuda_matvec_grouped: bad shape: type %d, %d experts of %lld x %lld, row_bytes %zu, stride "
+                "%zu, x_stride %lld",
+                W->type, n_expert, (long long)W->rows, (long long)W->cols, W->row_bytes, expert_stride, x_stride);
+        return;
+    }
+    if (max_pairs < 1)
+        return;
+    MVG p{};
+    p.w = static_cast<const uint8_t *>(W->data);
+    p.row_bytes = W->row_bytes;
+    p.expert_stride = expert_stride;
+    p.offsets = offsets;
+    p.rows = rows_of_x;
+    p.x = x;
+    p.y = y;
+    p.n_rows = W->rows;
+    p.cols = W->cols;
+    p.x_stride = x_stride;
+    p.n_expert = n_expert;
+    const cudaStream_t st = S(s);
+    /* matvec's alignment rules (x is read a float at a time: any x_stride) */
+    const uintptr_t al = reinterpret_cast<uintptr_t>(W->data) | W->row_bytes | expert_stride;
+    const bool a16 = (al & 15) == 0, a2 = (al & 1) == 0, f16 = a16 && W->cols % 16 == 0;
+    switch (W->type) {
+    case LILAC_Q4_K:
+        if (a16)
+            return launch_grouped_t<LILAC_Q4_K, true>(p, max_pairs, st);
+        if (a2)
+            return launch_grouped_t<LILAC_Q4_K, false>(p, max_pairs, st);
+        break;
+    case LILAC_Q5_K:
+        if (a16)
+            return launch_grouped_t<LILAC_Q5_K, true>(p, max_pairs, st);
+        if (a2)
+            return launch_grouped_t<LILAC_Q5_K, false>(p, max_pairs, st);
+        break;
+    case LILAC_Q6_K:
+        if (a2)
+            return launch_grouped_t<LILAC_Q6_K, false>(p, max_pairs, st);
+        break;
+    case LILAC_Q8_0:
+        if (a2)
+            return launch_grouped_t<LILAC_Q8_0, false>(p, max_pairs, st);
+        break;
+    case LILAC_Q4_0:
+        if (a2)
+            return launch_grouped_t<LILAC_Q4_0, false>(p, max_pairs, st);
+        break;
+    case LILAC_F32:
+        if (f16)
+            return launch_grouped_t<LILAC_F32, true>(p, max_pairs, st);
+        break;
+    case LILAC_F16:
+        if (f16)
+            return launch_grouped_t<LILAC_F16, true>(p, max_pairs, st);
+        break;
+    case LILAC_BF16:
+        if (f16)
+            return launch_grouped_t<LILAC_BF16, true>(p, max_pairs, st);
+        break;
+    }
+    const dim3 grid((unsigned)((W->rows + NWARPS - 1) / NWARPS), (unsigned)n_expert);
+    k_mv_grouped_scalar<<<grid, NTHREADS, 0, st>>>(p, W->type);
+}
+
+} // extern "C"

@@ -1,0 +1,728 @@
+// cuda_prefill: the kernels of the batched forward pass (prefill), where the
+// n tokens of a chunk, at positions pos0 .. pos0 + n - 1 of one sequence, go
+// through a layer together. The math is cuda_ops.cu's one-token kernels',
+// row by row, with the same reductions where they decide a result (the
+// block sums of the norms, the top-k's probabilities), so that prefill and
+// the token path agree to float32 rounding. Activations are [n][width]
+// row-major. No float atomics: every result is deterministic.
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/cuda/cuda.h"
+#include "kernels/cuda/cuda_ops.h"
+
+#define CS(s) ((cudaStream_t)(s))
+
+namespace {
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// cuda_ops.cu's block reductions (the same order, so the same sums): every thread gets the result.
+__device__ float block_sum(float v)
+{
+    __shared__ float part[32];
+    __shared__ float total;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0)
+        part[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        float s = lane < (int)((blockDim.x + 31) >> 5) ? part[lane] : 0.0f;
+        s = warp_sum(s);
+        if (lane == 0)
+            total = s;
+    }
+    __syncthreads();
+    return total;
+}
+
+__device__ float block_max(float v)
+{
+    __shared__ float part[32];
+    __shared__ float total;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        part[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        float s = lane < (int)((blockDim.x + 31) >> 5) ? part[lane] : -INFINITY;
+        s = warp_max(s);
+        if (lane == 0)
+            total = s;
+    }
+    __syncthreads();
+    return total;
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// ---- attention ----
+
+// Head blockIdx.x of token blockIdx.y: RMSNorm over hd with w, then NeoX
+// rotary on the first rot dims at position pos0 + token (k_norm_rope).
+__global__ void k_pf_norm_rope(float *v, const float *w, int step, long long tok_stride, int hd, int rot, int pos0,
+                               float theta, float eps)
+{
+    const int pos = pos0 + (int)blockIdx.y;
+    float *x = v + (long long)blockIdx.y * tok_stride + (long long)blockIdx.x * step;
+    float ss = 0;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x)
+        ss += x[i] * x[i];
+    ss = block_sum(ss);
+    float r = rsqrtf(ss / hd + eps);
+    for (int i = threadIdx.x; i < hd; i += blockDim.x)
+        x[i] = x[i] * r * w[i];
+    __syncthreads();
+    int half = rot / 2;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)rot);
+        float ang = (float)pos * inv_freq, c, s;
+        sincosf(ang, &s, &c);
+        float x0 = x[i], x1 = x[i + half];
+        x[i] = x0 * c - x1 * s;
+        x[i + half] = x1 * c + x0 * s;
+    }
+}
+
+// Causal attention of a tile of PA_BQ queries (tokens t0 ..) of head h over
+// key tiles of PA_BK, with an online softmax (flash attention): per tile the
+// scores, the running max m and sum l per query, and o = o * exp(m_old -
+// m_new) + P V. Query t sees keys 0 .. pos0 + t. Thread tid holds the
+// output elements tid + e * PA_THREADS (e < NE) of the tile's [PA_BQ][hd].
+#define PA_BQ 16
+#define PA_BK 32 /* a lane a key in the softmax */
+#define PA_THREADS 256
+#define PA_MAX_HD 512
+
+template <int NE>
+__global__ void __launch_bounds__(PA_THREADS)
+    k_pf_attention(const float *q, int q_step, long long q_tok, const float *K, const float *V, int kvw, int hd,
+                   int group, int pos0, int n, float *out, long long out_tok, int gated)
+{
+    extern __shared__ float4 pa_smem4[];
+    float *const Qs = reinterpret_cast<float *>(pa_smem4); // [PA_BQ][HS]
+    const int HS = hd + 4; // rows padded: float4-aligned, adjacent rows in other banks
+    float *const Ks = Qs + PA_BQ * HS;     // [PA_BK][HS]
+    float *const Vs = Ks + PA_BK * HS;     // [PA_BK][hd]
+    float *const Ps = Vs + PA_BK * hd;     // [PA_BQ][PA_BK] scores, then probabilities
+    float *const Ms = Ps + PA_BQ * PA_BK;  // [PA_BQ] running max
+    float *const Ls = Ms + PA_BQ;          // [PA_BQ] running sum
+    float *const As = Ls + PA_BQ;          // [PA_BQ] this tile's rescale of o
+    const int h = blockIdx.y, kvh = h / group, t0 = blockIdx.x * PA_BQ;
+    const int nq = min(PA_BQ, n - t0);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const float scale = rsqrtf((float)hd);
+    for (int i = tid; i < PA_BQ * hd; i += PA_THREADS) {
+        const int r = i / hd, d = i - r * hd;
+        Qs[r * HS + d] = r < nq ? q[(long long)(t0 + r) * q_tok + (long long)h * q_step + d] : 0.f;
+    }
+    if (tid < PA_BQ)
+        Ms[tid] = -INFINITY, Ls[tid] = 0.f;
+    float o[NE];
+#pragma unroll
+    for (int e = 0; e < NE; e++)
+        o[e] = 0.f;
+    // The last query's keys; every query sees key 0, so after the first tile every max is finite
+    // (rows past n have zero queries and see key 0 too).
+    const int n_keys = pos0 + t0 + nq;
+    __syncthreads();
+    for (int k0 = 0; k0 < n_keys; k0 += PA_BK) {
+        const int nk = min(PA_BK, n_keys - k0);
+        for (int i = tid; i < PA_BK * hd; i += PA_THREADS) {
+            const int r = i / hd, d = i - r * hd;
+            const long long at = (long long)(k0 + r) * kvw + (long long)kvh * hd + d;
+            Ks[r * HS + d] = r < nk ? K[at] : 0.f;
+            Vs[r * hd + d] = r < nk ? V[at] : 0.f;
+        }
+        __syncthreads();
+        for (int i = tid; i < PA_BQ * PA_BK; i += PA_THREADS) { // a warp a query row, a lane a key
+            const int r = i / PA_BK, c = i - r * PA_BK;
+            float s = -INFINITY;
+            if (c < nk && k0 + c <= pos0 + t0 + r) {
+                const float4 *a = reinterpret_cast<const float4 *>(Qs + r * HS);
+                const float4 *b = reinterpret_cast<const float4 *>(Ks + c * HS);
+                float d = 0.f;
+                for (int j = 0; j < hd / 4; j++) {
+                    const float4 x = a[j], y = b[j];
+                    d += x.x * y.x;
+                    d += x.y * y.y;
+                    d += x.z * y.z;
+                    d += x.w * y.w;
+                }
+                s = d * scale;
+            }
+            Ps[r * PA_BK + c] = s;
+        }
+        __syncthreads();
+        for (int r = warp; r < PA_BQ; r += PA_THREADS / 32) {
+            const float s = Ps[r * PA_BK + lane];
+            const float m_old = Ms[r], m_new = fmaxf(m_old, warp_max(s));
+            const float p = s == -INFINITY ? 0.f : expf(s - m_new);
+            const float l = warp_sum(p);
+            Ps[r * PA_BK + lane] = p;
+            __syncwarp(); // every lane has read Ms[r]
+            if (lane == 0) {
+                const float a = m_old == -INFINITY ? 0.f : expf(m_old - m_new);
+                As[r] = a;
+                Ms[r] = m_new;
+                Ls[r] = Ls[r] * a + l;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int e = 0; e < NE; e++) {
+            const int i = tid + e * PA_THREADS;
+            if (i < PA_BQ * hd) {
+                const int r = i / hd, d = i - r * hd;
+                const float *pr = Ps + r * PA_BK;
+                float acc = o[e] * As[r];
+                for (int c = 0; c < nk; c++)
+                    acc += pr[c] * Vs[c * hd + d];
+                o[e] = acc;
+            }
+        }
+        __syncthreads(); // Ks, Vs, Ps and As are rewritten by the next tile
+    }
+#pragma unroll
+    for (int e = 0; e < NE; e++) {
+        const int i = tid + e * PA_THREADS;
+        if (i < PA_BQ * hd) {
+            const int r = i / hd, d = i - r * hd;
+            if (r < nq) {
+                float v = o[e] / Ls[r];
+                if (gated)
+                    v *= sigmoidf_(q[(long long)(t0 + r) * q_tok + (long long)h * q_step + hd + d]);
+                out[(long long)(t0 + r) * out_tok + (long long)h * hd + d] = v;
+            }
+        }
+    }
+}
+
+template <int NE>
+void launch_attention(const float *q, int q_step, long long q_tok, const float *K, const float *V, int n_head,
+                      int n_head_kv, int hd, int pos0, int n, float *out, int gated, cudaStream_t st)
+{
+    const size_t smem = sizeof(float) * ((size_t)(PA_BQ + PA_BK) * (hd + 4) + (size_t)PA_BK * hd +
+                                         (size_t)PA_BQ * PA_BK + 3 * PA_BQ);
+    if (smem > 48 * 1024)
+        cudaFuncSetAttribute(k_pf_attention<NE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    const dim3 grid((unsigned)((n + PA_BQ - 1) / PA_BQ), (unsigned)n_head);
+    k_pf_attention<NE><<<grid, PA_THREADS, smem, st>>>(q, q_step, q_tok, K, V, n_head_kv * hd, hd,
+                                                        n_head / n_head_kv, pos0, n, out, (long long)n_head * hd,
+                                                        gated);
+}
+
+// ---- Gated DeltaNet ----
+
+// The causal depthwise conv of channel c (thread) over tokens [blockIdx.y *
+// PC_T, ..) of the chunk, SiLU after: input tau < 0 is state row K - 1 + tau
+// (the last K - 1 inputs before the chunk). The state is updated after, by
+// k_pf_conv_state, once every token has read it.
+#define PC_T 32
+__global__ void k_pf_conv(const float *in, const float *state, const float *w, float *out, int C, int K, int n)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    const float *wc = w + (size_t)c * K;
+    const int t1 = min(n, (int)(blockIdx.y + 1) * PC_T);
+    for (int t = blockIdx.y * PC_T; t < t1; t++) {
+        float s = 0;
+        for (int i = 0; i < K; i++) {
+            const int tau = t - (K - 1) + i;
+            s += wc[i] * (tau >= 0 ? in[(size_t)tau * C + c] : state[(size_t)(K - 1 + tau) * C + c]);
+        }
+        out[(size_t)t * C + c] = silu(s);
+    }
+}
+
+// State row r becomes input n - (K - 1) + r: from the chunk, or an older
+// state row n + r > r, not yet overwritten (rows go up).
+__global__ void k_pf_conv_state(const float *in, float *state, int C, int K, int n)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    for (int r = 0; r < K - 1; r++) {
+        const int tau = n - (K - 1) + r;
+        state[(size_t)r * C + c] = tau >= 0 ? in[(size_t)tau * C + c] : state[(size_t)(K - 1 + tau) * C + c];
+    }
+}
+
+// Key head blockIdx.x of token blockIdx.y: q and k L2-normalized, q scaled by 1/sqrt(dk) (k_dn_qk_norm).
+__global__ void k_pf_dn_qk_norm(float *conv, int C, int nk, int dk)
+{
+    const int h = blockIdx.x;
+    float *row = conv + (size_t)blockIdx.y * C;
+    for (int which = 0; which < 2; which++) {
+        float *x = row + (size_t)(which * nk + h) * dk;
+        float ss = 0;
+        for (int i = threadIdx.x; i < dk; i += blockDim.x)
+            ss += x[i] * x[i];
+        ss = block_sum(ss);
+        float r = rsqrtf(ss + 1e-6f) * (which == 0 ? rsqrtf((float)dk) : 1.0f);
+        for (int i = threadIdx.x; i < dk; i += blockDim.x)
+            x[i] *= r;
+        __syncthreads();
+    }
+}
+
+// g = ssm_a * softplus(a + dt), beta = sigmoid(b), for the [n][nv] gates.
+__global__ void k_pf_dn_gates(float *a, float *b, const float *ssm_a, const float *ssm_dt, int nv, int total)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total)
+        return;
+    const int j = i % nv;
+    float x = a[i] + ssm_dt[j];
+    float sp = x > 20.0f ? x : log1pf(expf(x));
+    a[i] = ssm_a[j] * sp;
+    b[i] = sigmoidf_(b[i]);
+}
+
+// The delta rule of value head j = blockIdx.x over the chunk's tokens in
+// order: per token S *= exp(g); S += k (beta (v - S^T k))^T; o = S^T q.
+// The columns of S are independent: block y takes columns PD_CW y ..
+// PD_CW (y + 1) - 1. As in k_dn_recurrent, thread (part, c) (a warp a part,
+// a lane a column) holds column c of rows part, part + PD_P, ... in
+// registers for the whole chunk; the two sums over rows are reduced across
+// the parts in shared memory, kv and o in separate buffers so that one
+// barrier a sum suffices. q, k, g, beta of PD_TT tokens are staged in
+// shared memory at a time.
+#define PD_P 8
+#define PD_CW 32
+#define PD_ROWS 32 /* dk / PD_P at most */
+#define PD_TT 16
+template <int ROWS> // rows a thread, at least dk / PD_P: a compile-time bound keeps sr in registers
+__global__ void __launch_bounds__(PD_P * PD_CW)
+    k_pf_dn_recurrent(float *S_all, const float *conv, int C, const float *g, const float *beta, float *o_all, int nk,
+                      int nv, int dk, int dv, int tiled, int n)
+{
+    const int j = blockIdx.x, cl = threadIdx.x % PD_CW, c = blockIdx.y * PD_CW + cl, part = threadIdx.x / PD_CW;
+    const int kh = tiled ? j % nk : j / (nv / nk);
+    extern __shared__ float pd_sh[]; // q[PD_TT][dk], k[PD_TT][dk], g[PD_TT], beta[PD_TT], rkv, ro [PD_P][PD_CW]
+    float *const qs = pd_sh, *const ks = qs + PD_TT * dk, *const gs = ks + PD_TT * dk, *const bs = gs + PD_TT;
+    float *const rkv = bs + PD_TT, *const ro = rkv + PD_P * PD_CW;
+    float *S = S_all + (size_t)j * dk * dv;
+    float sr[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        const int i = part + r * PD_P;
+        sr[r] = i < dk ? S[(size_t)i * dv + c] : 0.f;
+    }
+    const float *vc = conv + (size_t)2 * nk * dk + (size_t)j * dv + c;
+    for (int t0 = 0; t0 < n; t0 += PD_TT) {
+        const int tn = min(PD_TT, n - t0);
+        __syncthreads(); // the previous tokens' q, k, g, beta are consumed
+        for (int i = threadIdx.x; i < tn * dk; i += blockDim.x) {
+            const int tt = i / dk, d = i - tt * dk;
+            const float *row = conv + (size_t)(t0 + tt) * C;
+            qs[tt * dk + d] = row[(size_t)kh * dk + d];
+            ks[tt * dk + d] = row[(size_t)(nk + kh) * dk + d];
+        }
+        for (int i = threadIdx.x; i < tn; i += blockDim.x) {
+            gs[i] = g[(size_t)(t0 + i) * nv + j];
+            bs[i] = beta[(size_t)(t0 + i) * nv + j];
+        }
+        __syncthreads();
+        for (int tt = 0; tt < tn; tt++) {
+            const float *qt = qs + tt * dk, *kt = ks + tt * dk;
+            const float decay = expf(gs[tt]);
+            float kv = 0;
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) {
+                const int i = part + r * PD_P;
+                if (i < dk) {
+                    sr[r] *= decay;
+                    kv += sr[r] * kt[i];
+                }
+            }
+            rkv[part * PD_CW + cl] = kv;
+            __syncthreads();
+            kv = 0;
+            for (int p = 0; p < PD_P; p++)
+                kv += rkv[p * PD_CW + cl];
+            const float v = vc[(size_t)(t0 + tt) * C];
+            const float delta = (v - kv) * bs[tt];
+            float o = 0;
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) {
+                const int i = part + r * PD_P;
+                if (i < dk) {
+                    sr[r] += kt[i] * delta;
+                    o += sr[r] * qt[i];
+                }
+            }
+            ro[part * PD_CW + cl] = o;
+            __syncthreads();
+            if (part == 0) {
+                o = 0;
+                for (int p = 0; p < PD_P; p++)
+                    o += ro[p * PD_CW + cl];
+                o_all[(size_t)(t0 + tt) * nv * dv + (size_t)j * dv + c] = o;
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        const int i = part + r * PD_P;
+        if (i < dk)
+            S[(size_t)i * dv + c] = sr[r];
+    }
+}
+
+// One thread a column, S in global memory, rows in sequence: the shapes the split kernel does not take
+// (k_dn_recurrent1 over the tokens).
+__global__ void k_pf_dn_recurrent1(float *S_all, const float *conv, int C, const float *g, const float *beta,
+                                   float *o_all, int nk, int nv, int dk, int dv, int tiled, int n)
+{
+    const int j = blockIdx.x, c = threadIdx.x;
+    const int kh = tiled ? j % nk : j / (nv / nk);
+    extern __shared__ float pd1_sh[]; // q[dk], k[dk]
+    float *const qs = pd1_sh, *const ks = pd1_sh + dk;
+    float *S = S_all + (size_t)j * dk * dv;
+    for (int t = 0; t < n; t++) {
+        const float *row = conv + (size_t)t * C;
+        __syncthreads(); // the previous token's q and k are consumed
+        for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+            qs[i] = row[(size_t)kh * dk + i];
+            ks[i] = row[(size_t)(nk + kh) * dk + i];
+        }
+        __syncthreads();
+        if (c < dv) {
+            const float v = row[(size_t)2 * nk * dk + (size_t)j * dv + c];
+            const float decay = expf(g[(size_t)t * nv + j]);
+            float kv = 0;
+            for (int i = 0; i < dk; i++) {
+                float sv = S[(size_t)i * dv + c] * decay;
+                S[(size_t)i * dv + c] = sv;
+                kv += sv * ks[i];
+            }
+            const float delta = (v - kv) * beta[(size_t)t * nv + j];
+            float o = 0;
+            for (int i = 0; i < dk; i++) {
+                float sv = S[(size_t)i * dv + c] + ks[i] * delta;
+                S[(size_t)i * dv + c] = sv;
+                o += sv * qs[i];
+            }
+            o_all[(size_t)t * nv * dv + (size_t)j * dv + c] = o;
+        }
+    }
+}
+
+// Per (token, value head) row of dv: RMSNorm(o) * w * silu(z) (k_gated_norm).
+__global__ void k_pf_gated_norm(float *o, const float *z, const float *w, int dv, float eps)
+{
+    float *x = o + (size_t)blockIdx.x * dv;
+    const float *zz = z + (size_t)blockIdx.x * dv;
+    float ss = 0;
+    for (int i = threadIdx.x; i < dv; i += blockDim.x)
+        ss += x[i] * x[i];
+    ss = block_sum(ss);
+    float r = rsqrtf(ss / dv + eps);
+    for (int i = threadIdx.x; i < dv; i += blockDim.x)
+        x[i] = x[i] * r * w[i] * silu(zz[i]);
+}
+
+// ---- mixture of experts ----
+
+// k_topk for token blockIdx.x (a block of 256 threads, as there, so the
+// probabilities are the same floats): softmax over E router logits, the top
+// k (ties to the lower index) sorted by expert index, weights renormalized
+// if asked. Where no candidate compares (NaN logits) the lowest free expert
+// is taken, so that idx always names an expert.
+#define PT_MAXK 64
+__global__ void k_pf_topk(const float *logits_all, int E, int k, int norm, int32_t *idx_all, float *w_all)
+{
+    extern __shared__ float pt_p[]; // [E]
+    __shared__ int chosen[PT_MAXK];
+    __shared__ float cw[PT_MAXK];
+    __shared__ float wv[32];
+    __shared__ int wi[32];
+    const float *logits = logits_all + (size_t)blockIdx.x * E;
+    int32_t *idx = idx_all + (size_t)blockIdx.x * k;
+    float *w = w_all + (size_t)blockIdx.x * k;
+    float *p = pt_p;
+    float mx = -INFINITY;
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        mx = fmaxf(mx, logits[e]);
+    mx = block_max(mx);
+    float sum = 0;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        p[e] = expf(logits[e] - mx);
+        sum += p[e];
+    }
+    sum = block_sum(sum);
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        p[e] /= sum;
+    __syncthreads();
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    for (int r = 0; r < k; r++) {
+        float bv = -1.0f;
+        int bi = 0x7fffffff;
+        for (int e = threadIdx.x; e < E; e += blockDim.x)
+            if (p[e] > bv || (p[e] == bv && e < bi))
+                bv = p[e], bi = e;
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi))
+                bv = ov, bi = oi;
+        }
+        if (lane == 0)
+            wv[wid] = bv, wi[wid] = bi;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int q = 1; q < nw; q++)
+                if (wv[q] > bv || (wv[q] == bv && wi[q] < bi))
+                    bv = wv[q], bi = wi[q];
+            if (bi < 0 || bi >= E) { // nothing compared: the lowest expert not taken
+                bi = 0;
+                for (bool taken = true; taken && bi < E;) {
+                    taken = false;
+                    for (int q = 0; q < r; q++)
+                        taken |= chosen[q] == bi;
+                    bi += taken;
+                }
+                bi = bi < E ? bi : E - 1;
+            }
+            chosen[r] = bi;
+            cw[r] = p[bi];
+            p[bi] = -2.0f; // taken
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < k; i++) // by expert index
+            for (int q = i; q > 0 && chosen[q - 1] > chosen[q]; q--) {
+                int t = chosen[q];
+                chosen[q] = chosen[q - 1];
+                chosen[q - 1] = t;
+                float tw = cw[q];
+                cw[q] = cw[q - 1];
+                cw[q - 1] = tw;
+            }
+        float tot = 0;
+        for (int i = 0; i < k; i++)
+            tot += cw[i];
+        for (int i = 0; i < k; i++) {
+            idx[i] = chosen[i];
+            w[i] = norm ? cw[i] / tot : cw[i];
+        }
+    }
+}
+
+// The (token, slot) pairs grouped by expert, one block: counts, offsets
+// (exclusive scan), then per expert its tokens in ascending order — a warp
+// an expert walks the tokens 32 at a time and places those that chose it by
+// a ballot, so the order is the tokens' whatever the schedule. pair_tok[i]:
+// the token (x row) of pair i; tok_pair[t * k + s]: the pair of token t's
+// slot s. Integer shared atomics only count.
+__global__ void k_pf_moe_group(const int32_t *idx_dev, int n, int k, int E, int stage, int32_t *offsets,
+                               int32_t *pair_tok, int32_t *tok_pair)
+{
+    extern __shared__ int pg_cnt[]; // [E + 1], then idx [n * k] when staged
+    const int tid = threadIdx.x, nth = blockDim.x;
+    const int32_t *idx = idx_dev;
+    if (stage) { // the walk below reads every entry once per expert
+        int *is = pg_cnt + E + 1;
+        for (int i = tid; i < n * k; i += nth)
+            is[i] = idx_dev[i];
+        idx = is;
+    }
+    for (int e = tid; e <= E; e += nth)
+        pg_cnt[e] = 0;
+    __syncthreads();
+    for (int i = tid; i < n * k; i += nth) {
+        const int e = idx[i];
+        if (e >= 0 && e < E)
+            atomicAdd(&pg_cnt[e], 1);
+    }
+    __syncthreads();
+    if (tid == 0) {
+        int s = 0;
+        for (int e = 0; e < E; e++) {
+            const int c = pg_cnt[e];
+            pg_cnt[e] = s;
+            s += c;
+        }
+        pg_cnt[E] = s;
+    }
+    __syncthreads();
+    for (int e = tid; e <= E; e += nth)
+        offsets[e] = pg_cnt[e];
+    const int lane = tid & 31, warp = tid >> 5, nw = nth >> 5;
+    for (int e = warp; e < E; e += nw) {
+        int base = pg_cnt[e];
+        for (int t0 = 0; t0 < n; t0 += 32) {
+            const int t = t0 + lane;
+            int slot = -1;
+            if (t < n)
+                for (int s = 0; s < k; s++)
+                    if (idx[(size_t)t * k + s] == e)
+                        slot = s;
+            const unsigned m = __ballot_sync(0xffffffffu, slot >= 0);
+            if (slot >= 0) {
+                const int at = base + __popc(m & ((1u << lane) - 1u));
+                pair_tok[at] = t;
+                tok_pair[(size_t)t * k + slot] = at;
+            }
+            base += __popc(m);
+        }
+    }
+}
+
+// Token blockIdx.x: x += sum over its k slots (expert-index order) of w *
+// the expert's output row, then + sigmoid(dot(gate_inp, xn)) sh when sh is
+// set: k_moe_sum's order and block (1024 threads).
+__global__ void k_pf_moe_sum(float *x_all, const float *ex, const float *w_all, const int32_t *tok_pair, int k,
+                             const float *sh_all, const float *gate_inp, const float *xn_all, int E)
+{
+    __shared__ int tp[PT_MAXK];
+    __shared__ float tw[PT_MAXK];
+    const size_t t = blockIdx.x;
+    float *x = x_all + t * E;
+    const float *xn = xn_all + t * E;
+    const float *sh = sh_all ? sh_all + t * E : nullptr;
+    if ((int)threadIdx.x < k) {
+        tp[threadIdx.x] = tok_pair[t * k + threadIdx.x];
+        tw[threadIdx.x] = w_all[t * k + threadIdx.x];
+    }
+    __syncthreads();
+    float gsh = 0;
+    if (sh) {
+        float d = 0;
+        for (int i = threadIdx.x; i < E; i += blockDim.x)
+            d += gate_inp[i] * xn[i];
+        gsh = sigmoidf_(block_sum(d));
+    }
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        float o = 0;
+        for (int i = 0; i < k; i++)
+            o += tw[i] * ex[(size_t)tp[i] * E + e];
+        if (sh)
+            o += gsh * sh[e];
+        x[e] += o;
+    }
+}
+
+} // namespace
+
+extern "C" void lilac_cuda_pf_norm_rope(float *v, const float *w, int n_heads, int step, long long tok_stride, int hd,
+                                        int rot, int pos0, float theta, float eps, int n, lilac_cuda_stream *s)
+{
+    if (n < 1 || n_heads < 1)
+        return;
+    k_pf_norm_rope<<<dim3((unsigned)n_heads, (unsigned)n), 128, 0, CS(s)>>>(v, w, step, tok_stride, hd, rot, pos0,
+                                                                            theta, eps);
+}
+
+extern "C" int lilac_cuda_pf_attention_supported(int hd) { return hd >= 4 && hd % 4 == 0 && hd <= PA_MAX_HD; }
+
+extern "C" int lilac_cuda_pf_attention(const float *q, int q_step, long long q_tok, const float *K, const float *V,
+                                       int n_head, int n_head_kv, int hd, int pos0, int n, float *out, int gated,
+                                       lilac_cuda_stream *s)
+{
+    if (!lilac_cuda_pf_attention_supported(hd) || n_head_kv < 1 || n_head % n_head_kv || n < 1 || pos0 < 0)
+        return -1;
+    const cudaStream_t st = CS(s);
+    const int need = (PA_BQ * hd + PA_THREADS - 1) / PA_THREADS; // output elements a thread
+    if (need <= 2)
+        launch_attention<2>(q, q_step, q_tok, K, V, n_head, n_head_kv, hd, pos0, n, out, gated, st);
+    else if (need <= 4)
+        launch_attention<4>(q, q_step, q_tok, K, V, n_head, n_head_kv, hd, pos0, n, out, gated, st);
+    else if (need <= 8)
+        launch_attention<8>(q, q_step, q_tok, K, V, n_head, n_head_kv, hd, pos0, n, out, gated, st);
+    else if (need <= 16)
+        launch_attention<16>(q, q_step, q_tok, K, V, n_head, n_head_kv, hd, pos0, n, out, gated, st);
+    else
+        launch_attention<32>(q, q_step, q_tok, K, V, n_head, n_head_kv, hd, pos0, n, out, gated, st);
+    return 0;
+}
+
+extern "C" void lilac_cuda_pf_conv(const float *in, float *state, const float *w, float *out, int C, int K, int n,
+                                   lilac_cuda_stream *s)
+{
+    if (n < 1 || C < 1 || K < 1)
+        return;
+    const dim3 grid((unsigned)((C + 255) / 256), (unsigned)((n + PC_T - 1) / PC_T));
+    k_pf_conv<<<grid, 256, 0, CS(s)>>>(in, state, w, out, C, K, n);
+    if (K > 1)
+        k_pf_conv_state<<<(C + 255) / 256, 256, 0, CS(s)>>>(in, state, C, K, n);
+}
+
+extern "C" void lilac_cuda_pf_deltanet(float *conv_out, int C, float *a, float *b, const float *ssm_a,
+                                       const float *ssm_dt, float *S, float *o, const float *z, const float *norm_w,
+                                       int nk, int nv, int dk, int dv, int tiled, float eps, int n,
+                                       lilac_cuda_stream *s)
+{
+    if (n < 1)
+        return;
+    const cudaStream_t st = CS(s);
+    k_pf_dn_qk_norm<<<dim3((unsigned)nk, (unsigned)n), 128, 0, st>>>(conv_out, C, nk, dk);
+    k_pf_dn_gates<<<(n * nv + 127) / 128, 128, 0, st>>>(a, b, ssm_a, ssm_dt, nv, n * nv);
+    if (dv % PD_CW == 0 && dk <= PD_P * PD_ROWS) {
+        const size_t smem = sizeof(float) * ((size_t)2 * PD_TT * dk + 2 * PD_TT + (size_t)2 * PD_P * PD_CW);
+        const dim3 grid((unsigned)nv, (unsigned)(dv / PD_CW));
+        if (dk <= 16 * PD_P)
+            k_pf_dn_recurrent<16><<<grid, PD_P * PD_CW, smem, st>>>(S, conv_out, C, a, b, o, nk, nv, dk, dv, tiled, n);
+        else
+            k_pf_dn_recurrent<PD_ROWS><<<grid, PD_P * PD_CW, smem, st>>>(S, conv_out, C, a, b, o, nk, nv, dk, dv,
+                                                                          tiled, n);
+    } else {
+        const int threads = dv < 32 ? 32 : (dv + 31) / 32 * 32;
+        k_pf_dn_recurrent1<<<nv, threads, (size_t)2 * dk * sizeof(float), st>>>(S, conv_out, C, a, b, o, nk, nv, dk,
+                                                                               dv, tiled, n);
+    }
+    k_pf_gated_norm<<<n * nv, 128, 0, st>>>(o, z, norm_w, dv, eps);
+}
+
+extern "C" int lilac_cuda_pf_moe_supported(int n_expert, int k)
+{
+    return k >= 1 && k <= PT_MAXK && k <= n_expert && (size_t)(n_expert + 1) * sizeof(int) <= 48 * 1024;
+}
+
+extern "C" void lilac_cuda_pf_topk(const float *logits, int E, int k, int norm, int n, int32_t *idx, float *w,
+                                   lilac_cuda_stream *s)
+{
+    if (n < 1 || !lilac_cuda_pf_moe_supported(E, k))
+        return;
+    k_pf_topk<<<n, 256, (size_t)E * sizeof(float), CS(s)>>>(logits, E, k, norm, idx, w);
+}
+
+extern "C" void lilac_cuda_pf_moe_group(const int32_t *idx, int n, int k, int E, int32_t *offsets, int32_t *pair_tok,
+                                        int32_t *tok_pair, lilac_cuda_stream *s)
+{
+    if (n < 1 || !lilac_cuda_pf_moe_supported(E, k))
+        return;
+    size_t smem = (size_t)(E + 1) * sizeof(int), staged = smem + (size_t)n * k * sizeof(int);
+    const int stage = staged <= 48 * 1024;
+    k_pf_moe_group<<<1, 1024, stage ? staged : smem, CS(s)>>>(idx, n, k, E, stage, offsets, pair_tok, tok_pair);
+}
+
+extern "C" void lilac_cuda_pf_moe_sum(float *x, const float *ex, const float *w, const int32_t *tok_pair, int k,
+                                      const float *sh, const float *gate_inp, const float *xn, int E, int n,
+                                      lilac_cuda_stream *s)
+{
+    if (n < 1 || k < 0 || k > PT_MAXK)
+        return;
+    k_pf_moe_sum<<<n, 1024, 0, CS(s)>>>(x, ex, w, tok_pair, k, sh, gate_inp, xn, E);
+}

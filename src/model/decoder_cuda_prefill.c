@@ -1,0 +1,244 @@
+/* decoder_cuda_prefill: the forward pass on the GPU for many tokens at once
+ * (prompt processing). The tokens go through the model in chunks of at
+ * most PF_MAX, each layer taking a whole chunk: dense products over all
+ * its rows, attention over the keys up to each token, the delta rule
+ * walked through the chunk's tokens in order on the device, and the
+ * routed experts grouped by expert on the device, so that an expert's
+ * weights are read once per pass of a few tokens instead of once per
+ * token. The math is decoder_cuda.c's one-token step, row by row; the
+ * results agree with it to float32 rounding (summation orders differ in
+ * attention only). LILAC_CUDA_PREFILL=0 turns it off (the token path). */
+#include "model/decoder_cuda.h"
+
+#ifdef LILAC_CUDA
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/seq.h"
+#include "kernels/cuda/cuda.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "model/decoder_cuda_int.h"
+#include "model/model.h"
+#include "util/err.h"
+
+#define PF_MAX 512        /* tokens a chunk: the activation buffers' size */
+#define PF_LOGIT_ROWS 32 /* rows of logits a download (LOGITS_ALL): the buffer is rows x vocab */
+
+/* A chunk's activations, [PF_MAX][width] each (dev). */
+struct cuda_prefill {
+    float *x, *xn, *tmp, *qg, *kb, *vb, *att, *qkv, *conv, *z, *a, *b, *o, *rl, *rw, *gbuf, *ubuf, *ex, *shg, *shu,
+        *sho, *logits;
+    int32_t *tok, *idx, *offsets, *pair_tok, *tok_pair;
+};
+
+static int chunk_tokens(void)
+{
+    const char *e = getenv("LILAC_CUDA_PREFILL_CHUNK"); /* smaller chunks, for tests */
+    int n = e ? atoi(e) : 0;
+    return n >= 1 && n <= PF_MAX ? n : PF_MAX;
+}
+
+bool lilac_cuda_prefill_wanted(const lilac_seq *s, int n)
+{
+    if (n < 2)
+        return false;
+    const char *e = getenv("LILAC_CUDA_PREFILL");
+    if (e && *e == '0')
+        return false;
+    const lilac_hparams *hp = &s->m->hp;
+    bool attn = false;
+    for (int il = 0; il < hp->n_layer; il++)
+        attn |= hp->layer_kind[il] == LILAC_LAYER_ATTENTION;
+    /* shapes the prefill kernels do not take go token by token */
+    if (attn && (!lilac_cuda_pf_attention_supported(hp->head_dim) || hp->n_head_kv < 1 ||
+                 hp->n_head % hp->n_head_kv))
+        return false;
+    return lilac_cuda_pf_moe_supported(hp->n_expert, hp->n_expert_used);
+}
+
+static lilac_status pf_alloc(lilac_model *m, lilac_error *err)
+{
+    lilac_cuda_model *cm = m->cuda;
+    const lilac_hparams *hp = &m->hp;
+    struct cuda_prefill *pf = calloc(1, sizeof *pf);
+    if (!pf)
+        return lilac_fail(err, LILAC_E_NOMEM, "out of memory");
+    size_t T = PF_MAX, E = (size_t)hp->n_embd, nh = (size_t)hp->n_head, hd = (size_t)hp->head_dim;
+    size_t kvw = (size_t)hp->n_head_kv * hd, k = (size_t)hp->n_expert_used, ff = (size_t)hp->expert_ff;
+    size_t sff = (size_t)(hp->shared_ff > 0 ? hp->shared_ff : 1);
+    size_t C = (size_t)(2 * hp->ssm_k_heads * hp->ssm_k_dim + hp->ssm_v_heads * hp->ssm_v_dim) + 1;
+    size_t nvd = (size_t)hp->ssm_v_heads * hp->ssm_v_dim + 1, nv = (size_t)hp->ssm_v_heads + 1;
+    size_t q_width = nh * hd * (hp->attn_output_gate ? 2 : 1);
+    struct {
+        void **p;
+        size_t bytes;
+    } bufs[] = {
+        {(void **)&pf->x, T * E * 4},
+        {(void **)&pf->xn, T * E * 4},
+        {(void **)&pf->tmp, T * E * 4},
+        {(void **)&pf->qg, T * q_width * 4},
+        {(void **)&pf->kb, T * kvw * 4},
+        {(void **)&pf->vb, T * kvw * 4},
+        {(void **)&pf->att, T * nh * hd * 4},
+        {(void **)&pf->qkv, T * C * 4},
+        {(void **)&pf->conv, T * C * 4},
+        {(void **)&pf->z, T * nvd * 4},
+        {(void **)&pf->a, T * nv * 4},
+        {(void **)&pf->b, T * nv * 4},
+        {(void **)&pf->o, T * nvd * 4},
+        {(void **)&pf->rl, T * (size_t)hp->n_expert * 4},
+        {(void **)&pf->rw, T * k * 4},
+        {(void **)&pf->gbuf, T * k * ff * 4},
+        {(void **)&pf->ubuf, T * k * ff * 4},
+        {(void **)&pf->ex, T * k * E * 4},
+        {(void **)&pf->shg, T * sff * 4},
+        {(void **)&pf->shu, T * sff * 4},
+        {(void **)&pf->sho, T * E * 4},
+        {(void **)&pf->logits, (size_t)PF_LOGIT_ROWS * (size_t)hp->n_vocab * 4},
+        {(void **)&pf->tok, T * 4},
+        {(void **)&pf->idx, T * k * 4},
+        {(void **)&pf->offsets, ((size_t)hp->n_expert + 1) * 4},
+        {(void **)&pf->pair_tok, T * k * 4},
+        {(void **)&pf->tok_pair, T * k * 4},
+    };
+    lilac_status st = LILAC_OK;
+    for (size_t i = 0; !st && i < sizeof bufs / sizeof bufs[0]; i++)
+        st = lilac_cuda_model_alloc(cm, bufs[i].p, bufs[i].bytes, err);
+    if (st) { /* what was allocated stays in cm->allocs, freed with the model */
+        free(pf);
+        return st;
+    }
+    cm->pf = pf;
+    return LILAC_OK;
+}
+
+/* The chunk's nt tokens (in pf->tok) at positions pos0 ..: the final-normed rows to pf->xn. */
+static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0, lilac_error *err)
+{
+    lilac_cuda_model *cm = m->cuda;
+    struct cuda_prefill *pf = cm->pf;
+    const lilac_hparams *hp = &m->hp;
+    lilac_cuda_stream *s = cm->stream;
+    int E = hp->n_embd, hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv, kvw = nkv * hd;
+    int q_step = hd * (hp->attn_output_gate ? 2 : 1);
+    int nk = hp->ssm_k_heads, nv = hp->ssm_v_heads, dk = hp->ssm_k_dim, dv = hp->ssm_v_dim;
+    int C = 2 * nk * dk + nv * dv, k = hp->n_expert_used, ff = hp->expert_ff, NE = hp->n_expert;
+    lilac_cuda_get_rows(&cm->tok_embd, pf->tok, nt, pf->x, s);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const cuda_layer *cl = &cm->layers[il];
+        lilac_cuda_rmsnorm(pf->x, cl->attn_norm, pf->xn, nt, E, hp->norm_eps, s);
+        if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
+            lilac_cuda_matvec(&cl->wq, pf->xn, pf->qg, nt, s);
+            lilac_cuda_matvec(&cl->wk, pf->xn, pf->kb, nt, s);
+            lilac_cuda_matvec(&cl->wv, pf->xn, pf->vb, nt, s);
+            lilac_cuda_pf_norm_rope(pf->qg, cl->q_norm, nh, q_step, (long long)nh * q_step, hd, hp->rope_dims, pos0,
+                                    hp->rope_theta, hp->norm_eps, nt, s);
+            lilac_cuda_pf_norm_rope(pf->kb, cl->k_norm, nkv, hd, kvw, hd, hp->rope_dims, pos0, hp->rope_theta,
+                                    hp->norm_eps, nt, s);
+            /* the chunk's K and V rows into the caches, before the attention reads them */
+            size_t at = (size_t)pos0 * kvw, bytes = (size_t)nt * kvw * sizeof(float);
+            if (lilac_cuda_copy(cs->k[il] + at, pf->kb, bytes, s) || lilac_cuda_copy(cs->v[il] + at, pf->vb, bytes, s))
+                return lilac_fail(err, LILAC_E_INTERNAL, "CUDA prefill: storing K and V failed");
+            if (lilac_cuda_pf_attention(pf->qg, q_step, (long long)nh * q_step, cs->k[il], cs->v[il], nh, nkv, hd, pos0,
+                                        nt, pf->att, hp->attn_output_gate, s))
+                return lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA prefill: attention with head size %d", hd);
+            lilac_cuda_matvec(&cl->wo, pf->att, pf->tmp, nt, s);
+        } else {
+            lilac_cuda_matvec(&cl->ssm_qkv, pf->xn, pf->qkv, nt, s);
+            lilac_cuda_matvec(&cl->ssm_z, pf->xn, pf->z, nt, s);
+            lilac_cuda_matvec(&cl->ssm_alpha, pf->xn, pf->a, nt, s);
+            lilac_cuda_matvec(&cl->ssm_beta, pf->xn, pf->b, nt, s);
+            lilac_cuda_pf_conv(pf->qkv, cs->conv[il], cl->ssm_conv, pf->conv, C, hp->ssm_conv_kernel, nt, s);
+            lilac_cuda_pf_deltanet(pf->conv, C, pf->a, pf->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], pf->o, pf->z,
+                                   cl->ssm_norm, nk, nv, dk, dv, m->w.ssm_v_tiled, hp->norm_eps, nt, s);
+            lilac_cuda_matvec(&cl->ssm_out, pf->o, pf->tmp, nt, s);
+        }
+        lilac_cuda_add(pf->x, pf->tmp, nt * E, s);
+        lilac_cuda_rmsnorm(pf->x, cl->post_norm, pf->xn, nt, E, hp->norm_eps, s);
+        /* routed experts: route, group the (token, expert) pairs by expert, the products per group */
+        lilac_cuda_matvec(&cl->router, pf->xn, pf->rl, nt, s);
+        lilac_cuda_pf_topk(pf->rl, NE, k, hp->norm_topk, nt, pf->idx, pf->rw, s);
+        lilac_cuda_pf_moe_group(pf->idx, nt, k, NE, pf->offsets, pf->pair_tok, pf->tok_pair, s);
+        lilac_cuda_matvec_grouped(&cl->exp_gate, cl->gate_stride, NE, pf->offsets, pf->pair_tok, nt, pf->xn, E,
+                                  pf->gbuf, s);
+        lilac_cuda_matvec_grouped(&cl->exp_up, cl->up_stride, NE, pf->offsets, pf->pair_tok, nt, pf->xn, E, pf->ubuf,
+                                  s);
+        lilac_cuda_swiglu(pf->gbuf, pf->ubuf, nt * k * ff, s);
+        lilac_cuda_matvec_grouped(&cl->exp_down, cl->down_stride, NE, pf->offsets, NULL, nt, pf->gbuf, ff, pf->ex, s);
+        bool shared = hp->shared_ff > 0;
+        if (shared) {
+            lilac_cuda_matvec(&cl->sh_gate, pf->xn, pf->shg, nt, s);
+            lilac_cuda_matvec(&cl->sh_up, pf->xn, pf->shu, nt, s);
+            lilac_cuda_swiglu(pf->shg, pf->shu, nt * hp->shared_ff, s);
+            lilac_cuda_matvec(&cl->sh_down, pf->shg, pf->sho, nt, s);
+        }
+        lilac_cuda_pf_moe_sum(pf->x, pf->ex, pf->rw, pf->tok_pair, k, shared ? pf->sho : NULL, cl->sh_gate_inp, pf->xn,
+                              E, nt, s);
+    }
+    lilac_cuda_rmsnorm(pf->x, cm->output_norm, pf->xn, nt, E, hp->norm_eps, s);
+    return LILAC_OK;
+}
+
+/* Launch errors: refused products (lilac_cuda_check) and CUDA's own. */
+static lilac_status check(lilac_error *err)
+{
+    char msg[512];
+    if (lilac_cuda_check(msg, sizeof msg))
+        return lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA prefill: %s", msg);
+    return LILAC_OK;
+}
+
+lilac_status lilac_cuda_prefill(lilac_seq *s, const int32_t *tokens, int n, const lilac_eval_opts *opts,
+                                lilac_error *err)
+{
+    lilac_model *m = s->m;
+    lilac_cuda_model *cm = m->cuda;
+    lilac_cuda_seq *cs = s->cuda;
+    const lilac_hparams *hp = &m->hp;
+    int V = hp->n_vocab, E = hp->n_embd;
+    char msg[256];
+    if (opts->hidden)
+        return lilac_fail(err, LILAC_E_UNSUPPORTED, "the CUDA backend does not write the residual stream (--hidden)");
+    if (n < 1 || n > cs->n_ctx - s->pos)
+        return lilac_fail(err, LILAC_E_RANGE, "%d tokens do not fit: the sequence holds %d of its %d-token context", n,
+                          s->pos, cs->n_ctx);
+    lilac_status st;
+    if (!cm->pf && (st = pf_alloc(m, err)))
+        return st;
+    struct cuda_prefill *pf = cm->pf;
+    int chunk = chunk_tokens();
+    for (int off = 0; off < n; off += chunk) {
+        int nt = n - off < chunk ? n - off : chunk;
+        if (lilac_cuda_upload_async(pf->tok, tokens + off, (size_t)nt * sizeof(int32_t), cm->stream))
+            return lilac_fail(err, LILAC_E_INTERNAL, "CUDA prefill: uploading the tokens failed");
+        if ((st = forward(m, cs, nt, s->pos, err)))
+            return st;
+        if (opts->logits_mode == LILAC_LOGITS_ALL) {
+            for (int r0 = 0; r0 < nt; r0 += PF_LOGIT_ROWS) {
+                int rows = nt - r0 < PF_LOGIT_ROWS ? nt - r0 : PF_LOGIT_ROWS;
+                lilac_cuda_matvec(&cm->output, pf->xn + (size_t)r0 * E, pf->logits, rows, cm->stream);
+                if ((st = check(err)))
+                    return st;
+                if (lilac_cuda_download(opts->logits + (size_t)(off + r0) * V, pf->logits,
+                                        (size_t)rows * V * sizeof(float), cm->stream, msg, sizeof msg))
+                    return lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA prefill: %s", msg);
+            }
+        } else if (opts->logits_mode == LILAC_LOGITS_LAST && off + nt == n) {
+            lilac_cuda_matvec(&cm->output, pf->xn + (size_t)(nt - 1) * E, pf->logits, 1, cm->stream);
+            if ((st = check(err)))
+                return st;
+            if (lilac_cuda_download(opts->logits, pf->logits, (size_t)V * sizeof(float), cm->stream, msg, sizeof msg))
+                return lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA prefill: %s", msg);
+        } else if (lilac_cuda_sync(cm->stream, msg, sizeof msg)) {
+            return lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA prefill: %s", msg);
+        }
+        if ((st = check(err)))
+            return st;
+        s->pos += nt;
+    }
+    return LILAC_OK;
+}
+
+#endif

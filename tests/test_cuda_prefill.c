@@ -1,0 +1,269 @@
+/* cuda_prefill: the batched CUDA prefill (decoder_cuda_prefill.c) against
+ * the token-by-token CUDA path on the fixture models: all logits of the
+ * golden tokens in one call, in chunks of 1, 2, 5 and 7 tokens
+ * (LILAC_CUDA_PREFILL_CHUNK), in calls that continue a sequence (depth >
+ * 0, mixed with single tokens), with LOGITS_LAST and LOGITS_NONE, and
+ * greedy decoding after a prefilled prompt; then the prefill's logits
+ * against the golden ones with test_cuda_model's bounds. Skips where no
+ * GPU can be used — unless LILAC_REQUIRE_CUDA=1, then it fails. */
+#include "kernels/cuda/cuda.h"
+#include "model/decoder_cuda_int.h"
+#include "models.h"
+
+static lilac_model *open_cuda(const char *path)
+{
+    lilac_model_params p = lilac_model_default_params();
+    p.backend = LILAC_BACKEND_CUDA;
+    p.precise = true;
+    return tm_open_with(path, &p);
+}
+
+static float *read_f32(const char *path, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    float *v = malloc(n * sizeof(float));
+    if (!f || !v || fread(v, sizeof(float), n, f) != n) {
+        if (f)
+            fclose(f);
+        free(v);
+        return NULL;
+    }
+    fclose(f);
+    return v;
+}
+
+static double mean_kl(const float *p, const float *q, int n, int V)
+{
+    double total = 0;
+    for (int t = 0; t < n; t++) {
+        const float *a = p + (size_t)t * V, *b = q + (size_t)t * V;
+        double ma = -1e30, mb = -1e30, sa = 0, sb = 0, kl = 0;
+        for (int i = 0; i < V; i++)
+            ma = a[i] > ma ? a[i] : ma, mb = b[i] > mb ? b[i] : mb;
+        for (int i = 0; i < V; i++)
+            sa += exp(a[i] - ma), sb += exp(b[i] - mb);
+        for (int i = 0; i < V; i++) {
+            double la = a[i] - ma - log(sa), lb = b[i] - mb - log(sb);
+            kl += exp(la) * (la - lb);
+        }
+        total += kl;
+    }
+    return total / n;
+}
+
+static void set_chunk(const char *v)
+{
+    if (v)
+        setenv("LILAC_CUDA_PREFILL_CHUNK", v, 1);
+    else
+        unsetenv("LILAC_CUDA_PREFILL_CHUNK");
+}
+
+/* All n rows of logits, the tokens fed in calls of sizes[0], sizes[1], ...
+ * tokens (the last call takes what is left). NULL on failure. */
+static float *logits_calls(lilac_model *m, const int32_t *toks, int n, const int *sizes, int n_sizes)
+{
+    int V = lilac_model_hparams(m)->n_vocab;
+    float *out = malloc((size_t)n * V * sizeof(float));
+    lilac_seq *s = NULL;
+    lilac_error err;
+    if (!out || lilac_seq_new(m, n, &s, &err)) {
+        free(out);
+        return NULL;
+    }
+    for (int i = 0, at = 0; at < n; i++) {
+        int k = i < n_sizes && sizes[i] < n - at ? sizes[i] : n - at;
+        lilac_eval_opts o = {.logits_mode = LILAC_LOGITS_ALL, .logits = out + (size_t)at * V};
+        if (lilac_seq_eval(s, toks + at, k, &o, &err)) {
+            fprintf(stderr, "eval failed: %s\n", err.msg);
+            free(out);
+            out = NULL;
+            break;
+        }
+        at += k;
+    }
+    lilac_seq_free(s);
+    return out;
+}
+
+/* The last row's logits after the first n_none tokens with LOGITS_NONE, the rest with LOGITS_LAST. */
+static float *logits_last(lilac_model *m, const int32_t *toks, int n, int n_none)
+{
+    int V = lilac_model_hparams(m)->n_vocab;
+    float *out = malloc((size_t)V * sizeof(float));
+    lilac_seq *s = NULL;
+    lilac_error err;
+    if (!out || lilac_seq_new(m, n, &s, &err)) {
+        free(out);
+        return NULL;
+    }
+    lilac_eval_opts none = {.logits_mode = LILAC_LOGITS_NONE}, last = {.logits_mode = LILAC_LOGITS_LAST, .logits = out};
+    if ((n_none > 0 && lilac_seq_eval(s, toks, n_none, &none, &err)) ||
+        lilac_seq_eval(s, toks + n_none, n - n_none, &last, &err)) {
+        fprintf(stderr, "eval failed: %s\n", err.msg);
+        free(out);
+        out = NULL;
+    }
+    lilac_seq_free(s);
+    return out;
+}
+
+typedef struct {
+    const char *model, *file, *golden; /* golden: logits file under golden/ */
+    double rel_gold;                   /* max |d| / max |logit| against it (0: mean KL <= 1e-4 instead) */
+    int argmax_gold;
+    double rel; /* prefill against the token path */
+} tcase;
+
+/* got against the token path's ref (rows rows): within c->rel of max |logit|, every argmax the same. */
+static void against(const tcase *c, const char *what, const float *got, const float *ref, int rows, int V)
+{
+    CHECKF(got != NULL, "%s/%s: %s: logits", c->model, c->file, what);
+    if (!got)
+        return;
+    float mx = tm_max_abs(ref, (size_t)rows * V), d = tm_max_diff(got, ref, (size_t)rows * V);
+    int agree = tm_argmax_agree(got, ref, rows, V);
+    printf("%s/%s: %-34s vs token path: max|d|/max|logit| %.3e, argmax %d/%d\n", c->model, c->file, what, d / mx,
+           agree, rows);
+    CHECKF(d <= c->rel * mx, "%s/%s: %s: max|d| %.4g > %.1e x %.4g", c->model, c->file, what, d, c->rel, mx);
+    CHECKF(agree == rows, "%s/%s: %s: argmax agrees at %d of %d rows", c->model, c->file, what, agree, rows);
+}
+
+static void run(const char *fx, const tcase *c)
+{
+    char path[8192], gp[8192], mp[8192];
+    snprintf(path, sizeof path, "%s/%s/%s", fx, c->model, c->file);
+    snprintf(gp, sizeof gp, "%s/%s/golden/%s", fx, c->model, c->golden);
+    snprintf(mp, sizeof mp, "%s/%s/golden/meta.json", fx, c->model);
+    json_t *meta = json_load_file(mp, 0, NULL);
+    int n = 0, np = 0, nc = 0;
+    int32_t *toks = tm_json_ints(meta, "tokens", NULL, &n);
+    int32_t *prompt = tm_json_ints(meta, "greedy", "prompt", &np);
+    int32_t *cont = tm_json_ints(meta, "greedy", "continuation", &nc);
+    lilac_model *g = open_cuda(path);
+    CHECKF(meta && toks && g && n > 8, "%s: meta, tokens and the CUDA model", path);
+    if (!meta || !toks || !g || n <= 8)
+        goto done;
+    CHECKF(!strcmp(lilac_model_backend(g), "cuda"), "%s runs on %s", path, lilac_model_backend(g));
+    int V = lilac_model_hparams(g)->n_vocab;
+#ifdef LILAC_CUDA
+    { /* else every comparison below would be the token path against itself */
+        lilac_seq *s = NULL;
+        lilac_error err;
+        CHECKF(!lilac_seq_new(g, n, &s, &err) && lilac_cuda_prefill_wanted(s, 2) && lilac_cuda_prefill_wanted(s, n),
+               "%s: the prefill takes this model", path);
+        lilac_seq_free(s);
+    }
+#endif
+    set_chunk(NULL);
+    float *ref = tm_logits(g, toks, n, 1, NULL); /* one token a call: the token path */
+    CHECKF(ref != NULL, "%s: token-path logits", path);
+    if (!ref)
+        goto done;
+
+    /* the same calls with the prefill turned off: the token path, whatever the call */
+    setenv("LILAC_CUDA_PREFILL", "0", 1);
+    float *off = tm_logits(g, toks, n, 0, NULL);
+    unsetenv("LILAC_CUDA_PREFILL");
+    CHECKF(off && tm_max_diff(off, ref, (size_t)n * V) <= 1e-6f * tm_max_abs(ref, (size_t)n * V),
+           "%s: LILAC_CUDA_PREFILL=0 is the token path", path);
+    free(off);
+
+    float *pf = tm_logits(g, toks, n, 0, NULL); /* one call, one chunk */
+    against(c, "prefill, one call", pf, ref, n, V);
+
+    static const char *chunks[] = {"1", "2", "5", "7"}; /* chunks of the call: n > chunk, odd sizes, n = 1 kernels */
+    for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++) {
+        set_chunk(chunks[i]);
+        char what[64];
+        snprintf(what, sizeof what, "prefill, chunks of %s", chunks[i]);
+        float *lc = tm_logits(g, toks, n, 0, NULL);
+        against(c, what, lc, ref, n, V);
+        free(lc);
+    }
+    set_chunk(NULL);
+
+    /* calls continuing a sequence: prefill at depth > 0, between single tokens (the token path) */
+    static const int calls_a[] = {2, 2, 3}, calls_b[] = {1, 6, 1, 23}, calls_c[] = {3, 40};
+    float *la = logits_calls(g, toks, n, calls_a, 3);
+    against(c, "calls of 2, 2, 3, rest", la, ref, n, V);
+    float *lb = logits_calls(g, toks, n, calls_b, 4);
+    against(c, "calls of 1, 6, 1, 23, rest", lb, ref, n, V);
+    set_chunk("7");
+    float *lcc = logits_calls(g, toks, n, calls_c, 2);
+    against(c, "calls of 3, 40, rest; chunks of 7", lcc, ref, n, V);
+    set_chunk(NULL);
+    free(la), free(lb), free(lcc);
+
+    /* LOGITS_LAST after a call with LOGITS_NONE, and alone */
+    const float *ref_last = ref + (size_t)(n - 1) * V;
+    float *l1 = logits_last(g, toks, n, n / 2), *l2 = logits_last(g, toks, n, 0);
+    against(c, "NONE then LAST", l1, ref_last, 1, V);
+    against(c, "LAST", l2, ref_last, 1, V);
+    free(l1), free(l2);
+
+    /* the golden logits, as test_cuda_model bounds the token path */
+    float *gold = read_f32(gp, (size_t)n * V);
+    CHECKF(gold && pf, "%s: golden %s", path, c->golden);
+    if (gold && pf) {
+        float mx = tm_max_abs(gold, (size_t)n * V), d = tm_max_diff(pf, gold, (size_t)n * V);
+        int agree = tm_argmax_agree(pf, gold, n, V);
+        if (c->rel_gold > 0) {
+            printf("%s/%s: prefill vs %s: max|d|/max|logit| %.3e, argmax %d/%d\n", c->model, c->file, c->golden,
+                   d / mx, agree, n);
+            CHECKF(d <= c->rel_gold * mx, "%s: prefill max|d| %.4g > %.1e x %.4g", path, d, c->rel_gold, mx);
+        } else {
+            double kl = mean_kl(gold, pf, n, V);
+            printf("%s/%s: prefill vs %s: mean KL %.3e, argmax %d/%d\n", c->model, c->file, c->golden, kl, agree, n);
+            CHECKF(kl <= 1e-4, "%s: prefill mean KL %.3e > 1e-4", path, kl);
+        }
+        CHECKF(agree >= c->argmax_gold, "%s: prefill argmax agrees at %d of %d", path, agree, n);
+    }
+
+    /* greedy decoding after a prefilled prompt: the token path's continuation (and the golden one, unquantized) */
+    if (prompt && cont && nc > 0 && np > 1) {
+        int32_t *a = malloc((size_t)nc * sizeof *a), *b = malloc((size_t)nc * sizeof *b);
+        CHECK(a && b && tm_greedy(g, prompt, np, a, nc) == 0);
+        setenv("LILAC_CUDA_PREFILL", "0", 1);
+        CHECK(a && b && tm_greedy(g, prompt, np, b, nc) == 0);
+        unsetenv("LILAC_CUDA_PREFILL");
+        int same = 0, same_gold = 0;
+        while (a && b && same < nc && a[same] == b[same])
+            same++;
+        while (a && same_gold < nc && a[same_gold] == cont[same_gold])
+            same_gold++;
+        CHECKF(same == nc, "%s: greedy after prefill departs from the token path's at token %d of %d", path, same, nc);
+        if (c->rel_gold > 0)
+            CHECKF(same_gold == nc, "%s: greedy after prefill departs from the golden at token %d of %d", path,
+                   same_gold, nc);
+        free(a), free(b);
+    }
+    free(gold), free(pf), free(ref);
+done:
+    lilac_model_free(g);
+    json_decref(meta);
+    free(toks), free(prompt), free(cont);
+}
+
+int main(void)
+{
+    char why[256] = "";
+    if (!lilac_cuda_available(why, sizeof why)) {
+        const char *req = getenv("LILAC_REQUIRE_CUDA");
+        if (req && !strcmp(req, "1")) {
+            CHECKF(0, "LILAC_REQUIRE_CUDA=1 but no CUDA device can be used: %s", why);
+            TEST_END();
+        }
+        SKIP("no CUDA device: %s", why);
+    }
+    const char *fx = tu_require_fixtures();
+    unsetenv("LILAC_CUDA_PREFILL");
+    static const tcase cases[] = {
+        {"tiny-qwen35moe", "gguf/model-bf16.gguf", "logits.f32", 1e-3, 64, 1e-5},
+        {"tiny-qwen3moe", "gguf/model-bf16.gguf", "logits.f32", 2.6e-3, 63, 1e-5},
+        {"tiny-qwen35moe", "gguf/model-Q4_K_M.gguf", "exact-logits-Q4_K_M.f32", 0, 64, 1e-5},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run(fx, &cases[i]);
+    TEST_END();
+}
