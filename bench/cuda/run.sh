@@ -39,6 +39,7 @@ do_test() {
     nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader | tee "$out/gpu.txt"
     LILAC_REQUIRE_CUDA=1 "$build/tests/test_cuda_kernels" 2>&1 | tee "$out/test_cuda_kernels.txt" | tail -20
     LILAC_REQUIRE_CUDA=1 "$build/tests/test_cuda_model" 2>&1 | tee "$out/test_cuda_model.txt" | tail -20
+    LILAC_REQUIRE_CUDA=1 "$build/tests/test_cuda_prefill" 2>&1 | tee "$out/test_cuda_prefill.txt" | tail -30
 }
 
 do_synth() {
@@ -50,6 +51,7 @@ do_bench() {
     "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 -r 3 --json 2>&1 | tee -a "$out/bench.jsonl"
     "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 -d 8192 -r 2 --json 2>&1 | tee -a "$out/bench.jsonl"
     "$build/lilac" bench -m "$synth" --backend cuda -p 512 -n 0 -r 2 --json 2>&1 | tee -a "$out/bench.jsonl"
+    "$build/lilac" bench -m "$synth" --backend cuda -p 4096 -n 0 -r 2 --json 2>&1 | tee -a "$out/bench.jsonl"
 }
 
 for s in "${steps[@]}"; do
