@@ -456,6 +456,11 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
     bool shared = hp->shared_ff > 0;
     OP("get_row", lilac_cuda_get_row(&cm->tok_embd, cm->tok, cm->x, s));
     OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cm->layers[0].attn_norm, cm->xn, 1, E, eps, s));
+    static int tails = -1; /* LILAC_CUDA_TAILS=0: the tails as kernels of their own (for comparison) */
+    if (tails < 0) {
+        const char *e = getenv("LILAC_CUDA_TAILS");
+        tails = !(e && *e == '0');
+    }
     for (int il = 0; il < hp->n_layer; il++) {
         const cuda_layer *cl = &cm->layers[il];
         /* the output product adds into x, and its last block writes xn = post_norm(x) */
@@ -474,7 +479,7 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             OP("attention",
                lilac_cuda_attention(cm->qg, q_step, cs->k[il], cs->v[il], pos, nh, nkv, hd, cm->att, cs->scores,
                    cs->n_ctx, cm->att_part, hp->attn_output_gate, s));
-            OP("matvec", lilac_cuda_matvec_fused(&cl->wo, 0, NULL, 1, cm->att, NULL, 0, cm->x, 1, &post, s));
+            OP("matvec", lilac_cuda_matvec_fused(&cl->wo, 0, NULL, 1, cm->att, NULL, 0, cm->x, 1, tails ? &post : NULL, s));
         } else {
             OP("matvec", lilac_cuda_matvec(&cl->ssm_z, cm->xn, cm->z, 1, aux));
             OP("matvec", lilac_cuda_matvec(&cl->ssm_alpha, cm->xn, cm->a, 1, aux));
@@ -488,8 +493,10 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
                                                          cm->o, cm->z, cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s))
                                lilac_cuda_deltanet_step(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il],
                                                         cm->o, cm->z, cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s));
-            OP("matvec", lilac_cuda_matvec_fused(&cl->ssm_out, 0, NULL, 1, cm->o, NULL, 0, cm->x, 1, &post, s));
+            OP("matvec", lilac_cuda_matvec_fused(&cl->ssm_out, 0, NULL, 1, cm->o, NULL, 0, cm->x, 1, tails ? &post : NULL, s));
         }
+        if (!tails)
+            OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cl->post_norm, cm->xn, 1, E, eps, s));
         /* x += moe(xn): the shared expert on the second branch, the routed ones on the main */
         if (shared) {
             lilac_cuda_fork(s, aux, cm->ev[0]);
@@ -503,7 +510,10 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
                                  .norm_topk = hp->norm_topk, .up_offset = cl->gu_fused ? hp->n_expert : 0,
                                  .n_embd = E, .idx = cm->idx, .w = cm->rw,
                                  .gate_inp = shared ? cl->sh_gate_inp : NULL, .xn_in = cm->xn};
-        OP("matvec", lilac_cuda_matvec_fused(&cl->router, 0, NULL, 1, cm->xn, NULL, 0, cm->rl, 0, &route, s));
+        OP("matvec", lilac_cuda_matvec_fused(&cl->router, 0, NULL, 1, cm->xn, NULL, 0, cm->rl, 0, tails ? &route : NULL, s));
+        if (!tails)
+            OP("route", lilac_cuda_route(cm->rl, hp->n_expert, k, hp->norm_topk, cm->idx, cm->rw, route.up_offset,
+                                         route.gate_inp, cm->xn, E, s));
         if (cl->gu_fused) { /* gate and up of the k experts: 2k slots of one product */
             OP("matvec_experts",
                lilac_cuda_matvec_experts(&cl->exp_gate, cl->gate_stride, cm->idx, 2 * k, cm->xn, 0, cm->gbuf, s));
@@ -522,7 +532,10 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
                                .xn = cm->xn, .k = k, .x = cm->x, .mw = cm->rw, .sh = shared ? cm->sho : NULL,
                                .gsh = cm->rw + k};
         OP("matvec_experts", lilac_cuda_matvec_fused(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
-                                                     1, cm->ex, 0, &moe, s));
+                                                     1, cm->ex, 0, tails ? &moe : NULL, s));
+        if (!tails)
+            OP("moe_sum_norm", lilac_cuda_moe_sum_norm(cm->x, cm->ex, cm->rw, k, moe.sh, moe.gsh, moe.norm_w, cm->xn,
+                                                       E, eps, s));
     }
 }
 

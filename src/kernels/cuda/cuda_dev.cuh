@@ -89,20 +89,48 @@ static __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(
 static __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 
+/* Values a thread keeps in registers in the one-block steps below: with a
+ * vector of up to DEV_NR * blockDim values every load is issued at once
+ * instead of one L2 round trip after another; longer ones take a loop. */
+#define DEV_NR 8
+
 // y = x / sqrt(mean(x^2) + eps) * w (w may be NULL), by one block.
-static __device__ void dev_rmsnorm(const float *x, const float *w, float *y, int n, float eps)
+static __device__ void dev_rmsnorm(const float *__restrict__ x, const float *__restrict__ w, float *__restrict__ y,
+                                   int n, float eps)
 {
+    const int nb = blockDim.x;
     float ss = 0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    if (n <= DEV_NR * nb) {
+        float v[DEV_NR];
+#pragma unroll
+        for (int j = 0; j < DEV_NR; j++) {
+            const int i = threadIdx.x + j * nb;
+            v[j] = i < n ? __ldcg(x + i) : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < DEV_NR; j++)
+            ss += v[j] * v[j];
+        ss = block_sum(ss);
+        const float r = rsqrtf(ss / n + eps);
+#pragma unroll
+        for (int j = 0; j < DEV_NR; j++) {
+            const int i = threadIdx.x + j * nb;
+            if (i < n)
+                y[i] = v[j] * r * (w ? w[i] : 1.0f);
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < n; i += nb) {
         const float v = __ldcg(x + i);
         ss += v * v;
     }
     ss = block_sum(ss);
-    float r = rsqrtf(ss / n + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
+    const float r = rsqrtf(ss / n + eps);
+    for (int i = threadIdx.x; i < n; i += nb)
         y[i] = __ldcg(x + i) * r * (w ? w[i] : 1.0f);
 }
 
+// lilac_cuda_route (cuda_ops.h): the logits in one warp's registers, the gate dot by the block.
 #define TOPK_PER_LANE 16
 static __device__ void dev_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
                                  const float *gate_inp, const float *xn, int n_embd)
@@ -110,6 +138,7 @@ static __device__ void dev_route(const float *logits, int E, int k, int norm, in
     float gsh = 0;
     if (gate_inp) { // the whole block: a 2048-long dot is most of the kernel's loads
         float d = 0;
+#pragma unroll 8
         for (int i = threadIdx.x; i < n_embd; i += blockDim.x)
             d += gate_inp[i] * __ldcg(xn + i);
         gsh = sigmoidf_(block_sum(d));
@@ -188,11 +217,57 @@ static __device__ void dev_route(const float *logits, int E, int k, int norm, in
 
 // x += sum_i w[i] ex[i] (+ gsh * sh), then xn = RMSNorm(x) * norm_w (the
 // next layer's input norm, or the output norm) when norm_w is set: one block.
-static __device__ void dev_moe_sum_norm(float *x, const float *ex, const float *w, int k, const float *sh,
-                                        const float *gsh, const float *norm_w, float *xn, int E, float eps)
+static __device__ void dev_moe_sum_norm(float *__restrict__ x, const float *__restrict__ ex,
+                                        const float *__restrict__ w, int k, const float *__restrict__ sh,
+                                        const float *__restrict__ gsh, const float *__restrict__ norm_w,
+                                        float *__restrict__ xn, int E, float eps)
 {
+    __shared__ float ws[65]; // the k weights, then the shared expert's gate
+    for (int i = threadIdx.x; i < k && i < 64; i += blockDim.x)
+        ws[i] = __ldcg(w + i);
+    if (threadIdx.x == 0)
+        ws[64] = sh ? __ldcg(gsh) : 0.0f;
+    __syncthreads();
+    const int nb = blockDim.x;
     float ss = 0;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    if (E <= DEV_NR * nb && k <= 64) {
+        float o[DEV_NR];
+#pragma unroll
+        for (int j = 0; j < DEV_NR; j++)
+            o[j] = 0.0f;
+        for (int i = 0; i < k; i++) { // expert by expert, as the CPU adds them; DEV_NR loads in flight
+            const float wi = ws[i];
+#pragma unroll
+            for (int j = 0; j < DEV_NR; j++) {
+                const int e = threadIdx.x + j * nb;
+                if (e < E)
+                    o[j] += wi * __ldcg(ex + (size_t)i * E + e);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < DEV_NR; j++) {
+            const int e = threadIdx.x + j * nb;
+            if (e < E) {
+                if (sh)
+                    o[j] += ws[64] * __ldcg(sh + e);
+                o[j] += __ldcg(x + e);
+                x[e] = o[j];
+                ss += o[j] * o[j];
+            }
+        }
+        if (!norm_w)
+            return;
+        ss = block_sum(ss);
+        const float r = rsqrtf(ss / E + eps);
+#pragma unroll
+        for (int j = 0; j < DEV_NR; j++) {
+            const int e = threadIdx.x + j * nb;
+            if (e < E)
+                xn[e] = o[j] * r * norm_w[e];
+        }
+        return;
+    }
+    for (int e = threadIdx.x; e < E; e += nb) {
         float o = 0;
         for (int i = 0; i < k; i++)
             o += __ldcg(w + i) * __ldcg(ex + (size_t)i * E + e);
@@ -206,7 +281,7 @@ static __device__ void dev_moe_sum_norm(float *x, const float *ex, const float *
         return;
     ss = block_sum(ss);
     const float r = rsqrtf(ss / E + eps);
-    for (int e = threadIdx.x; e < E; e += blockDim.x)
+    for (int e = threadIdx.x; e < E; e += nb)
         xn[e] = x[e] * r * norm_w[e];
 }
 

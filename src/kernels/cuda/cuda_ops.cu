@@ -129,7 +129,7 @@ extern "C" void lilac_cuda_graph_free(void *exec)
 // Split-K attention for one query position (flash decoding): block (h, sp)
 // takes keys [sp * chunk, (sp + 1) * chunk) of head h: scores into scratch,
 // its max m, sum l of exp(score - m) and o = sum exp(score - m) v into part.
-#define ATT_SPLIT 32
+#define ATT_SPLIT 128
 __global__ void k_attention_part(const float *q, int q_step, const float *K, const float *V, const int *pos_dev, int kvw,
                                  int hd, int group, float *scratch, int scratch_stride, float *part)
 {
@@ -176,6 +176,107 @@ __global__ void k_attention_part(const float *q, int q_step, const float *K, con
         pt[0] = p1 > p0 ? mx : -INFINITY, pt[1] = sum;
 }
 
+// The same split, a block per (KV head, key range) for all G query heads
+// of its group: each K and V row is read once for the group, not G times.
+// Keys go in tiles of ATT_TILE with a running max (online softmax); a warp
+// scores ATT_TILE / 8 keys, 4 at a time, a lane holding hd / 32 dims of
+// each; a thread then owns output dim d of the G heads. The part written
+// per query head is k_attention_part's (m, l, o), merged the same way.
+#define ATT_TILE 64
+#define ATT_GMAX 8
+#define ATT_DPL 8 /* dims a lane: hd <= 256 */
+__global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_step, const float *K, const float *V,
+                                                      const int *pos_dev, int kvw, int hd, int G, float *part)
+{
+    griddep_launch_dependents();
+    const int kvh = blockIdx.x, sp = blockIdx.y;
+    const int n_keys = *pos_dev + 1, chunk = (n_keys + ATT_SPLIT - 1) / ATT_SPLIT;
+    const int p0 = sp * chunk, p1 = min(n_keys, p0 + chunk);
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, dpl = hd / 32;
+    __shared__ float qs[ATT_GMAX][ATT_DPL * 32], sc[ATT_GMAX][ATT_TILE], m_run[ATT_GMAX], l_run[ATT_GMAX],
+        alpha[ATT_GMAX];
+    const float scale = rsqrtf((float)hd);
+    for (int i = threadIdx.x; i < G * hd; i += blockDim.x)
+        qs[i / hd][i % hd] = q[(size_t)(kvh * G + i / hd) * q_step + i % hd] * scale;
+    if (threadIdx.x < G)
+        m_run[threadIdx.x] = -INFINITY, l_run[threadIdx.x] = 0.0f;
+    float o[ATT_GMAX];
+#pragma unroll
+    for (int g = 0; g < ATT_GMAX; g++)
+        o[g] = 0.0f;
+    __syncthreads();
+    const size_t koff = (size_t)kvh * hd;
+    for (int t0 = p0; t0 < p1; t0 += ATT_TILE) {
+        const int nt = min(ATT_TILE, p1 - t0);
+        for (int kb = wid * (ATT_TILE / 8); kb < (wid + 1) * (ATT_TILE / 8); kb += 4) {
+            float part_d[4][ATT_GMAX];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float kr[ATT_DPL];
+                const bool live = kb + j < nt;
+                const float *kp = K + (size_t)(t0 + kb + j) * kvw + koff;
+#pragma unroll
+                for (int i = 0; i < ATT_DPL; i++)
+                    kr[i] = live && i < dpl ? kp[lane + 32 * i] : 0.0f;
+#pragma unroll
+                for (int g = 0; g < ATT_GMAX; g++) {
+                    float d = 0;
+#pragma unroll
+                    for (int i = 0; i < ATT_DPL; i++)
+                        d += i < dpl && g < G ? kr[i] * qs[g][lane + 32 * i] : 0.0f;
+                    part_d[j][g] = d;
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int g = 0; g < ATT_GMAX; g++) {
+                    const float d = warp_sum(part_d[j][g]);
+                    if (lane == 0 && g < G)
+                        sc[g][kb + j] = kb + j < nt ? d : -INFINITY;
+                }
+        }
+        __syncthreads();
+        if (wid < G) { // warp g: the running softmax of head g over this tile
+            const float s0 = sc[wid][lane], s1 = sc[wid][lane + 32];
+            const float mt = warp_max(fmaxf(s0, s1)), mo = m_run[wid], mn = fmaxf(mo, mt);
+            const float e0 = lane < nt ? expf(s0 - mn) : 0.0f, e1 = lane + 32 < nt ? expf(s1 - mn) : 0.0f;
+            sc[wid][lane] = e0, sc[wid][lane + 32] = e1;
+            const float sum = warp_sum(e0 + e1);
+            if (lane == 0) {
+                const float a = mo == -INFINITY ? 0.0f : expf(mo - mn);
+                alpha[wid] = a;
+                l_run[wid] = l_run[wid] * a + sum;
+                m_run[wid] = mn;
+            }
+        }
+        __syncthreads();
+        const int d = threadIdx.x;
+        if (d < hd) {
+#pragma unroll
+            for (int g = 0; g < ATT_GMAX; g++)
+                o[g] *= g < G ? alpha[g] : 0.0f;
+            const float *vp = V + (size_t)t0 * kvw + koff + d;
+#pragma unroll 8
+            for (int i = 0; i < nt; i++) {
+                const float v = vp[(size_t)i * kvw];
+#pragma unroll
+                for (int g = 0; g < ATT_GMAX; g++)
+                    o[g] += sc[g < G ? g : 0][i] * v;
+            }
+        }
+        __syncthreads();
+    }
+    const int d = threadIdx.x;
+    for (int g = 0; g < G; g++) {
+        float *pt = part + ((size_t)(kvh * G + g) * ATT_SPLIT + sp) * (hd + 2);
+        if (d < hd)
+            pt[2 + d] = o[g];
+        if (d == 0)
+            pt[0] = p1 > p0 ? m_run[g] : -INFINITY, pt[1] = l_run[g];
+    }
+}
+
 // Per head: the parts combined with their maxima, then the gate sigmoid(g).
 __global__ void k_attention_combine(const float *q, int q_step, int hd, const float *part, float *out, int gated)
 {
@@ -211,8 +312,13 @@ extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K,
                                      int n_head, int n_head_kv, int hd, float *out, float *scratch, int scratch_stride,
                                      float *part, int gated, lilac_cuda_stream *s)
 {
-    k_attention_part<<<dim3(n_head, ATT_SPLIT), 256, (size_t)hd * sizeof(float), CS(s)>>>(
-        q, q_step, K, V, pos, n_head_kv * hd, hd, n_head / n_head_kv, scratch, scratch_stride, part);
+    const int G = n_head / n_head_kv;
+    if (G <= ATT_GMAX && hd % 32 == 0 && hd <= 32 * ATT_DPL && hd <= 256)
+        k_attention_gqa<<<dim3(n_head_kv, ATT_SPLIT), 256, 0, CS(s)>>>(q, q_step, K, V, pos, n_head_kv * hd, hd, G,
+                                                                      part);
+    else
+        k_attention_part<<<dim3(n_head, ATT_SPLIT), 256, (size_t)hd * sizeof(float), CS(s)>>>(
+            q, q_step, K, V, pos, n_head_kv * hd, hd, G, scratch, scratch_stride, part);
     k_attention_combine<<<n_head, 256, 0, CS(s)>>>(q, q_step, hd, part, out, gated);
 }
 
