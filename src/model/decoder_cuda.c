@@ -256,11 +256,6 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
         st = lilac_cuda_model_alloc(cm, (void **)&cm->idx, 2 * k * sizeof(int32_t), err);
     if (!st)
         cm->ubuf = cm->gbuf + k * ff; /* right after the gate outputs: one product writes both */
-    size_t cbytes = (size_t)hp->n_layer * 3 * sizeof(int);
-    if (!st)
-        st = lilac_cuda_model_alloc(cm, (void **)&cm->counters, cbytes, err);
-    if (!st && lilac_cuda_memset(cm->counters, 0, cbytes, cm->stream))
-        st = lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA: clearing the counters failed");
     if (!st && lilac_cuda_host_alloc((void **)&cm->logits_host, (size_t)hp->n_vocab * sizeof(float)))
         cm->logits_host = NULL; /* then straight into the caller's memory, slower */
     if (st) {
@@ -456,16 +451,8 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
     bool shared = hp->shared_ff > 0;
     OP("get_row", lilac_cuda_get_row(&cm->tok_embd, cm->tok, cm->x, s));
     OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cm->layers[0].attn_norm, cm->xn, 1, E, eps, s));
-    static int tails = -1; /* LILAC_CUDA_TAILS=0: the tails as kernels of their own (for comparison) */
-    if (tails < 0) {
-        const char *e = getenv("LILAC_CUDA_TAILS");
-        tails = !(e && *e == '0');
-    }
     for (int il = 0; il < hp->n_layer; il++) {
         const cuda_layer *cl = &cm->layers[il];
-        /* the output product adds into x, and its last block writes xn = post_norm(x) */
-        lilac_cuda_tail post = {.op = LILAC_TAIL_NORM, .counter = cm->counters + 3 * il, .eps = eps,
-                                .norm_w = cl->post_norm, .xn = cm->xn};
         /* x += mixer(xn): the small products of the same input on the second branch */
         lilac_cuda_fork(s, aux, cm->ev[0]);
         if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
@@ -479,7 +466,7 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             OP("attention",
                lilac_cuda_attention(cm->qg, q_step, cs->k[il], cs->v[il], pos, nh, nkv, hd, cm->att, cs->scores,
                    cs->n_ctx, cm->att_part, hp->attn_output_gate, s));
-            OP("matvec", lilac_cuda_matvec_fused(&cl->wo, 0, NULL, 1, cm->att, NULL, 0, cm->x, 1, tails ? &post : NULL, s));
+            OP("matvec", lilac_cuda_matvec_fused(&cl->wo, 0, NULL, 1, cm->att, NULL, 0, cm->x, 1, s));
         } else {
             OP("matvec", lilac_cuda_matvec(&cl->ssm_z, cm->xn, cm->z, 1, aux));
             OP("matvec", lilac_cuda_matvec(&cl->ssm_alpha, cm->xn, cm->a, 1, aux));
@@ -493,27 +480,21 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
                                                          cm->o, cm->z, cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s))
                                lilac_cuda_deltanet_step(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il],
                                                         cm->o, cm->z, cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s));
-            OP("matvec", lilac_cuda_matvec_fused(&cl->ssm_out, 0, NULL, 1, cm->o, NULL, 0, cm->x, 1, tails ? &post : NULL, s));
+            OP("matvec", lilac_cuda_matvec_fused(&cl->ssm_out, 0, NULL, 1, cm->o, NULL, 0, cm->x, 1, s));
         }
-        if (!tails)
-            OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cl->post_norm, cm->xn, 1, E, eps, s));
+        OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cl->post_norm, cm->xn, 1, E, eps, s));
         /* x += moe(xn): the shared expert on the second branch, the routed ones on the main */
         if (shared) {
             lilac_cuda_fork(s, aux, cm->ev[0]);
             OP("matvec", lilac_cuda_matvec(&cl->sh_gate, cm->xn, cm->shg, 1, aux));
             OP("matvec", lilac_cuda_matvec(&cl->sh_up, cm->xn, cm->shu, 1, aux));
             OP("matvec",
-               lilac_cuda_matvec_fused(&cl->sh_down, 0, NULL, 1, cm->shg, cm->shu, 0, cm->sho, 0, NULL, aux));
+               lilac_cuda_matvec_fused(&cl->sh_down, 0, NULL, 1, cm->shg, cm->shu, 0, cm->sho, 0, aux));
         }
-        /* the router's last block routes (and takes the shared expert's gate) */
-        lilac_cuda_tail route = {.op = LILAC_TAIL_ROUTE, .counter = cm->counters + 3 * il + 1, .k = k,
-                                 .norm_topk = hp->norm_topk, .up_offset = cl->gu_fused ? hp->n_expert : 0,
-                                 .n_embd = E, .idx = cm->idx, .w = cm->rw,
-                                 .gate_inp = shared ? cl->sh_gate_inp : NULL, .xn_in = cm->xn};
-        OP("matvec", lilac_cuda_matvec_fused(&cl->router, 0, NULL, 1, cm->xn, NULL, 0, cm->rl, 0, tails ? &route : NULL, s));
-        if (!tails)
-            OP("route", lilac_cuda_route(cm->rl, hp->n_expert, k, hp->norm_topk, cm->idx, cm->rw, route.up_offset,
-                                         route.gate_inp, cm->xn, E, s));
+        /* the routing takes the shared expert's gate too */
+        OP("matvec", lilac_cuda_matvec(&cl->router, cm->xn, cm->rl, 1, s));
+        OP("route", lilac_cuda_route(cm->rl, hp->n_expert, k, hp->norm_topk, cm->idx, cm->rw,
+                                     cl->gu_fused ? hp->n_expert : 0, shared ? cl->sh_gate_inp : NULL, cm->xn, E, s));
         if (cl->gu_fused) { /* gate and up of the k experts: 2k slots of one product */
             OP("matvec_experts",
                lilac_cuda_matvec_experts(&cl->exp_gate, cl->gate_stride, cm->idx, 2 * k, cm->xn, 0, cm->gbuf, s));
@@ -525,17 +506,12 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         }
         if (shared)
             lilac_cuda_fork(aux, s, cm->ev[1]);
-        /* the down product's last block sums the experts into x and writes the next layer's input norm (the
-         * output norm after the last layer) */
-        lilac_cuda_tail moe = {.op = LILAC_TAIL_MOE, .counter = cm->counters + 3 * il + 2, .eps = eps,
-                               .norm_w = il + 1 < hp->n_layer ? cm->layers[il + 1].attn_norm : cm->output_norm,
-                               .xn = cm->xn, .k = k, .x = cm->x, .mw = cm->rw, .sh = shared ? cm->sho : NULL,
-                               .gsh = cm->rw + k};
         OP("matvec_experts", lilac_cuda_matvec_fused(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
-                                                     1, cm->ex, 0, tails ? &moe : NULL, s));
-        if (!tails)
-            OP("moe_sum_norm", lilac_cuda_moe_sum_norm(cm->x, cm->ex, cm->rw, k, moe.sh, moe.gsh, moe.norm_w, cm->xn,
-                                                       E, eps, s));
+                                                     1, cm->ex, 0, s));
+        /* x += the experts' sum, and the next layer's input norm (the output norm after the last layer) */
+        const float *next_norm = il + 1 < hp->n_layer ? cm->layers[il + 1].attn_norm : cm->output_norm;
+        OP("moe_sum_norm", lilac_cuda_moe_sum_norm(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL, cm->rw + k,
+                                                   next_norm, cm->xn, E, eps, s));
     }
 }
 

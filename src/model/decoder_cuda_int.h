@@ -36,7 +36,6 @@ struct lilac_cuda_model {
         *sho, *logits, *att_part;
     int32_t *tok, *idx; /* tok[0]: the token, tok[1]: its position */
     float *logits_host; /* pinned (host), n_vocab: the logits' way down */
-    int *counters;      /* (dev) 3 a layer: the last-block counters of the products with a tail */
     char device[160];
     struct cuda_prefill *pf; /* the prefill's activations (decoder_cuda_prefill.c), allocated at its first use */
 };

@@ -66,40 +66,14 @@ void lilac_cuda_matvec(const lilac_cuda_mat *W, const float *x, float *y, int n_
 void lilac_cuda_matvec_experts(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
                                const float *x, int x_stride, float *y, lilac_cuda_stream *s);
 
-/* What the last block of a product does once every block has written y: the
- * step's whole-vector operation that would otherwise be a kernel of its own
- * (cuda_ops.h has them as such). */
-enum {
-    LILAC_TAIL_NONE,
-    LILAC_TAIL_NORM,  /* xn = RMSNorm(y) * norm_w (y: rows values) */
-    LILAC_TAIL_ROUTE, /* lilac_cuda_route of the logits y (rows experts) */
-    LILAC_TAIL_MOE,   /* lilac_cuda_moe_sum_norm of the k expert outputs y (k slots of rows) */
-};
-typedef struct lilac_cuda_tail {
-    int op;
-    int *counter; /* (dev) an int at 0, this product's alone while it runs; left at 0 */
-    float eps;
-    const float *norm_w; /* NORM, MOE (NULL: MOE without the norm) */
-    float *xn;           /* NORM, MOE: the normalized vector out */
-    /* ROUTE */
-    int k, norm_topk, up_offset, n_embd;
-    int32_t *idx;
-    float *w;
-    const float *gate_inp, *xn_in;
-    /* MOE: x += sum_i mw[i] y[i] (+ *gsh sh) */
-    float *x;
-    const float *mw, *sh, *gsh;
-} lilac_cuda_tail;
-
 /* The one-token product with the step's neighbours folded in: as
  * lilac_cuda_matvec_experts (idx set, k slots) or lilac_cuda_matvec (idx
  * NULL, k = 1), where the input is silu(x) * x2 elementwise when x2 is set
  * (the SwiGLU of a gate and an up product; x2 laid out as x), and y += the
- * product when accumulate is set (a residual add) instead of y = it; then
- * the tail (NULL: none). */
+ * product when accumulate is set (a residual add) instead of y = it. */
 void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
                              const float *x, const float *x2, int x_stride, float *y, int accumulate,
-                             const lilac_cuda_tail *tail, lilac_cuda_stream *s);
+                             lilac_cuda_stream *s);
 
 /* out[c] = value c of row r of W, c < cols (dev): an embedding lookup with r read on the device from *r_dev. */
 void lilac_cuda_get_row(const lilac_cuda_mat *W, const int32_t *r_dev, float *out, lilac_cuda_stream *s);

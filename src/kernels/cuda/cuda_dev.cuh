@@ -26,10 +26,9 @@ static __device__ __forceinline__ void griddep_launch_dependents()
 #endif
 }
 
-/* Reductions, activations and the small whole-vector steps that both a
- * kernel of their own (cuda_ops.cu) and a product's last block (cuda_quant.cu,
- * lilac_cuda_tail) run. Vectors that other blocks of the same kernel wrote
- * are read with __ldcg (from L2: L1 is not coherent between blocks). */
+/* Reductions, activations and the one-block whole-vector steps of the
+ * decode step (cuda_ops.cu's kernels are these over a grid). Vectors the
+ * kernel before wrote are read with __ldcg (from L2, not through L1). */
 static __device__ __forceinline__ float warp_sum(float v)
 {
     for (int o = 16; o > 0; o >>= 1)
@@ -130,93 +129,83 @@ static __device__ void dev_rmsnorm(const float *__restrict__ x, const float *__r
         y[i] = __ldcg(x + i) * r * (w ? w[i] : 1.0f);
 }
 
-// lilac_cuda_route (cuda_ops.h): the logits in one warp's registers, the gate dot by the block.
-#define TOPK_PER_LANE 16
+// lilac_cuda_route (cuda_ops.h) by one block: the softmax by block
+// reductions, then every expert's rank at once (how many experts come
+// before it: a higher probability, or an equal one at a lower index, the
+// order of k rounds of argmax), the chosen ones listed in index order by
+// ballots. Sequential rounds in one warp were most of the step's routing time.
+#define ROUTE_EMAX 512
 static __device__ void dev_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
                                  const float *gate_inp, const float *xn, int n_embd)
 {
+    __shared__ float pr[ROUTE_EMAX];
+    __shared__ unsigned char chosen[ROUTE_EMAX];
+    __shared__ int sel[32];
+    __shared__ float selw[32];
+    const int nb = blockDim.x;
     float gsh = 0;
-    if (gate_inp) { // the whole block: a 2048-long dot is most of the kernel's loads
+    if (gate_inp) { // the shared expert's gate
         float d = 0;
 #pragma unroll 8
-        for (int i = threadIdx.x; i < n_embd; i += blockDim.x)
+        for (int i = threadIdx.x; i < n_embd; i += nb)
             d += gate_inp[i] * __ldcg(xn + i);
         gsh = sigmoidf_(block_sum(d));
     }
+    float mx = -INFINITY;
+    for (int e = threadIdx.x; e < E; e += nb)
+        mx = fmaxf(mx, __ldcg(logits + e));
+    mx = block_max(mx);
+    float sum = 0;
+    for (int e = threadIdx.x; e < E; e += nb) {
+        const float v = expf(__ldcg(logits + e) - mx);
+        pr[e] = v;
+        sum += v;
+    }
+    sum = block_sum(sum);
+    for (int e = threadIdx.x; e < E; e += nb)
+        pr[e] /= sum;
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += nb) {
+        const float pe = pr[e];
+        int before = 0;
+        for (int j = 0; j < E; j++) {
+            const float pj = pr[j];
+            before += pj > pe || (pj == pe && j < e);
+        }
+        chosen[e] = before < k;
+    }
+    __syncthreads();
     if (threadIdx.x >= 32)
         return;
     const int lane = threadIdx.x;
-    float p[TOPK_PER_LANE];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < TOPK_PER_LANE; i++) {
-        const int e = lane + 32 * i;
-        p[i] = e < E ? __ldcg(logits + e) : -INFINITY;
-        mx = fmaxf(mx, p[i]);
+    int cnt = 0;
+    for (int base = 0; base < E; base += 32) {
+        const bool f = base + lane < E && chosen[base + lane];
+        const unsigned bal = __ballot_sync(0xffffffffu, f);
+        const int at = cnt + __popc(bal & ((1u << lane) - 1u));
+        if (f && at < k)
+            sel[at] = base + lane, selw[at] = pr[base + lane];
+        cnt += __popc(bal);
     }
-    mx = warp_max(mx);
-    float sum = 0;
-#pragma unroll
-    for (int i = 0; i < TOPK_PER_LANE; i++) {
-        const int e = lane + 32 * i;
-        p[i] = e < E ? expf(p[i] - mx) : 0.0f;
-        sum += p[i];
-    }
-    sum = warp_sum(sum);
-#pragma unroll
-    for (int i = 0; i < TOPK_PER_LANE; i++)
-        p[i] = lane + 32 * i < E ? p[i] / sum : -1.0f;
-    __shared__ int chosen[32];
-    __shared__ float pw[32];
-    for (int r = 0; r < k; r++) {
-        float bv = -1.0f;
-        int bi = 0x7fffffff;
-#pragma unroll
-        for (int i = 0; i < TOPK_PER_LANE; i++) // ascending index: the first of equals wins
-            if (p[i] > bv)
-                bv = p[i], bi = lane + 32 * i;
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > bv || (ov == bv && oi < bi))
-                bv = ov, bi = oi;
-        }
-        if (lane == 0)
-            chosen[r] = bi, pw[r] = bv;
-        if ((bi & 31) == lane) {
-#pragma unroll
-            for (int i = 0; i < TOPK_PER_LANE; i++)
-                if (i == bi >> 5)
-                    p[i] = -2.0f; // taken
-        }
-    }
+    if (lane == 0)
+        for (int i = cnt; i < k; i++) // only with NaN logits: still valid experts
+            sel[i] = i % E, selw[i] = 0.0f;
     __syncwarp();
-    if (lane == 0) {
-        for (int i = 1; i < k; i++) // by expert index, as the CPU adds them
-            for (int q = i; q > 0 && chosen[q - 1] > chosen[q]; q--) {
-                int t = chosen[q];
-                chosen[q] = chosen[q - 1];
-                chosen[q - 1] = t;
-                float tw = pw[q];
-                pw[q] = pw[q - 1];
-                pw[q - 1] = tw;
-            }
-        float tot = 0;
-        for (int i = 0; i < k; i++)
-            tot += pw[i];
-        for (int i = 0; i < k; i++) {
-            idx[i] = chosen[i];
-            if (up_offset > 0)
-                idx[k + i] = chosen[i] + up_offset;
-            w[i] = norm ? pw[i] / tot : pw[i];
-        }
-        if (gate_inp)
-            w[k] = gsh;
+    float tot = 0;
+    if (lane == 0)
+        for (int i = 0; i < k; i++) // in expert-index order, as the CPU adds them
+            tot += selw[i];
+    tot = __shfl_sync(0xffffffffu, tot, 0);
+    if (lane < k) {
+        idx[lane] = sel[lane];
+        if (up_offset > 0)
+            idx[k + lane] = sel[lane] + up_offset;
+        w[lane] = norm ? selw[lane] / tot : selw[lane];
     }
+    if (lane == 0 && gate_inp)
+        w[k] = gsh;
 }
 
-// x += sum_i w[i] ex[i] (+ gsh * sh), then xn = RMSNorm(x) * norm_w (the
-// next layer's input norm, or the output norm) when norm_w is set: one block.
 static __device__ void dev_moe_sum_norm(float *__restrict__ x, const float *__restrict__ ex,
                                         const float *__restrict__ w, int k, const float *__restrict__ sh,
                                         const float *__restrict__ gsh, const float *__restrict__ norm_w,

@@ -130,11 +130,20 @@ extern "C" void lilac_cuda_graph_free(void *exec)
 // takes keys [sp * chunk, (sp + 1) * chunk) of head h: scores into scratch,
 // its max m, sum l of exp(score - m) and o = sum exp(score - m) v into part.
 #define ATT_SPLIT 128
+#define ATT_TILE 64
+// The key ranges in use at n_keys keys: ranges of at least a tile, so that a
+// short context does not pay for ATT_SPLIT mostly empty blocks and parts.
+static __device__ __forceinline__ int att_splits(int n_keys)
+{
+    return min(ATT_SPLIT, (n_keys + ATT_TILE - 1) / ATT_TILE);
+}
 __global__ void k_attention_part(const float *q, int q_step, const float *K, const float *V, const int *pos_dev, int kvw,
                                  int hd, int group, float *scratch, int scratch_stride, float *part)
 {
     int h = blockIdx.x, sp = blockIdx.y, kvh = h / group;
-    int n_keys = *pos_dev + 1, chunk = (n_keys + ATT_SPLIT - 1) / ATT_SPLIT;
+    int n_keys = *pos_dev + 1, ns = att_splits(n_keys), chunk = (n_keys + ns - 1) / ns;
+    if (sp >= ns)
+        return;
     int p0 = sp * chunk, p1 = min(n_keys, p0 + chunk);
     float *pt = part + ((size_t)h * ATT_SPLIT + sp) * (hd + 2);
     const float *qh = q + (size_t)h * q_step;
@@ -182,7 +191,6 @@ __global__ void k_attention_part(const float *q, int q_step, const float *K, con
 // scores ATT_TILE / 8 keys, 4 at a time, a lane holding hd / 32 dims of
 // each; a thread then owns output dim d of the G heads. The part written
 // per query head is k_attention_part's (m, l, o), merged the same way.
-#define ATT_TILE 64
 #define ATT_GMAX 8
 #define ATT_DPL 8 /* dims a lane: hd <= 256 */
 __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_step, const float *K, const float *V,
@@ -190,7 +198,9 @@ __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_ste
 {
     griddep_launch_dependents();
     const int kvh = blockIdx.x, sp = blockIdx.y;
-    const int n_keys = *pos_dev + 1, chunk = (n_keys + ATT_SPLIT - 1) / ATT_SPLIT;
+    const int n_keys = *pos_dev + 1, ns = att_splits(n_keys), chunk = (n_keys + ns - 1) / ns;
+    if (sp >= ns)
+        return;
     const int p0 = sp * chunk, p1 = min(n_keys, p0 + chunk);
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, dpl = hd / 32;
     __shared__ float qs[ATT_GMAX][ATT_DPL * 32], sc[ATT_GMAX][ATT_TILE], m_run[ATT_GMAX], l_run[ATT_GMAX],
@@ -278,27 +288,29 @@ __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_ste
 }
 
 // Per head: the parts combined with their maxima, then the gate sigmoid(g).
-__global__ void k_attention_combine(const float *q, int q_step, int hd, const float *part, float *out, int gated)
+// The ranges' weights exp(m - M) are computed once, a thread a range, into
+// shared memory; then a thread a dim sums the ranges with all loads in flight.
+__global__ void k_attention_combine(const float *q, int q_step, int hd, const float *part, float *out, int gated,
+                                    const int *pos_dev)
 {
     griddep_launch_dependents();
-    int h = blockIdx.x;
+    int h = blockIdx.x, ns = att_splits(*pos_dev + 1);
     const float *ph = part + (size_t)h * ATT_SPLIT * (hd + 2);
-    float M = -INFINITY;
-    for (int sp = 0; sp < ATT_SPLIT; sp++)
-        M = fmaxf(M, ph[(size_t)sp * (hd + 2)]);
-    float L = 0;
-    for (int sp = 0; sp < ATT_SPLIT; sp++) {
-        float m = ph[(size_t)sp * (hd + 2)];
-        if (m > -INFINITY)
-            L += ph[(size_t)sp * (hd + 2) + 1] * expf(m - M);
+    __shared__ float wsp[ATT_SPLIT];
+    float m = threadIdx.x < ns ? ph[(size_t)threadIdx.x * (hd + 2)] : -INFINITY;
+    const float M = block_max(m);
+    float l = 0;
+    if (threadIdx.x < ns) {
+        const float wgt = m > -INFINITY ? expf(m - M) : 0.0f;
+        wsp[threadIdx.x] = wgt;
+        l = wgt > 0 ? ph[(size_t)threadIdx.x * (hd + 2) + 1] * wgt : 0.0f;
     }
+    const float L = block_sum(l);
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float o = 0;
-        for (int sp = 0; sp < ATT_SPLIT; sp++) {
-            float m = ph[(size_t)sp * (hd + 2)];
-            if (m > -INFINITY)
-                o += ph[(size_t)sp * (hd + 2) + 2 + d] * expf(m - M);
-        }
+#pragma unroll 8
+        for (int sp = 0; sp < ns; sp++)
+            o += wsp[sp] * ph[(size_t)sp * (hd + 2) + 2 + d];
         o /= L;
         if (gated)
             o *= sigmoidf_(q[(size_t)h * q_step + hd + d]);
@@ -319,7 +331,7 @@ extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K,
     else
         k_attention_part<<<dim3(n_head, ATT_SPLIT), 256, (size_t)hd * sizeof(float), CS(s)>>>(
             q, q_step, K, V, pos, n_head_kv * hd, hd, G, scratch, scratch_stride, part);
-    k_attention_combine<<<n_head, 256, 0, CS(s)>>>(q, q_step, hd, part, out, gated);
+    k_attention_combine<<<n_head, 256, 0, CS(s)>>>(q, q_step, hd, part, out, gated, pos);
 }
 
 // ---- Gated DeltaNet, one token ----
@@ -657,9 +669,8 @@ extern "C" void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, 
     cudaStreamWaitEvent(CS(to), (cudaEvent_t)ev, 0);
 }
 
-// The router's softmax, top-k and weights as k_topk computes them, by one
-// warp with the logits in registers (E <= 32 * TOPK_PER_LANE, k <= 32):
-// k_topk's block-wide rounds cost more in barriers than the work. With
+// The router's softmax, top-k and weights as k_topk computes them, the
+// ranks of all experts at once (dev_route; E <= 512, k <= 32). With
 // up_offset > 0, idx[k + i] = idx[i] + up_offset as well (the up matrices
 // stored after the gate ones: one product over 2k slots). With gate_inp,
 // w[k] = sigmoid(gate_inp . xn) (the shared expert's gate).
@@ -673,7 +684,7 @@ __global__ void k_route(const float *logits, int E, int k, int norm, int32_t *id
 extern "C" int lilac_cuda_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
                                 const float *gate_inp, const float *xn, int n_embd, lilac_cuda_stream *s)
 {
-    if (E > 32 * TOPK_PER_LANE || k > 32 || k < 1 || k > E)
+    if (E > ROUTE_EMAX || k > 32 || k < 1 || k > E)
         return -1;
     k_route<<<1, 256, 0, CS(s)>>>(logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd);
     return 0;

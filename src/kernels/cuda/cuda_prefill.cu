@@ -10,69 +10,15 @@
 #include <stdint.h>
 
 #include "kernels/cuda/cuda.h"
+#include "kernels/cuda/cuda_dev.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
 #define CS(s) ((cudaStream_t)(s))
 
 namespace {
 
-__device__ __forceinline__ float warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-__device__ __forceinline__ float warp_max(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-// cuda_ops.cu's block reductions (the same order, so the same sums): every thread gets the result.
-__device__ float block_sum(float v)
-{
-    __shared__ float part[32];
-    __shared__ float total;
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0)
-        part[w] = v;
-    __syncthreads();
-    if (w == 0) {
-        float s = lane < (int)((blockDim.x + 31) >> 5) ? part[lane] : 0.0f;
-        s = warp_sum(s);
-        if (lane == 0)
-            total = s;
-    }
-    __syncthreads();
-    return total;
-}
-
-__device__ float block_max(float v)
-{
-    __shared__ float part[32];
-    __shared__ float total;
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0)
-        part[w] = v;
-    __syncthreads();
-    if (w == 0) {
-        float s = lane < (int)((blockDim.x + 31) >> 5) ? part[lane] : -INFINITY;
-        s = warp_max(s);
-        if (lane == 0)
-            total = s;
-    }
-    __syncthreads();
-    return total;
-}
-
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
-__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+// warp_sum, block_sum, silu, ... are cuda_dev.cuh's (the same reductions as
+// the one-token kernels', so the same sums).
 
 // ---- attention ----
 

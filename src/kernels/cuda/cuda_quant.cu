@@ -646,7 +646,6 @@ struct MV {
     long long row_tiles, items; /* items = slots x row tiles */
     int n_tok, lpr_log2, ut, n_ct;
     int acc; /* y += product (a residual add) instead of y = product */
-    lilac_cuda_tail tail;
 };
 
 /* The SwiGLU activation as cuda_ops.cu's k_swiglu computes it (the same bits). */
@@ -681,31 +680,6 @@ __device__ void load_x(const float *x, const float *x2, long long x_tok, int nt,
             ss[t * SS + run] = s;
     }
     __syncthreads();
-}
-
-/* Once every block has written its part of y, the last one to finish runs
- * the tail (the counter tells which is last; each block's writes are made
- * visible before it counts itself). */
-__device__ void last_block_tail(const lilac_cuda_tail &t, float *y, long long rows)
-{
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0)
-        last = atomicAdd(t.counter, 1) == (int)(gridDim.x * gridDim.y) - 1;
-    __syncthreads();
-    if (!last)
-        return;
-    __threadfence();
-    const int n = (int)rows;
-    if (t.op == LILAC_TAIL_NORM)
-        dev_rmsnorm(y, t.norm_w, t.xn, n, t.eps);
-    else if (t.op == LILAC_TAIL_ROUTE)
-        dev_route(y, n, t.k, t.norm_topk, t.idx, t.w, t.up_offset, t.gate_inp, t.xn_in, t.n_embd);
-    else if (t.op == LILAC_TAIL_MOE)
-        dev_moe_sum_norm(t.x, y, t.mw, t.k, t.sh, t.gsh, t.norm_w, t.xn, n, t.eps);
-    if (threadIdx.x == 0)
-        *t.counter = 0; /* for the next launch, which waits for this one to end */
 }
 
 template <int TYPE, bool A16, int R>
@@ -839,8 +813,6 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv(const 
                 }
         }
     }
-    if (p.tail.op)
-        last_block_tail(p.tail, p.y, p.rows);
 }
 
 /* The scalar fallback, for layouts the fast kernel does not take (float
@@ -851,7 +823,8 @@ __global__ void __launch_bounds__(NTHREADS) k_mv_scalar(const MV p, int type)
     const long long row = (long long)blockIdx.x * NWARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     const long long slot = blockIdx.y;
-    if (row < p.rows) {
+    if (row >= p.rows)
+        return;
     const uint8_t *rowp = p.w + (p.idx ? (size_t)p.idx[slot] * p.expert_stride : 0) + (size_t)row * p.row_bytes;
     const float *xb = p.x + slot * p.x_slot, *x2b = p.x2 ? p.x2 + slot * p.x_slot : nullptr;
     for (int t = 0; t < p.n_tok; t++) {
@@ -867,9 +840,6 @@ __global__ void __launch_bounds__(NTHREADS) k_mv_scalar(const MV p, int type)
             *yp = p.acc ? *yp + acc : acc;
         }
     }
-    }
-    if (p.tail.op)
-        last_block_tail(p.tail, p.y, p.rows);
 }
 
 __global__ void k_get_row(const uint8_t *w, size_t row_bytes, long long rows, long long cols, int type,
@@ -1026,8 +996,7 @@ template <int TYPE, bool A16> void launch_t(const MV &p, cudaStream_t st, int sl
 
 /* Check W and run the product of `slots` slots. */
 void matvec(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int slots, const float *x,
-            long long x_slot, float *y, int n_tok, cudaStream_t st, const float *x2 = nullptr, int acc = 0,
-            const lilac_cuda_tail *tail = nullptr)
+            long long x_slot, float *y, int n_tok, cudaStream_t st, const float *x2 = nullptr, int acc = 0)
 {
     int blck, bsz;
     if (!W || !x || !y) {
@@ -1058,14 +1027,6 @@ void matvec(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, i
     p.x = x;
     p.x2 = x2;
     p.acc = acc;
-    if (tail && tail->op) {
-        if (!tail->counter || n_tok != 1 || W->rows > 65536 || (tail->op == LILAC_TAIL_ROUTE && W->rows > 512) ||
-            (tail->op != LILAC_TAIL_MOE && slots != 1)) {
-            set_err("lilac_cuda_matvec_fused: a tail (op %d) this product cannot take", tail->op);
-            return;
-        }
-        p.tail = *tail;
-    }
     p.y = y;
     p.rows = W->rows;
     p.cols = W->cols;
@@ -1337,7 +1298,7 @@ void lilac_cuda_matvec_experts(const lilac_cuda_mat *W, size_t expert_stride, co
 
 void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
                              const float *x, const float *x2, int x_stride, float *y, int accumulate,
-                             const lilac_cuda_tail *tail, lilac_cuda_stream *s)
+                             lilac_cuda_stream *s)
 {
     if (!idx && k != 1) {
         set_err("lilac_cuda_matvec_fused: without idx there is one matrix (k = %d)", k);
@@ -1349,7 +1310,7 @@ void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, cons
     }
     if (k <= 0)
         return;
-    matvec(W, expert_stride, idx, k, x, W && x_stride ? W->cols : 0, y, 1, S(s), x2, accumulate, tail);
+    matvec(W, expert_stride, idx, k, x, W && x_stride ? W->cols : 0, y, 1, S(s), x2, accumulate);
 }
 
 void lilac_cuda_get_row(const lilac_cuda_mat *W, const int32_t *r_dev, float *out, lilac_cuda_stream *s)
