@@ -472,14 +472,18 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             OP("matvec", lilac_cuda_matvec(&cl->ssm_alpha, cm->xn, cm->a, 1, aux));
             OP("matvec", lilac_cuda_matvec(&cl->ssm_beta, cm->xn, cm->b, 1, aux));
             OP("matvec", lilac_cuda_matvec(&cl->ssm_qkv, cm->xn, cm->qkv, 1, s));
-            OP("conv_step",
-               lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, hp->ssm_conv_kernel, s));
             lilac_cuda_fork(aux, s, cm->ev[1]);
-            int tiled = m->w.ssm_v_tiled;
-            OP("deltanet", if (lilac_cuda_deltanet_fused(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il],
-                                                         cm->o, cm->z, cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s))
-                               lilac_cuda_deltanet_step(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il],
-                                                        cm->o, cm->z, cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s));
+            int tiled = m->w.ssm_v_tiled, K = hp->ssm_conv_kernel;
+            /* the conv and the step in one kernel where the shapes allow, else in one or two more */
+            if (lilac_cuda_deltanet_conv_fused(cm->qkv, cs->conv[il], cl->ssm_conv, K, cm->a, cm->b, cl->ssm_a,
+                                               cl->ssm_dt, cs->ssm[il], cm->o, cm->z, cl->ssm_norm, nk, nv, dk, dv,
+                                               tiled, eps, s)) {
+                OP("conv_step", lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, K, s));
+                if (lilac_cuda_deltanet_fused(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
+                                              cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s))
+                    lilac_cuda_deltanet_step(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
+                                             cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s);
+            }
             OP("matvec", lilac_cuda_matvec_fused(&cl->ssm_out, 0, NULL, 1, cm->o, NULL, 0, cm->x, 1, s));
         }
         OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cl->post_norm, cm->xn, 1, E, eps, s));

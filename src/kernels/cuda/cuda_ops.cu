@@ -850,3 +850,135 @@ extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, 
                      conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps);
     return 0;
 }
+
+// The conv and the DeltaNet step in one kernel, a block a key head kh and
+// the r = nv / nk value heads that read it. Each channel belongs to one
+// block (q and k of kh, v of its value heads), so each block advances its
+// own channels' conv state: no other block reads them. Then k_dn_fused's
+// work for the r heads, 1024 / r threads a head.
+#define DNC_THREADS 1024
+__global__ void __launch_bounds__(DNC_THREADS) k_dn_conv_fused(const float *qkv, float *conv_state, const float *conv_w,
+                                                               int K, float *S_all, const float *a, const float *b,
+                                                               const float *ssm_a, const float *ssm_dt, const float *z,
+                                                               const float *norm_w, float *o_all, int nk, int nv,
+                                                               int dk, int dv, int tiled, float eps)
+{
+    const int kh = blockIdx.x, r = nv / nk, C = 2 * nk * dk + nv * dv;
+    const int th = DNC_THREADS / r, P = th / dv; // threads and row parts a value head
+    const int m = threadIdx.x / th, t = threadIdx.x % th, part = t / dv, c = t % dv;
+    const int j = tiled ? kh + m * nk : kh * r + m; // this thread's value head
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    extern __shared__ float sh[]; // q[dk], k[dk], v[r][dv], red[r][P][dv]
+    float *qs = sh, *ks = sh + dk, *vs = sh + 2 * dk, *red = vs + r * dv;
+    __shared__ float gate[2 * 8], nrm[2], opart[32];
+    griddep_launch_dependents();
+    float *S = S_all + (size_t)j * dk * dv;
+    float sr[DN_ROWS];
+    int n = 0;
+    for (int i = part; i < dk; i += P, n++) // in flight before the product that feeds the conv has finished
+        sr[n] = S[(size_t)i * dv + c];
+    griddep_wait();
+    const int cb = 2 * dk + r * dv; // this block's channels
+    for (int i = threadIdx.x; i < cb; i += blockDim.x) {
+        int ch;
+        float *dst;
+        if (i < dk)
+            ch = kh * dk + i, dst = qs + i;
+        else if (i < 2 * dk)
+            ch = nk * dk + kh * dk + (i - dk), dst = ks + (i - dk);
+        else {
+            const int mm = (i - 2 * dk) / dv, cc = (i - 2 * dk) % dv;
+            const int jj = tiled ? kh + mm * nk : kh * r + mm;
+            ch = 2 * nk * dk + jj * dv + cc, dst = vs + mm * dv + cc;
+        }
+        const float *wc = conv_w + (size_t)ch * K, in = qkv[ch];
+        float s = 0;
+        for (int q = 0; q < K - 1; q++) // k_conv_step's sum and state shift
+            s += wc[q] * conv_state[(size_t)q * C + ch];
+        s += wc[K - 1] * in;
+        for (int q = 0; q + 1 < K - 1; q++)
+            conv_state[(size_t)q * C + ch] = conv_state[(size_t)(q + 1) * C + ch];
+        if (K > 1)
+            conv_state[(size_t)(K - 2) * C + ch] = in;
+        *dst = silu(s);
+    }
+    __syncthreads();
+    if (wid < 2) { // warp 0: |q|^2, warp 1: |k|^2 (k_dn_fused's sums)
+        const float *x = wid == 0 ? qs : ks;
+        float ss = 0;
+        for (int i = lane; i < dk; i += 32)
+            ss += x[i] * x[i];
+        ss = warp_sum(ss);
+        if (lane == 0)
+            nrm[wid] = rsqrtf(ss + 1e-6f) * (wid == 0 ? rsqrtf((float)dk) : 1.0f);
+    } else if (wid == 2 && lane < r) {
+        const int jj = tiled ? kh + lane * nk : kh * r + lane;
+        float x = a[jj] + ssm_dt[jj];
+        float sp = x > 20.0f ? x : log1pf(expf(x));
+        gate[2 * lane] = ssm_a[jj] * sp;
+        gate[2 * lane + 1] = sigmoidf_(b[jj]);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+        qs[i] *= nrm[0];
+        ks[i] *= nrm[1];
+    }
+    __syncthreads();
+    float *rd = red + (size_t)m * P * dv;
+    float decay = expf(gate[2 * m]), kv = 0;
+    n = 0;
+    for (int i = part; i < dk; i += P, n++) {
+        sr[n] *= decay;
+        kv += sr[n] * ks[i];
+    }
+    rd[part * dv + c] = kv;
+    __syncthreads();
+    kv = 0;
+    for (int q = 0; q < P; q++)
+        kv += rd[q * dv + c];
+    float delta = (vs[m * dv + c] - kv) * gate[2 * m + 1], o = 0;
+    n = 0;
+    for (int i = part; i < dk; i += P, n++) {
+        sr[n] += ks[i] * delta;
+        S[(size_t)i * dv + c] = sr[n];
+        o += sr[n] * qs[i];
+    }
+    __syncthreads();
+    rd[part * dv + c] = o;
+    __syncthreads();
+    if (part == 0) { // threads [m * th, m * th + dv): whole warps
+        o = 0;
+        for (int q = 0; q < P; q++)
+            o += rd[q * dv + c];
+        float ss = warp_sum(o * o);
+        if (lane == 0)
+            opart[wid] = ss;
+    }
+    __syncthreads();
+    if (part == 0) {
+        float ss = 0;
+        for (int q = 0; q < dv / 32; q++)
+            ss += opart[(m * th) / 32 + q];
+        const float rr = rsqrtf(ss / dv + eps);
+        o_all[(size_t)j * dv + c] = o * rr * norm_w[c] * silu(z[(size_t)j * dv + c]);
+    }
+}
+
+extern "C" int lilac_cuda_deltanet_conv_fused(const float *qkv, float *conv_state, const float *conv_w, int K,
+                                              const float *a, const float *b, const float *ssm_a,
+                                              const float *ssm_dt, float *S, float *o, const float *z,
+                                              const float *norm_w, int nk, int nv, int dk, int dv, int tiled,
+                                              float eps, lilac_cuda_stream *s)
+{
+    if (nk < 1 || nv % nk || nv / nk > 8 || DNC_THREADS % (nv / nk))
+        return -1;
+    const int r = nv / nk, th = DNC_THREADS / r;
+    if (dv % 32 || th % dv || (th / dv) * DN_ROWS < dk || dk > 1024 || dv > th)
+        return -1;
+    const size_t smem = (size_t)(2 * dk + r * dv + r * (th / dv) * dv) * sizeof(float);
+    if (smem > 48 * 1024)
+        return -1;
+    launch_dependent(k_dn_conv_fused, dim3(nk), dim3(DNC_THREADS), smem, CS(s), qkv, conv_state, conv_w, K, S, a, b,
+                     ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps);
+    return 0;
+}

@@ -63,6 +63,12 @@ void lilac_cuda_norm_rope_kv(float *q, const float *q_norm, int q_step, int nh, 
 int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, const float *b, const float *ssm_a,
                               const float *ssm_dt, float *S, float *o, const float *z, const float *norm_w, int nk,
                               int nv, int dk, int dv, int tiled, float eps, lilac_cuda_stream *s);
+/* lilac_cuda_conv_step and lilac_cuda_deltanet_fused in one kernel (a block a key head); -1 (nothing launched)
+ * for shapes it does not take. */
+int lilac_cuda_deltanet_conv_fused(const float *qkv, float *conv_state, const float *conv_w, int K, const float *a,
+                                   const float *b, const float *ssm_a, const float *ssm_dt, float *S, float *o,
+                                   const float *z, const float *norm_w, int nk, int nv, int dk, int dv, int tiled,
+                                   float eps, lilac_cuda_stream *s);
 
 /* ---- prefill (cuda_prefill.cu): the n tokens of a chunk of one sequence at
  * positions pos0 .. pos0 + n - 1 (host values: a prefill is not captured),
