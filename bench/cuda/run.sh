@@ -39,6 +39,7 @@ do_test() {
     nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader | tee "$out/gpu.txt"
     LILAC_REQUIRE_CUDA=1 "$build/tests/test_cuda_kernels" 2>&1 | tee "$out/test_cuda_kernels.txt" | tail -20
     LILAC_REQUIRE_CUDA=1 "$build/tests/test_cuda_model" 2>&1 | tee "$out/test_cuda_model.txt" | tail -20
+    LILAC_CUDA_DN_CONV=1 LILAC_REQUIRE_CUDA=1 "$build/tests/test_cuda_model" 2>&1 | sed 's/^/[dn-conv] /' | tail -8
     LILAC_REQUIRE_CUDA=1 "$build/tests/test_cuda_prefill" 2>&1 | tee "$out/test_cuda_prefill.txt" | tail -30
 }
 
