@@ -91,6 +91,33 @@ static inline int tm_argmax_agree(const float *a, const float *b, int rows, int 
 }
 
 /* An int array of a JSON object, by dotted path of two keys at most. */
+/* Mean over n rows of KL(softmax(p) || softmax(q)), in double. */
+static inline double tm_mean_kl(const float *p, const float *q, int n, int V)
+{
+    double *lp = malloc((size_t)V * sizeof(double)), *lq = malloc((size_t)V * sizeof(double));
+    double total = 0;
+    for (int r = 0; r < n && lp && lq; r++) {
+        const float *zs[2] = {p + (size_t)r * V, q + (size_t)r * V};
+        double *ls[2] = {lp, lq};
+        for (int k = 0; k < 2; k++) {
+            double mx = zs[k][0], s = 0;
+            for (int i = 1; i < V; i++)
+                mx = zs[k][i] > mx ? zs[k][i] : mx;
+            for (int i = 0; i < V; i++)
+                s += exp((double)zs[k][i] - mx);
+            for (int i = 0; i < V; i++)
+                ls[k][i] = (double)zs[k][i] - mx - log(s);
+        }
+        double kl = 0;
+        for (int i = 0; i < V; i++)
+            kl += exp(lp[i]) * (lp[i] - lq[i]);
+        total += kl;
+    }
+    free(lp);
+    free(lq);
+    return total / n;
+}
+
 static inline int32_t *tm_json_ints(json_t *root, const char *k1, const char *k2, int *n)
 {
     json_t *a = json_object_get(root, k1);

@@ -14,39 +14,6 @@ static lilac_model *open_on(const char *path, int backend)
     return tm_open_with(path, &p);
 }
 
-static float *read_f32(const char *path, size_t n)
-{
-    FILE *f = fopen(path, "rb");
-    float *v = malloc(n * sizeof(float));
-    if (!f || !v || fread(v, sizeof(float), n, f) != n) {
-        if (f)
-            fclose(f);
-        free(v);
-        return NULL;
-    }
-    fclose(f);
-    return v;
-}
-
-static double mean_kl(const float *p, const float *q, int n, int V)
-{
-    double total = 0;
-    for (int t = 0; t < n; t++) {
-        const float *a = p + (size_t)t * V, *b = q + (size_t)t * V;
-        double ma = -1e30, mb = -1e30, sa = 0, sb = 0, kl = 0;
-        for (int i = 0; i < V; i++)
-            ma = a[i] > ma ? a[i] : ma, mb = b[i] > mb ? b[i] : mb;
-        for (int i = 0; i < V; i++)
-            sa += exp(a[i] - ma), sb += exp(b[i] - mb);
-        for (int i = 0; i < V; i++) {
-            double la = a[i] - ma - log(sa), lb = b[i] - mb - log(sb);
-            kl += exp(la) * (la - lb);
-        }
-        total += kl;
-    }
-    return total / n;
-}
-
 typedef struct {
     const char *model, *file, *golden; /* golden: logits file under golden/ */
     double rel;                        /* max |d| / max |logit| against it (0: KL instead) */
@@ -70,7 +37,7 @@ static void run(const char *fx, const tcase *c)
         goto done;
     CHECKF(!strcmp(lilac_model_backend(g), "cuda"), "%s runs on %s", path, lilac_model_backend(g));
     int V = lilac_model_hparams(g)->n_vocab;
-    float *gold = read_f32(gp, (size_t)n * V);
+    float *gold = tu_read_f32(gp, (size_t)n * V);
     float *lg = tm_logits(g, toks, n, 0, NULL), *lc = tm_logits(cpu, toks, n, 0, NULL);
     CHECKF(gold && lg && lc, "%s: golden %s, CUDA and CPU logits", path, c->golden);
     if (gold && lg && lc) {
@@ -82,7 +49,7 @@ static void run(const char *fx, const tcase *c)
                    agree, n);
             CHECKF(d <= c->rel * mx, "%s: CUDA max|d| %.4g > %.1e x %.4g", path, d, c->rel, mx);
         } else {
-            double kl = mean_kl(gold, lg, n, V);
+            double kl = tm_mean_kl(gold, lg, n, V);
             printf("%s/%s: CUDA vs %s: mean KL %.3e, argmax %d/%d\n", c->model, c->file, c->golden, kl, agree, n);
             CHECKF(kl <= 1e-4, "%s: CUDA mean KL %.3e > 1e-4", path, kl);
         }

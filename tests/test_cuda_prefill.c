@@ -18,39 +18,6 @@ static lilac_model *open_cuda(const char *path)
     return tm_open_with(path, &p);
 }
 
-static float *read_f32(const char *path, size_t n)
-{
-    FILE *f = fopen(path, "rb");
-    float *v = malloc(n * sizeof(float));
-    if (!f || !v || fread(v, sizeof(float), n, f) != n) {
-        if (f)
-            fclose(f);
-        free(v);
-        return NULL;
-    }
-    fclose(f);
-    return v;
-}
-
-static double mean_kl(const float *p, const float *q, int n, int V)
-{
-    double total = 0;
-    for (int t = 0; t < n; t++) {
-        const float *a = p + (size_t)t * V, *b = q + (size_t)t * V;
-        double ma = -1e30, mb = -1e30, sa = 0, sb = 0, kl = 0;
-        for (int i = 0; i < V; i++)
-            ma = a[i] > ma ? a[i] : ma, mb = b[i] > mb ? b[i] : mb;
-        for (int i = 0; i < V; i++)
-            sa += exp(a[i] - ma), sb += exp(b[i] - mb);
-        for (int i = 0; i < V; i++) {
-            double la = a[i] - ma - log(sa), lb = b[i] - mb - log(sb);
-            kl += exp(la) * (la - lb);
-        }
-        total += kl;
-    }
-    return total / n;
-}
-
 static void set_chunk(const char *v)
 {
     if (v)
@@ -203,7 +170,7 @@ static void run(const char *fx, const tcase *c)
     free(l1), free(l2);
 
     /* the golden logits, as test_cuda_model bounds the token path */
-    float *gold = read_f32(gp, (size_t)n * V);
+    float *gold = tu_read_f32(gp, (size_t)n * V);
     CHECKF(gold && pf, "%s: golden %s", path, c->golden);
     if (gold && pf) {
         float mx = tm_max_abs(gold, (size_t)n * V), d = tm_max_diff(pf, gold, (size_t)n * V);
@@ -213,7 +180,7 @@ static void run(const char *fx, const tcase *c)
                    d / mx, agree, n);
             CHECKF(d <= c->rel_gold * mx, "%s: prefill max|d| %.4g > %.1e x %.4g", path, d, c->rel_gold, mx);
         } else {
-            double kl = mean_kl(gold, pf, n, V);
+            double kl = tm_mean_kl(gold, pf, n, V);
             printf("%s/%s: prefill vs %s: mean KL %.3e, argmax %d/%d\n", c->model, c->file, c->golden, kl, agree, n);
             CHECKF(kl <= 1e-4, "%s: prefill mean KL %.3e > 1e-4", path, kl);
         }

@@ -38,36 +38,7 @@ static lilac_model *open_mode(const char *path, bool precise)
 
 
 /* log-softmax of one row, in double */
-static void log_softmax(const float *z, int V, double *out)
-{
-    double mx = z[0], s = 0;
-    for (int i = 1; i < V; i++)
-        mx = z[i] > mx ? z[i] : mx;
-    for (int i = 0; i < V; i++)
-        s += exp((double)z[i] - mx);
-    double lse = mx + log(s);
-    for (int i = 0; i < V; i++)
-        out[i] = (double)z[i] - lse;
-}
-
 /* mean over positions of KL(softmax(p) || softmax(q)) */
-static double mean_kl(const float *p, const float *q, int n, int V)
-{
-    double *lp = malloc((size_t)V * sizeof(double)), *lq = malloc((size_t)V * sizeof(double));
-    double total = 0;
-    for (int r = 0; r < n; r++) {
-        log_softmax(p + (size_t)r * V, V, lp);
-        log_softmax(q + (size_t)r * V, V, lq);
-        double kl = 0;
-        for (int i = 0; i < V; i++)
-            kl += exp(lp[i]) * (lp[i] - lq[i]);
-        total += kl;
-    }
-    free(lp);
-    free(lq);
-    return total / n;
-}
-
 /* 1 when the file ran, 0 when its fixtures are missing */
 static int run_case(const char *fx, const quant_case *c, const int32_t *toks, int n, int V_meta)
 {
@@ -105,13 +76,13 @@ static int run_case(const char *fx, const quant_case *c, const int32_t *toks, in
                         (int)sizeof p2;
             llama = fits ? tu_read_f32(p2, nv) : NULL;
             if (exact && llama)
-                llama_kl = mean_kl(exact, llama, n, V);
+                llama_kl = tm_mean_kl(exact, llama, n, V);
         }
         float *pre = tm_logits(m, toks, n, 0, NULL);
         CHECKF(exact && pre, "%s: exact logits and prefill", path);
         if (exact && pre) {
             float mx = tm_max_abs(exact, nv);
-            double kl = mean_kl(exact, pre, n, V);
+            double kl = tm_mean_kl(exact, pre, n, V);
             float d = tm_max_diff(pre, exact, nv);
             int agree = tm_argmax_agree(pre, exact, n, V);
             printf("%s %-6s %-7s: mean KL %.3e, max|d|/max|logit| %.3e, argmax %d/%d", c->model, c->type, mname, kl,

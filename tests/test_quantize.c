@@ -421,32 +421,6 @@ static bool files_identical(const char *p, const char *q)
     return same;
 }
 
-static double mean_kl(const float *p, const float *q, int n, int V)
-{
-    double *lp = malloc((size_t)V * sizeof(double)), *lq = malloc((size_t)V * sizeof(double));
-    double total = 0;
-    for (int r = 0; r < n; r++) {
-        const float *zs[2] = {p + (size_t)r * V, q + (size_t)r * V};
-        double *ls[2] = {lp, lq};
-        for (int k = 0; k < 2; k++) {
-            double mx = zs[k][0], s = 0;
-            for (int i = 1; i < V; i++)
-                mx = zs[k][i] > mx ? zs[k][i] : mx;
-            for (int i = 0; i < V; i++)
-                s += exp((double)zs[k][i] - mx);
-            for (int i = 0; i < V; i++)
-                ls[k][i] = (double)zs[k][i] - mx - log(s);
-        }
-        double kl = 0;
-        for (int i = 0; i < V; i++)
-            kl += exp(lp[i]) * (lp[i] - lq[i]);
-        total += kl;
-    }
-    free(lp);
-    free(lq);
-    return total / n;
-}
-
 /* Mean KL of a model's logits (precise path) against the golden ones; -1
  * when it does not load or run. */
 static double kl_of(const char *path, const int32_t *toks, int n, const float *golden, int V)
@@ -464,7 +438,7 @@ static double kl_of(const char *path, const int32_t *toks, int n, const float *g
     if (lilac_model_hparams(m)->n_vocab == V) {
         float *lg = tm_logits(m, toks, n, 0, NULL);
         if (lg)
-            kl = mean_kl(golden, lg, n, V);
+            kl = tm_mean_kl(golden, lg, n, V);
         free(lg);
     }
     lilac_model_free(m);
