@@ -40,6 +40,7 @@ do_test() {
     LILAC_REQUIRE_CUDA=1 "$build/tests/test_cuda_kernels" 2>&1 | tee "$out/test_cuda_kernels.txt" | tail -20
     LILAC_REQUIRE_CUDA=1 "$build/tests/test_cuda_model" 2>&1 | tee "$out/test_cuda_model.txt" | tail -20
     LILAC_CUDA_DN_CONV=1 LILAC_REQUIRE_CUDA=1 "$build/tests/test_cuda_model" 2>&1 | sed 's/^/[dn-conv] /' | tail -8
+    LILAC_REQUIRE_CUDA=1 "$build/tests/test_cuda_batch" 2>&1 | tee "$out/test_cuda_batch.txt" | tail -8
     LILAC_REQUIRE_CUDA=1 "$build/tests/test_cuda_prefill" 2>&1 | tee "$out/test_cuda_prefill.txt" | tail -30
 }
 
@@ -53,6 +54,10 @@ do_bench() {
     "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 -d 8192 -r 2 --json 2>&1 | tee -a "$out/bench.jsonl"
     "$build/lilac" bench -m "$synth" --backend cuda -p 512 -n 0 -r 2 --json 2>&1 | tee -a "$out/bench.jsonl"
     "$build/lilac" bench -m "$synth" --backend cuda -p 4096 -n 0 -r 2 --json 2>&1 | tee -a "$out/bench.jsonl"
+    for P in 8 32 64; do # batched decode (opt-in until test_cuda_batch has passed on a GPU)
+        LILAC_CUDA_BATCH=1 timeout 300 "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 64 -P $P -r 1 --json 2>&1 |
+            tee -a "$out/bench.jsonl"
+    done
 }
 
 for s in "${steps[@]}"; do

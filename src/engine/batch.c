@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/seq.h"
+#include "model/decoder_cuda_int.h"
 #include "util/err.h"
 
 struct lilac_batch {
@@ -97,6 +98,48 @@ static lilac_status check_items(const lilac_batch *b, const lilac_batch_item *it
     return LILAC_OK;
 }
 
+/* On the GPU: prompts (more than one token) a sequence at a time through the
+ * prefill, then the single tokens of all the others in one batched step
+ * where lilac_cuda_decode_batch_wanted, else one after another. */
+static lilac_status batch_eval_cuda(lilac_batch *b, const lilac_batch_item *items, int n_items, lilac_error *err)
+{
+    size_t nv = (size_t)b->m->hp.n_vocab;
+    int n1 = 0;
+    for (int i = 0; i < n_items; i++)
+        n1 += items[i].n == 1;
+    bool batched = lilac_cuda_decode_batch_wanted(b->m, n1);
+    lilac_status st;
+    for (int i = 0; i < n_items; i++) {
+        if (batched && items[i].n == 1)
+            continue;
+        lilac_eval_opts o = {.logits_mode = items[i].want_logits ? LILAC_LOGITS_LAST : LILAC_LOGITS_NONE,
+                             .logits = b->logits + (size_t)i * nv};
+        if ((st = lilac_seq_eval(items[i].seq, items[i].tokens, items[i].n, &o, err)))
+            return st;
+        b->has_logits[i] = items[i].want_logits;
+    }
+    if (!batched)
+        return LILAC_OK;
+    lilac_seq **seqs = malloc((size_t)n1 * sizeof *seqs);
+    int32_t *toks = malloc((size_t)n1 * sizeof *toks);
+    float **dst = malloc((size_t)n1 * sizeof *dst);
+    st = seqs && toks && dst ? LILAC_OK : lilac_fail(err, LILAC_E_NOMEM, "out of memory");
+    for (int i = 0, j = 0; !st && i < n_items; i++)
+        if (items[i].n == 1) {
+            seqs[j] = items[i].seq, toks[j] = items[i].tokens[0];
+            dst[j++] = items[i].want_logits ? b->logits + (size_t)i * nv : NULL;
+        }
+    if (!st)
+        st = lilac_cuda_decode_batch(b->m, seqs, toks, n1, dst, err);
+    for (int i = 0; !st && i < n_items; i++)
+        if (items[i].n == 1)
+            b->has_logits[i] = items[i].want_logits;
+    free(seqs);
+    free(toks);
+    free(dst);
+    return st;
+}
+
 lilac_status lilac_batch_eval(lilac_batch *b, const lilac_batch_item *items, int n_items, lilac_error *err)
 {
     lilac_status st = check_items(b, items, n_items, err);
@@ -104,16 +147,8 @@ lilac_status lilac_batch_eval(lilac_batch *b, const lilac_batch_item *items, int
         return st;
     size_t nv = (size_t)b->m->hp.n_vocab;
     memset(b->has_logits, 0, (size_t)b->n_seq_max * sizeof(bool));
-    if (b->m->cuda) { /* one sequence after another on the GPU, for now */
-        for (int i = 0; i < n_items; i++) {
-            lilac_eval_opts o = {.logits_mode = items[i].want_logits ? LILAC_LOGITS_LAST : LILAC_LOGITS_NONE,
-                                 .logits = b->logits + (size_t)i * nv};
-            if ((st = lilac_seq_eval(items[i].seq, items[i].tokens, items[i].n, &o, err)))
-                return st;
-            b->has_logits[i] = items[i].want_logits;
-        }
-        return LILAC_OK;
-    }
+    if (b->m->cuda)
+        return batch_eval_cuda(b, items, n_items, err);
     int item = 0, done = 0; /* the next item, and how many of its tokens ran */
     while (item < n_items) {
         int nt = 0, n_seg = 0, n_last = 0;

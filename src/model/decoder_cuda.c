@@ -663,5 +663,16 @@ lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const l
     (void)s, (void)tokens, (void)n, (void)opts;
     return lilac_fail(err, LILAC_E_UNSUPPORTED, "lilac was built without CUDA");
 }
+bool lilac_cuda_decode_batch_wanted(const lilac_model *m, int n)
+{
+    (void)m, (void)n;
+    return false;
+}
+lilac_status lilac_cuda_decode_batch(lilac_model *m, lilac_seq *const *seqs, const int32_t *tokens, int n,
+                                     float *const *logits, lilac_error *err)
+{
+    (void)m, (void)seqs, (void)tokens, (void)n, (void)logits;
+    return lilac_fail(err, LILAC_E_UNSUPPORTED, "lilac was built without CUDA");
+}
 
 #endif

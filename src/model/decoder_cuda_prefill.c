@@ -25,13 +25,26 @@
 
 #define PF_MAX 512        /* tokens a chunk: the activation buffers' size */
 #define PF_LOGIT_ROWS 32 /* rows of logits a download (LOGITS_ALL): the buffer is rows x vocab */
+#define PF_BATCH 64      /* sequences a batched decode step (lilac_cuda_decode_batch) takes at once */
 
 /* A chunk's activations, [PF_MAX][width] each (dev). */
 struct cuda_prefill {
     float *x, *xn, *tmp, *qg, *kb, *vb, *att, *qkv, *conv, *z, *a, *b, *o, *rl, *rw, *gbuf, *ubuf, *ex, *shg, *shu,
         *sho, *logits;
     int32_t *tok, *idx, *offsets, *pair_tok, *tok_pair;
+    /* batched decode: each row's position, its sequence's state pointers [n_layer][4][PF_BATCH] (K, V, conv,
+     * ssm) and the attention's parts */
+    int32_t *pos;
+    float **ptrs;
+    float *att_part;
 };
+
+/* A batched decode step: row t of the chunk is the one token of its own sequence (NULL: a prefill, every row
+ * of one sequence). */
+typedef struct pf_rows {
+    const int32_t *pos; /* (dev) [n] */
+    float **ptrs;       /* (dev) [n_layer][4][PF_BATCH] */
+} pf_rows;
 
 static int chunk_tokens(void)
 {
@@ -102,6 +115,9 @@ static lilac_status pf_alloc(lilac_model *m, lilac_error *err)
         {(void **)&pf->offsets, ((size_t)hp->n_expert + 1) * 4},
         {(void **)&pf->pair_tok, T * k * 4},
         {(void **)&pf->tok_pair, T * k * 4},
+        {(void **)&pf->pos, PF_BATCH * 4},
+        {(void **)&pf->ptrs, (size_t)hp->n_layer * 4 * PF_BATCH * sizeof(float *)},
+        {(void **)&pf->att_part, lilac_cuda_attention_rows_part_floats(hp->n_head, hp->head_dim, PF_BATCH) * 4},
     };
     lilac_status st = LILAC_OK;
     for (size_t i = 0; !st && i < sizeof bufs / sizeof bufs[0]; i++)
@@ -114,8 +130,10 @@ static lilac_status pf_alloc(lilac_model *m, lilac_error *err)
     return LILAC_OK;
 }
 
-/* The chunk's nt tokens (in pf->tok) at positions pos0 ..: the final-normed rows to pf->xn. */
-static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0, lilac_error *err)
+/* The chunk's nt tokens (in pf->tok) at positions pos0 .. of cs, or with rows one token of each row's own
+ * sequence: the final-normed rows to pf->xn. */
+static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0, const pf_rows *rows,
+                            lilac_error *err)
 {
     lilac_cuda_model *cm = m->cuda;
     struct cuda_prefill *pf = cm->pf;
@@ -133,6 +151,18 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
             lilac_cuda_matvec(&cl->wq, pf->xn, pf->qg, nt, s);
             lilac_cuda_matvec(&cl->wk, pf->xn, pf->kb, nt, s);
             lilac_cuda_matvec(&cl->wv, pf->xn, pf->vb, nt, s);
+            if (rows) { /* each row against its own sequence's cache */
+                float **kp = rows->ptrs + (size_t)(4 * il) * PF_BATCH, **vp = kp + PF_BATCH;
+                lilac_cuda_norm_rope_kv_rows(pf->qg, cl->q_norm, q_step, (long long)nh * q_step, nh, pf->kb, pf->vb,
+                                             kvw, cl->k_norm, kp, vp, nkv, hd, hp->rope_dims, rows->pos,
+                                             hp->rope_theta, hp->norm_eps, nt, s);
+                if (lilac_cuda_attention_rows(pf->qg, q_step, (long long)nh * q_step, kp, vp, rows->pos, nh, nkv, hd,
+                                              pf->att, pf->att_part, hp->attn_output_gate, nt, s))
+                    return lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA batched decode: attention with %d heads of %d",
+                                      nh, hd);
+                lilac_cuda_matvec(&cl->wo, pf->att, pf->tmp, nt, s);
+                goto ffn;
+            }
             lilac_cuda_pf_norm_rope(pf->qg, cl->q_norm, nh, q_step, (long long)nh * q_step, hd, hp->rope_dims, pos0,
                                     hp->rope_theta, hp->norm_eps, nt, s);
             lilac_cuda_pf_norm_rope(pf->kb, cl->k_norm, nkv, hd, kvw, hd, hp->rope_dims, pos0, hp->rope_theta,
@@ -150,11 +180,22 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
             lilac_cuda_matvec(&cl->ssm_z, pf->xn, pf->z, nt, s);
             lilac_cuda_matvec(&cl->ssm_alpha, pf->xn, pf->a, nt, s);
             lilac_cuda_matvec(&cl->ssm_beta, pf->xn, pf->b, nt, s);
+            if (rows) { /* each row with its own sequence's conv and recurrent state */
+                float **cp = rows->ptrs + (size_t)(4 * il + 2) * PF_BATCH, **sp = cp + PF_BATCH;
+                lilac_cuda_conv_step_rows(pf->qkv, cp, cl->ssm_conv, pf->conv, C, hp->ssm_conv_kernel, nt, s);
+                if (lilac_cuda_deltanet_rows(pf->conv, pf->a, pf->b, cl->ssm_a, cl->ssm_dt, sp, pf->o, pf->z,
+                                             cl->ssm_norm, nk, nv, dk, dv, m->w.ssm_v_tiled, hp->norm_eps, nt, s))
+                    return lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA batched decode: DeltaNet heads of %d x %d", dk,
+                                      dv);
+                lilac_cuda_matvec(&cl->ssm_out, pf->o, pf->tmp, nt, s);
+                goto ffn;
+            }
             lilac_cuda_pf_conv(pf->qkv, cs->conv[il], cl->ssm_conv, pf->conv, C, hp->ssm_conv_kernel, nt, s);
             lilac_cuda_pf_deltanet(pf->conv, C, pf->a, pf->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], pf->o, pf->z,
                                    cl->ssm_norm, nk, nv, dk, dv, m->w.ssm_v_tiled, hp->norm_eps, nt, s);
             lilac_cuda_matvec(&cl->ssm_out, pf->o, pf->tmp, nt, s);
         }
+    ffn:
         lilac_cuda_add(pf->x, pf->tmp, nt * E, s);
         lilac_cuda_rmsnorm(pf->x, cl->post_norm, pf->xn, nt, E, hp->norm_eps, s);
         /* routed experts: route, group the (token, expert) pairs by expert, the products per group */
@@ -213,7 +254,7 @@ lilac_status lilac_cuda_prefill(lilac_seq *s, const int32_t *tokens, int n, cons
         int nt = n - off < chunk ? n - off : chunk;
         if (lilac_cuda_upload_async(pf->tok, tokens + off, (size_t)nt * sizeof(int32_t), cm->stream))
             return lilac_fail(err, LILAC_E_INTERNAL, "CUDA prefill: uploading the tokens failed");
-        if ((st = forward(m, cs, nt, s->pos, err)))
+        if ((st = forward(m, cs, nt, s->pos, NULL, err)))
             return st;
         if (opts->logits_mode == LILAC_LOGITS_ALL) {
             for (int r0 = 0; r0 < nt; r0 += PF_LOGIT_ROWS) {
@@ -239,6 +280,86 @@ lilac_status lilac_cuda_prefill(lilac_seq *s, const int32_t *tokens, int n, cons
         s->pos += nt;
     }
     return LILAC_OK;
+}
+
+bool lilac_cuda_decode_batch_wanted(const lilac_model *m, int n)
+{
+    const char *e = getenv("LILAC_CUDA_BATCH"); /* until it has run on a GPU: opt in */
+    if (n < 2 || !(e && *e == '1'))
+        return false;
+    const lilac_hparams *hp = &m->hp;
+    int G = hp->n_head_kv > 0 ? hp->n_head / hp->n_head_kv : 0;
+    return G >= 1 && G <= 8 && hp->head_dim % 32 == 0 && hp->head_dim <= 256 &&
+           lilac_cuda_pf_moe_supported(hp->n_expert, hp->n_expert_used);
+}
+
+lilac_status lilac_cuda_decode_batch(lilac_model *m, lilac_seq *const *seqs, const int32_t *tokens, int n,
+                                     float *const *logits, lilac_error *err)
+{
+    lilac_cuda_model *cm = m->cuda;
+    const lilac_hparams *hp = &m->hp;
+    int V = hp->n_vocab, E = hp->n_embd, L = hp->n_layer;
+    char msg[256];
+    for (int i = 0; i < n; i++)
+        if (!seqs[i]->cuda || seqs[i]->m != m || seqs[i]->pos >= seqs[i]->cuda->n_ctx)
+            return lilac_fail(err, LILAC_E_RANGE, "CUDA batched decode: sequence %d is full or not on this GPU", i);
+    lilac_status st;
+    if (!cm->pf && (st = pf_alloc(m, err)))
+        return st;
+    struct cuda_prefill *pf = cm->pf;
+    float **ptrs = malloc((size_t)L * 4 * PF_BATCH * sizeof *ptrs);
+    int32_t pos[PF_BATCH];
+    if (!ptrs)
+        return lilac_fail(err, LILAC_E_NOMEM, "out of memory");
+    st = LILAC_OK;
+    for (int off = 0; !st && off < n; off += PF_BATCH) {
+        int nt = n - off < PF_BATCH ? n - off : PF_BATCH;
+        memset(ptrs, 0, (size_t)L * 4 * PF_BATCH * sizeof *ptrs);
+        for (int t = 0; t < nt; t++) {
+            lilac_cuda_seq *cs = seqs[off + t]->cuda;
+            pos[t] = seqs[off + t]->pos;
+            for (int il = 0; il < L; il++) {
+                float **p = ptrs + (size_t)(4 * il) * PF_BATCH + t;
+                p[0] = cs->k[il], p[PF_BATCH] = cs->v[il], p[2 * PF_BATCH] = cs->conv[il], p[3 * PF_BATCH] = cs->ssm[il];
+            }
+        }
+        if (lilac_cuda_upload_async(pf->tok, tokens + off, (size_t)nt * sizeof(int32_t), cm->stream) ||
+            lilac_cuda_upload_async(pf->pos, pos, (size_t)nt * sizeof(int32_t), cm->stream) ||
+            lilac_cuda_upload_async(pf->ptrs, ptrs, (size_t)L * 4 * PF_BATCH * sizeof *ptrs, cm->stream)) {
+            st = lilac_fail(err, LILAC_E_INTERNAL, "CUDA batched decode: uploading the step failed");
+            break;
+        }
+        pf_rows rows = {pf->pos, pf->ptrs};
+        if ((st = forward(m, NULL, nt, 0, &rows, err)))
+            break;
+        /* the logits of the rows that want them, PF_LOGIT_ROWS rows a product */
+        for (int r0 = 0; !st && r0 < nt; r0 += PF_LOGIT_ROWS) {
+            int rn = nt - r0 < PF_LOGIT_ROWS ? nt - r0 : PF_LOGIT_ROWS;
+            bool any = false;
+            for (int r = 0; r < rn; r++)
+                any |= logits[off + r0 + r] != NULL;
+            if (!any)
+                continue;
+            lilac_cuda_matvec(&cm->output, pf->xn + (size_t)r0 * E, pf->logits, rn, cm->stream);
+            if ((st = check(err)))
+                break;
+            for (int r = 0; r < rn; r++)
+                if (logits[off + r0 + r] &&
+                    lilac_cuda_download(logits[off + r0 + r], pf->logits + (size_t)r * V, (size_t)V * sizeof(float),
+                                        cm->stream, msg, sizeof msg)) {
+                    st = lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA batched decode: %s", msg);
+                    break;
+                }
+        }
+        if (!st && lilac_cuda_sync(cm->stream, msg, sizeof msg))
+            st = lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA batched decode: %s", msg);
+        if (!st)
+            st = check(err);
+        for (int t = 0; !st && t < nt; t++)
+            seqs[off + t]->pos++;
+    }
+    free(ptrs);
+    return st;
 }
 
 #endif

@@ -42,54 +42,6 @@ extern "C" void lilac_cuda_add(float *x, const float *y, int n, lilac_cuda_strea
 
 // ---- attention ----
 
-// Per head h (block): RMSNorm over hd with w, then NeoX rotary on the first
-// rot dims at position pos. Heads are `step` floats apart.
-__global__ void k_norm_rope(float *v, const float *w, int step, int hd, int rot, const int *pos_dev, float theta,
-                            float eps)
-{
-    int pos = *pos_dev;
-    float *x = v + (size_t)blockIdx.x * step;
-    float ss = 0;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x)
-        ss += x[i] * x[i];
-    ss = block_sum(ss);
-    float r = rsqrtf(ss / hd + eps);
-    for (int i = threadIdx.x; i < hd; i += blockDim.x)
-        x[i] = x[i] * r * w[i];
-    __syncthreads();
-    int half = rot / 2;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)rot);
-        float ang = (float)pos * inv_freq, c, s;
-        sincosf(ang, &s, &c);
-        float x0 = x[i], x1 = x[i + half];
-        x[i] = x0 * c - x1 * s;
-        x[i + half] = x1 * c + x0 * s;
-    }
-}
-
-extern "C" void lilac_cuda_norm_rope(float *v, const float *w, int n_heads, int step, int hd, int rot, const int *pos,
-                                     float theta, float eps, lilac_cuda_stream *s)
-{
-    k_norm_rope<<<n_heads, 128, 0, CS(s)>>>(v, w, step, hd, rot, pos, theta, eps);
-}
-
-// K and V of this position into the caches (the position read on the device).
-__global__ void k_kv_store(float *K, float *V, const float *k, const float *v, int kvw, const int *pos_dev)
-{
-    size_t at = (size_t)*pos_dev * kvw;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < kvw; i += gridDim.x * blockDim.x) {
-        K[at + i] = k[i];
-        V[at + i] = v[i];
-    }
-}
-
-extern "C" void lilac_cuda_kv_store(float *K, float *V, const float *k, const float *v, int kvw, const int *pos,
-                                    lilac_cuda_stream *s)
-{
-    k_kv_store<<<(kvw + 255) / 256, 256, 0, CS(s)>>>(K, V, k, v, kvw, pos);
-}
-
 // A step captured once and replayed (launch overhead off the decode path).
 extern "C" int lilac_cuda_capture_begin(lilac_cuda_stream *s)
 {
@@ -133,15 +85,15 @@ extern "C" void lilac_cuda_graph_free(void *exec)
 #define ATT_TILE 64
 // The key ranges in use at n_keys keys: ranges of at least a tile, so that a
 // short context does not pay for ATT_SPLIT mostly empty blocks and parts.
-static __device__ __forceinline__ int att_splits(int n_keys)
+static __device__ __forceinline__ int att_splits(int n_keys, int nsplit)
 {
-    return min(ATT_SPLIT, (n_keys + ATT_TILE - 1) / ATT_TILE);
+    return min(nsplit, (n_keys + ATT_TILE - 1) / ATT_TILE);
 }
 __global__ void k_attention_part(const float *q, int q_step, const float *K, const float *V, const int *pos_dev, int kvw,
                                  int hd, int group, float *scratch, int scratch_stride, float *part)
 {
     int h = blockIdx.x, sp = blockIdx.y, kvh = h / group;
-    int n_keys = *pos_dev + 1, ns = att_splits(n_keys), chunk = (n_keys + ns - 1) / ns;
+    int n_keys = *pos_dev + 1, ns = att_splits(n_keys, ATT_SPLIT), chunk = (n_keys + ns - 1) / ns;
     if (sp >= ns)
         return;
     int p0 = sp * chunk, p1 = min(n_keys, p0 + chunk);
@@ -193,12 +145,19 @@ __global__ void k_attention_part(const float *q, int q_step, const float *K, con
 // per query head is k_attention_part's (m, l, o), merged the same way.
 #define ATT_GMAX 8
 #define ATT_DPL 8 /* dims a lane: hd <= 256 */
-__global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_step, const float *K, const float *V,
-                                                      const int *pos_dev, int kvw, int hd, int G, float *part)
+// Batched (blockIdx.z a row of its own sequence): q, part advanced by the
+// row's strides, K and V from Kp, Vp when given, the position pos_dev[row].
+__global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_step, long long q_tok, const float *K,
+                                                      const float *V, float *const *Kp, float *const *Vp,
+                                                      const int *pos_dev, int kvw, int hd, int G, float *part,
+                                                      long long part_tok, int nsplit)
 {
     griddep_launch_dependents();
-    const int kvh = blockIdx.x, sp = blockIdx.y;
-    const int n_keys = *pos_dev + 1, ns = att_splits(n_keys), chunk = (n_keys + ns - 1) / ns;
+    const int kvh = blockIdx.x, sp = blockIdx.y, row = blockIdx.z;
+    q += row * q_tok, part += row * part_tok;
+    if (Kp)
+        K = Kp[row], V = Vp[row];
+    const int n_keys = pos_dev[row] + 1, ns = att_splits(n_keys, nsplit), chunk = (n_keys + ns - 1) / ns;
     if (sp >= ns)
         return;
     const int p0 = sp * chunk, p1 = min(n_keys, p0 + chunk);
@@ -279,7 +238,7 @@ __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_ste
     }
     const int d = threadIdx.x;
     for (int g = 0; g < G; g++) {
-        float *pt = part + ((size_t)(kvh * G + g) * ATT_SPLIT + sp) * (hd + 2);
+        float *pt = part + ((size_t)(kvh * G + g) * nsplit + sp) * (hd + 2);
         if (d < hd)
             pt[2 + d] = o[g];
         if (d == 0)
@@ -290,12 +249,15 @@ __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_ste
 // Per head: the parts combined with their maxima, then the gate sigmoid(g).
 // The ranges' weights exp(m - M) are computed once, a thread a range, into
 // shared memory; then a thread a dim sums the ranges with all loads in flight.
-__global__ void k_attention_combine(const float *q, int q_step, int hd, const float *part, float *out, int gated,
-                                    const int *pos_dev)
+__global__ void k_attention_combine(const float *q, int q_step, long long q_tok, int hd, const float *part,
+                                    long long part_tok, float *out, long long out_tok, int gated, const int *pos_dev,
+                                    int nsplit)
 {
     griddep_launch_dependents();
-    int h = blockIdx.x, ns = att_splits(*pos_dev + 1);
-    const float *ph = part + (size_t)h * ATT_SPLIT * (hd + 2);
+    const int row = blockIdx.y;
+    q += row * q_tok, part += row * part_tok, out += row * out_tok;
+    int h = blockIdx.x, ns = att_splits(pos_dev[row] + 1, nsplit);
+    const float *ph = part + (size_t)h * nsplit * (hd + 2);
     __shared__ float wsp[ATT_SPLIT];
     float m = threadIdx.x < ns ? ph[(size_t)threadIdx.x * (hd + 2)] : -INFINITY;
     const float M = block_max(m);
@@ -320,27 +282,62 @@ __global__ void k_attention_combine(const float *q, int q_step, int hd, const fl
 
 extern "C" size_t lilac_cuda_attention_part_floats(int n_head, int hd) { return (size_t)n_head * ATT_SPLIT * (hd + 2); }
 
+// Whether k_attention_gqa takes the shape (query heads a KV head, head size).
+static bool attention_gqa_takes(int n_head, int n_head_kv, int hd)
+{
+    const int G = n_head_kv > 0 ? n_head / n_head_kv : 0;
+    return G >= 1 && G <= ATT_GMAX && n_head % n_head_kv == 0 && hd % 32 == 0 && hd <= 32 * ATT_DPL;
+}
+/* Key ranges a row of a batched call: the batch's rows fill the device, and each holds its parts. */
+#define ATT_SPLIT_ROWS 16
+
 extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K, const float *V, const int *pos,
                                      int n_head, int n_head_kv, int hd, float *out, float *scratch, int scratch_stride,
                                      float *part, int gated, lilac_cuda_stream *s)
 {
     const int G = n_head / n_head_kv;
-    if (G <= ATT_GMAX && hd % 32 == 0 && hd <= 32 * ATT_DPL && hd <= 256)
-        k_attention_gqa<<<dim3(n_head_kv, ATT_SPLIT), 256, 0, CS(s)>>>(q, q_step, K, V, pos, n_head_kv * hd, hd, G,
-                                                                      part);
+    if (attention_gqa_takes(n_head, n_head_kv, hd))
+        k_attention_gqa<<<dim3(n_head_kv, ATT_SPLIT), 256, 0, CS(s)>>>(q, q_step, 0, K, V, NULL, NULL, pos,
+                                                                      n_head_kv * hd, hd, G, part, 0, ATT_SPLIT);
     else
         k_attention_part<<<dim3(n_head, ATT_SPLIT), 256, (size_t)hd * sizeof(float), CS(s)>>>(
             q, q_step, K, V, pos, n_head_kv * hd, hd, G, scratch, scratch_stride, part);
-    k_attention_combine<<<n_head, 256, 0, CS(s)>>>(q, q_step, hd, part, out, gated, pos);
+    k_attention_combine<<<n_head, 256, 0, CS(s)>>>(q, q_step, 0, hd, part, 0, out, 0, gated, pos, ATT_SPLIT);
+}
+
+extern "C" size_t lilac_cuda_attention_rows_part_floats(int n_head, int hd, int n)
+{
+    return (size_t)n * n_head * ATT_SPLIT_ROWS * (hd + 2);
+}
+
+extern "C" int lilac_cuda_attention_rows(const float *q, int q_step, long long q_tok, float *const *Kp,
+                                         float *const *Vp, const int *pos, int n_head, int n_head_kv, int hd,
+                                         float *out, float *part, int gated, int n, lilac_cuda_stream *s)
+{
+    if (!attention_gqa_takes(n_head, n_head_kv, hd) || n < 1 || n > 65535)
+        return -1;
+    const long long part_tok = (long long)n_head * ATT_SPLIT_ROWS * (hd + 2);
+    k_attention_gqa<<<dim3(n_head_kv, ATT_SPLIT_ROWS, n), 256, 0, CS(s)>>>(
+        q, q_step, q_tok, NULL, NULL, Kp, Vp, pos, n_head_kv * hd, hd, n_head / n_head_kv, part, part_tok,
+        ATT_SPLIT_ROWS);
+    k_attention_combine<<<dim3(n_head, n), 256, 0, CS(s)>>>(q, q_step, q_tok, hd, part, part_tok, out,
+                                                           (long long)n_head * hd, gated, pos, ATT_SPLIT_ROWS);
+    return 0;
 }
 
 // ---- Gated DeltaNet, one token ----
 
 // Causal depthwise conv over time, one thread per channel: the state holds
 // the last K-1 inputs; SiLU after.
-__global__ void k_conv_step(const float *in, float *state, const float *w, float *out, int C, int K)
+// Batched: blockIdx.y a row, in and out C floats on, its state statep[row].
+__global__ void k_conv_step(const float *in, float *state, const float *w, float *out, int C, int K,
+                            float *const *statep)
 {
     griddep_launch_dependents();
+    const int row = blockIdx.y;
+    in += (size_t)row * C, out += (size_t)row * C;
+    if (statep)
+        state = statep[row];
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C)
         return;
@@ -359,7 +356,13 @@ __global__ void k_conv_step(const float *in, float *state, const float *w, float
 extern "C" void lilac_cuda_conv_step(const float *in, float *state, const float *w, float *out, int C, int K,
                                      lilac_cuda_stream *s)
 {
-    k_conv_step<<<(C + 255) / 256, 256, 0, CS(s)>>>(in, state, w, out, C, K);
+    k_conv_step<<<(C + 255) / 256, 256, 0, CS(s)>>>(in, state, w, out, C, K, NULL);
+}
+
+extern "C" void lilac_cuda_conv_step_rows(const float *in, float *const *statep, const float *w, float *out, int C,
+                                          int K, int n, lilac_cuda_stream *s)
+{
+    k_conv_step<<<dim3((C + 255) / 256, n), 256, 0, CS(s)>>>(in, NULL, w, out, C, K, statep);
 }
 
 // Per key head (block): L2-normalize q and k (x / sqrt(sum x^2 + 1e-6)), q scaled by 1/sqrt(dk).
@@ -505,83 +508,6 @@ extern "C" void lilac_cuda_deltanet_step(float *conv_out, float *a, float *b, co
 
 // ---- mixture of experts ----
 
-// Softmax over E router logits, the top k (ties to the lower index), in
-// expert-index order as the CPU adds them, weights renormalized if asked.
-// Each of the k rounds is a block-wide argmax of (probability, index).
-__global__ void k_topk(const float *logits, int E, int k, int norm, int32_t *idx, float *w)
-{
-    extern __shared__ float p[]; // [E]
-    __shared__ int chosen[64];
-    __shared__ float wv[32];
-    __shared__ int wi[32];
-    float mx = -INFINITY;
-    for (int e = threadIdx.x; e < E; e += blockDim.x)
-        mx = fmaxf(mx, logits[e]);
-    mx = block_max(mx);
-    float sum = 0;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        p[e] = expf(logits[e] - mx);
-        sum += p[e];
-    }
-    sum = block_sum(sum);
-    for (int e = threadIdx.x; e < E; e += blockDim.x)
-        p[e] /= sum;
-    __syncthreads();
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    for (int r = 0; r < k; r++) {
-        float bv = -1.0f;
-        int bi = 0x7fffffff;
-        for (int e = threadIdx.x; e < E; e += blockDim.x)
-            if (p[e] > bv || (p[e] == bv && e < bi))
-                bv = p[e], bi = e;
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > bv || (ov == bv && oi < bi))
-                bv = ov, bi = oi;
-        }
-        if (lane == 0)
-            wv[wid] = bv, wi[wid] = bi;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            for (int q = 1; q < nw; q++)
-                if (wv[q] > bv || (wv[q] == bv && wi[q] < bi))
-                    bv = wv[q], bi = wi[q];
-            chosen[r] = bi;
-            w[r] = p[bi];  /* scratch until the sort below */
-            p[bi] = -2.0f; /* taken */
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-        float pw[64];
-        for (int i = 0; i < k; i++)
-            pw[i] = w[i];
-        for (int i = 1; i < k; i++) // by expert index
-            for (int q = i; q > 0 && chosen[q - 1] > chosen[q]; q--) {
-                int t = chosen[q];
-                chosen[q] = chosen[q - 1];
-                chosen[q - 1] = t;
-                float tw = pw[q];
-                pw[q] = pw[q - 1];
-                pw[q - 1] = tw;
-            }
-        float tot = 0;
-        for (int i = 0; i < k; i++)
-            tot += pw[i];
-        for (int i = 0; i < k; i++) {
-            idx[i] = chosen[i];
-            w[i] = norm ? pw[i] / tot : pw[i];
-        }
-    }
-}
-
-extern "C" void lilac_cuda_topk(const float *logits, int E, int k, int norm, int32_t *idx, float *w,
-                                lilac_cuda_stream *s)
-{
-    k_topk<<<1, 256, (size_t)E * sizeof(float), CS(s)>>>(logits, E, k, norm, idx, w);
-}
-
 __global__ void k_swiglu(float *g, const float *u, int n)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -592,33 +518,6 @@ __global__ void k_swiglu(float *g, const float *u, int n)
 extern "C" void lilac_cuda_swiglu(float *g, const float *u, int n, lilac_cuda_stream *s)
 {
     k_swiglu<<<(n + 255) / 256, 256, 0, CS(s)>>>(g, u, n);
-}
-
-// x += sum_i w[i] ex[i] (+ sigmoid(dot(gate_inp, xn)) sh when sh is set), one block.
-__global__ void k_moe_sum(float *x, const float *ex, const float *w, int k, const float *sh, const float *gate_inp,
-                          const float *xn, int E)
-{
-    float gsh = 0;
-    if (sh) {
-        float d = 0;
-        for (int i = threadIdx.x; i < E; i += blockDim.x)
-            d += gate_inp[i] * xn[i];
-        gsh = sigmoidf_(block_sum(d));
-    }
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        float o = 0;
-        for (int i = 0; i < k; i++)
-            o += w[i] * ex[(size_t)i * E + e];
-        if (sh)
-            o += gsh * sh[e];
-        x[e] += o;
-    }
-}
-
-extern "C" void lilac_cuda_moe_sum(float *x, const float *ex, const float *w, int k, const float *sh,
-                                   const float *gate_inp, const float *xn, int E, lilac_cuda_stream *s)
-{
-    k_moe_sum<<<1, 1024, 0, CS(s)>>>(x, ex, w, k, sh, gate_inp, xn, E);
 }
 
 extern "C" int lilac_cuda_copy(void *dst, const void *src, size_t bytes, lilac_cuda_stream *s)
@@ -669,7 +568,7 @@ extern "C" void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, 
     cudaStreamWaitEvent(CS(to), (cudaEvent_t)ev, 0);
 }
 
-// The router's softmax, top-k and weights as k_topk computes them, the
+// The router's softmax, top-k and weights (the CPU's choice and order), the
 // ranks of all experts at once (dev_route; E <= 512, k <= 32). With
 // up_offset > 0, idx[k + i] = idx[i] + up_offset as well (the up matrices
 // stored after the gate ones: one product over 2k slots). With gate_inp,
@@ -704,14 +603,19 @@ extern "C" void lilac_cuda_moe_sum_norm(float *x, const float *ex, const float *
     k_moe_sum_norm<<<1, 1024, 0, CS(s)>>>(x, ex, w, k, sh, gsh, norm_w, xn, E, eps);
 }
 
-// Blocks [0, nh): q head b, k_norm_rope's work; blocks [nh, nh + nkv): k
+// Blocks [0, nh): q head b, RMSNorm and rotary; blocks [nh, nh + nkv): k
 // head b - nh the same, then its K and V rows stored into the caches.
+// Batched: blockIdx.y a row, its q, k, v tok floats on, its caches Kp, Vp.
 __global__ void k_norm_rope_kv(float *q, const float *q_norm, int q_step, int nh, float *k, const float *v,
                                const float *k_norm, float *K, float *V, int nkv, int hd, int rot, const int *pos_dev,
-                               float theta, float eps)
+                               float theta, float eps, long long q_tok, long long kv_tok, float *const *Kp,
+                               float *const *Vp)
 {
     griddep_launch_dependents();
-    const int b = blockIdx.x, pos = *pos_dev;
+    const int row = blockIdx.y, b = blockIdx.x, pos = pos_dev[row];
+    q += row * q_tok, k += row * kv_tok, v += row * kv_tok;
+    if (Kp)
+        K = Kp[row], V = Vp[row];
     const bool isq = b < nh;
     float *x = isq ? q + (size_t)b * q_step : k + (size_t)(b - nh) * hd;
     const float *w = isq ? q_norm : k_norm;
@@ -747,7 +651,16 @@ extern "C" void lilac_cuda_norm_rope_kv(float *q, const float *q_norm, int q_ste
                                         const int *pos, float theta, float eps, lilac_cuda_stream *s)
 {
     k_norm_rope_kv<<<nh + nkv, 128, 0, CS(s)>>>(q, q_norm, q_step, nh, k, v, k_norm, K, V, nkv, hd, rot, pos, theta,
-                                                eps);
+                                                eps, 0, 0, NULL, NULL);
+}
+
+extern "C" void lilac_cuda_norm_rope_kv_rows(float *q, const float *q_norm, int q_step, long long q_tok, int nh,
+                                             float *k, const float *v, long long kv_tok, const float *k_norm,
+                                             float *const *Kp, float *const *Vp, int nkv, int hd, int rot,
+                                             const int *pos, float theta, float eps, int n, lilac_cuda_stream *s)
+{
+    k_norm_rope_kv<<<dim3(nh + nkv, n), 128, 0, CS(s)>>>(q, q_norm, q_step, nh, k, v, k_norm, NULL, NULL, nkv, hd, rot,
+                                                         pos, theta, eps, q_tok, kv_tok, Kp, Vp);
 }
 
 // The DeltaNet step after the conv in one kernel, per value head j (block):
@@ -755,10 +668,19 @@ extern "C" void lilac_cuda_norm_rope_kv(float *q, const float *q_norm, int q_ste
 // back: two value heads share a key head), its gates (k_dn_gates), the delta
 // rule (k_dn_recurrent's split: thread (part, c) holds column c of rows part,
 // part + DN_P, ...), and the gated RMSNorm of its output (k_gated_norm).
+// Batched: blockIdx.y a row with its state Sp[row]; conv C floats on, a and
+// b nv, z and o nv * dv.
 __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, const float *b, const float *ssm_a,
                            const float *ssm_dt, const float *z, const float *norm_w, float *o_all, int nk, int nv,
-                           int dk, int dv, int tiled, float eps)
+                           int dk, int dv, int tiled, float eps, float *const *Sp)
 {
+    {
+        const int row = blockIdx.y;
+        conv += (size_t)row * (2 * nk * dk + nv * dv), a += (size_t)row * nv, b += (size_t)row * nv;
+        z += (size_t)row * nv * dv, o_all += (size_t)row * nv * dv;
+        if (Sp)
+            S_all = Sp[row];
+    }
     const int j = blockIdx.x, c = threadIdx.x % dv, part = threadIdx.x / dv;
     const int kh = tiled ? j % nk : j / (nv / nk);
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
@@ -847,7 +769,19 @@ extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, 
     if (!(dv * DN_P <= 1024 && dv % 32 == 0 && dv <= 1024 && dk <= DN_P * DN_ROWS))
         return -1;
     launch_dependent(k_dn_fused, dim3(nv), dim3(dv * DN_P), (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s), S,
-                     conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps);
+                     conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL);
+    return 0;
+}
+
+extern "C" int lilac_cuda_deltanet_rows(const float *conv_out, const float *a, const float *b, const float *ssm_a,
+                                        const float *ssm_dt, float *const *Sp, float *o, const float *z,
+                                        const float *norm_w, int nk, int nv, int dk, int dv, int tiled, float eps,
+                                        int n, lilac_cuda_stream *s)
+{
+    if (!(dv * DN_P <= 1024 && dv % 32 == 0 && dv <= 1024 && dk <= DN_P * DN_ROWS) || n < 1 || n > 65535)
+        return -1;
+    k_dn_fused<<<dim3(nv, n), dv * DN_P, (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s)>>>(
+        (float *)NULL, conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, Sp);
     return 0;
 }
 

@@ -16,10 +16,6 @@ extern "C" {
 
 void lilac_cuda_rmsnorm(const float *x, const float *w, float *y, int rows, int n, float eps, lilac_cuda_stream *s);
 void lilac_cuda_add(float *x, const float *y, int n, lilac_cuda_stream *s);
-void lilac_cuda_norm_rope(float *v, const float *w, int n_heads, int step, int hd, int rot, const int *pos,
-                          float theta, float eps, lilac_cuda_stream *s);
-void lilac_cuda_kv_store(float *K, float *V, const float *k, const float *v, int kvw, const int *pos,
-                         lilac_cuda_stream *s);
 void lilac_cuda_attention(const float *q, int q_step, const float *K, const float *V, const int *pos, int n_head,
                           int n_head_kv, int hd, float *out, float *scratch, int scratch_stride, float *part, int gated,
                           lilac_cuda_stream *s);
@@ -33,10 +29,7 @@ void lilac_cuda_conv_step(const float *in, float *state, const float *w, float *
 void lilac_cuda_deltanet_step(float *conv_out, float *a, float *b, const float *ssm_a, const float *ssm_dt, float *S,
                               float *o, const float *z, const float *norm_w, int nk, int nv, int dk, int dv, int tiled,
                               float eps, lilac_cuda_stream *s);
-void lilac_cuda_topk(const float *logits, int E, int k, int norm, int32_t *idx, float *w, lilac_cuda_stream *s);
 void lilac_cuda_swiglu(float *g, const float *u, int n, lilac_cuda_stream *s);
-void lilac_cuda_moe_sum(float *x, const float *ex, const float *w, int k, const float *sh, const float *gate_inp,
-                        const float *xn, int E, lilac_cuda_stream *s);
 int lilac_cuda_copy(void *dst, const void *src, size_t bytes, lilac_cuda_stream *s);
 int lilac_cuda_upload_async(void *dst, const void *src, size_t bytes, lilac_cuda_stream *s);
 int lilac_cuda_last_error(char *msg, size_t cap);
@@ -47,14 +40,17 @@ int lilac_cuda_last_error(char *msg, size_t cap);
 int lilac_cuda_event_new(void **ev);
 void lilac_cuda_event_free(void *ev);
 void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, void *ev);
-/* lilac_cuda_topk by one warp, and with up_offset > 0 idx[k + i] = idx[i] + up_offset, and with gate_inp
- * w[k] = sigmoid(gate_inp . xn). -1 (nothing launched) when E > 512 or k > 32. */
+/* The router's softmax over E logits, the top k (ties to the lower index) listed in expert-index order as the
+ * CPU adds them, weights renormalized when norm; with up_offset > 0 also idx[k + i] = idx[i] + up_offset, and
+ * with gate_inp w[k] = sigmoid(gate_inp . xn) (the shared expert's gate). -1 (nothing launched) when E > 512
+ * or k > 32. */
 int lilac_cuda_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
                      const float *gate_inp, const float *xn, int n_embd, lilac_cuda_stream *s);
 /* x += sum_i w[i] ex[i] (+ *gsh sh); then xn = RMSNorm(x) * norm_w when norm_w is set. */
 void lilac_cuda_moe_sum_norm(float *x, const float *ex, const float *w, int k, const float *sh, const float *gsh,
                              const float *norm_w, float *xn, int E, float eps, lilac_cuda_stream *s);
-/* lilac_cuda_norm_rope of the q heads and the k heads, and kv_store, in one launch. */
+/* Per head RMSNorm (q_norm, k_norm) and NeoX rotary on the first rot dims at *pos, of the q heads (q_step
+ * floats apart) and the k heads, and this position's K and V rows stored into the caches: one launch. */
 void lilac_cuda_norm_rope_kv(float *q, const float *q_norm, int q_step, int nh, float *k, const float *v,
                              const float *k_norm, float *K, float *V, int nkv, int hd, int rot, const int *pos,
                              float theta, float eps, lilac_cuda_stream *s);
@@ -69,6 +65,23 @@ int lilac_cuda_deltanet_conv_fused(const float *qkv, float *conv_state, const fl
                                    const float *b, const float *ssm_a, const float *ssm_dt, float *S, float *o,
                                    const float *z, const float *norm_w, int nk, int nv, int dk, int dv, int tiled,
                                    float eps, lilac_cuda_stream *s);
+/* Batched decode: row t (of n) is one token of its own sequence, at position pos[t] (dev), with that sequence's
+ * state from the pointer arrays (dev, n entries); activations [n][width] as lilac_cuda_pf_*. */
+void lilac_cuda_norm_rope_kv_rows(float *q, const float *q_norm, int q_step, long long q_tok, int nh, float *k,
+                                  const float *v, long long kv_tok, const float *k_norm, float *const *Kp,
+                                  float *const *Vp, int nkv, int hd, int rot, const int *pos, float theta, float eps,
+                                  int n, lilac_cuda_stream *s);
+/* The parts buffer lilac_cuda_attention_rows needs for n rows (floats); the call is -1 (nothing launched) for a
+ * shape it does not take. */
+size_t lilac_cuda_attention_rows_part_floats(int n_head, int hd, int n);
+int lilac_cuda_attention_rows(const float *q, int q_step, long long q_tok, float *const *Kp, float *const *Vp,
+                              const int *pos, int n_head, int n_head_kv, int hd, float *out, float *part, int gated,
+                              int n, lilac_cuda_stream *s);
+void lilac_cuda_conv_step_rows(const float *in, float *const *statep, const float *w, float *out, int C, int K, int n,
+                               lilac_cuda_stream *s);
+int lilac_cuda_deltanet_rows(const float *conv_out, const float *a, const float *b, const float *ssm_a,
+                             const float *ssm_dt, float *const *Sp, float *o, const float *z, const float *norm_w,
+                             int nk, int nv, int dk, int dv, int tiled, float eps, int n, lilac_cuda_stream *s);
 
 /* ---- prefill (cuda_prefill.cu): the n tokens of a chunk of one sequence at
  * positions pos0 .. pos0 + n - 1 (host values: a prefill is not captured),

@@ -23,7 +23,7 @@ namespace {
 // ---- attention ----
 
 // Head blockIdx.x of token blockIdx.y: RMSNorm over hd with w, then NeoX
-// rotary on the first rot dims at position pos0 + token (k_norm_rope).
+// rotary on the first rot dims at position pos0 + token (as k_norm_rope_kv).
 __global__ void k_pf_norm_rope(float *v, const float *w, int step, long long tok_stride, int hd, int rot, int pos0,
                                float theta, float eps)
 {
@@ -390,7 +390,7 @@ __global__ void k_pf_gated_norm(float *o, const float *z, const float *w, int dv
 
 // ---- mixture of experts ----
 
-// k_topk for token blockIdx.x (a block of 256 threads, as there, so the
+// dev_route's softmax for token blockIdx.x (a block of 256 threads, as there, so the
 // probabilities are the same floats): softmax over E router logits, the top
 // k (ties to the lower index) sorted by expert index, weights renormalized
 // if asked. Where no candidate compares (NaN logits) the lowest free expert
@@ -538,7 +538,7 @@ __global__ void k_pf_moe_group(const int32_t *idx_dev, int n, int k, int E, int 
 
 // Token blockIdx.x: x += sum over its k slots (expert-index order) of w *
 // the expert's output row, then + sigmoid(dot(gate_inp, xn)) sh when sh is
-// set: k_moe_sum's order and block (1024 threads).
+// set: k_moe_sum_norm's order (experts by index, then the shared one).
 __global__ void k_pf_moe_sum(float *x_all, const float *ex, const float *w_all, const int32_t *tok_pair, int k,
                              const float *sh_all, const float *gate_inp, const float *xn_all, int E)
 {

@@ -1,0 +1,150 @@
+/* cuda_batch: batched decode on the GPU (lilac_cuda_decode_batch through
+ * lilac_batch_eval, LILAC_CUDA_BATCH=1) against each sequence run alone on
+ * the GPU: five sequences with prompts of different lengths (so different
+ * positions) decode greedily together; every step's logits must match the
+ * sequence's own run to float32 rounding and the tokens must be the same.
+ * One step also feeds a new prompt beside the decoding sequences (the
+ * mixed path). Skips where no GPU can be used — unless
+ * LILAC_REQUIRE_CUDA=1, then it fails. */
+#include "kernels/cuda/cuda.h"
+#include "model/decoder_cuda_int.h"
+#include "models.h"
+
+enum { NSEQ = 5, STEPS = 8 };
+
+static lilac_model *open_cuda(const char *path)
+{
+    lilac_model_params p = lilac_model_default_params();
+    p.backend = LILAC_BACKEND_CUDA;
+    p.precise = true;
+    return tm_open_with(path, &p);
+}
+
+/* Sequence i's prompt: the first 3 + 2i golden tokens. */
+static int prompt_len(int i) { return 3 + 2 * i; }
+
+/* Alone: the prompt, then STEPS greedy tokens one per call; the logits before each chosen token into
+ * lg[step][V], the tokens into out. 0 on failure. */
+static int run_alone(lilac_model *m, const int32_t *toks, int np, int32_t *out, float *lg)
+{
+    int V = lilac_model_hparams(m)->n_vocab;
+    lilac_seq *s = NULL;
+    lilac_error err;
+    if (lilac_seq_new(m, np + STEPS + 1, &s, &err))
+        return 0;
+    lilac_eval_opts o = {.logits_mode = LILAC_LOGITS_LAST, .logits = lg};
+    int ok = !lilac_seq_eval(s, toks, np, &o, &err);
+    for (int st = 0; ok && st < STEPS; st++) {
+        out[st] = tm_argmax(lg + (size_t)st * V, V);
+        if (st + 1 < STEPS) {
+            o.logits = lg + (size_t)(st + 1) * V;
+            ok = !lilac_seq_eval(s, &out[st], 1, &o, &err);
+        }
+    }
+    if (!ok)
+        fprintf(stderr, "alone: %s\n", err.msg);
+    lilac_seq_free(s);
+    return ok;
+}
+
+static void run(const char *fx, const char *model, const char *file)
+{
+    char path[8192], mp[8192];
+    snprintf(path, sizeof path, "%s/%s/%s", fx, model, file);
+    snprintf(mp, sizeof mp, "%s/%s/golden/meta.json", fx, model);
+    json_t *meta = json_load_file(mp, 0, NULL);
+    int n = 0;
+    int32_t *toks = tm_json_ints(meta, "tokens", NULL, &n);
+    lilac_model *m = open_cuda(path);
+    CHECKF(meta && toks && m && n >= prompt_len(NSEQ), "%s: meta, tokens and the model on CUDA", path);
+    if (!meta || !toks || !m || n < prompt_len(NSEQ))
+        goto done;
+    int V = lilac_model_hparams(m)->n_vocab;
+    CHECKF(lilac_cuda_decode_batch_wanted(m, NSEQ), "%s: the batched step is taken (not one sequence after another)",
+           path);
+    float *ref = malloc((size_t)NSEQ * STEPS * V * sizeof(float));
+    int32_t ref_tok[NSEQ][STEPS], got_tok[NSEQ][STEPS];
+    int ok = ref != NULL;
+    for (int i = 0; ok && i < NSEQ; i++)
+        ok = run_alone(m, toks, prompt_len(i), ref_tok[i], ref + (size_t)i * STEPS * V);
+    CHECKF(ok, "%s: each sequence alone", path);
+    lilac_batch *b = NULL;
+    lilac_seq *seqs[NSEQ] = {0};
+    lilac_error err;
+    ok = ok && !lilac_batch_new(m, NSEQ, 64, &b, &err);
+    for (int i = 0; ok && i < NSEQ; i++)
+        ok = !lilac_seq_new(m, prompt_len(i) + STEPS + 1, &seqs[i], &err);
+    /* step 0: sequences 0..3 take their prompts, one at a time inside; sequence 4's prompt goes in at step 1
+     * beside the others' first decode tokens (the mixed path) */
+    double worst = 0;
+    int bad_tok = 0;
+    for (int st = 0; ok && st <= STEPS; st++) {
+        lilac_batch_item it[NSEQ];
+        int ni = 0, who[NSEQ];
+        for (int i = 0; i < NSEQ; i++) {
+            int first = i == NSEQ - 1 ? 1 : 0; /* the step its prompt goes in */
+            int k = st - first;                /* its decode steps done before this one */
+            if (k < 0 || k >= STEPS)
+                continue;
+            if (k == 0)
+                it[ni] = (lilac_batch_item){seqs[i], toks, prompt_len(i), true};
+            else
+                it[ni] = (lilac_batch_item){seqs[i], &got_tok[i][k - 1], 1, true};
+            who[ni++] = i;
+        }
+        if (!ni)
+            continue;
+        if (lilac_batch_eval(b, it, ni, &err)) {
+            CHECKF(0, "%s: batch step %d: %s", path, st, err.msg);
+            ok = 0;
+            break;
+        }
+        for (int j = 0; j < ni; j++) {
+            int i = who[j], k = st - (i == NSEQ - 1 ? 1 : 0);
+            const float *lg = lilac_batch_logits(b, j), *rf = ref + ((size_t)i * STEPS + k) * V;
+            if (!lg) {
+                CHECKF(0, "%s: no logits for sequence %d at step %d", path, i, st);
+                ok = 0;
+                break;
+            }
+            double d = tm_max_diff(lg, rf, (size_t)V) / tm_max_abs(rf, (size_t)V);
+            worst = d > worst ? d : worst;
+            got_tok[i][k] = tm_argmax(lg, V);
+            bad_tok += got_tok[i][k] != ref_tok[i][k];
+        }
+    }
+    if (ok) {
+        printf("%s: batched decode of %d sequences vs alone: max|d|/max|logit| %.3e, %d tokens differ\n", path, NSEQ,
+               worst, bad_tok);
+        CHECKF(worst <= 1e-5, "%s: batched logits within 1e-5 of max|logit| of each sequence alone (%.3e)", path,
+               worst);
+        CHECKF(bad_tok == 0, "%s: batched greedy tokens equal each sequence's alone (%d differ)", path, bad_tok);
+    }
+    for (int i = 0; i < NSEQ; i++)
+        lilac_seq_free(seqs[i]);
+    lilac_batch_free(b);
+    free(ref);
+done:
+    lilac_model_free(m);
+    free(toks);
+    json_decref(meta);
+}
+
+int main(void)
+{
+    char why[256] = "";
+    if (!lilac_cuda_available(why, sizeof why)) {
+        const char *req = getenv("LILAC_REQUIRE_CUDA");
+        if (req && !strcmp(req, "1")) {
+            CHECKF(0, "LILAC_REQUIRE_CUDA=1 but no CUDA device can be used: %s", why);
+            TEST_END();
+        }
+        SKIP("no CUDA device: %s", why);
+    }
+    const char *fx = tu_require_fixtures();
+    setenv("LILAC_CUDA_BATCH", "1", 1);
+    run(fx, "tiny-qwen35moe", "gguf/model-bf16.gguf");
+    run(fx, "tiny-qwen3moe", "gguf/model-bf16.gguf");
+    run(fx, "tiny-qwen35moe", "gguf/model-Q4_K_M.gguf");
+    TEST_END();
+}
