@@ -91,6 +91,31 @@ static inline int tm_argmax_agree(const float *a, const float *b, int rows, int 
 }
 
 /* An int array of a JSON object, by dotted path of two keys at most. */
+/* For main() of a CUDA test: skip (exit 77) where no GPU can be used, fail
+ * instead when LILAC_REQUIRE_CUDA=1 (on the GPU machine, a skip would hide
+ * a broken setup). Needs kernels/cuda/cuda.h. */
+#define TM_REQUIRE_CUDA()                                                                                             \
+    do {                                                                                                              \
+        char why_[256] = "";                                                                                          \
+        if (!lilac_cuda_available(why_, sizeof why_)) {                                                               \
+            const char *req_ = getenv("LILAC_REQUIRE_CUDA");                                                          \
+            if (req_ && !strcmp(req_, "1")) {                                                                         \
+                CHECKF(0, "LILAC_REQUIRE_CUDA=1 but no CUDA device can be used: %s", why_);                           \
+                TEST_END();                                                                                           \
+            }                                                                                                         \
+            SKIP("no CUDA device: %s", why_);                                                                         \
+        }                                                                                                             \
+    } while (0)
+
+/* The model at path on the given backend, the precise path (float32 activations, as the CUDA kernels). */
+static inline lilac_model *tm_open_backend(const char *path, int backend)
+{
+    lilac_model_params p = lilac_model_default_params();
+    p.backend = backend;
+    p.precise = true;
+    return tm_open_with(path, &p);
+}
+
 /* Mean over n rows of KL(softmax(p) || softmax(q)), in double. */
 static inline double tm_mean_kl(const float *p, const float *q, int n, int V)
 {

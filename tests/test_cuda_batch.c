@@ -12,14 +12,6 @@
 
 enum { NSEQ = 5, STEPS = 8 };
 
-static lilac_model *open_cuda(const char *path)
-{
-    lilac_model_params p = lilac_model_default_params();
-    p.backend = LILAC_BACKEND_CUDA;
-    p.precise = true;
-    return tm_open_with(path, &p);
-}
-
 /* Sequence i's prompt: the first 3 + 2i golden tokens. */
 static int prompt_len(int i) { return 3 + 2 * i; }
 
@@ -55,7 +47,7 @@ static void run(const char *fx, const char *model, const char *file)
     json_t *meta = json_load_file(mp, 0, NULL);
     int n = 0;
     int32_t *toks = tm_json_ints(meta, "tokens", NULL, &n);
-    lilac_model *m = open_cuda(path);
+    lilac_model *m = tm_open_backend(path, LILAC_BACKEND_CUDA);
     CHECKF(meta && toks && m && n >= prompt_len(NSEQ), "%s: meta, tokens and the model on CUDA", path);
     if (!meta || !toks || !m || n < prompt_len(NSEQ))
         goto done;
@@ -132,15 +124,7 @@ done:
 
 int main(void)
 {
-    char why[256] = "";
-    if (!lilac_cuda_available(why, sizeof why)) {
-        const char *req = getenv("LILAC_REQUIRE_CUDA");
-        if (req && !strcmp(req, "1")) {
-            CHECKF(0, "LILAC_REQUIRE_CUDA=1 but no CUDA device can be used: %s", why);
-            TEST_END();
-        }
-        SKIP("no CUDA device: %s", why);
-    }
+    TM_REQUIRE_CUDA();
     const char *fx = tu_require_fixtures();
     setenv("LILAC_CUDA_BATCH", "1", 1);
     run(fx, "tiny-qwen35moe", "gguf/model-bf16.gguf");

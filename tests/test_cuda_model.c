@@ -6,14 +6,6 @@
 #include "kernels/cuda/cuda.h"
 #include "models.h"
 
-static lilac_model *open_on(const char *path, int backend)
-{
-    lilac_model_params p = lilac_model_default_params();
-    p.backend = backend;
-    p.precise = true;
-    return tm_open_with(path, &p);
-}
-
 typedef struct {
     const char *model, *file, *golden; /* golden: logits file under golden/ */
     double rel;                        /* max |d| / max |logit| against it (0: KL instead) */
@@ -31,7 +23,7 @@ static void run(const char *fx, const tcase *c)
     int32_t *toks = tm_json_ints(meta, "tokens", NULL, &n);
     int32_t *prompt = tm_json_ints(meta, "greedy", "prompt", &np);
     int32_t *cont = tm_json_ints(meta, "greedy", "continuation", &nc);
-    lilac_model *g = open_on(path, LILAC_BACKEND_CUDA), *cpu = open_on(path, LILAC_BACKEND_CPU);
+    lilac_model *g = tm_open_backend(path, LILAC_BACKEND_CUDA), *cpu = tm_open_backend(path, LILAC_BACKEND_CPU);
     CHECKF(meta && toks && g && cpu, "%s: meta, tokens and both backends open", path);
     if (!meta || !toks || !g || !cpu)
         goto done;
@@ -77,15 +69,7 @@ done:
 
 int main(void)
 {
-    char why[256] = "";
-    if (!lilac_cuda_available(why, sizeof why)) {
-        const char *req = getenv("LILAC_REQUIRE_CUDA");
-        if (req && !strcmp(req, "1")) {
-            CHECKF(0, "LILAC_REQUIRE_CUDA=1 but no CUDA device can be used: %s", why);
-            TEST_END();
-        }
-        SKIP("no CUDA device: %s", why);
-    }
+    TM_REQUIRE_CUDA();
     const char *fx = tu_require_fixtures();
     static const tcase cases[] = {
         {"tiny-qwen35moe", "gguf/model-bf16.gguf", "logits.f32", 1e-3, 64},

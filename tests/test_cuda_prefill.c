@@ -10,14 +10,6 @@
 #include "model/decoder_cuda_int.h"
 #include "models.h"
 
-static lilac_model *open_cuda(const char *path)
-{
-    lilac_model_params p = lilac_model_default_params();
-    p.backend = LILAC_BACKEND_CUDA;
-    p.precise = true;
-    return tm_open_with(path, &p);
-}
-
 static void set_chunk(const char *v)
 {
     if (v)
@@ -107,7 +99,7 @@ static void run(const char *fx, const tcase *c)
     int32_t *toks = tm_json_ints(meta, "tokens", NULL, &n);
     int32_t *prompt = tm_json_ints(meta, "greedy", "prompt", &np);
     int32_t *cont = tm_json_ints(meta, "greedy", "continuation", &nc);
-    lilac_model *g = open_cuda(path);
+    lilac_model *g = tm_open_backend(path, LILAC_BACKEND_CUDA);
     CHECKF(meta && toks && g && n > 8, "%s: meta, tokens and the CUDA model", path);
     if (!meta || !toks || !g || n <= 8)
         goto done;
@@ -214,15 +206,7 @@ done:
 
 int main(void)
 {
-    char why[256] = "";
-    if (!lilac_cuda_available(why, sizeof why)) {
-        const char *req = getenv("LILAC_REQUIRE_CUDA");
-        if (req && !strcmp(req, "1")) {
-            CHECKF(0, "LILAC_REQUIRE_CUDA=1 but no CUDA device can be used: %s", why);
-            TEST_END();
-        }
-        SKIP("no CUDA device: %s", why);
-    }
+    TM_REQUIRE_CUDA();
     const char *fx = tu_require_fixtures();
     unsetenv("LILAC_CUDA_PREFILL");
     static const tcase cases[] = {
