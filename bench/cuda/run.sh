@@ -3,7 +3,7 @@
 # machine (an H200 here). Everything it writes goes under OUT (default
 # ./cuda-out): the build log, the test output, and bench JSON lines.
 #
-#   bench/cuda/run.sh [build|test|synth|bench|all]...
+#   bench/cuda/run.sh [build|test|synth|bench|sanitize|all]...
 #
 # Fixtures: $LILAC_FIXTURES (a copy of ../shared/fixtures, or the subset
 # bench/cuda/pack-fixtures.sh makes in .devfix). Libraries the machine lacks:
@@ -60,13 +60,29 @@ do_bench() {
     done
 }
 
+# compute-sanitizer memcheck and racecheck over the CUDA tests (the issue's
+# bar), each bounded so that a slow tool cannot eat the session's device
+# time: LILAC_CUDA_PREFILL_CHUNK keeps the prefill's launches small.
+do_sanitize() {
+    local cs
+    cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    for tool in memcheck racecheck; do
+        for t in test_cuda_kernels test_cuda_model test_cuda_prefill test_cuda_batch; do
+            LILAC_REQUIRE_CUDA=1 LILAC_CUDA_GRAPH=0 timeout "${SAN_TIMEOUT:-60}" "$cs" --tool $tool --error-exitcode 3 \
+                "$build/tests/$t" >"$out/san-$tool-$t.txt" 2>&1
+            echo "$tool $t: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/san-$tool-$t.txt" | tail -1)"
+        done
+    done
+}
+
 for s in "${steps[@]}"; do
     case $s in
     build) do_build ;;
     test) do_test ;;
     synth) do_synth ;;
     bench) do_bench ;;
+    sanitize) do_sanitize ;;
     all) do_build && do_test && do_synth && do_bench ;;
-    *) echo "usage: $0 [build|test|synth|bench|all]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [build|test|synth|bench|sanitize|all]..." >&2; exit 2 ;;
     esac
 done
