@@ -37,11 +37,12 @@ do_build() {
 
 do_test() {
     nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader | tee "$out/gpu.txt"
-    LILAC_REQUIRE_CUDA=1 "$build/tests/test_cuda_kernels" 2>&1 | tee "$out/test_cuda_kernels.txt" | tail -20
-    LILAC_REQUIRE_CUDA=1 "$build/tests/test_cuda_model" 2>&1 | tee "$out/test_cuda_model.txt" | tail -20
-    LILAC_CUDA_DN_CONV=1 LILAC_REQUIRE_CUDA=1 "$build/tests/test_cuda_model" 2>&1 | sed 's/^/[dn-conv] /' | tail -8
-    LILAC_REQUIRE_CUDA=1 "$build/tests/test_cuda_batch" 2>&1 | tee "$out/test_cuda_batch.txt" | tail -8
-    LILAC_REQUIRE_CUDA=1 "$build/tests/test_cuda_prefill" 2>&1 | tee "$out/test_cuda_prefill.txt" | tail -30
+    local T="timeout ${TEST_TIMEOUT:-180}" # a kernel that hangs must not eat the session's device time
+    LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_kernels" 2>&1 | tee "$out/test_cuda_kernels.txt" | tail -20
+    LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_model" 2>&1 | tee "$out/test_cuda_model.txt" | tail -20
+    LILAC_CUDA_DN_CONV=1 LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_model" 2>&1 | sed 's/^/[dn-conv] /' | tail -8
+    LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_batch" 2>&1 | tee "$out/test_cuda_batch.txt" | tail -8
+    LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_prefill" 2>&1 | tee "$out/test_cuda_prefill.txt" | tail -30
 }
 
 do_synth() {
@@ -50,19 +51,20 @@ do_synth() {
 }
 
 do_bench() {
-    "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 -r 3 --json 2>&1 | tee -a "$out/bench.jsonl"
-    "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 -d 8192 -r 2 --json 2>&1 | tee -a "$out/bench.jsonl"
-    "$build/lilac" bench -m "$synth" --backend cuda -p 512 -n 0 -r 2 --json 2>&1 | tee -a "$out/bench.jsonl"
-    "$build/lilac" bench -m "$synth" --backend cuda -p 4096 -n 0 -r 2 --json 2>&1 | tee -a "$out/bench.jsonl"
+    local T="timeout ${BENCH_TIMEOUT:-240}"
+    $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 -r 3 --json 2>&1 | tee -a "$out/bench.jsonl"
+    $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 -d 8192 -r 2 --json 2>&1 | tee -a "$out/bench.jsonl"
+    $T "$build/lilac" bench -m "$synth" --backend cuda -p 512 -n 0 -r 2 --json 2>&1 | tee -a "$out/bench.jsonl"
+    $T "$build/lilac" bench -m "$synth" --backend cuda -p 4096 -n 0 -r 2 --json 2>&1 | tee -a "$out/bench.jsonl"
     for P in 8 32 64; do # batched decode (opt-in until test_cuda_batch has passed on a GPU)
-        LILAC_CUDA_BATCH=1 timeout 300 "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 64 -P $P -r 1 --json 2>&1 |
+        LILAC_CUDA_BATCH=1 $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 64 -P $P -r 1 --json 2>&1 |
             tee -a "$out/bench.jsonl"
     done
 }
 
 # compute-sanitizer memcheck and racecheck over the CUDA tests (the issue's
 # bar), each bounded so that a slow tool cannot eat the session's device
-# time: LILAC_CUDA_PREFILL_CHUNK keeps the prefill's launches small.
+# time.
 do_sanitize() {
     local cs
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
