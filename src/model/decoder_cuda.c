@@ -487,9 +487,9 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
                                                tiled, eps, s)) {
                 OP("conv_step", lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, K, s));
                 if (lilac_cuda_deltanet_fused(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
-                                              cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s))
-                    lilac_cuda_deltanet_step(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
-                                             cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s);
+                                              cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s)) /* other shapes: */
+                    lilac_cuda_pf_deltanet(cm->conv, C, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o,
+                                           cm->z, cl->ssm_norm, nk, nv, dk, dv, tiled, eps, 1, s);
             }
             OP("matvec", lilac_cuda_matvec_fused(&cl->ssm_out, 0, NULL, 1, cm->o, NULL, 0, cm->x, 1, s));
         }

@@ -29,60 +29,40 @@ static __device__ __forceinline__ void griddep_launch_dependents()
 /* Reductions, activations and the one-block whole-vector steps of the
  * decode step (cuda_ops.cu's kernels are these over a grid). Vectors the
  * kernel before wrote are read with __ldcg (from L2, not through L1). */
-static __device__ __forceinline__ float warp_sum(float v)
+// The sum (MAX: the max) over a warp; every lane gets it.
+template <bool MAX> static __device__ __forceinline__ float warp_reduce(float v)
 {
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1) {
+        const float u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = MAX ? fmaxf(v, u) : v + u;
+    }
     return v;
 }
+static __device__ __forceinline__ float warp_sum(float v) { return warp_reduce<false>(v); }
+static __device__ __forceinline__ float warp_max(float v) { return warp_reduce<true>(v); }
 
-static __device__ __forceinline__ float warp_max(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-// The sum (or max) over a block of up to 1024 threads; every thread gets it.
-static __device__ __noinline__ float block_sum(float v)
+// The same over a block of up to 1024 threads: warps, then warp 0 over their results.
+template <bool MAX> static __device__ __noinline__ float block_reduce(float v)
 {
     __shared__ float part[32];
     __shared__ float total;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    v = warp_sum(v);
+    v = warp_reduce<MAX>(v);
     __syncthreads();
     if (lane == 0)
         part[w] = v;
     __syncthreads();
     if (w == 0) {
-        float s = lane < (int)((blockDim.x + 31) >> 5) ? part[lane] : 0.0f;
-        s = warp_sum(s);
+        float s = lane < (int)((blockDim.x + 31) >> 5) ? part[lane] : MAX ? -INFINITY : 0.0f;
+        s = warp_reduce<MAX>(s);
         if (lane == 0)
             total = s;
     }
     __syncthreads();
     return total;
 }
-
-static __device__ __noinline__ float block_max(float v)
-{
-    __shared__ float part[32];
-    __shared__ float total;
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0)
-        part[w] = v;
-    __syncthreads();
-    if (w == 0) {
-        float s = lane < (int)((blockDim.x + 31) >> 5) ? part[lane] : -INFINITY;
-        s = warp_max(s);
-        if (lane == 0)
-            total = s;
-    }
-    __syncthreads();
-    return total;
-}
+static __device__ __forceinline__ float block_sum(float v) { return block_reduce<false>(v); }
+static __device__ __forceinline__ float block_max(float v) { return block_reduce<true>(v); }
 
 static __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 static __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -93,9 +73,11 @@ static __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f
  * instead of one L2 round trip after another; longer ones take a loop. */
 #define DEV_NR 8
 
-// y = x / sqrt(mean(x^2) + eps) * w (w may be NULL), by one block.
-static __device__ void dev_rmsnorm(const float *__restrict__ x, const float *__restrict__ w, float *__restrict__ y,
-                                   int n, float eps)
+// y = x / sqrt(mean(x^2) + eps) * w (w may be NULL), times silu(gate) when
+// gate is set (the gated norm of a DeltaNet head), by one block. y may be x:
+// a thread writes only what it read.
+static __device__ void dev_rmsnorm(const float *x, const float *w, float *y, int n, float eps,
+                                   const float *gate = nullptr)
 {
     const int nb = blockDim.x;
     float ss = 0;
@@ -115,7 +97,7 @@ static __device__ void dev_rmsnorm(const float *__restrict__ x, const float *__r
         for (int j = 0; j < DEV_NR; j++) {
             const int i = threadIdx.x + j * nb;
             if (i < n)
-                y[i] = v[j] * r * (w ? w[i] : 1.0f);
+                y[i] = gate ? v[j] * r * (w ? w[i] : 1.0f) * silu(gate[i]) : v[j] * r * (w ? w[i] : 1.0f);
         }
         return;
     }
@@ -126,7 +108,24 @@ static __device__ void dev_rmsnorm(const float *__restrict__ x, const float *__r
     ss = block_sum(ss);
     const float r = rsqrtf(ss / n + eps);
     for (int i = threadIdx.x; i < n; i += nb)
-        y[i] = __ldcg(x + i) * r * (w ? w[i] : 1.0f);
+        y[i] = gate ? __ldcg(x + i) * r * (w ? w[i] : 1.0f) * silu(gate[i]) : __ldcg(x + i) * r * (w ? w[i] : 1.0f);
+}
+
+// A head of hd values at x, in place: RMSNorm with w, then NeoX rotary on
+// the first rot dims at position pos. By one block.
+static __device__ void dev_norm_rope(float *x, const float *w, int hd, int rot, int pos, float theta, float eps)
+{
+    dev_rmsnorm(x, w, x, hd, eps);
+    __syncthreads();
+    int half = rot / 2;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)rot);
+        float ang = (float)pos * inv_freq, c, s;
+        sincosf(ang, &s, &c);
+        float x0 = x[i], x1 = x[i + half];
+        x[i] = x0 * c - x1 * s;
+        x[i + half] = x1 * c + x0 * s;
+    }
 }
 
 // lilac_cuda_route (cuda_ops.h) by one block: the softmax by block

@@ -365,146 +365,26 @@ extern "C" void lilac_cuda_conv_step_rows(const float *in, float *const *statep,
     k_conv_step<<<dim3((C + 255) / 256, n), 256, 0, CS(s)>>>(in, NULL, w, out, C, K, statep);
 }
 
-// Per key head (block): L2-normalize q and k (x / sqrt(sum x^2 + 1e-6)), q scaled by 1/sqrt(dk).
-__global__ void k_dn_qk_norm(float *conv, int nk, int dk)
-{
-    int h = blockIdx.x;
-    for (int which = 0; which < 2; which++) {
-        float *x = conv + (size_t)(which * nk + h) * dk;
-        float ss = 0;
-        for (int i = threadIdx.x; i < dk; i += blockDim.x)
-            ss += x[i] * x[i];
-        ss = block_sum(ss);
-        float r = rsqrtf(ss + 1e-6f) * (which == 0 ? rsqrtf((float)dk) : 1.0f);
-        for (int i = threadIdx.x; i < dk; i += blockDim.x)
-            x[i] *= r;
-        __syncthreads();
-    }
-}
-
-// g = a_log_neg * softplus(a + dt) (the log-decay), beta = sigmoid(b), per value head.
-__global__ void k_dn_gates(float *a, float *b, const float *ssm_a, const float *ssm_dt, int nv)
-{
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= nv)
-        return;
-    float x = a[j] + ssm_dt[j];
-    float sp = x > 20.0f ? x : log1pf(expf(x));
-    a[j] = ssm_a[j] * sp;
-    b[j] = sigmoidf_(b[j]);
-}
-
-// The recurrent delta rule for value head j (block): S *= exp(g);
-// S += k (beta (v - S^T k))^T; o = S^T q. Thread (part, c) holds column c
-// of rows part, part + P, ... in registers; the two sums over rows are
-// reduced across the P parts in shared memory.
+// The split of the delta rule over a block (k_dn_fused): thread (part, c)
+// holds column c of rows part, part + DN_P, ... of a value head's state.
 #define DN_P 8
 #define DN_ROWS 32 /* dk / DN_P at most */
-__global__ void k_dn_recurrent(float *S_all, const float *conv, const float *g, const float *beta, float *o_all,
-                               int nk, int nv, int dk, int dv, int tiled)
-{
-    int j = blockIdx.x, c = threadIdx.x % dv, part = threadIdx.x / dv;
-    int kh = tiled ? j % nk : j / (nv / nk);
-    extern __shared__ float sh[]; // q[dk], k[dk], red[DN_P][dv]
-    float *qs = sh, *ks = sh + dk, *red = sh + 2 * dk;
-    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-        qs[i] = conv[(size_t)kh * dk + i];
-        ks[i] = conv[(size_t)(nk + kh) * dk + i];
-    }
-    __syncthreads();
-    float *S = S_all + (size_t)j * dk * dv;
-    float decay = expf(g[j]), kv = 0, sr[DN_ROWS];
-    int n = 0;
-    for (int i = part; i < dk; i += DN_P, n++) {
-        sr[n] = S[(size_t)i * dv + c] * decay;
-        kv += sr[n] * ks[i];
-    }
-    red[part * dv + c] = kv;
-    __syncthreads();
-    kv = 0;
-    for (int q = 0; q < DN_P; q++)
-        kv += red[q * dv + c];
-    float v = conv[(size_t)2 * nk * dk + (size_t)j * dv + c];
-    float delta = (v - kv) * beta[j], o = 0;
-    n = 0;
-    for (int i = part; i < dk; i += DN_P, n++) {
-        sr[n] += ks[i] * delta;
-        S[(size_t)i * dv + c] = sr[n];
-        o += sr[n] * qs[i];
-    }
-    __syncthreads();
-    red[part * dv + c] = o;
-    __syncthreads();
-    if (part == 0) {
-        o = 0;
-        for (int q = 0; q < DN_P; q++)
-            o += red[q * dv + c];
-        o_all[(size_t)j * dv + c] = o;
-    }
-}
+// Whether k_dn_fused takes the heads' shape.
+static bool dn_fused_takes(int dk, int dv) { return dv * DN_P <= 1024 && dv % 32 == 0 && dk <= DN_P * DN_ROWS; }
 
-// One thread per column, rows in sequence: shapes the split kernel does not take.
-__global__ void k_dn_recurrent1(float *S_all, const float *conv, const float *g, const float *beta, float *o_all,
-                                int nk, int nv, int dk, int dv, int tiled)
-{
-    int j = blockIdx.x, c = threadIdx.x;
-    int kh = tiled ? j % nk : j / (nv / nk);
-    extern __shared__ float sh[]; // q[dk], k[dk]
-    float *qs = sh, *ks = sh + dk;
-    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-        qs[i] = conv[(size_t)kh * dk + i];
-        ks[i] = conv[(size_t)(nk + kh) * dk + i];
-    }
-    __syncthreads();
-    if (c >= dv)
-        return;
-    float *S = S_all + (size_t)j * dk * dv;
-    float v = conv[(size_t)2 * nk * dk + (size_t)j * dv + c];
-    float decay = expf(g[j]), kv = 0;
-    for (int i = 0; i < dk; i++) {
-        float sv = S[(size_t)i * dv + c] * decay;
-        S[(size_t)i * dv + c] = sv;
-        kv += sv * ks[i];
-    }
-    float delta = (v - kv) * beta[j], o = 0;
-    for (int i = 0; i < dk; i++) {
-        float sv = S[(size_t)i * dv + c] + ks[i] * delta;
-        S[(size_t)i * dv + c] = sv;
-        o += sv * qs[i];
-    }
-    o_all[(size_t)j * dv + c] = o;
-}
-
-// Per value head: RMSNorm(o) * w * silu(z).
+// Per row of dv (a value head, of a token): RMSNorm(o) * w * silu(z).
 __global__ void k_gated_norm(float *o, const float *z, const float *w, int dv, float eps)
 {
     float *x = o + (size_t)blockIdx.x * dv;
-    const float *zz = z + (size_t)blockIdx.x * dv;
-    float ss = 0;
-    for (int i = threadIdx.x; i < dv; i += blockDim.x)
-        ss += x[i] * x[i];
-    ss = block_sum(ss);
-    float r = rsqrtf(ss / dv + eps);
-    for (int i = threadIdx.x; i < dv; i += blockDim.x)
-        x[i] = x[i] * r * w[i] * silu(zz[i]);
+    dev_rmsnorm(x, w, x, dv, eps, z + (size_t)blockIdx.x * dv);
 }
 
-extern "C" void lilac_cuda_deltanet_step(float *conv_out, float *a, float *b, const float *ssm_a, const float *ssm_dt,
-                                         float *S, float *o, const float *z, const float *norm_w, int nk, int nv,
-                                         int dk, int dv, int tiled, float eps, lilac_cuda_stream *s)
+extern "C" void lilac_cuda_gated_norm(float *o, const float *z, const float *w, int rows, int dv, float eps,
+                                      lilac_cuda_stream *s)
 {
-    k_dn_qk_norm<<<nk, 128, 0, CS(s)>>>(conv_out, nk, dk);
-    k_dn_gates<<<(nv + 127) / 128, 128, 0, CS(s)>>>(a, b, ssm_a, ssm_dt, nv);
-    if (dv * DN_P <= 1024 && dv % 32 == 0 && dk <= DN_P * DN_ROWS) {
-        k_dn_recurrent<<<nv, dv * DN_P, (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s)>>>(S, conv_out, a, b, o,
-                                                                                             nk, nv, dk, dv, tiled);
-    } else {
-        int threads = dv < 32 ? 32 : (dv + 31) / 32 * 32;
-        k_dn_recurrent1<<<nv, threads, (size_t)2 * dk * sizeof(float), CS(s)>>>(S, conv_out, a, b, o, nk, nv, dk, dv,
-                                                                               tiled);
-    }
-    k_gated_norm<<<nv, 128, 0, CS(s)>>>(o, z, norm_w, dv, eps);
+    k_gated_norm<<<rows, 128, 0, CS(s)>>>(o, z, w, dv, eps);
 }
+
 
 // ---- mixture of experts ----
 
@@ -618,24 +498,7 @@ __global__ void k_norm_rope_kv(float *q, const float *q_norm, int q_step, int nh
         K = Kp[row], V = Vp[row];
     const bool isq = b < nh;
     float *x = isq ? q + (size_t)b * q_step : k + (size_t)(b - nh) * hd;
-    const float *w = isq ? q_norm : k_norm;
-    float ss = 0;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x)
-        ss += x[i] * x[i];
-    ss = block_sum(ss);
-    float r = rsqrtf(ss / hd + eps);
-    for (int i = threadIdx.x; i < hd; i += blockDim.x)
-        x[i] = x[i] * r * w[i];
-    __syncthreads();
-    int half = rot / 2;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)rot);
-        float ang = (float)pos * inv_freq, c, s;
-        sincosf(ang, &s, &c);
-        float x0 = x[i], x1 = x[i + half];
-        x[i] = x0 * c - x1 * s;
-        x[i + half] = x1 * c + x0 * s;
-    }
+    dev_norm_rope(x, isq ? q_norm : k_norm, hd, rot, pos, theta, eps);
     if (isq)
         return;
     __syncthreads();
@@ -663,11 +526,94 @@ extern "C" void lilac_cuda_norm_rope_kv_rows(float *q, const float *q_norm, int 
                                                          pos, theta, eps, q_tok, kv_tok, Kp, Vp);
 }
 
+// q and k (dk each, shared memory) L2-normalized in place, q also by
+// 1/sqrt(dk): warps 0 and 1 take the sums. Called by the whole block; what
+// the block wrote before (q, k, the gates) is ordered by its first barrier.
+static __device__ void dn_norm_qk(float *qs, float *ks, int dk)
+{
+    __shared__ float nrm[2];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    __syncthreads();
+    if (wid < 2) {
+        const float *x = wid == 0 ? qs : ks;
+        float ss = 0;
+        for (int i = lane; i < dk; i += 32)
+            ss += x[i] * x[i];
+        ss = warp_sum(ss);
+        if (lane == 0)
+            nrm[wid] = rsqrtf(ss + 1e-6f) * (wid == 0 ? rsqrtf((float)dk) : 1.0f);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+        qs[i] *= nrm[0];
+        ks[i] *= nrm[1];
+    }
+    __syncthreads();
+}
+
+// The log-decay g = ssm_a softplus(a + dt) and beta = sigmoid(b) of value head j.
+static __device__ void dn_gates(const float *a, const float *b, const float *ssm_a, const float *ssm_dt, int j,
+                                float *g_beta)
+{
+    float x = a[j] + ssm_dt[j];
+    float sp = x > 20.0f ? x : log1pf(expf(x));
+    g_beta[0] = ssm_a[j] * sp;
+    g_beta[1] = sigmoidf_(b[j]);
+}
+
+// One value head's delta rule and gated norm, by the P * dv threads that hold
+// it: thread (part, c) has column c of rows part, part + P, ... of the state
+// S in sr (loaded, not yet decayed). S *= exp(g); S += k (beta (v - S^T k))^T;
+// then o = RMSNorm(S^T q) * norm_w * silu(z) into o_h[c]. rd holds P * dv
+// floats, opart dv / 32 (the head's own). Called by the whole block.
+static __device__ void dn_head(float (&sr)[DN_ROWS], float *S, const float *qs, const float *ks, float v, float g,
+                               float beta, int part, int c, int P, int dk, int dv, float *rd, float *opart,
+                               const float *norm_w, const float *z_h, float eps, float *o_h)
+{
+    float decay = expf(g), kv = 0;
+    int n = 0;
+    for (int i = part; i < dk; i += P, n++) {
+        sr[n] *= decay;
+        kv += sr[n] * ks[i];
+    }
+    rd[part * dv + c] = kv;
+    __syncthreads();
+    kv = 0;
+    for (int q = 0; q < P; q++)
+        kv += rd[q * dv + c];
+    float delta = (v - kv) * beta, o = 0;
+    n = 0;
+    for (int i = part; i < dk; i += P, n++) {
+        sr[n] += ks[i] * delta;
+        S[(size_t)i * dv + c] = sr[n];
+        o += sr[n] * qs[i];
+    }
+    __syncthreads();
+    rd[part * dv + c] = o;
+    __syncthreads();
+    if (part == 0) { // the sum over parts, then the norm over the dv columns (part 0: whole warps)
+        o = 0;
+        for (int q = 0; q < P; q++)
+            o += rd[q * dv + c];
+        float ss = warp_sum(o * o);
+        if ((threadIdx.x & 31) == 0)
+            opart[c / 32] = ss;
+    }
+    __syncthreads();
+    if (part == 0) {
+        float ss = 0;
+        for (int q = 0; q < dv / 32; q++)
+            ss += opart[q];
+        const float r = rsqrtf(ss / dv + eps);
+        o_h[c] = o * r * norm_w[c] * silu(z_h[c]);
+    }
+}
+
 // The DeltaNet step after the conv in one kernel, per value head j (block):
-// q and k of its key head L2-normalized (k_dn_qk_norm, without writing them
-// back: two value heads share a key head), its gates (k_dn_gates), the delta
-// rule (k_dn_recurrent's split: thread (part, c) holds column c of rows part,
-// part + DN_P, ...), and the gated RMSNorm of its output (k_gated_norm).
+// q and k of its key head L2-normalized (not written back: two value heads
+// share a key head), its gates, the delta
+// rule (thread (part, c) holds column c of rows part, part + DN_P, ...), and
+// the gated RMSNorm of its output (k_gated_norm).
 // Batched: blockIdx.y a row with its state Sp[row]; conv C floats on, a and
 // b nv, z and o nv * dv.
 __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, const float *b, const float *ssm_a,
@@ -683,10 +629,9 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
     }
     const int j = blockIdx.x, c = threadIdx.x % dv, part = threadIdx.x / dv;
     const int kh = tiled ? j % nk : j / (nv / nk);
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     extern __shared__ float sh[]; // q[dk], k[dk], red[DN_P][dv]
     float *qs = sh, *ks = sh + dk, *red = sh + 2 * dk;
-    __shared__ float gate[2], nrm[2], opart[32];
+    __shared__ float gate[2], opart[32];
     griddep_launch_dependents();
     // the state is this kernel's alone: in flight before the conv that feeds q, k, v has finished
     float *S = S_all + (size_t)j * dk * dv;
@@ -699,74 +644,18 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
         qs[i] = conv[(size_t)kh * dk + i];
         ks[i] = conv[(size_t)(nk + kh) * dk + i];
     }
-    __syncthreads();
-    if (wid < 2) { // warp 0: |q|^2, warp 1: |k|^2
-        const float *x = wid == 0 ? qs : ks;
-        float ss = 0;
-        for (int i = lane; i < dk; i += 32)
-            ss += x[i] * x[i];
-        ss = warp_sum(ss);
-        if (lane == 0)
-            nrm[wid] = rsqrtf(ss + 1e-6f) * (wid == 0 ? rsqrtf((float)dk) : 1.0f);
-    } else if (wid == 2 && lane == 0) {
-        float x = a[j] + ssm_dt[j];
-        float sp = x > 20.0f ? x : log1pf(expf(x));
-        gate[0] = ssm_a[j] * sp;
-        gate[1] = sigmoidf_(b[j]);
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-        qs[i] *= nrm[0];
-        ks[i] *= nrm[1];
-    }
-    __syncthreads();
-    float decay = expf(gate[0]), kv = 0;
-    n = 0;
-    for (int i = part; i < dk; i += DN_P, n++) {
-        sr[n] *= decay;
-        kv += sr[n] * ks[i];
-    }
-    red[part * dv + c] = kv;
-    __syncthreads();
-    kv = 0;
-    for (int q = 0; q < DN_P; q++)
-        kv += red[q * dv + c];
-    float v = conv[(size_t)2 * nk * dk + (size_t)j * dv + c];
-    float delta = (v - kv) * gate[1], o = 0;
-    n = 0;
-    for (int i = part; i < dk; i += DN_P, n++) {
-        sr[n] += ks[i] * delta;
-        S[(size_t)i * dv + c] = sr[n];
-        o += sr[n] * qs[i];
-    }
-    __syncthreads();
-    red[part * dv + c] = o;
-    __syncthreads();
-    // part 0 (threads [0, dv), whole warps) finishes: the sum over parts, then the gated norm over the dv columns
-    if (part == 0) {
-        o = 0;
-        for (int q = 0; q < DN_P; q++)
-            o += red[q * dv + c];
-        float ss = warp_sum(o * o);
-        if (lane == 0)
-            opart[wid] = ss;
-    }
-    __syncthreads();
-    if (part == 0) {
-        float ss = 0;
-        for (int q = 0; q < dv / 32; q++)
-            ss += opart[q];
-        const float r = rsqrtf(ss / dv + eps);
-        const float zz = z[(size_t)j * dv + c];
-        o_all[(size_t)j * dv + c] = o * r * norm_w[c] * silu(zz);
-    }
+    if (threadIdx.x == 64) // warp 2: warps 0 and 1 take the norms
+        dn_gates(a, b, ssm_a, ssm_dt, j, gate);
+    dn_norm_qk(qs, ks, dk);
+    dn_head(sr, S, qs, ks, conv[(size_t)2 * nk * dk + (size_t)j * dv + c], gate[0], gate[1], part, c, DN_P, dk, dv,
+            red, opart, norm_w, z + (size_t)j * dv, eps, o_all + (size_t)j * dv);
 }
 
 extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, const float *b, const float *ssm_a,
                                          const float *ssm_dt, float *S, float *o, const float *z, const float *norm_w,
                                          int nk, int nv, int dk, int dv, int tiled, float eps, lilac_cuda_stream *s)
 {
-    if (!(dv * DN_P <= 1024 && dv % 32 == 0 && dv <= 1024 && dk <= DN_P * DN_ROWS))
+    if (!dn_fused_takes(dk, dv))
         return -1;
     launch_dependent(k_dn_fused, dim3(nv), dim3(dv * DN_P), (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s), S,
                      conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL);
@@ -778,7 +667,7 @@ extern "C" int lilac_cuda_deltanet_rows(const float *conv_out, const float *a, c
                                         const float *norm_w, int nk, int nv, int dk, int dv, int tiled, float eps,
                                         int n, lilac_cuda_stream *s)
 {
-    if (!(dv * DN_P <= 1024 && dv % 32 == 0 && dv <= 1024 && dk <= DN_P * DN_ROWS) || n < 1 || n > 65535)
+    if (!dn_fused_takes(dk, dv) || n < 1 || n > 65535)
         return -1;
     k_dn_fused<<<dim3(nv, n), dv * DN_P, (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s)>>>(
         (float *)NULL, conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, Sp);
@@ -804,7 +693,7 @@ __global__ void __launch_bounds__(DNC_THREADS) k_dn_conv_fused(const float *qkv,
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     extern __shared__ float sh[]; // q[dk], k[dk], v[r][dv], red[r][P][dv]
     float *qs = sh, *ks = sh + dk, *vs = sh + 2 * dk, *red = vs + r * dv;
-    __shared__ float gate[2 * 8], nrm[2], opart[32];
+    __shared__ float gate[2 * 8], opart[32];
     griddep_launch_dependents();
     float *S = S_all + (size_t)j * dk * dv;
     float sr[DN_ROWS];
@@ -836,66 +725,11 @@ __global__ void __launch_bounds__(DNC_THREADS) k_dn_conv_fused(const float *qkv,
             conv_state[(size_t)(K - 2) * C + ch] = in;
         *dst = silu(s);
     }
-    __syncthreads();
-    if (wid < 2) { // warp 0: |q|^2, warp 1: |k|^2 (k_dn_fused's sums)
-        const float *x = wid == 0 ? qs : ks;
-        float ss = 0;
-        for (int i = lane; i < dk; i += 32)
-            ss += x[i] * x[i];
-        ss = warp_sum(ss);
-        if (lane == 0)
-            nrm[wid] = rsqrtf(ss + 1e-6f) * (wid == 0 ? rsqrtf((float)dk) : 1.0f);
-    } else if (wid == 2 && lane < r) {
-        const int jj = tiled ? kh + lane * nk : kh * r + lane;
-        float x = a[jj] + ssm_dt[jj];
-        float sp = x > 20.0f ? x : log1pf(expf(x));
-        gate[2 * lane] = ssm_a[jj] * sp;
-        gate[2 * lane + 1] = sigmoidf_(b[jj]);
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-        qs[i] *= nrm[0];
-        ks[i] *= nrm[1];
-    }
-    __syncthreads();
-    float *rd = red + (size_t)m * P * dv;
-    float decay = expf(gate[2 * m]), kv = 0;
-    n = 0;
-    for (int i = part; i < dk; i += P, n++) {
-        sr[n] *= decay;
-        kv += sr[n] * ks[i];
-    }
-    rd[part * dv + c] = kv;
-    __syncthreads();
-    kv = 0;
-    for (int q = 0; q < P; q++)
-        kv += rd[q * dv + c];
-    float delta = (vs[m * dv + c] - kv) * gate[2 * m + 1], o = 0;
-    n = 0;
-    for (int i = part; i < dk; i += P, n++) {
-        sr[n] += ks[i] * delta;
-        S[(size_t)i * dv + c] = sr[n];
-        o += sr[n] * qs[i];
-    }
-    __syncthreads();
-    rd[part * dv + c] = o;
-    __syncthreads();
-    if (part == 0) { // threads [m * th, m * th + dv): whole warps
-        o = 0;
-        for (int q = 0; q < P; q++)
-            o += rd[q * dv + c];
-        float ss = warp_sum(o * o);
-        if (lane == 0)
-            opart[wid] = ss;
-    }
-    __syncthreads();
-    if (part == 0) {
-        float ss = 0;
-        for (int q = 0; q < dv / 32; q++)
-            ss += opart[(m * th) / 32 + q];
-        const float rr = rsqrtf(ss / dv + eps);
-        o_all[(size_t)j * dv + c] = o * rr * norm_w[c] * silu(z[(size_t)j * dv + c]);
-    }
+    if (wid == 2 && lane < r) // warps 0 and 1 take the norms
+        dn_gates(a, b, ssm_a, ssm_dt, tiled ? kh + lane * nk : kh * r + lane, gate + 2 * lane);
+    dn_norm_qk(qs, ks, dk);
+    dn_head(sr, S, qs, ks, vs[m * dv + c], gate[2 * m], gate[2 * m + 1], part, c, P, dk, dv, red + (size_t)m * P * dv,
+            opart + (m * th) / 32, norm_w, z + (size_t)j * dv, eps, o_all + (size_t)j * dv);
 }
 
 extern "C" int lilac_cuda_deltanet_conv_fused(const float *qkv, float *conv_state, const float *conv_w, int K,

@@ -26,9 +26,8 @@ int lilac_cuda_graph_launch(void *exec, lilac_cuda_stream *s);
 void lilac_cuda_graph_free(void *exec);
 void lilac_cuda_conv_step(const float *in, float *state, const float *w, float *out, int C, int K,
                           lilac_cuda_stream *s);
-void lilac_cuda_deltanet_step(float *conv_out, float *a, float *b, const float *ssm_a, const float *ssm_dt, float *S,
-                              float *o, const float *z, const float *norm_w, int nk, int nv, int dk, int dv, int tiled,
-                              float eps, lilac_cuda_stream *s);
+/* Per row of dv (rows of them): o = RMSNorm(o) * w * silu(z), z laid out as o. */
+void lilac_cuda_gated_norm(float *o, const float *z, const float *w, int rows, int dv, float eps, lilac_cuda_stream *s);
 void lilac_cuda_swiglu(float *g, const float *u, int n, lilac_cuda_stream *s);
 int lilac_cuda_copy(void *dst, const void *src, size_t bytes, lilac_cuda_stream *s);
 int lilac_cuda_upload_async(void *dst, const void *src, size_t bytes, lilac_cuda_stream *s);
@@ -54,8 +53,10 @@ void lilac_cuda_moe_sum_norm(float *x, const float *ex, const float *w, int k, c
 void lilac_cuda_norm_rope_kv(float *q, const float *q_norm, int q_step, int nh, float *k, const float *v,
                              const float *k_norm, float *K, float *V, int nkv, int hd, int rot, const int *pos,
                              float theta, float eps, lilac_cuda_stream *s);
-/* lilac_cuda_deltanet_step in one kernel, conv_out left as it is. -1 (nothing launched) for shapes it does
- * not take (dv * 8 > 1024, dv not a multiple of 32, dk > 256). */
+/* The DeltaNet step after the conv, for one token, in one kernel: q and k of conv_out L2-normalized (q also
+ * by 1/sqrt(dk)), the gates g = ssm_a * softplus(a + ssm_dt) and beta = sigmoid(b), the delta rule on S, and
+ * o = RMSNorm(S^T q) * norm_w * silu(z); conv_out is left as it is. -1 (nothing launched) for shapes it does not
+ * take (dv * 8 > 1024, dv not a multiple of 32, dk > 256): lilac_cuda_pf_deltanet with n = 1 takes those. */
 int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, const float *b, const float *ssm_a,
                               const float *ssm_dt, float *S, float *o, const float *z, const float *norm_w, int nk,
                               int nv, int dk, int dv, int tiled, float eps, lilac_cuda_stream *s);
@@ -99,7 +100,8 @@ int lilac_cuda_pf_attention(const float *q, int q_step, long long q_tok, const f
 /* The causal conv of n rows of C channels with SiLU (out [n][C]), then the state (K - 1 rows) advanced by n. */
 void lilac_cuda_pf_conv(const float *in, float *state, const float *w, float *out, int C, int K, int n,
                         lilac_cuda_stream *s);
-/* deltanet_step for n tokens in order: conv_out [n][C] (C floats a row), a, b [n][nv], o and z [n][nv * dv]. */
+/* lilac_cuda_deltanet_fused's step for n tokens in order (conv_out normalized in place): conv_out [n][C] (C
+ * floats a row), a, b [n][nv], o and z [n][nv * dv]. */
 void lilac_cuda_pf_deltanet(float *conv_out, int C, float *a, float *b, const float *ssm_a, const float *ssm_dt,
                             float *S, float *o, const float *z, const float *norm_w, int nk, int nv, int dk, int dv,
                             int tiled, float eps, int n, lilac_cuda_stream *s);

@@ -27,25 +27,8 @@ namespace {
 __global__ void k_pf_norm_rope(float *v, const float *w, int step, long long tok_stride, int hd, int rot, int pos0,
                                float theta, float eps)
 {
-    const int pos = pos0 + (int)blockIdx.y;
     float *x = v + (long long)blockIdx.y * tok_stride + (long long)blockIdx.x * step;
-    float ss = 0;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x)
-        ss += x[i] * x[i];
-    ss = block_sum(ss);
-    float r = rsqrtf(ss / hd + eps);
-    for (int i = threadIdx.x; i < hd; i += blockDim.x)
-        x[i] = x[i] * r * w[i];
-    __syncthreads();
-    int half = rot / 2;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)rot);
-        float ang = (float)pos * inv_freq, c, s;
-        sincosf(ang, &s, &c);
-        float x0 = x[i], x1 = x[i + half];
-        x[i] = x0 * c - x1 * s;
-        x[i + half] = x1 * c + x0 * s;
-    }
+    dev_norm_rope(x, w, hd, rot, pos0 + (int)blockIdx.y, theta, eps);
 }
 
 // Causal attention of a tile of PA_BQ queries (tokens t0 ..) of head h over
@@ -213,7 +196,7 @@ __global__ void k_pf_conv_state(const float *in, float *state, int C, int K, int
     }
 }
 
-// Key head blockIdx.x of token blockIdx.y: q and k L2-normalized, q scaled by 1/sqrt(dk) (k_dn_qk_norm).
+// Key head blockIdx.x of token blockIdx.y: q and k L2-normalized, q scaled by 1/sqrt(dk).
 __global__ void k_pf_dn_qk_norm(float *conv, int C, int nk, int dk)
 {
     const int h = blockIdx.x;
@@ -247,7 +230,7 @@ __global__ void k_pf_dn_gates(float *a, float *b, const float *ssm_a, const floa
 // The delta rule of value head j = blockIdx.x over the chunk's tokens in
 // order: per token S *= exp(g); S += k (beta (v - S^T k))^T; o = S^T q.
 // The columns of S are independent: block y takes columns PD_CW y ..
-// PD_CW (y + 1) - 1. As in k_dn_recurrent, thread (part, c) (a warp a part,
+// PD_CW (y + 1) - 1. As in k_dn_fused, thread (part, c) (a warp a part,
 // a lane a column) holds column c of rows part, part + PD_P, ... in
 // registers for the whole chunk; the two sums over rows are reduced across
 // the parts in shared memory, kv and o in separate buffers so that one
@@ -335,8 +318,7 @@ __global__ void __launch_bounds__(PD_P * PD_CW)
     }
 }
 
-// One thread a column, S in global memory, rows in sequence: the shapes the split kernel does not take
-// (k_dn_recurrent1 over the tokens).
+// One thread a column, S in global memory, rows in sequence: the shapes the split kernel does not take.
 __global__ void k_pf_dn_recurrent1(float *S_all, const float *conv, int C, const float *g, const float *beta,
                                    float *o_all, int nk, int nv, int dk, int dv, int tiled, int n)
 {
@@ -372,20 +354,6 @@ __global__ void k_pf_dn_recurrent1(float *S_all, const float *conv, int C, const
             o_all[(size_t)t * nv * dv + (size_t)j * dv + c] = o;
         }
     }
-}
-
-// Per (token, value head) row of dv: RMSNorm(o) * w * silu(z) (k_gated_norm).
-__global__ void k_pf_gated_norm(float *o, const float *z, const float *w, int dv, float eps)
-{
-    float *x = o + (size_t)blockIdx.x * dv;
-    const float *zz = z + (size_t)blockIdx.x * dv;
-    float ss = 0;
-    for (int i = threadIdx.x; i < dv; i += blockDim.x)
-        ss += x[i] * x[i];
-    ss = block_sum(ss);
-    float r = rsqrtf(ss / dv + eps);
-    for (int i = threadIdx.x; i < dv; i += blockDim.x)
-        x[i] = x[i] * r * w[i] * silu(zz[i]);
 }
 
 // ---- mixture of experts ----
@@ -638,7 +606,7 @@ extern "C" void lilac_cuda_pf_deltanet(float *conv_out, int C, float *a, float *
         k_pf_dn_recurrent1<<<nv, threads, (size_t)2 * dk * sizeof(float), st>>>(S, conv_out, C, a, b, o, nk, nv, dk,
                                                                                dv, tiled, n);
     }
-    k_pf_gated_norm<<<n * nv, 128, 0, st>>>(o, z, norm_w, dv, eps);
+    lilac_cuda_gated_norm(o, z, norm_w, n * nv, dv, eps, s);
 }
 
 extern "C" int lilac_cuda_pf_moe_supported(int n_expert, int k)
