@@ -37,6 +37,7 @@ struct cuda_prefill {
     int32_t *pos;
     float **ptrs;
     float *att_part;
+    float **ptrs_host; /* the host side of ptrs, in the same allocation as this struct */
 };
 
 /* A batched decode step: row t of the chunk is the one token of its own sequence (NULL: a prefill, every row
@@ -75,9 +76,11 @@ static lilac_status pf_alloc(lilac_model *m, lilac_error *err)
 {
     lilac_cuda_model *cm = m->cuda;
     const lilac_hparams *hp = &m->hp;
-    struct cuda_prefill *pf = calloc(1, sizeof *pf);
+    size_t n_ptrs = (size_t)hp->n_layer * 4 * PF_BATCH;
+    struct cuda_prefill *pf = calloc(1, sizeof *pf + n_ptrs * sizeof(float *));
     if (!pf)
         return lilac_fail(err, LILAC_E_NOMEM, "out of memory");
+    pf->ptrs_host = (float **)(pf + 1);
     size_t T = PF_MAX, E = (size_t)hp->n_embd, nh = (size_t)hp->n_head, hd = (size_t)hp->head_dim;
     size_t kvw = (size_t)hp->n_head_kv * hd, k = (size_t)hp->n_expert_used, ff = (size_t)hp->expert_ff;
     size_t sff = (size_t)(hp->shared_ff > 0 ? hp->shared_ff : 1);
@@ -307,10 +310,8 @@ lilac_status lilac_cuda_decode_batch(lilac_model *m, lilac_seq *const *seqs, con
     if (!cm->pf && (st = pf_alloc(m, err)))
         return st;
     struct cuda_prefill *pf = cm->pf;
-    float **ptrs = malloc((size_t)L * 4 * PF_BATCH * sizeof *ptrs);
+    float **ptrs = pf->ptrs_host;
     int32_t pos[PF_BATCH];
-    if (!ptrs)
-        return lilac_fail(err, LILAC_E_NOMEM, "out of memory");
     st = LILAC_OK;
     for (int off = 0; !st && off < n; off += PF_BATCH) {
         int nt = n - off < PF_BATCH ? n - off : PF_BATCH;
@@ -358,7 +359,6 @@ lilac_status lilac_cuda_decode_batch(lilac_model *m, lilac_seq *const *seqs, con
         for (int t = 0; !st && t < nt; t++)
             seqs[off + t]->pos++;
     }
-    free(ptrs);
     return st;
 }
 
