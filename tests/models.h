@@ -143,6 +143,25 @@ static inline double tm_mean_kl(const float *p, const float *q, int n, int V)
     return total / n;
 }
 
+/* got (what: "<file>: CUDA" and the like) against the golden logits of n rows: max|d| within rel of
+ * max|logit| when rel > 0 (an unquantized model), else mean KL <= 1e-4 (a quantized one, against its exact
+ * logits); argmax agreeing on at least argmax_min rows. */
+static inline void tm_check_golden(const char *what, const char *golden, const float *got, const float *gold, int n,
+                                   int V, double rel, int argmax_min)
+{
+    float mx = tm_max_abs(gold, (size_t)n * V), d = tm_max_diff(got, gold, (size_t)n * V);
+    int agree = tm_argmax_agree(got, gold, n, V);
+    if (rel > 0) {
+        printf("%s vs %s: max|d|/max|logit| %.3e, argmax %d/%d\n", what, golden, d / mx, agree, n);
+        CHECKF(d <= rel * mx, "%s: max|d| %.4g > %.1e x %.4g", what, d, rel, mx);
+    } else {
+        double kl = tm_mean_kl(gold, got, n, V);
+        printf("%s vs %s: mean KL %.3e, argmax %d/%d\n", what, golden, kl, agree, n);
+        CHECKF(kl <= 1e-4, "%s: mean KL %.3e > 1e-4", what, kl);
+    }
+    CHECKF(agree >= argmax_min, "%s: argmax agrees at %d of %d", what, agree, n);
+}
+
 static inline int32_t *tm_json_ints(json_t *root, const char *k1, const char *k2, int *n)
 {
     json_t *a = json_object_get(root, k1);

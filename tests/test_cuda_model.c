@@ -33,19 +33,9 @@ static void run(const char *fx, const tcase *c)
     float *lg = tm_logits(g, toks, n, 0, NULL), *lc = tm_logits(cpu, toks, n, 0, NULL);
     CHECKF(gold && lg && lc, "%s: golden %s, CUDA and CPU logits", path, c->golden);
     if (gold && lg && lc) {
-        float mx = tm_max_abs(gold, (size_t)n * V);
-        float d = tm_max_diff(lg, gold, (size_t)n * V);
-        int agree = tm_argmax_agree(lg, gold, n, V);
-        if (c->rel > 0) {
-            printf("%s/%s: CUDA vs %s: max|d|/max|logit| %.3e, argmax %d/%d\n", c->model, c->file, c->golden, d / mx,
-                   agree, n);
-            CHECKF(d <= c->rel * mx, "%s: CUDA max|d| %.4g > %.1e x %.4g", path, d, c->rel, mx);
-        } else {
-            double kl = tm_mean_kl(gold, lg, n, V);
-            printf("%s/%s: CUDA vs %s: mean KL %.3e, argmax %d/%d\n", c->model, c->file, c->golden, kl, agree, n);
-            CHECKF(kl <= 1e-4, "%s: CUDA mean KL %.3e > 1e-4", path, kl);
-        }
-        CHECKF(agree >= c->argmax, "%s: CUDA argmax agrees at %d of %d", path, agree, n);
+        char what[8300];
+        snprintf(what, sizeof what, "%s/%s: CUDA", c->model, c->file);
+        tm_check_golden(what, c->golden, lg, gold, n, V, c->rel, c->argmax);
         float dc = tm_max_diff(lg, lc, (size_t)n * V), mc = tm_max_abs(lc, (size_t)n * V);
         printf("%s/%s: CUDA vs CPU precise: max|d|/max|logit| %.3e\n", c->model, c->file, dc / mc);
         CHECKF(dc <= 1e-4 * mc, "%s: CUDA and CPU precise differ by %.3e of max|logit|", path, dc / mc);

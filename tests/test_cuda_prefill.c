@@ -165,18 +165,9 @@ static void run(const char *fx, const tcase *c)
     float *gold = tu_read_f32(gp, (size_t)n * V);
     CHECKF(gold && pf, "%s: golden %s", path, c->golden);
     if (gold && pf) {
-        float mx = tm_max_abs(gold, (size_t)n * V), d = tm_max_diff(pf, gold, (size_t)n * V);
-        int agree = tm_argmax_agree(pf, gold, n, V);
-        if (c->rel_gold > 0) {
-            printf("%s/%s: prefill vs %s: max|d|/max|logit| %.3e, argmax %d/%d\n", c->model, c->file, c->golden,
-                   d / mx, agree, n);
-            CHECKF(d <= c->rel_gold * mx, "%s: prefill max|d| %.4g > %.1e x %.4g", path, d, c->rel_gold, mx);
-        } else {
-            double kl = tm_mean_kl(gold, pf, n, V);
-            printf("%s/%s: prefill vs %s: mean KL %.3e, argmax %d/%d\n", c->model, c->file, c->golden, kl, agree, n);
-            CHECKF(kl <= 1e-4, "%s: prefill mean KL %.3e > 1e-4", path, kl);
-        }
-        CHECKF(agree >= c->argmax_gold, "%s: prefill argmax agrees at %d of %d", path, agree, n);
+        char what[8300];
+        snprintf(what, sizeof what, "%s/%s: prefill", c->model, c->file);
+        tm_check_golden(what, c->golden, pf, gold, n, V, c->rel_gold, c->argmax_gold);
     }
 
     /* greedy decoding after a prefilled prompt: the token path's continuation (and the golden one, unquantized) */
