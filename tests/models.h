@@ -28,9 +28,12 @@ static inline lilac_model *tm_open(const char *path, int threads)
     return tm_open_with(path, &p);
 }
 
-/* Logits of every position: prefill all at once (step 0), or `step`
- * tokens per call (1 = the decode path). Returns malloc'd n*vocab floats. */
-static inline float *tm_logits(lilac_model *m, const int32_t *toks, int n, int step, float *hidden)
+/* Logits of every position, the tokens fed in calls of sizes[0 .. n_sizes),
+ * then of `then` tokens each (<= 0: the rest in one call). hidden (the
+ * residual stream) is asked for when one call takes all n. Returns malloc'd
+ * n*vocab floats, NULL on failure. */
+static inline float *tm_logits_calls(lilac_model *m, const int32_t *toks, int n, const int *sizes, int n_sizes,
+                                     int then, float *hidden)
 {
     int V = lilac_model_hparams(m)->n_vocab;
     float *out = malloc((size_t)n * V * sizeof(float));
@@ -40,21 +43,28 @@ static inline float *tm_logits(lilac_model *m, const int32_t *toks, int n, int s
         free(out);
         return NULL;
     }
-    if (step <= 0)
-        step = n;
-    for (int i = 0; i < n; i += step) {
-        int k = n - i < step ? n - i : step;
-        lilac_eval_opts o = {.logits_mode = LILAC_LOGITS_ALL, .logits = out + (size_t)i * V,
-                             .hidden = step == n ? hidden : NULL};
-        if (lilac_seq_eval(s, toks + i, k, &o, &err)) {
+    for (int i = 0, at = 0; at < n; i++) {
+        int want = i < n_sizes ? sizes[i] : then > 0 ? then : n - at;
+        int k = want < n - at ? want : n - at;
+        lilac_eval_opts o = {.logits_mode = LILAC_LOGITS_ALL, .logits = out + (size_t)at * V,
+                             .hidden = k == n ? hidden : NULL};
+        if (lilac_seq_eval(s, toks + at, k, &o, &err)) {
             fprintf(stderr, "eval failed: %s\n", err.msg);
             free(out);
             out = NULL;
             break;
         }
+        at += k;
     }
     lilac_seq_free(s);
     return out;
+}
+
+/* Logits of every position: prefill all at once (step 0), or `step`
+ * tokens per call (1 = the decode path). Returns malloc'd n*vocab floats. */
+static inline float *tm_logits(lilac_model *m, const int32_t *toks, int n, int step, float *hidden)
+{
+    return tm_logits_calls(m, toks, n, NULL, 0, step, hidden);
 }
 
 static inline float tm_max_abs(const float *a, size_t n)

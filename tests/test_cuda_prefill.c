@@ -18,33 +18,6 @@ static void set_chunk(const char *v)
         unsetenv("LILAC_CUDA_PREFILL_CHUNK");
 }
 
-/* All n rows of logits, the tokens fed in calls of sizes[0], sizes[1], ...
- * tokens (the last call takes what is left). NULL on failure. */
-static float *logits_calls(lilac_model *m, const int32_t *toks, int n, const int *sizes, int n_sizes)
-{
-    int V = lilac_model_hparams(m)->n_vocab;
-    float *out = malloc((size_t)n * V * sizeof(float));
-    lilac_seq *s = NULL;
-    lilac_error err;
-    if (!out || lilac_seq_new(m, n, &s, &err)) {
-        free(out);
-        return NULL;
-    }
-    for (int i = 0, at = 0; at < n; i++) {
-        int k = i < n_sizes && sizes[i] < n - at ? sizes[i] : n - at;
-        lilac_eval_opts o = {.logits_mode = LILAC_LOGITS_ALL, .logits = out + (size_t)at * V};
-        if (lilac_seq_eval(s, toks + at, k, &o, &err)) {
-            fprintf(stderr, "eval failed: %s\n", err.msg);
-            free(out);
-            out = NULL;
-            break;
-        }
-        at += k;
-    }
-    lilac_seq_free(s);
-    return out;
-}
-
 /* The last row's logits after the first n_none tokens with LOGITS_NONE, the rest with LOGITS_LAST. */
 static float *logits_last(lilac_model *m, const int32_t *toks, int n, int n_none)
 {
@@ -144,12 +117,12 @@ static void run(const char *fx, const tcase *c)
 
     /* calls continuing a sequence: prefill at depth > 0, between single tokens (the token path) */
     static const int calls_a[] = {2, 2, 3}, calls_b[] = {1, 6, 1, 23}, calls_c[] = {3, 40};
-    float *la = logits_calls(g, toks, n, calls_a, 3);
+    float *la = tm_logits_calls(g, toks, n, calls_a, 3, 0, NULL);
     against(c, "calls of 2, 2, 3, rest", la, ref, n, V);
-    float *lb = logits_calls(g, toks, n, calls_b, 4);
+    float *lb = tm_logits_calls(g, toks, n, calls_b, 4, 0, NULL);
     against(c, "calls of 1, 6, 1, 23, rest", lb, ref, n, V);
     set_chunk("7");
-    float *lcc = logits_calls(g, toks, n, calls_c, 2);
+    float *lcc = tm_logits_calls(g, toks, n, calls_c, 2, 0, NULL);
     against(c, "calls of 3, 40, rest; chunks of 7", lcc, ref, n, V);
     set_chunk(NULL);
     free(la), free(lb), free(lcc);
