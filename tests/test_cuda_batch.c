@@ -1,5 +1,5 @@
 /* cuda_batch: batched decode on the GPU (lilac_cuda_decode_batch through
- * lilac_batch_eval, LILAC_CUDA_BATCH=1) against each sequence run alone on
+ * lilac_batch_eval, the default; LILAC_CUDA_BATCH=0 turns it off) against each sequence run alone on
  * the GPU: five sequences with prompts of different lengths (so different
  * positions) decode greedily together; every step's logits must match the
  * sequence's own run to float32 rounding and the tokens must be the same.
@@ -126,7 +126,7 @@ int main(void)
 {
     TM_REQUIRE_CUDA();
     const char *fx = tu_require_fixtures();
-    setenv("LILAC_CUDA_BATCH", "1", 1);
+    unsetenv("LILAC_CUDA_BATCH"); /* the default: batched */
     run(fx, "tiny-qwen35moe", "gguf/model-bf16.gguf");
     run(fx, "tiny-qwen3moe", "gguf/model-bf16.gguf");
     run(fx, "tiny-qwen35moe", "gguf/model-Q4_K_M.gguf");

@@ -287,8 +287,8 @@ lilac_status lilac_cuda_prefill(lilac_seq *s, const int32_t *tokens, int n, cons
 
 bool lilac_cuda_decode_batch_wanted(const lilac_model *m, int n)
 {
-    const char *e = getenv("LILAC_CUDA_BATCH"); /* until it has run on a GPU: opt in */
-    if (n < 2 || !(e && *e == '1'))
+    const char *e = getenv("LILAC_CUDA_BATCH"); /* =0: one sequence after another */
+    if (n < 2 || (e && *e == '0'))
         return false;
     const lilac_hparams *hp = &m->hp;
     int G = hp->n_head_kv > 0 ? hp->n_head / hp->n_head_kv : 0;

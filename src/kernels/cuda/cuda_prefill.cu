@@ -229,43 +229,50 @@ __global__ void k_pf_dn_gates(float *a, float *b, const float *ssm_a, const floa
 
 // The delta rule of value head j = blockIdx.x over the chunk's tokens in
 // order: per token S *= exp(g); S += k (beta (v - S^T k))^T; o = S^T q.
-// The columns of S are independent: block y takes columns PD_CW y ..
-// PD_CW (y + 1) - 1. As in k_dn_fused, thread (part, c) (a warp a part,
-// a lane a column) holds column c of rows part, part + PD_P, ... in
-// registers for the whole chunk; the two sums over rows are reduced across
-// the parts in shared memory, kv and o in separate buffers so that one
-// barrier a sum suffices. q, k, g, beta of PD_TT tokens are staged in
-// shared memory at a time.
-#define PD_P 8
-#define PD_CW 32
-#define PD_ROWS 32 /* dk / PD_P at most */
-#define PD_TT 16
-template <int ROWS> // rows a thread, at least dk / PD_P: a compile-time bound keeps sr in registers
-__global__ void __launch_bounds__(PD_P * PD_CW)
+// The columns of S are independent: block y takes columns PD_BC y ..
+// PD_BC (y + 1) - 1. PD_LPC lanes share a column, lane s of it holding rows
+// s, s + PD_LPC, ... in registers for the whole chunk, so the two sums over
+// rows are a few shuffles and a token costs no barrier: the chain a token
+// is two short reductions (the time of this kernel is its latency, tokens
+// in sequence). q, k, v, g, beta of up to PD_TT tokens are staged in
+// shared memory at a time, so no global load sits in a token's chain.
+#define PD_LPC 8                  /* lanes a column */
+#define PD_CPW (32 / PD_LPC)      /* columns a warp */
+#define PD_NW 4                   /* warps a block */
+#define PD_BC (PD_CPW * PD_NW)    /* columns a block */
+#define PD_ROWS 32                /* dk / PD_LPC at most */
+#define PD_TT 32                  /* tokens staged at a time, at most (fewer where 48 KiB would not hold them) */
+template <int ROWS> // rows a lane, at least dk / PD_LPC: a compile-time bound keeps sr in registers
+__global__ void __launch_bounds__(32 * PD_NW)
     k_pf_dn_recurrent(float *S_all, const float *conv, int C, const float *g, const float *beta, float *o_all, int nk,
-                      int nv, int dk, int dv, int tiled, int n)
+                      int nv, int dk, int dv, int tiled, int n, int TT)
 {
-    const int j = blockIdx.x, cl = threadIdx.x % PD_CW, c = blockIdx.y * PD_CW + cl, part = threadIdx.x / PD_CW;
+    const int j = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int sub = lane % PD_LPC, cl = warp * PD_CPW + lane / PD_LPC, c0 = blockIdx.y * PD_BC, c = c0 + cl;
     const int kh = tiled ? j % nk : j / (nv / nk);
-    extern __shared__ float pd_sh[]; // q[PD_TT][dk], k[PD_TT][dk], g[PD_TT], beta[PD_TT], rkv, ro [PD_P][PD_CW]
-    float *const qs = pd_sh, *const ks = qs + PD_TT * dk, *const gs = ks + PD_TT * dk, *const bs = gs + PD_TT;
-    float *const rkv = bs + PD_TT, *const ro = rkv + PD_P * PD_CW;
+    extern __shared__ float pd_sh[]; // q[TT][dk], k[TT][dk], v[TT][PD_BC], g[TT], beta[TT]
+    float *const qs = pd_sh, *const ks = qs + TT * dk, *const vs = ks + TT * dk, *const gs = vs + TT * PD_BC,
+                 *const bs = gs + TT;
     float *S = S_all + (size_t)j * dk * dv;
     float sr[ROWS];
 #pragma unroll
     for (int r = 0; r < ROWS; r++) {
-        const int i = part + r * PD_P;
+        const int i = sub + r * PD_LPC;
         sr[r] = i < dk ? S[(size_t)i * dv + c] : 0.f;
     }
-    const float *vc = conv + (size_t)2 * nk * dk + (size_t)j * dv + c;
-    for (int t0 = 0; t0 < n; t0 += PD_TT) {
-        const int tn = min(PD_TT, n - t0);
-        __syncthreads(); // the previous tokens' q, k, g, beta are consumed
+    const float *vb = conv + (size_t)2 * nk * dk + (size_t)j * dv + c0;
+    for (int t0 = 0; t0 < n; t0 += TT) {
+        const int tn = min(TT, n - t0);
+        __syncthreads(); // the previous tokens' q, k, v, g, beta are consumed
         for (int i = threadIdx.x; i < tn * dk; i += blockDim.x) {
             const int tt = i / dk, d = i - tt * dk;
             const float *row = conv + (size_t)(t0 + tt) * C;
             qs[tt * dk + d] = row[(size_t)kh * dk + d];
             ks[tt * dk + d] = row[(size_t)(nk + kh) * dk + d];
+        }
+        for (int i = threadIdx.x; i < tn * PD_BC; i += blockDim.x) {
+            const int tt = i / PD_BC, cc = i - tt * PD_BC;
+            vs[i] = vb[(size_t)(t0 + tt) * C + cc];
         }
         for (int i = threadIdx.x; i < tn; i += blockDim.x) {
             gs[i] = g[(size_t)(t0 + i) * nv + j];
@@ -278,41 +285,35 @@ __global__ void __launch_bounds__(PD_P * PD_CW)
             float kv = 0;
 #pragma unroll
             for (int r = 0; r < ROWS; r++) {
-                const int i = part + r * PD_P;
+                const int i = sub + r * PD_LPC;
                 if (i < dk) {
                     sr[r] *= decay;
                     kv += sr[r] * kt[i];
                 }
             }
-            rkv[part * PD_CW + cl] = kv;
-            __syncthreads();
-            kv = 0;
-            for (int p = 0; p < PD_P; p++)
-                kv += rkv[p * PD_CW + cl];
-            const float v = vc[(size_t)(t0 + tt) * C];
-            const float delta = (v - kv) * bs[tt];
+#pragma unroll
+            for (int o = PD_LPC / 2; o; o >>= 1)
+                kv += __shfl_xor_sync(0xffffffffu, kv, o);
+            const float delta = (vs[tt * PD_BC + cl] - kv) * bs[tt];
             float o = 0;
 #pragma unroll
             for (int r = 0; r < ROWS; r++) {
-                const int i = part + r * PD_P;
+                const int i = sub + r * PD_LPC;
                 if (i < dk) {
                     sr[r] += kt[i] * delta;
                     o += sr[r] * qt[i];
                 }
             }
-            ro[part * PD_CW + cl] = o;
-            __syncthreads();
-            if (part == 0) {
-                o = 0;
-                for (int p = 0; p < PD_P; p++)
-                    o += ro[p * PD_CW + cl];
+#pragma unroll
+            for (int m = PD_LPC / 2; m; m >>= 1)
+                o += __shfl_xor_sync(0xffffffffu, o, m);
+            if (sub == 0)
                 o_all[(size_t)(t0 + tt) * nv * dv + (size_t)j * dv + c] = o;
-            }
         }
     }
 #pragma unroll
     for (int r = 0; r < ROWS; r++) {
-        const int i = part + r * PD_P;
+        const int i = sub + r * PD_LPC;
         if (i < dk)
             S[(size_t)i * dv + c] = sr[r];
     }
@@ -444,64 +445,60 @@ __global__ void k_pf_topk(const float *logits_all, int E, int k, int norm, int32
     }
 }
 
-// The (token, slot) pairs grouped by expert, one block: counts, offsets
-// (exclusive scan), then per expert its tokens in ascending order — a warp
-// an expert walks the tokens 32 at a time and places those that chose it by
-// a ballot, so the order is the tokens' whatever the schedule. pair_tok[i]:
-// the token (x row) of pair i; tok_pair[t * k + s]: the pair of token t's
-// slot s. Integer shared atomics only count.
-__global__ void k_pf_moe_group(const int32_t *idx_dev, int n, int k, int E, int stage, int32_t *offsets,
-                               int32_t *pair_tok, int32_t *tok_pair)
+// The (token, slot) pairs grouped by expert, a block an expert (e =
+// blockIdx.x), all in parallel: the expert's offset is the number of
+// entries naming a lower expert, then the block walks the tokens in order,
+// PG_T at a time, and places those that chose e by ballots and a scan of
+// the warps' counts, so the order is the tokens' whatever the schedule.
+// pair_tok[i]: the token (x row) of pair i; tok_pair[t * k + s]: the pair
+// of token t's slot s. No atomics.
+#define PG_T 256
+__global__ void __launch_bounds__(PG_T) k_pf_moe_group(const int32_t *idx, int n, int k, int E, int32_t *offsets,
+                                                       int32_t *pair_tok, int32_t *tok_pair)
 {
-    extern __shared__ int pg_cnt[]; // [E + 1], then idx [n * k] when staged
-    const int tid = threadIdx.x, nth = blockDim.x;
-    const int32_t *idx = idx_dev;
-    if (stage) { // the walk below reads every entry once per expert
-        int *is = pg_cnt + E + 1;
-        for (int i = tid; i < n * k; i += nth)
-            is[i] = idx_dev[i];
-        idx = is;
+    __shared__ int wc[PG_T / 32];
+    const int e = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int below = 0;
+    for (int i = tid; i < n * k; i += PG_T) {
+        const int v = idx[i];
+        below += v >= 0 && v < e;
     }
-    for (int e = tid; e <= E; e += nth)
-        pg_cnt[e] = 0;
+    for (int o = 16; o; o >>= 1)
+        below += __shfl_xor_sync(0xffffffffu, below, o);
+    if (lane == 0)
+        wc[warp] = below;
     __syncthreads();
-    for (int i = tid; i < n * k; i += nth) {
-        const int e = idx[i];
-        if (e >= 0 && e < E)
-            atomicAdd(&pg_cnt[e], 1);
-    }
-    __syncthreads();
-    if (tid == 0) {
-        int s = 0;
-        for (int e = 0; e < E; e++) {
-            const int c = pg_cnt[e];
-            pg_cnt[e] = s;
-            s += c;
+    int base = 0;
+    for (int w = 0; w < PG_T / 32; w++)
+        base += wc[w];
+    if (tid == 0)
+        offsets[e] = base;
+    for (int t0 = 0; t0 < n; t0 += PG_T) {
+        __syncthreads(); // wc is read
+        const int t = t0 + tid;
+        int slot = -1;
+        if (t < n)
+            for (int s = 0; s < k; s++)
+                if (idx[(size_t)t * k + s] == e)
+                    slot = s;
+        const unsigned m = __ballot_sync(0xffffffffu, slot >= 0);
+        if (lane == 0)
+            wc[warp] = __popc(m);
+        __syncthreads();
+        int before = 0, tot = 0;
+        for (int w = 0; w < PG_T / 32; w++) {
+            before += w < warp ? wc[w] : 0;
+            tot += wc[w];
         }
-        pg_cnt[E] = s;
-    }
-    __syncthreads();
-    for (int e = tid; e <= E; e += nth)
-        offsets[e] = pg_cnt[e];
-    const int lane = tid & 31, warp = tid >> 5, nw = nth >> 5;
-    for (int e = warp; e < E; e += nw) {
-        int base = pg_cnt[e];
-        for (int t0 = 0; t0 < n; t0 += 32) {
-            const int t = t0 + lane;
-            int slot = -1;
-            if (t < n)
-                for (int s = 0; s < k; s++)
-                    if (idx[(size_t)t * k + s] == e)
-                        slot = s;
-            const unsigned m = __ballot_sync(0xffffffffu, slot >= 0);
-            if (slot >= 0) {
-                const int at = base + __popc(m & ((1u << lane) - 1u));
-                pair_tok[at] = t;
-                tok_pair[(size_t)t * k + slot] = at;
-            }
-            base += __popc(m);
+        if (slot >= 0) {
+            const int at = base + before + __popc(m & ((1u << lane) - 1u));
+            pair_tok[at] = t;
+            tok_pair[(size_t)t * k + slot] = at;
         }
+        base += tot;
     }
+    if (e == E - 1 && tid == 0)
+        offsets[E] = base;
 }
 
 // Token blockIdx.x: x += sum over its k slots (expert-index order) of w *
@@ -593,14 +590,18 @@ extern "C" void lilac_cuda_pf_deltanet(float *conv_out, int C, float *a, float *
     const cudaStream_t st = CS(s);
     k_pf_dn_qk_norm<<<dim3((unsigned)nk, (unsigned)n), 128, 0, st>>>(conv_out, C, nk, dk);
     k_pf_dn_gates<<<(n * nv + 127) / 128, 128, 0, st>>>(a, b, ssm_a, ssm_dt, nv, n * nv);
-    if (dv % PD_CW == 0 && dk <= PD_P * PD_ROWS) {
-        const size_t smem = sizeof(float) * ((size_t)2 * PD_TT * dk + 2 * PD_TT + (size_t)2 * PD_P * PD_CW);
-        const dim3 grid((unsigned)nv, (unsigned)(dv / PD_CW));
-        if (dk <= 16 * PD_P)
-            k_pf_dn_recurrent<16><<<grid, PD_P * PD_CW, smem, st>>>(S, conv_out, C, a, b, o, nk, nv, dk, dv, tiled, n);
+    if (dv % PD_BC == 0 && dk <= PD_LPC * PD_ROWS) {
+        int tt = PD_TT;
+        while (tt > 1 && sizeof(float) * ((size_t)2 * tt * dk + (size_t)tt * PD_BC + 2 * tt) > 48 * 1024)
+            tt /= 2;
+        const size_t smem = sizeof(float) * ((size_t)2 * tt * dk + (size_t)tt * PD_BC + 2 * tt);
+        const dim3 grid((unsigned)nv, (unsigned)(dv / PD_BC));
+        if (dk <= 16 * PD_LPC)
+            k_pf_dn_recurrent<16><<<grid, 32 * PD_NW, smem, st>>>(S, conv_out, C, a, b, o, nk, nv, dk, dv, tiled, n,
+                                                                   tt);
         else
-            k_pf_dn_recurrent<PD_ROWS><<<grid, PD_P * PD_CW, smem, st>>>(S, conv_out, C, a, b, o, nk, nv, dk, dv,
-                                                                          tiled, n);
+            k_pf_dn_recurrent<PD_ROWS><<<grid, 32 * PD_NW, smem, st>>>(S, conv_out, C, a, b, o, nk, nv, dk, dv,
+                                                                         tiled, n, tt);
     } else {
         const int threads = dv < 32 ? 32 : (dv + 31) / 32 * 32;
         k_pf_dn_recurrent1<<<nv, threads, (size_t)2 * dk * sizeof(float), st>>>(S, conv_out, C, a, b, o, nk, nv, dk,
@@ -627,9 +628,7 @@ extern "C" void lilac_cuda_pf_moe_group(const int32_t *idx, int n, int k, int E,
 {
     if (n < 1 || !lilac_cuda_pf_moe_supported(E, k))
         return;
-    size_t smem = (size_t)(E + 1) * sizeof(int), staged = smem + (size_t)n * k * sizeof(int);
-    const int stage = staged <= 48 * 1024;
-    k_pf_moe_group<<<1, 1024, stage ? staged : smem, CS(s)>>>(idx, n, k, E, stage, offsets, pair_tok, tok_pair);
+    k_pf_moe_group<<<E, PG_T, 0, CS(s)>>>(idx, n, k, E, offsets, pair_tok, tok_pair);
 }
 
 extern "C" void lilac_cuda_pf_moe_sum(float *x, const float *ex, const float *w, const int32_t *tok_pair, int k,

@@ -747,7 +747,9 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv(const 
     griddep_launch_dependents();
     if (p.idx) /* the expert indices come from the kernel before */
         griddep_wait();
-    for (int tc = 0; tc < ntc; tc++) { /* token chunks outermost: x stays put while the block's rows go by */
+    /* blockIdx.y: a group of token chunks (launch_fast splits the tokens when the rows alone give too few blocks) */
+    const int tc0 = (int)((long long)ntc * blockIdx.y / gridDim.y), tc1 = (int)((long long)ntc * (blockIdx.y + 1) / gridDim.y);
+    for (int tc = tc0; tc < tc1; tc++) { /* token chunks outermost: x stays put while the block's rows go by */
         const int t0 = tc * T, nt = min(T, p.n_tok - t0);
         for (long long it = it0; it < it1; it++) {
             const long long slot = it / p.row_tiles, rt = it - slot * p.row_tiles;
@@ -979,7 +981,12 @@ template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int
     p.row_tiles = tiles(lpr) / slots;
     p.items = p.row_tiles * slots;
     const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
-    launch_dependent(kern, dim3(grid), dim3(NTHREADS), (size_t)smem, st, p);
+    /* Many tokens over few row tiles (a prefill chunk through a narrow matrix): the token chunks split over
+     * blockIdx.y until there are two blocks a resident slot; each group reads the weights again (from L2). */
+    const long long ntc = (p.n_tok + T - 1) / T;
+    long long gy = ntc > 1 && (long long)grid < 2 * cap ? (2 * cap + grid - 1) / grid : 1;
+    gy = gy > ntc ? ntc : gy > 65535 ? 65535 : gy;
+    launch_dependent(kern, dim3(grid, (unsigned)gy), dim3(NTHREADS), (size_t)smem, st, p);
 }
 
 template <int TYPE, bool A16> void launch_t(const MV &p, cudaStream_t st, int slots)
