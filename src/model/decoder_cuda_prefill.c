@@ -205,12 +205,12 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
         lilac_cuda_matvec(&cl->router, pf->xn, pf->rl, nt, s);
         lilac_cuda_pf_topk(pf->rl, NE, k, hp->norm_topk, nt, pf->idx, pf->rw, s);
         lilac_cuda_pf_moe_group(pf->idx, nt, k, NE, pf->offsets, pf->pair_tok, pf->tok_pair, s);
-        lilac_cuda_matvec_grouped(&cl->exp_gate, cl->gate_stride, NE, pf->offsets, pf->pair_tok, nt, pf->xn, E,
+        lilac_cuda_matvec_grouped(&cl->exp_gate, cl->gate_stride, NE, pf->offsets, pf->pair_tok, nt, nt * k, pf->xn, E,
                                   pf->gbuf, s);
-        lilac_cuda_matvec_grouped(&cl->exp_up, cl->up_stride, NE, pf->offsets, pf->pair_tok, nt, pf->xn, E, pf->ubuf,
+        lilac_cuda_matvec_grouped(&cl->exp_up, cl->up_stride, NE, pf->offsets, pf->pair_tok, nt, nt * k, pf->xn, E, pf->ubuf,
                                   s);
         lilac_cuda_swiglu(pf->gbuf, pf->ubuf, nt * k * ff, s);
-        lilac_cuda_matvec_grouped(&cl->exp_down, cl->down_stride, NE, pf->offsets, NULL, nt, pf->gbuf, ff, pf->ex, s);
+        lilac_cuda_matvec_grouped(&cl->exp_down, cl->down_stride, NE, pf->offsets, NULL, nt, nt * k, pf->gbuf, ff, pf->ex, s);
         bool shared = hp->shared_ff > 0;
         if (shared) {
             lilac_cuda_matvec(&cl->sh_gate, pf->xn, pf->shg, nt, s);

@@ -88,10 +88,32 @@ void lilac_cuda_get_rows(const lilac_cuda_mat *W, const int32_t *r_dev, int n, f
  * in lilac_cuda_matvec_experts. Each expert's weights are read once per
  * pass of up to 8 pairs, not once per pair; max_pairs, an upper bound of
  * any expert's pairs (the tokens), picks the pass size. A pair's sums are
- * those of the one-token product. */
+ * those of the one-token product (on the CUDA cores; see the tensor-core
+ * path below). n_pairs bounds offsets[n_expert] (<= 0: unknown). */
 void lilac_cuda_matvec_grouped(const lilac_cuda_mat *W, size_t expert_stride, int n_expert, const int32_t *offsets,
-                               const int32_t *rows_of_x, int max_pairs, const float *x, long long x_stride, float *y,
-                               lilac_cuda_stream *s);
+                               const int32_t *rows_of_x, int max_pairs, int n_pairs, const float *x, long long x_stride,
+                               float *y, lilac_cuda_stream *s);
+
+/* The tensor-core products (cuda_mma.cu): Q4_K, Q5_K, Q6_K, Q8_0 and Q4_0
+ * with K a multiple of 256, results that agree with float32 to rounding
+ * (the activations split into two fp16 digits, the block scales applied in
+ * float32). lilac_cuda_matvec takes them from lilac_cuda_mma_min_tokens()
+ * tokens on, lilac_cuda_matvec_grouped when max_pairs >= lilac_cuda_mma_min_pairs()
+ * and n_pairs (an upper bound of offsets[n_expert], the pairs in all; <= 0:
+ * unknown) is set, unless LILAC_CUDA_MMA=0 or lilac_cuda_mma_set_enabled(0).
+ * Their scratch (the activations' digits) is a device buffer per stream,
+ * grown outside graph capture. */
+int lilac_cuda_mma_supported(int type);
+int lilac_cuda_mma_enabled(void);
+int lilac_cuda_mma_set_enabled(int on); /* returns the previous setting */
+int lilac_cuda_mma_min_tokens(void);
+int lilac_cuda_mma_min_pairs(void);
+/* The tensor-core path itself, whatever the token count: 0 when launched, -1 when it does not take the call
+ * (type, shape, alignment, scratch): then nothing was launched but possibly the pre-pass, and no error is set. */
+int lilac_cuda_matvec_mma(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s);
+int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert,
+                                  const int32_t *offsets, const int32_t *rows_of_x, int max_pairs, int n_pairs,
+                                  const float *x, long long x_stride, float *y, lilac_cuda_stream *s);
 
 /* The calls above return nothing: a call they refuse (NULL pointers, an unsupported type, a bad shape)
  * launches nothing and is remembered, per thread, with any launch error. 0 when there was none since the

@@ -1284,6 +1284,9 @@ int lilac_cuda_type_supported(int type)
 
 void lilac_cuda_matvec(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s)
 {
+    if (W && x && y && n_tok >= lilac_cuda_mma_min_tokens() && lilac_cuda_mma_supported(W->type) &&
+        lilac_cuda_mma_enabled() && lilac_cuda_matvec_mma(W, x, y, n_tok, s) == 0)
+        return;
     matvec(W, 0, nullptr, 1, x, 0, y, n_tok, S(s));
 }
 
@@ -1628,8 +1631,8 @@ void lilac_cuda_get_rows(const lilac_cuda_mat *W, const int32_t *r_dev, int n, f
 }
 
 void lilac_cuda_matvec_grouped(const lilac_cuda_mat *W, size_t expert_stride, int n_expert, const int32_t *offsets,
-                               const int32_t *rows_of_x, int max_pairs, const float *x, long long x_stride, float *y,
-                               lilac_cuda_stream *s)
+                               const int32_t *rows_of_x, int max_pairs, int n_pairs, const float *x, long long x_stride,
+                               float *y, lilac_cuda_stream *s)
 {
     int blck, bsz;
     if (!W || !W->data || !offsets || !x || !y) {
@@ -1649,6 +1652,11 @@ void lilac_cuda_matvec_grouped(const lilac_cuda_mat *W, size_t expert_stride, in
         return;
     }
     if (max_pairs < 1)
+        return;
+    if (n_pairs > 0 && max_pairs >= lilac_cuda_mma_min_pairs() && lilac_cuda_mma_supported(W->type) &&
+        lilac_cuda_mma_enabled() &&
+        lilac_cuda_matvec_grouped_mma(W, expert_stride, n_expert, offsets, rows_of_x, max_pairs, n_pairs, x, x_stride,
+                                      y, s) == 0)
         return;
     MVG p{};
     p.w = static_cast<const uint8_t *>(W->data);

@@ -1,0 +1,842 @@
+/* cuda_mma: the many-token products (prefill) on the tensor cores, for the
+ * quantized types Q4_K, Q5_K, Q6_K, Q8_0 and Q4_0, with results that agree
+ * with float32 to rounding.
+ *
+ * Exactness. Neither operand is rounded to 16 bits:
+ *  - weights: the integer codes of a block are exact in fp16 (Q4_K q, and
+ *    q * sc with the 6-bit sub-block scale folded in: at most 945; Q5_K
+ *    q * sc, at most 1953; Q6_K q - 32; Q8_0 q; Q4_0 q - 8). The float
+ *    scales are applied in float32 to the mma result of the run of values
+ *    they scale (a Q4_K/Q5_K super-block, a Q8_0/Q4_0 block, 16 values of
+ *    Q6_K), and the K-quant minimum as -dmin m * sum(x) over the 32 values,
+ *    the sums precomputed in float32;
+ *  - activations: a pre-pass (k_mma_prep) scales each row of x by a power
+ *    of two 2^sh (exact) so that its largest |value| lies in [2^13, 2^14),
+ *    and splits every value v into hi = fp16(v) and lo = fp16(v - hi): two
+ *    mma's (hi, lo) into the same fragment. hi + lo keeps 22 bits of every
+ *    value within 2^-16 of the row's largest; smaller ones keep an absolute
+ *    error under 2^-38 of it (fp16 is floating point: a power-of-two scale
+ *    only has to keep the values in its range, and the large one keeps lo
+ *    out of fp16's subnormals). The result is scaled back by 2^-sh once.
+ *  The tensor cores multiply fp16 exactly and accumulate in float32; the
+ *  errors are float32 roundings of sums of |terms| (test_cuda_mma checks
+ *  1e-5 * sum |w x| against a float64 reference). A NaN or Inf in a row of x
+ *  makes that row's outputs NaN; an all-zero row gives zeros.
+ *
+ * Kernel (k_mma): a block of 8 warps (4 along the rows, 2 along the tokens)
+ * computes BM = 128 weight rows x BN = 16 * NT tokens; a warp 32 rows (two
+ * m16 tiles) x 8 NT tokens (NT n8 tiles). K goes by 256 columns (a K-quant
+ * super-block, 8 Q8_0/Q4_0 blocks): the rows' raw bytes (the 16-byte
+ * granules around them, cp.async) and the tokens' hi/lo digits go to shared
+ * memory, double-buffered; per-row scales are decoded once a stage into
+ * small tables; every thread then decodes its A fragments from the raw
+ * bytes (a LOP3 and an HFMA2 per two values: 1024 + q as fp16 is the code
+ * bits ORed into 0x6400) and reads its B fragments with one 16-byte load
+ * per n-tile, the pre-pass having stored the digits in fragment order.
+ *
+ * Grouped (experts): the tiles are (expert, run of BN of its pairs) x row
+ * tiles. Every block builds the prefix of tiles per expert from offsets in
+ * shared memory (a few hundred ints), and walks items blockIdx.x,
+ * blockIdx.x + gridDim.x, ...: the grid is what fits on the device, sized on
+ * the host without knowing the counts; nothing goes back to the host. The
+ * pre-pass writes a pair's digits at the pair's index (pairs of an expert
+ * are then adjacent rows).
+ *
+ * Scratch: the digits live in a device buffer per (device, stream), grown
+ * at a call that needs more (outside graph capture; a call being captured
+ * that would need to grow it takes the CUDA-core path instead). */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cfloat>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+
+#include "format/dtype.h"
+#include "kernels/cuda/cuda.h"
+
+namespace {
+
+constexpr int MM_WARPS_M = 4, MM_WARPS_N = 2;
+constexpr int MM_THREADS = 32 * MM_WARPS_M * MM_WARPS_N;
+constexpr int BM = 32 * MM_WARPS_M;  /* weight rows a block */
+constexpr int XB = 128;              /* bytes of digits a token and 32 columns: hi[32], lo[32] */
+constexpr int XROW = 8 * XB + 64;    /* a token's 256 columns in shared memory, padded (bank spread) */
+constexpr int MAX_EXPERT = 1024;     /* grouped: experts the tile prefix in shared memory holds */
+constexpr int MIN_TOK = 16;          /* lilac_cuda_matvec: fewer tokens stay on the CUDA cores */
+constexpr int MIN_PAIRS = 64;        /* lilac_cuda_matvec_grouped: max_pairs below this too */
+
+enum { KIND_SB, KIND_32, KIND_16 }; /* where the float scales apply: super-block, 32 values, 16 values */
+
+template <int TYPE> struct MQ;
+/* BYTES: one 256-column chunk of a row; SLOT: shared memory a row's chunk
+ * takes (the 16-byte granules around BYTES at any 2-aligned start, rounded
+ * to 16 times an odd number: rows g = 0..7 then fall in distinct banks);
+ * NTAB: float scale table entries a row. */
+template <> struct MQ<LILAC_Q4_K> {
+    static constexpr int BYTES = 144, SLOT = 176, KIND = KIND_SB, NTAB = 8;
+};
+template <> struct MQ<LILAC_Q5_K> {
+    static constexpr int BYTES = 176, SLOT = 208, KIND = KIND_SB, NTAB = 8;
+};
+template <> struct MQ<LILAC_Q6_K> {
+    static constexpr int BYTES = 210, SLOT = 240, KIND = KIND_16, NTAB = 16;
+};
+template <> struct MQ<LILAC_Q8_0> {
+    static constexpr int BYTES = 272, SLOT = 304, KIND = KIND_32, NTAB = 8;
+};
+template <> struct MQ<LILAC_Q4_0> {
+    static constexpr int BYTES = 144, SLOT = 176, KIND = KIND_32, NTAB = 8;
+};
+
+/* ------------------------------------------------------------------ */
+/* device helpers */
+
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* 16 bytes global -> shared; src_bytes 0 writes zeros (src must still be a valid address). */
+__device__ __forceinline__ void cp16(void *dst, const void *src, int src_bytes)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+/* A 32-bit word of shared memory at p: 4-aligned (A4) or only 2-aligned. */
+template <bool A4> __device__ __forceinline__ uint32_t ld32(const uint8_t *p)
+{
+    if (A4)
+        return *reinterpret_cast<const uint32_t *>(p);
+    const unsigned short *q = reinterpret_cast<const unsigned short *>(p);
+    return (uint32_t)q[0] | ((uint32_t)q[1] << 16);
+}
+__device__ __forceinline__ float h2f_s(const uint8_t *p) /* an fp16 at a 2-aligned shared address */
+{
+    return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short *>(p)));
+}
+
+__device__ __forceinline__ uint32_t h2u(__half2 h) { return *reinterpret_cast<uint32_t *>(&h); }
+__device__ __forceinline__ __half2 u2h(uint32_t u) { return *reinterpret_cast<__half2 *>(&u); }
+__device__ __forceinline__ uint32_t pk(float a, float b) { return h2u(__floats2half2_rn(a, b)); }
+
+/* fma.rn.f16x2: the product and sum in infinite precision, one rounding
+ * (exact here: every result is a small integer). */
+__device__ __forceinline__ uint32_t hfma2u(uint32_t a, uint32_t b, uint32_t c)
+{
+    return h2u(__hfma2(u2h(a), u2h(b), u2h(c)));
+}
+
+/* The K-quant 6-bit scale and min of sub-block j of the 12 scale bytes at s
+ * (lilac_kq_scale_min). */
+__device__ __forceinline__ void kq_sm(const uint8_t *s, int j, int &sc, int &m)
+{
+    if (j < 4) {
+        sc = s[j] & 63, m = s[j + 4] & 63;
+    } else {
+        sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* Codes of values v = 16h + 4tig + {0, 1, 2, 3} of sub-block s (32 values)
+ * of a row's 256-column chunk at b (shared memory), as fp16 pairs (v0, v2)
+ * and (v1, v3): the A fragment's two registers of that row. For Q4_K/Q5_K,
+ * tab holds the (mult, add) half2 pair that folds sc in. */
+template <int TYPE, bool A4> struct Dec;
+
+template <bool A4> struct Dec<LILAC_Q4_K, A4> {
+    static __device__ __forceinline__ void run(const uint8_t *b, int s, int h, int tig, uint2 ma, uint32_t &p02,
+                                               uint32_t &p13)
+    {
+        const uint32_t w = ld32<A4>(b + 16 + 32 * (s >> 1) + 16 * h + 4 * tig);
+        const uint32_t m = (s & 1) ? 0x00F000F0u : 0x000F000Fu;
+        p02 = hfma2u((w & m) | 0x64006400u, ma.x, ma.y);
+        p13 = hfma2u(((w >> 8) & m) | 0x64006400u, ma.x, ma.y);
+    }
+};
+template <bool A4> struct Dec<LILAC_Q5_K, A4> {
+    static __device__ __forceinline__ void run(const uint8_t *b, int s, int h, int tig, uint2 ma, uint32_t &p02,
+                                               uint32_t &p13)
+    {
+        const uint32_t w = ld32<A4>(b + 48 + 32 * (s >> 1) + 16 * h + 4 * tig);
+        const uint32_t u = ld32<A4>(b + 16 + 16 * h + 4 * tig);
+        const uint32_t q = (((s & 1) ? w >> 4 : w) & 0x0F0F0F0Fu) | (((u >> s) << 4) & 0x10101010u);
+        p02 = hfma2u((q & 0x00FF00FFu) | 0x64006400u, ma.x, ma.y);
+        p13 = hfma2u(((q >> 8) & 0x00FF00FFu) | 0x64006400u, ma.x, ma.y);
+    }
+};
+template <bool A4> struct Dec<LILAC_Q6_K, A4> {
+    static __device__ __forceinline__ void run(const uint8_t *b, int s, int h, int tig, uint2, uint32_t &p02,
+                                               uint32_t &p13)
+    {
+        const int n = s >> 2, Q = s & 3;
+        const uint32_t ql = ld32<A4>(b + 64 * n + 32 * (Q & 1) + 16 * h + 4 * tig);
+        const uint32_t qh = ld32<A4>(b + 128 + 32 * n + 16 * h + 4 * tig);
+        const uint32_t q = (((Q & 2) ? ql >> 4 : ql) & 0x0F0F0F0Fu) | (((qh >> (2 * Q)) & 0x03030303u) << 4);
+        const uint32_t one = 0x3C003C00u, off = 0xE420E420u; /* 1.0, -1056.0 */
+        p02 = hfma2u((q & 0x00FF00FFu) | 0x64006400u, one, off);
+        p13 = hfma2u(((q >> 8) & 0x00FF00FFu) | 0x64006400u, one, off);
+    }
+};
+template <bool A4> struct Dec<LILAC_Q8_0, A4> {
+    static __device__ __forceinline__ void run(const uint8_t *b, int s, int h, int tig, uint2, uint32_t &p02,
+                                               uint32_t &p13)
+    {
+        const uint32_t u = ld32<false>(b + 34 * s + 2 + 16 * h + 4 * tig) ^ 0x80808080u; /* q + 128 */
+        const uint32_t one = 0x3C003C00u, off = 0xE480E480u;                              /* 1.0, -1152.0 */
+        p02 = hfma2u((u & 0x00FF00FFu) | 0x64006400u, one, off);
+        p13 = hfma2u(((u >> 8) & 0x00FF00FFu) | 0x64006400u, one, off);
+    }
+};
+template <bool A4> struct Dec<LILAC_Q4_0, A4> {
+    static __device__ __forceinline__ void run(const uint8_t *b, int s, int h, int tig, uint2, uint32_t &p02,
+                                               uint32_t &p13)
+    {
+        const uint32_t w = ld32<false>(b + 18 * s + 2 + 4 * tig);
+        /* h = 0: low nibbles, 1024 + q, minus 1032; h = 1: high ones, (1024 + 16 q) / 16 - 72 */
+        const uint32_t m = h ? 0x00F000F0u : 0x000F000Fu;
+        const uint32_t mul = h ? 0x2C002C00u : 0x3C003C00u; /* 1/16, 1.0 */
+        const uint32_t off = h ? 0xD480D480u : 0xE408E408u; /* -72.0, -1032.0 */
+        p02 = hfma2u((w & m) | 0x64006400u, mul, off);
+        p13 = hfma2u(((w >> 8) & m) | 0x64006400u, mul, off);
+    }
+};
+
+/* ------------------------------------------------------------------ */
+/* the pre-pass */
+
+/* Row i < count (count = min(n, *n_dev) when n_dev is set) of x (x row map[i],
+ * or i) to digits: xq + i * (K / 32) * XB, each 32 columns hi[32] then
+ * lo[32] with value 16h + 4t + {0, 2, 1, 3} at position 8t + 4h + {0, 1, 2,
+ * 3} (the fragment order), xsum[i][K / 32] (sums of the scaled values) and
+ * xexp[i] (y = acc * 2^xexp; INT_MAX: the row had a NaN or Inf). A warp a row. */
+__global__ void __launch_bounds__(256) k_mma_prep(const float *x, long long x_stride, const int32_t *map, int n,
+                                                  const int32_t *n_dev, int K, uint8_t *xq, float *xsum, int *xexp)
+{
+    const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    const int count = n_dev ? min(n, __ldg(n_dev)) : n;
+    if (row >= count)
+        return;
+    const float *src = x + (long long)(map ? __ldg(map + row) : row) * x_stride;
+    float amax = 0.f;
+    bool bad = false;
+    for (int c = lane; c < K; c += 32) {
+        const float a = fabsf(src[c]);
+        bad |= !(a <= FLT_MAX);
+        amax = fmaxf(amax, a);
+    }
+    for (int o = 16; o; o >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    bad = __any_sync(0xffffffffu, bad);
+    int e = 0;
+    if (amax > 0.f)
+        (void)frexpf(amax, &e); /* amax in [2^(e-1), 2^e) */
+    const int sh = 14 - e;      /* scaled: max in [2^13, 2^14) */
+    if (lane == 0)
+        xexp[row] = bad ? INT_MAX : -sh;
+    const int NB = K / 32;
+    for (int blk = lane; blk < NB; blk += 32) {
+        const float *s = src + 32 * blk;
+        float v[32], sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            v[i] = bad ? 0.f : ldexpf(s[i], sh);
+            sum += v[i];
+        }
+        uint32_t hi[16], lo[16];
+#pragma unroll
+        for (int t = 0; t < 4; t++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int k = 0; k < 2; k++) { /* word 4t + 2h + k: values 16h + 4t + k and + k + 2 */
+                    const float a = v[16 * h + 4 * t + k], b = v[16 * h + 4 * t + k + 2];
+                    const __half ha = __float2half_rn(a), hb = __float2half_rn(b);
+                    const __half la = __float2half_rn(a - __half2float(ha)), lb = __float2half_rn(b - __half2float(hb));
+                    hi[4 * t + 2 * h + k] = h2u(__halves2half2(ha, hb));
+                    lo[4 * t + 2 * h + k] = h2u(__halves2half2(la, lb));
+                }
+        uint4 *d = reinterpret_cast<uint4 *>(xq + ((size_t)row * NB + blk) * XB);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            d[i] = make_uint4(hi[4 * i], hi[4 * i + 1], hi[4 * i + 2], hi[4 * i + 3]);
+            d[4 + i] = make_uint4(lo[4 * i], lo[4 * i + 1], lo[4 * i + 2], lo[4 * i + 3]);
+        }
+        xsum[(size_t)row * NB + blk] = sum;
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* the product */
+
+struct MM {
+    const uint8_t *w; /* matrix (expert 0) */
+    size_t row_bytes, expert_stride;
+    const int32_t *offsets; /* grouped: n_expert + 1; NULL: one group of n_tok */
+    int n_expert, n_tok;
+    const uint8_t *xq;
+    const float *xsum;
+    const int *xexp;
+    float *y;
+    int rows, K, row_tiles;
+};
+
+template <int TYPE, int NT> struct Smem {
+    using Q = MQ<TYPE>;
+    static constexpr int BN = MM_WARPS_N * 8 * NT;
+    static constexpr int W = 2 * BM * Q::SLOT;
+    static constexpr int X = 2 * BN * XROW;
+    static constexpr int XS = Q::KIND == KIND_SB ? 2 * BN * 8 * 4 : 0;
+    static constexpr int TF = Q::NTAB * BM * 4;                      /* float table [NTAB][BM] */
+    static constexpr int TH = Q::KIND == KIND_SB ? 8 * BM * 8 : 0;   /* (mult, add) [8][BM] */
+    static constexpr int TD = Q::KIND == KIND_SB ? BM * 4 : 0;       /* d [BM] */
+    static constexpr int TP = (MAX_EXPERT + 4) * 4;                  /* tile prefix */
+    static constexpr int TOTAL = W + X + XS + TF + TH + TD + TP;
+};
+
+template <int TYPE, bool A4, int NT>
+__global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
+{
+    using Q = MQ<TYPE>;
+    using SM = Smem<TYPE, NT>;
+    constexpr int BN = SM::BN, SLOT = Q::SLOT, G = SLOT / 16;
+    extern __shared__ uint4 smem4[];
+    uint8_t *const wbuf = reinterpret_cast<uint8_t *>(smem4);
+    uint8_t *const xbuf = wbuf + SM::W;
+    float *const sbuf = reinterpret_cast<float *>(xbuf + SM::X);
+    float *const tabf = reinterpret_cast<float *>(xbuf + SM::X + SM::XS);
+    uint2 *const tabh = reinterpret_cast<uint2 *>(xbuf + SM::X + SM::XS + SM::TF);
+    float *const tabd = reinterpret_cast<float *>(xbuf + SM::X + SM::XS + SM::TF + SM::TH);
+    int *const tp = reinterpret_cast<int *>(xbuf + SM::X + SM::XS + SM::TF + SM::TH + SM::TD);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, tig = lane & 3;
+    const int wm = warp % MM_WARPS_M, wn = warp / MM_WARPS_M;
+    const int NB = p.K / 32, NK = p.K / 256;
+
+    /* tiles: the prefix of ceil(pairs / BN) over experts */
+    int ntiles;
+    if (p.offsets) {
+        for (int e = tid; e < p.n_expert; e += MM_THREADS) {
+            const int c = __ldg(p.offsets + e + 1) - __ldg(p.offsets + e);
+            tp[e + 1] = c > 0 ? (c + BN - 1) / BN : 0;
+        }
+        __syncthreads();
+        if (warp == 0) {
+            const int per = (p.n_expert + 31) / 32, e0 = lane * per, e1 = min(p.n_expert, e0 + per);
+            int sum = 0;
+            for (int e = e0; e < e1; e++)
+                sum += tp[e + 1];
+            int incl = sum;
+            for (int o = 1; o < 32; o <<= 1) {
+                const int v = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o)
+                    incl += v;
+            }
+            int run = incl - sum;
+            for (int e = e0; e < e1; e++) {
+                run += tp[e + 1];
+                tp[e + 1] = run;
+            }
+            if (lane == 0)
+                tp[0] = 0;
+        }
+        __syncthreads();
+        ntiles = tp[p.n_expert];
+    } else {
+        ntiles = (p.n_tok + BN - 1) / BN;
+    }
+    const long long items = (long long)ntiles * p.row_tiles;
+
+    for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+        const int tile = (int)(item / p.row_tiles), rt = (int)(item - (long long)tile * p.row_tiles);
+        int c0, cnt;
+        const uint8_t *W = p.w;
+        if (p.offsets) {
+            int lo = 0, hi = p.n_expert; /* the last expert e with tp[e] <= tile */
+            while (hi - lo > 1) {
+                const int mid = (lo + hi) >> 1;
+                if (tp[mid] <= tile)
+                    lo = mid;
+                else
+                    hi = mid;
+            }
+            const int q0 = __ldg(p.offsets + lo), q1 = __ldg(p.offsets + lo + 1);
+            c0 = q0 + (tile - tp[lo]) * BN;
+            cnt = min(min(BN, q1 - c0), p.n_tok - c0); /* n_tok: the pairs the pre-pass converted */
+            W += (size_t)lo * p.expert_stride;
+        } else {
+            c0 = tile * BN;
+            cnt = min(BN, p.n_tok - c0);
+        }
+        const int row0 = rt * BM;
+
+        auto issue = [&](int kb, int buf) {
+            uint8_t *wb = wbuf + buf * BM * SLOT;
+            for (int i = tid; i < BM * G; i += MM_THREADS) {
+                const int r = i / G, gi = i - r * G, row = row0 + r;
+                if (row >= p.rows)
+                    continue;
+                const uintptr_t start = reinterpret_cast<uintptr_t>(W + (size_t)row * p.row_bytes) + (uintptr_t)kb * Q::BYTES;
+                const int n = (int)(((start + Q::BYTES - 1) >> 4) - (start >> 4)) + 1;
+                if (gi < n)
+                    cp16(wb + r * SLOT + 16 * gi, reinterpret_cast<const void *>((start & ~uintptr_t(15)) + 16 * gi), 16);
+            }
+            uint8_t *xb = xbuf + buf * BN * XROW;
+            for (int i = tid; i < BN * 64; i += MM_THREADS) {
+                const int t = i >> 6, q = i & 63;
+                const bool ok = t < cnt;
+                const uint8_t *src = p.xq + (ok ? ((size_t)(c0 + t) * NB + (size_t)kb * 8) * XB + 16 * q : 0);
+                cp16(xb + t * XROW + 16 * q, src, ok ? 16 : 0);
+            }
+            if (Q::KIND == KIND_SB) {
+                float *sb = sbuf + buf * BN * 8;
+                for (int i = tid; i < BN * 2; i += MM_THREADS) {
+                    const int t = i >> 1, q = i & 1;
+                    const bool ok = t < cnt;
+                    const float *src = p.xsum + (ok ? (size_t)(c0 + t) * NB + (size_t)kb * 8 + 4 * q : 0);
+                    cp16(sb + t * 8 + 4 * q, src, ok ? 16 : 0);
+                }
+            }
+            cp_commit();
+        };
+
+        float acc[2][NT][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    acc[mt][nt][e] = 0.f;
+
+        /* this thread's four rows (r = 2 mt + half: row g + 8 half of m-tile mt) */
+        int lrow[4], roff[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            lrow[r] = wm * 32 + (r >> 1) * 16 + (r & 1) * 8 + g;
+            roff[r] = 0;
+        }
+
+        issue(0, 0);
+        for (int kb = 0; kb < NK; kb++) {
+            const int buf = kb & 1;
+            if (kb + 1 < NK) {
+                issue(kb + 1, buf ^ 1);
+                cp_wait<1>();
+            } else {
+                cp_wait<0>();
+            }
+            __syncthreads();
+            const uint8_t *wb = wbuf + buf * BM * SLOT;
+            /* the scale tables of this stage */
+            for (int i = tid; i < BM * Q::NTAB; i += MM_THREADS) {
+                const int r = i % BM, j = i / BM, row = row0 + r;
+                if (row >= p.rows)
+                    continue;
+                const uintptr_t start = reinterpret_cast<uintptr_t>(W + (size_t)row * p.row_bytes) + (uintptr_t)kb * Q::BYTES;
+                const uint8_t *b = wb + r * SLOT + (int)(start & 15);
+                if (Q::KIND == KIND_SB) {
+                    int sc, m;
+                    kq_sm(b + 4, j, sc, m);
+                    const float d = h2f_s(b), dmin = h2f_s(b + 2);
+                    const bool hiq = TYPE == LILAC_Q4_K && (j & 1); /* codes seen as 16 q */
+                    const float mul = hiq ? (float)sc * 0.0625f : (float)sc, add = hiq ? -64.f * sc : -1024.f * sc;
+                    tabh[j * BM + r] = make_uint2(pk(mul, mul), pk(add, add));
+                    tabf[j * BM + r] = dmin * (float)m;
+                    if (j == 0)
+                        tabd[r] = d;
+                } else if (Q::KIND == KIND_16) {
+                    tabf[j * BM + r] = h2f_s(b + 208) * (float)(int8_t)b[192 + j];
+                } else {
+                    tabf[j * BM + r] = h2f_s(b + (TYPE == LILAC_Q8_0 ? 34 : 18) * j);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int row = row0 + lrow[r];
+                const uintptr_t start = reinterpret_cast<uintptr_t>(W + (size_t)(row < p.rows ? row : 0) * p.row_bytes) +
+                                        (uintptr_t)kb * Q::BYTES;
+                roff[r] = lrow[r] * SLOT + (int)(start & 15);
+            }
+            __syncthreads();
+
+            const uint8_t *xb = xbuf + buf * BN * XROW + (wn * NT * 8 + g) * XROW + 16 * tig;
+            float frag[2][NT][4];
+            auto fzero = [&]() {
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            frag[mt][nt][e] = 0.f;
+            };
+            /* acc += scale(row) * frag */
+            auto fold = [&](const float *tab) {
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    const float s0 = tab[lrow[2 * mt]], s1 = tab[lrow[2 * mt + 1]];
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) {
+                        acc[mt][nt][0] = fmaf(s0, frag[mt][nt][0], acc[mt][nt][0]);
+                        acc[mt][nt][1] = fmaf(s0, frag[mt][nt][1], acc[mt][nt][1]);
+                        acc[mt][nt][2] = fmaf(s1, frag[mt][nt][2], acc[mt][nt][2]);
+                        acc[mt][nt][3] = fmaf(s1, frag[mt][nt][3], acc[mt][nt][3]);
+                    }
+                }
+            };
+            if (Q::KIND == KIND_SB)
+                fzero();
+#pragma unroll 2
+            for (int s = 0; s < 8; s++) { /* unrolled by two: fully, the B loads hoisted spill */
+                uint4 bh[NT], bl[NT];
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    bh[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB);
+                    bl[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB + 64);
+                }
+                uint2 ma[4] = {};
+                if (Q::KIND == KIND_SB)
+#pragma unroll
+                    for (int r = 0; r < 4; r++)
+                        ma[r] = tabh[s * BM + lrow[r]];
+                if (Q::KIND == KIND_32)
+                    fzero();
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    if (Q::KIND == KIND_16)
+                        fzero();
+                    uint32_t a[2][4];
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        Dec<TYPE, A4>::run(wb + roff[2 * mt], s, h, tig, ma[2 * mt], a[mt][0], a[mt][2]);
+                        Dec<TYPE, A4>::run(wb + roff[2 * mt + 1], s, h, tig, ma[2 * mt + 1], a[mt][1], a[mt][3]);
+                    }
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                        for (int nt = 0; nt < NT; nt++) {
+                            mma16816(frag[mt][nt], a[mt], h ? bh[nt].z : bh[nt].x, h ? bh[nt].w : bh[nt].y);
+                            mma16816(frag[mt][nt], a[mt], h ? bl[nt].z : bl[nt].x, h ? bl[nt].w : bl[nt].y);
+                        }
+                    if (Q::KIND == KIND_16)
+                        fold(tabf + (2 * s + h) * BM);
+                }
+                if (Q::KIND == KIND_32)
+                    fold(tabf + s * BM);
+                if (Q::KIND == KIND_SB) { /* the minimum: acc -= dmin m (row) * sum x (token) */
+                    const float *sb = sbuf + buf * BN * 8 + (wn * NT * 8 + 2 * tig) * 8 + s;
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        const float m0 = tabf[s * BM + lrow[2 * mt]], m1 = tabf[s * BM + lrow[2 * mt + 1]];
+#pragma unroll
+                        for (int nt = 0; nt < NT; nt++) {
+                            const float x0 = sb[nt * 64], x1 = sb[nt * 64 + 8];
+                            acc[mt][nt][0] = fmaf(-m0, x0, acc[mt][nt][0]);
+                            acc[mt][nt][1] = fmaf(-m0, x1, acc[mt][nt][1]);
+                            acc[mt][nt][2] = fmaf(-m1, x0, acc[mt][nt][2]);
+                            acc[mt][nt][3] = fmaf(-m1, x1, acc[mt][nt][3]);
+                        }
+                    }
+                }
+            }
+            if (Q::KIND == KIND_SB)
+                fold(tabd);
+            __syncthreads(); /* the stage's buffers and tables are free */
+        }
+
+        /* y = acc * 2^xexp */
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int row = row0 + lrow[2 * mt + (e >> 1)];
+                    const int t = wn * NT * 8 + nt * 8 + 2 * tig + (e & 1);
+                    if (row < p.rows && t < cnt) {
+                        const int xe = __ldg(p.xexp + c0 + t);
+                        p.y[(size_t)(c0 + t) * p.rows + row] =
+                            xe == INT_MAX ? __int_as_float(0x7fc00000) : ldexpf(acc[mt][nt][e], xe);
+                    }
+                }
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* host side */
+
+inline cudaStream_t S(lilac_cuda_stream *s) { return reinterpret_cast<cudaStream_t>(s); }
+
+int sm_count_mma()
+{
+    static std::atomic<int> cache[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+        dev = 0;
+    int n = cache[dev].load(std::memory_order_relaxed);
+    if (!n) {
+        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1)
+            n = 1;
+        cache[dev].store(n, std::memory_order_relaxed);
+    }
+    return n;
+}
+
+/* The digits' buffer of a (device, stream). */
+struct Scratch {
+    int dev;
+    cudaStream_t st;
+    void *p;
+    size_t cap;
+};
+std::mutex g_scr_mu;
+Scratch g_scr[16];
+int g_n_scr;
+
+/* Scratch of at least bytes for st: NULL when it would have to grow while st is being captured, or on failure. */
+void *scratch(cudaStream_t st, size_t bytes)
+{
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return nullptr;
+    }
+    std::lock_guard<std::mutex> lk(g_scr_mu);
+    Scratch *sc = nullptr;
+    for (int i = 0; i < g_n_scr; i++)
+        if (g_scr[i].dev == dev && g_scr[i].st == st)
+            sc = &g_scr[i];
+    if (sc && sc->cap >= bytes)
+        return sc->p;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(st, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) {
+        (void)cudaGetLastError();
+        return nullptr;
+    }
+    if (!sc) {
+        if (g_n_scr == 16)
+            return nullptr;
+        sc = &g_scr[g_n_scr++];
+        *sc = Scratch{dev, st, nullptr, 0};
+    }
+    if (sc->p) { /* earlier products on st may still read it */
+        if (cudaStreamSynchronize(st) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return nullptr;
+        }
+        cudaFree(sc->p);
+        sc->p = nullptr, sc->cap = 0;
+    }
+    bytes = (bytes + (1u << 20) - 1) & ~(size_t)((1u << 20) - 1);
+    if (cudaMalloc(&sc->p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        sc->p = nullptr;
+        return nullptr;
+    }
+    sc->cap = bytes;
+    return sc->p;
+}
+
+/* Digits, sums and exponents of n rows of K columns in one buffer. */
+struct XQ {
+    uint8_t *xq;
+    float *xsum;
+    int *xexp;
+};
+bool xq_get(cudaStream_t st, int n, int K, XQ &q)
+{
+    const size_t nb = (size_t)n * (K / 32);
+    const size_t b_xq = nb * XB, b_sum = (nb * 4 + 255) & ~(size_t)255, b_exp = (size_t)n * 4;
+    uint8_t *base = static_cast<uint8_t *>(scratch(st, b_xq + b_sum + b_exp));
+    if (!base)
+        return false;
+    q.xq = base;
+    q.xsum = reinterpret_cast<float *>(base + b_xq);
+    q.xexp = reinterpret_cast<int *>(base + b_xq + b_sum);
+    return true;
+}
+
+int blocks_per_sm(const void *kern, int smem)
+{
+    int per = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kern, MM_THREADS, (size_t)smem) != cudaSuccess || per < 1) {
+        (void)cudaGetLastError();
+        per = 1;
+    }
+    return per;
+}
+
+template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, cudaStream_t st)
+{
+    auto kern = k_mma<TYPE, A4, NT>;
+    constexpr int smem = Smem<TYPE, NT>::TOTAL;
+    static std::atomic<int> per_sm{0};
+    int per = per_sm.load(std::memory_order_relaxed);
+    if (!per) {
+        if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return false;
+        }
+        per = blocks_per_sm(reinterpret_cast<const void *>(kern), smem);
+        per_sm.store(per, std::memory_order_relaxed);
+    }
+    const long long cap = (long long)per * sm_count_mma();
+    const long long grid = max_items < cap ? max_items : cap;
+    if (grid < 1)
+        return true;
+    kern<<<(unsigned)grid, MM_THREADS, smem, st>>>(p);
+    return true;
+}
+
+template <int NT> bool launch_type(const MM &p, bool a16, long long max_items, cudaStream_t st, int type)
+{
+    switch (type) {
+    case LILAC_Q4_K: return a16 ? launch_mma<LILAC_Q4_K, true, NT>(p, max_items, st) : launch_mma<LILAC_Q4_K, false, NT>(p, max_items, st);
+    case LILAC_Q5_K: return a16 ? launch_mma<LILAC_Q5_K, true, NT>(p, max_items, st) : launch_mma<LILAC_Q5_K, false, NT>(p, max_items, st);
+    case LILAC_Q6_K: return launch_mma<LILAC_Q6_K, false, NT>(p, max_items, st);
+    case LILAC_Q8_0: return launch_mma<LILAC_Q8_0, false, NT>(p, max_items, st);
+    case LILAC_Q4_0: return launch_mma<LILAC_Q4_0, false, NT>(p, max_items, st);
+    default: return false;
+    }
+}
+
+size_t chunk_bytes(int type)
+{
+    switch (type) {
+    case LILAC_Q4_K: return MQ<LILAC_Q4_K>::BYTES;
+    case LILAC_Q5_K: return MQ<LILAC_Q5_K>::BYTES;
+    case LILAC_Q6_K: return MQ<LILAC_Q6_K>::BYTES;
+    case LILAC_Q8_0: return MQ<LILAC_Q8_0>::BYTES;
+    case LILAC_Q4_0: return MQ<LILAC_Q4_0>::BYTES;
+    default: return 0;
+    }
+}
+
+/* Shapes the kernel takes: a supported type, K a multiple of 256, rows
+ * packed no shorter than K's blocks, 2-aligned data. a16: every row's
+ * chunks 16-aligned (the 4-byte reads of Q4_K/Q5_K). */
+bool shape_ok(const lilac_cuda_mat *W, size_t expert_stride, bool *a16)
+{
+    const size_t cb = chunk_bytes(W->type);
+    if (!cb || !W->data || W->rows < 1 || W->rows > INT_MAX / 2 || W->cols < 256 || W->cols % 256 ||
+        W->cols > (1 << 24) || W->row_bytes < (size_t)(W->cols / 256) * cb)
+        return false;
+    const uintptr_t al = reinterpret_cast<uintptr_t>(W->data) | W->row_bytes | expert_stride;
+    if (al & 1)
+        return false;
+    *a16 = (al & 15) == 0 && cb % 16 == 0;
+    return true;
+}
+
+std::atomic<int> g_mma_on{-1};
+
+} // namespace
+
+extern "C" {
+
+int lilac_cuda_mma_supported(int type) { return chunk_bytes(type) != 0; }
+
+int lilac_cuda_mma_enabled(void)
+{
+    int v = g_mma_on.load(std::memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv("LILAC_CUDA_MMA");
+        v = !(e && *e == '0');
+        g_mma_on.store(v, std::memory_order_relaxed);
+    }
+    return v;
+}
+
+int lilac_cuda_mma_set_enabled(int on)
+{
+    const int old = lilac_cuda_mma_enabled();
+    g_mma_on.store(on ? 1 : 0, std::memory_order_relaxed);
+    return old;
+}
+
+int lilac_cuda_mma_min_tokens(void) { return MIN_TOK; }
+int lilac_cuda_mma_min_pairs(void) { return MIN_PAIRS; }
+
+int lilac_cuda_matvec_mma(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s)
+{
+    bool a16 = false;
+    if (!W || !x || !y || n_tok < 1 || !shape_ok(W, 0, &a16))
+        return -1;
+    const cudaStream_t st = S(s);
+    const int K = (int)W->cols;
+    XQ q;
+    if (!xq_get(st, n_tok, K, q))
+        return -1;
+    MM p{};
+    p.w = static_cast<const uint8_t *>(W->data);
+    p.row_bytes = W->row_bytes;
+    p.offsets = nullptr;
+    p.n_expert = 1;
+    p.n_tok = n_tok;
+    p.xq = q.xq, p.xsum = q.xsum, p.xexp = q.xexp;
+    p.y = y;
+    p.rows = (int)W->rows;
+    p.K = K;
+    p.row_tiles = (p.rows + BM - 1) / BM;
+    k_mma_prep<<<(unsigned)((n_tok + 7) / 8), 256, 0, st>>>(x, K, nullptr, n_tok, nullptr, K, q.xq, q.xsum, q.xexp);
+    constexpr int BN = MM_WARPS_N * 8 * 4;
+    const long long items = (long long)((n_tok + BN - 1) / BN) * p.row_tiles;
+    return launch_type<4>(p, a16, items, st, W->type) ? 0 : -1;
+}
+
+int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert,
+                                  const int32_t *offsets, const int32_t *rows_of_x, int max_pairs, int n_pairs,
+                                  const float *x, long long x_stride, float *y, lilac_cuda_stream *s)
+{
+    bool a16 = false;
+    if (!W || !offsets || !x || !y || n_expert < 1 || n_expert > MAX_EXPERT || max_pairs < 1 || n_pairs < 1 ||
+        x_stride < W->cols || !shape_ok(W, expert_stride, &a16) ||
+        (n_expert > 1 && expert_stride < (size_t)W->rows * W->row_bytes))
+        return -1;
+    const cudaStream_t st = S(s);
+    const int K = (int)W->cols;
+    XQ q;
+    if (!xq_get(st, n_pairs, K, q))
+        return -1;
+    MM p{};
+    p.w = static_cast<const uint8_t *>(W->data);
+    p.row_bytes = W->row_bytes;
+    p.expert_stride = expert_stride;
+    p.offsets = offsets;
+    p.n_expert = n_expert;
+    p.n_tok = n_pairs;
+    p.xq = q.xq, p.xsum = q.xsum, p.xexp = q.xexp;
+    p.y = y;
+    p.rows = (int)W->rows;
+    p.K = K;
+    p.row_tiles = (p.rows + BM - 1) / BM;
+    /* pair i's digits at row i; the pairs in all are offsets[n_expert] (read on the device) */
+    k_mma_prep<<<(unsigned)((n_pairs + 7) / 8), 256, 0, st>>>(x, x_stride, rows_of_x, n_pairs, offsets + n_expert, K,
+                                                             q.xq, q.xsum, q.xexp);
+    /* tokens a tile from the mean pairs of an expert; items: sum ceil(c_e / BN) <= n_expert + n_pairs / BN */
+    const long long mean = n_pairs / n_expert;
+    const int nt = mean >= 48 ? 4 : mean >= 24 ? 2 : 1;
+    const int BN = MM_WARPS_N * 8 * nt;
+    long long tiles = (long long)n_expert + n_pairs / BN + 1, tiles2 = (long long)n_expert * ((max_pairs + BN - 1) / BN);
+    if (tiles2 < tiles)
+        tiles = tiles2;
+    const long long items = tiles * p.row_tiles;
+    bool ok = nt == 4 ? launch_type<4>(p, a16, items, st, W->type)
+              : nt == 2 ? launch_type<2>(p, a16, items, st, W->type)
+                        : launch_type<1>(p, a16, items, st, W->type);
+    return ok ? 0 : -1;
+}
+
+} // extern "C"

@@ -1,0 +1,412 @@
+/* test_cuda_mma: the tensor-core products (kernels/cuda/cuda_mma.cu)
+ * against a float64 dot of the rows lilac_row_to_f32 decodes, within
+ * TOL * sum |w x|, and against the CUDA-core kernels (the same bound
+ * twice over): dense products of several shapes and token counts, layouts
+ * (2-byte-misaligned data, padded rows), NaN / Inf / zero activations, and
+ * the grouped product over experts with uneven pair counts (0, 1, more than
+ * two tiles), rows_of_x NULL and a map, at each tile width. Also that the
+ * dispatch of lilac_cuda_matvec / lilac_cuda_matvec_grouped takes the
+ * tensor-core path (the same bits) and that LILAC_CUDA_MMA off does not.
+ *
+ * Without a usable CUDA device it skips (exit 77), saying why, unless
+ * LILAC_REQUIRE_CUDA=1 is set: then it fails. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/dtype.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/quantize.h"
+#include "kernels/cuda/cuda.h"
+#include "testutil.h"
+
+#define TOL 1e-5
+
+static const int TYPES[] = {LILAC_Q4_K, LILAC_Q5_K, LILAC_Q6_K, LILAC_Q8_0, LILAC_Q4_0};
+#define N_TYPES ((int)(sizeof TYPES / sizeof TYPES[0]))
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static uint64_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+static double rnd_unit(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
+static float rnd_sym(void) { return (float)(2 * rnd_unit() - 1); }
+static uint16_t rnd_scale(void)
+{
+    const float m = ldexpf(1.f + (float)rnd_unit(), -10 + (int)(rnd() % 5));
+    return lilac_f32_to_f16(rnd() & 1 ? -m : m);
+}
+static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static const char *tname(int type) { return lilac_dtype_get(type)->name; }
+
+/* rows x cols, rows row_bytes apart: random bytes with sane fp16 scales (mode 0) or quantized gaussian-like
+ * values (mode 1). */
+static void fill_matrix(int type, int64_t rows, int64_t cols, size_t row_bytes, int mode, uint8_t *buf)
+{
+    const size_t packed = lilac_dtype_row_bytes(type, cols);
+    const lilac_dtype_info *ti = lilac_dtype_get(type);
+    float *tmp = malloc(sizeof(float) * (size_t)cols);
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *row = buf + (size_t)r * row_bytes;
+        for (size_t i = 0; i < row_bytes; i++)
+            row[i] = (uint8_t)rnd();
+        if (mode == 1) {
+            for (int64_t c = 0; c < cols; c++)
+                tmp[c] = (rnd_sym() + rnd_sym() + rnd_sym()) * 0.05f;
+            lilac_quantize_rows(NULL, type, tmp, row, 1, cols);
+            continue;
+        }
+        for (size_t b = 0; b < packed / ti->size; b++) {
+            uint8_t *blk = row + b * ti->size;
+            switch (type) {
+            case LILAC_Q8_0:
+            case LILAC_Q4_0: put16(blk, rnd_scale()); break;
+            case LILAC_Q4_K:
+            case LILAC_Q5_K:
+                put16(blk, rnd_scale());
+                put16(blk + 2, rnd_scale());
+                break;
+            case LILAC_Q6_K: put16(blk + 208, rnd_scale()); break;
+            }
+        }
+    }
+    free(tmp);
+}
+
+static const char *check_msg(void)
+{
+    static char msg[512];
+    msg[0] = 0;
+    if (lilac_cuda_check(msg, sizeof msg) != 0)
+        return msg;
+    if (lilac_cuda_sync(NULL, msg, sizeof msg) != 0)
+        return msg;
+    return NULL;
+}
+
+static void *dev_copy(const void *host, size_t bytes)
+{
+    char msg[512];
+    void *d = NULL;
+    if (lilac_cuda_malloc(&d, bytes ? bytes : 1, msg, sizeof msg) ||
+        (host && lilac_cuda_upload(d, host, bytes, msg, sizeof msg))) {
+        CHECKF(0, "device buffer of %zu bytes: %s", bytes, msg);
+        lilac_cuda_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+static int download(float *dst, const float *src, size_t n, const char *what)
+{
+    char msg[512];
+    const char *err = check_msg();
+    if (err) {
+        CHECKF(0, "%s: %s", what, err);
+        return -1;
+    }
+    if (lilac_cuda_download(dst, src, n * sizeof(float), NULL, msg, sizeof msg)) {
+        CHECKF(0, "%s: download: %s", what, msg);
+        return -1;
+    }
+    return 0;
+}
+
+static double worst[N_TYPES];
+static int n_cases[N_TYPES];
+
+/* y row i against the float64 dot of deq rows with x row xrow[i] (i without xrow): the largest error / sum |w x|.
+ * nan_rows[i]: 1: row i must be all NaN; 2: x row out of the CUDA-core kernels' range (other not compared).
+ * other: a second result, compared within 2 TOL (NULL: none). */
+static double compare(const char *what, const float *deq, int64_t rows, int64_t cols, const float *x,
+                      const int *xrow, const float *y, const float *other, int n, const unsigned char *nan_rows)
+{
+    double w_rel = 0;
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        const float *xt = x + (size_t)(xrow ? xrow[i] : i) * (size_t)cols;
+        for (int64_t r = 0; r < rows; r++) {
+            const float got = y[(size_t)i * (size_t)rows + (size_t)r];
+            if (nan_rows && nan_rows[i] == 1) {
+                if (!isnan(got) && bad++ < 5)
+                    CHECKF(0, "%s: y[%d][%lld] = %.9g, expected NaN (x row has a NaN or Inf)", what, i, (long long)r,
+                           got);
+                continue;
+            }
+            const float *w = deq + r * cols;
+            double dot = 0, mag = 0;
+            for (int64_t c = 0; c < cols; c++) {
+                dot += (double)w[c] * xt[c];
+                mag += fabs((double)w[c] * xt[c]);
+            }
+            const double err = fabs(got - dot), rel = mag > 0 ? err / mag : err;
+            if (!(rel <= w_rel))
+                w_rel = isnan(rel) ? INFINITY : rel;
+            if (!(err <= TOL * mag + 1e-30)) {
+                if (bad++ < 5)
+                    CHECKF(0, "%s: y[%d][%lld] = %.9g, expected %.9g (|err| %.3g > %.0e * sum|w x| = %.3g)", what, i,
+                           (long long)r, got, dot, err, TOL, TOL * mag);
+            }
+            if (other && !(nan_rows && nan_rows[i] == 2)) {
+                const double o = other[(size_t)i * (size_t)rows + (size_t)r];
+                if (!(fabs(o - got) <= 2 * TOL * mag + 1e-30) && bad++ < 5)
+                    CHECKF(0, "%s: y[%d][%lld]: tensor cores %.9g, CUDA cores %.9g", what, i, (long long)r, got, o);
+            }
+        }
+    }
+    if (bad > 5)
+        CHECKF(0, "%s: %d results wrong in all", what, bad);
+    tu_checks++;
+    return w_rel;
+}
+
+/* x rows of mixed magnitude, 2^-4 .. 2^4, and some special rows. */
+static void fill_x(float *x, int n, int64_t cols, unsigned char *nan_rows, int specials)
+{
+    for (size_t i = 0; i < (size_t)n * (size_t)cols; i++)
+        x[i] = ldexpf(rnd_sym(), (int)(rnd() % 9) - 4);
+    memset(nan_rows, 0, (size_t)n);
+    if (!specials)
+        return;
+    if (n > 0) /* a zero row */
+        memset(x, 0, sizeof(float) * (size_t)cols);
+    if (n > 3)
+        x[3 * cols + 100 % cols] = NAN, nan_rows[3] = 1;
+    if (n > 5)
+        x[5 * cols + 7] = INFINITY, nan_rows[5] = 1;
+    if (n > 9) /* tiny and huge rows: the scale's range (beyond what the CUDA-core kernels take) */
+        for (int64_t c = 0; c < cols; c++)
+            x[9 * cols + c] *= 0x1p-100f, nan_rows[9] = 2;
+    if (n > 10)
+        for (int64_t c = 0; c < cols; c++)
+            x[10 * cols + c] *= 0x1p90f, nan_rows[10] = 2;
+    if (n > 11) /* one large value in a row of small ones */
+        for (int64_t c = 0; c < cols; c++)
+            x[11 * cols + c] = c == 5 ? 1e4f : x[11 * cols + c] * 1e-3f;
+}
+
+static void test_dense(int ti, int64_t rows, int64_t cols, size_t row_bytes, size_t offset, int mode,
+                       const int *ntoks, int n_ntok, const char *layout)
+{
+    const int type = TYPES[ti];
+    char what[256], msg[512];
+    const size_t bytes = (size_t)rows * row_bytes;
+    uint8_t *host = malloc(bytes);
+    float *deq = malloc(sizeof(float) * (size_t)(rows * cols));
+    fill_matrix(type, rows, cols, row_bytes, mode, host);
+    for (int64_t r = 0; r < rows; r++)
+        lilac_row_to_f32(type, host + (size_t)r * row_bytes, deq + r * cols, cols);
+    void *dw = NULL;
+    if (lilac_cuda_malloc(&dw, bytes + offset + 16, msg, sizeof msg) ||
+        lilac_cuda_upload((uint8_t *)dw + offset, host, bytes, msg, sizeof msg)) {
+        CHECKF(0, "%s: %s", tname(type), msg);
+        goto out;
+    }
+    const lilac_cuda_mat m = {.data = (uint8_t *)dw + offset, .type = type, .rows = rows, .cols = cols,
+                              .row_bytes = row_bytes};
+    for (int k = 0; k < n_ntok; k++) {
+        const int n = ntoks[k];
+        snprintf(what, sizeof what, "%s mma %lld x %lld, n_tok %d (%s)", tname(type), (long long)rows,
+                 (long long)cols, n, layout);
+        const size_t nx = (size_t)n * (size_t)cols, ny = (size_t)n * (size_t)rows;
+        float *x = malloc(sizeof(float) * nx), *y = malloc(sizeof(float) * ny), *yo = malloc(sizeof(float) * ny),
+              *yd = malloc(sizeof(float) * ny);
+        unsigned char *nanr = malloc((size_t)n);
+        fill_x(x, n, cols, nanr, 1);
+        float *dx = dev_copy(x, sizeof(float) * nx), *dy = dev_copy(NULL, sizeof(float) * ny);
+        if (dx && dy) {
+            lilac_cuda_memset(dy, 0xFF, sizeof(float) * ny, NULL);
+            const int rc = lilac_cuda_matvec_mma(&m, dx, dy, n, NULL);
+            CHECKF(rc == 0, "%s: the tensor-core path refused the call", what);
+            if (rc == 0 && !download(y, dy, ny, what)) {
+                /* the CUDA cores (mma off), and the dispatch (mma on: the same bits from 16 tokens on) */
+                const int was = lilac_cuda_mma_set_enabled(0);
+                lilac_cuda_memset(dy, 0xFF, sizeof(float) * ny, NULL);
+                lilac_cuda_matvec(&m, dx, dy, n, NULL);
+                const int ok_o = !download(yo, dy, ny, what);
+                lilac_cuda_mma_set_enabled(1);
+                lilac_cuda_memset(dy, 0xFF, sizeof(float) * ny, NULL);
+                lilac_cuda_matvec(&m, dx, dy, n, NULL);
+                if (!download(yd, dy, ny, what) && n >= lilac_cuda_mma_min_tokens())
+                    CHECKF(memcmp(y, yd, sizeof(float) * ny) == 0, "%s: lilac_cuda_matvec did not take the tensor "
+                                                                   "cores (results differ)", what);
+                lilac_cuda_mma_set_enabled(was);
+                const double w = compare(what, deq, rows, cols, x, NULL, y, ok_o ? yo : NULL, n, nanr);
+                if (!(w <= worst[ti]))
+                    worst[ti] = w;
+                n_cases[ti]++;
+                for (int i = 0; i < n && i < 1; i++) /* the zero row: exactly zero */
+                    for (int64_t r = 0; r < rows; r++)
+                        if (y[r] != 0.f) {
+                            CHECKF(0, "%s: zero x row gives y[0][%lld] = %g", what, (long long)r, y[r]);
+                            break;
+                        }
+            }
+        }
+        lilac_cuda_free(dx);
+        lilac_cuda_free(dy);
+        free(x);
+        free(y);
+        free(yo);
+        free(yd);
+        free(nanr);
+    }
+out:
+    lilac_cuda_free(dw);
+    free(host);
+    free(deq);
+}
+
+/* n_expert experts of rows x cols; counts[e] pairs each; map: pair -> x row (n_x rows) or NULL. */
+static void test_grouped(int ti, int n_expert, int64_t rows, int64_t cols, const int *counts, int use_map,
+                         const char *label)
+{
+    const int type = TYPES[ti];
+    char what[256];
+    const size_t rb = lilac_dtype_row_bytes(type, cols), stride = ((size_t)rows * rb + 15) / 16 * 16 + 16;
+    uint8_t *host = malloc(stride * (size_t)n_expert);
+    float *deq = malloc(sizeof(float) * (size_t)n_expert * (size_t)(rows * cols));
+    for (int e = 0; e < n_expert; e++) {
+        fill_matrix(type, rows, cols, rb, e & 1, host + (size_t)e * stride);
+        for (int64_t r = 0; r < rows; r++)
+            lilac_row_to_f32(type, host + (size_t)e * stride + r * rb, deq + ((size_t)e * rows + r) * cols, cols);
+    }
+    int32_t *offsets = malloc(sizeof(int32_t) * (size_t)(n_expert + 1));
+    int n_pairs = 0, max_pairs = 0;
+    for (int e = 0; e < n_expert; e++) {
+        offsets[e] = n_pairs;
+        n_pairs += counts[e];
+        if (counts[e] > max_pairs)
+            max_pairs = counts[e];
+    }
+    offsets[n_expert] = n_pairs;
+    const int n_x = use_map ? 300 : n_pairs;
+    int32_t *map = malloc(sizeof(int32_t) * (size_t)(n_pairs + 1));
+    int *xrow = malloc(sizeof(int) * (size_t)(n_pairs + 1));
+    for (int i = 0; i < n_pairs; i++)
+        map[i] = xrow[i] = use_map ? (int)(rnd() % (uint64_t)n_x) : i;
+    float *x = malloc(sizeof(float) * (size_t)n_x * (size_t)cols);
+    unsigned char *nanx = malloc((size_t)n_x), *nanr = malloc((size_t)n_pairs + 1);
+    fill_x(x, n_x, cols, nanx, 1);
+    for (int i = 0; i < n_pairs; i++)
+        nanr[i] = nanx[xrow[i]];
+    const size_t ny = (size_t)n_pairs * (size_t)rows;
+    float *y = malloc(sizeof(float) * ny), *yo = malloc(sizeof(float) * ny), *yd = malloc(sizeof(float) * ny);
+    void *dw = dev_copy(host, stride * (size_t)n_expert);
+    int32_t *doff = dev_copy(offsets, sizeof(int32_t) * (size_t)(n_expert + 1));
+    int32_t *dmap = use_map ? dev_copy(map, sizeof(int32_t) * (size_t)n_pairs) : NULL;
+    float *dx = dev_copy(x, sizeof(float) * (size_t)n_x * (size_t)cols), *dy = dev_copy(NULL, sizeof(float) * ny);
+    snprintf(what, sizeof what, "%s grouped %d experts of %lld x %lld, %d pairs (max %d), %s (%s)", tname(type),
+             n_expert, (long long)rows, (long long)cols, n_pairs, max_pairs, use_map ? "rows_of_x" : "no map", label);
+    if (dw && doff && dx && dy && (!use_map || dmap)) {
+        const lilac_cuda_mat m = {.data = dw, .type = type, .rows = rows, .cols = cols, .row_bytes = rb};
+        lilac_cuda_memset(dy, 0xFF, sizeof(float) * ny, NULL);
+        const int rc = lilac_cuda_matvec_grouped_mma(&m, stride, n_expert, doff, dmap, max_pairs, n_pairs, dx, cols,
+                                                     dy, NULL);
+        CHECKF(rc == 0, "%s: the tensor-core path refused the call", what);
+        if (rc == 0 && !download(y, dy, ny, what)) {
+            const int was = lilac_cuda_mma_set_enabled(0);
+            lilac_cuda_memset(dy, 0xFF, sizeof(float) * ny, NULL);
+            lilac_cuda_matvec_grouped(&m, stride, n_expert, doff, dmap, max_pairs, n_pairs, dx, cols, dy, NULL);
+            const int ok_o = !download(yo, dy, ny, what);
+            lilac_cuda_mma_set_enabled(1);
+            lilac_cuda_memset(dy, 0xFF, sizeof(float) * ny, NULL);
+            lilac_cuda_matvec_grouped(&m, stride, n_expert, doff, dmap, max_pairs, n_pairs, dx, cols, dy, NULL);
+            if (!download(yd, dy, ny, what) && max_pairs >= lilac_cuda_mma_min_pairs())
+                CHECKF(memcmp(y, yd, sizeof(float) * ny) == 0,
+                       "%s: lilac_cuda_matvec_grouped did not take the tensor cores (results differ)", what);
+            lilac_cuda_mma_set_enabled(was);
+            /* expert by expert against the reference */
+            double w = 0;
+            for (int e = 0; e < n_expert; e++) {
+                if (!counts[e])
+                    continue;
+                const int q0 = offsets[e];
+                char w2[320];
+                snprintf(w2, sizeof w2, "%s, expert %d (%d pairs)", what, e, counts[e]);
+                const double we = compare(w2, deq + (size_t)e * rows * cols, rows, cols, x, xrow + q0,
+                                          y + (size_t)q0 * rows, ok_o ? yo + (size_t)q0 * rows : NULL, counts[e],
+                                          nanr + q0);
+                if (!(we <= w))
+                    w = we;
+            }
+            if (!(w <= worst[ti]))
+                worst[ti] = w;
+            n_cases[ti]++;
+        }
+    } else {
+        CHECKF(0, "%s: device buffers", what);
+    }
+    lilac_cuda_free(dw);
+    lilac_cuda_free(doff);
+    lilac_cuda_free(dmap);
+    lilac_cuda_free(dx);
+    lilac_cuda_free(dy);
+    free(host);
+    free(deq);
+    free(offsets);
+    free(map);
+    free(xrow);
+    free(x);
+    free(nanx);
+    free(nanr);
+    free(y);
+    free(yo);
+    free(yd);
+}
+
+static void test_type(int ti)
+{
+    const int type = TYPES[ti];
+    const int all[] = {1, 16, 17, 64, 100}, big[] = {512}, few[] = {16, 33};
+    test_dense(ti, 256, 256, lilac_dtype_row_bytes(type, 256), 0, 0, all, 5, "packed rows");
+    test_dense(ti, 1024, 2048, lilac_dtype_row_bytes(type, 2048), 0, 0, all + 1, 3, "packed rows");
+    test_dense(ti, 2048 + 16, 512, lilac_dtype_row_bytes(type, 512), 0, 1, big, 1, "quantized values");
+    test_dense(ti, 333, 4096, lilac_dtype_row_bytes(type, 4096), 0, 0, few, 2, "packed rows");
+    test_dense(ti, 200, 1024, lilac_dtype_row_bytes(type, 1024), 2, 0, few, 2, "data 2 bytes past 16-alignment");
+    test_dense(ti, 130, 768, (lilac_dtype_row_bytes(type, 768) + 15) / 16 * 16 + 18, 0, 0, few, 2,
+               "rows padded to 16 bytes + 18");
+
+    /* 256 experts: empty ones, single pairs, about 16, and some over two tiles of any width */
+    int counts[256];
+    for (int e = 0; e < 256; e++)
+        counts[e] = e % 7 == 0 ? 0 : e % 31 == 1 ? 130 + e % 5 : e % 13 == 2 ? 1 : (int)(rnd() % 33);
+    test_grouped(ti, 256, 64, 512, counts, 1, "mean ~19 pairs");
+    test_grouped(ti, 256, 64, 512, counts, 0, "mean ~19 pairs");
+    /* fewer experts with more pairs: the wider tiles */
+    int c2[16];
+    for (int e = 0; e < 16; e++)
+        c2[e] = e == 3 ? 0 : 20 + (int)(rnd() % 50);
+    test_grouped(ti, 16, 160, 1024, c2, 1, "mean ~40 pairs");
+    for (int e = 0; e < 16; e++)
+        c2[e] = e == 5 ? 0 : 60 + (int)(rnd() % 90);
+    test_grouped(ti, 16, 130, 256, c2, 0, "mean ~100 pairs");
+}
+
+int main(void)
+{
+    char msg[512];
+    if (!lilac_cuda_available(msg, sizeof msg)) {
+        const char *req = getenv("LILAC_REQUIRE_CUDA");
+        if (req && strcmp(req, "1") == 0) {
+            fprintf(stderr, "FAIL: LILAC_REQUIRE_CUDA=1 but CUDA is not available: %s\n", msg);
+            return 1;
+        }
+        SKIP("CUDA not available: %s", msg);
+    }
+    printf("%s\n", msg);
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        CHECK(lilac_cuda_mma_supported(TYPES[ti]));
+        test_type(ti);
+        printf("%-5s mma: %3d cases, max error %.3g of sum|w x|\n", tname(TYPES[ti]), n_cases[ti], worst[ti]);
+        fflush(stdout);
+    }
+    CHECK(!lilac_cuda_mma_supported(LILAC_F32) && !lilac_cuda_mma_supported(LILAC_F16));
+    TEST_END();
+}
