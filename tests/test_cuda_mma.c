@@ -1,7 +1,7 @@
 /* test_cuda_mma: the tensor-core products (kernels/cuda/cuda_mma.cu)
  * against a float64 dot of the rows lilac_row_to_f32 decodes, within
- * TOL * sum |w x|, and against the CUDA-core kernels (the same bound
- * twice over): dense products of several shapes and token counts, layouts
+ * TOL * sum |x| (|w| + |offset part of w|) (row_offsets_to_f32), and
+ * against the CUDA-core kernels (the same bound twice over): dense products of several shapes and token counts, layouts
  * (2-byte-misaligned data, padded rows), NaN / Inf / zero activations, and
  * the grouped product over experts with uneven pair counts (0, 1, more than
  * two tiles), rows_of_x NULL and a map, at each tile width. Also that the
@@ -118,13 +118,39 @@ static int download(float *dst, const float *src, size_t n, const char *what)
     return 0;
 }
 
+/* The offset part of a row's weights: the row decoded with every quant
+ * zeroed, i.e. -dmin m (K-quants with minimums), -32 d sc (Q6_K), -8 d
+ * (Q4_0), 0 (Q8_0). A float32 kernel sums the quant part and the offset
+ * part apart (w = a q - b), so its rounding scales with sum |x| (|w| + |b|),
+ * not sum |w x|: where they cancel in w, that is the honest magnitude. */
+static void row_offsets_to_f32(int type, const uint8_t *row, float *out, int64_t cols)
+{
+    int blck = 256, bsz = 0, q0 = 0, q1 = 0; /* bytes q0 .. q1 - 1 of each block are quants */
+    switch (type) {
+    case LILAC_Q4_K: bsz = 144, q0 = 16, q1 = 144; break;
+    case LILAC_Q5_K: bsz = 176, q0 = 16, q1 = 176; break;
+    case LILAC_Q6_K: bsz = 210, q0 = 0, q1 = 192; break;
+    case LILAC_Q4_0: blck = 32, bsz = 18, q0 = 2, q1 = 18; break;
+    case LILAC_Q8_0: blck = 32, bsz = 34, q0 = 2, q1 = 34; break;
+    default: memset(out, 0, sizeof(float) * (size_t)cols); return;
+    }
+    const size_t nb = (size_t)(cols / blck);
+    uint8_t *tmp = malloc(nb * (size_t)bsz);
+    memcpy(tmp, row, nb * (size_t)bsz);
+    for (size_t b = 0; b < nb; b++)
+        memset(tmp + b * (size_t)bsz + q0, 0, (size_t)(q1 - q0));
+    lilac_row_to_f32(type, tmp, out, cols);
+    free(tmp);
+}
+
 static double worst[N_TYPES];
 static int n_cases[N_TYPES];
 
-/* y row i against the float64 dot of deq rows with x row xrow[i] (i without xrow): the largest error / sum |w x|.
+/* y row i against the float64 dot of deq rows with x row xrow[i] (i without xrow): the largest error / sum |x|
+ * (|w| + |off|).
  * nan_rows[i]: 1: row i must be all NaN; 2: x row out of the CUDA-core kernels' range (other not compared).
  * other: a second result, compared within 2 TOL (NULL: none). */
-static double compare(const char *what, const float *deq, int64_t rows, int64_t cols, const float *x,
+static double compare(const char *what, const float *deq, const float *off, int64_t rows, int64_t cols, const float *x,
                       const int *xrow, const float *y, const float *other, int n, const unsigned char *nan_rows)
 {
     double w_rel = 0;
@@ -139,11 +165,11 @@ static double compare(const char *what, const float *deq, int64_t rows, int64_t 
                            got);
                 continue;
             }
-            const float *w = deq + r * cols;
+            const float *w = deq + r * cols, *wo = off + r * cols;
             double dot = 0, mag = 0;
             for (int64_t c = 0; c < cols; c++) {
                 dot += (double)w[c] * xt[c];
-                mag += fabs((double)w[c] * xt[c]);
+                mag += fabs((double)xt[c]) * (fabs((double)w[c]) + fabs((double)wo[c]));
             }
             const double err = fabs(got - dot), rel = mag > 0 ? err / mag : err;
             if (!(rel <= w_rel))
@@ -198,10 +224,11 @@ static void test_dense(int ti, int64_t rows, int64_t cols, size_t row_bytes, siz
     char what[256], msg[512];
     const size_t bytes = (size_t)rows * row_bytes;
     uint8_t *host = malloc(bytes);
-    float *deq = malloc(sizeof(float) * (size_t)(rows * cols));
+    float *deq = malloc(sizeof(float) * (size_t)(rows * cols)), *off = malloc(sizeof(float) * (size_t)(rows * cols));
     fill_matrix(type, rows, cols, row_bytes, mode, host);
     for (int64_t r = 0; r < rows; r++)
-        lilac_row_to_f32(type, host + (size_t)r * row_bytes, deq + r * cols, cols);
+        lilac_row_to_f32(type, host + (size_t)r * row_bytes, deq + r * cols, cols),
+            row_offsets_to_f32(type, host + (size_t)r * row_bytes, off + r * cols, cols);
     void *dw = NULL;
     if (lilac_cuda_malloc(&dw, bytes + offset + 16, msg, sizeof msg) ||
         lilac_cuda_upload((uint8_t *)dw + offset, host, bytes, msg, sizeof msg)) {
@@ -237,7 +264,7 @@ static void test_dense(int ti, int64_t rows, int64_t cols, size_t row_bytes, siz
                     CHECKF(memcmp(y, yd, sizeof(float) * ny) == 0, "%s: lilac_cuda_matvec did not take the tensor "
                                                                    "cores (results differ)", what);
                 lilac_cuda_mma_set_enabled(was);
-                const double w = compare(what, deq, rows, cols, x, NULL, y, ok_o ? yo : NULL, n, nanr);
+                const double w = compare(what, deq, off, rows, cols, x, NULL, y, ok_o ? yo : NULL, n, nanr);
                 if (!(w <= worst[ti]))
                     worst[ti] = w;
                 n_cases[ti]++;
@@ -261,6 +288,7 @@ out:
     lilac_cuda_free(dw);
     free(host);
     free(deq);
+    free(off);
 }
 
 /* n_expert experts of rows x cols; counts[e] pairs each; map: pair -> x row (n_x rows) or NULL. */
@@ -271,11 +299,14 @@ static void test_grouped(int ti, int n_expert, int64_t rows, int64_t cols, const
     char what[256];
     const size_t rb = lilac_dtype_row_bytes(type, cols), stride = ((size_t)rows * rb + 15) / 16 * 16 + 16;
     uint8_t *host = malloc(stride * (size_t)n_expert);
-    float *deq = malloc(sizeof(float) * (size_t)n_expert * (size_t)(rows * cols));
+    float *deq = malloc(sizeof(float) * (size_t)n_expert * (size_t)(rows * cols)),
+          *off = malloc(sizeof(float) * (size_t)n_expert * (size_t)(rows * cols));
     for (int e = 0; e < n_expert; e++) {
         fill_matrix(type, rows, cols, rb, e & 1, host + (size_t)e * stride);
         for (int64_t r = 0; r < rows; r++)
-            lilac_row_to_f32(type, host + (size_t)e * stride + r * rb, deq + ((size_t)e * rows + r) * cols, cols);
+            lilac_row_to_f32(type, host + (size_t)e * stride + r * rb, deq + ((size_t)e * rows + r) * cols, cols),
+                row_offsets_to_f32(type, host + (size_t)e * stride + r * rb, off + ((size_t)e * rows + r) * cols,
+                                   cols);
     }
     int32_t *offsets = malloc(sizeof(int32_t) * (size_t)(n_expert + 1));
     int n_pairs = 0, max_pairs = 0;
@@ -330,7 +361,7 @@ static void test_grouped(int ti, int n_expert, int64_t rows, int64_t cols, const
                 const int q0 = offsets[e];
                 char w2[320];
                 snprintf(w2, sizeof w2, "%s, expert %d (%d pairs)", what, e, counts[e]);
-                const double we = compare(w2, deq + (size_t)e * rows * cols, rows, cols, x, xrow + q0,
+                const double we = compare(w2, deq + (size_t)e * rows * cols, off + (size_t)e * rows * cols, rows, cols, x, xrow + q0,
                                           y + (size_t)q0 * rows, ok_o ? yo + (size_t)q0 * rows : NULL, counts[e],
                                           nanr + q0);
                 if (!(we <= w))
@@ -350,6 +381,7 @@ static void test_grouped(int ti, int n_expert, int64_t rows, int64_t cols, const
     lilac_cuda_free(dy);
     free(host);
     free(deq);
+    free(off);
     free(offsets);
     free(map);
     free(xrow);
