@@ -436,7 +436,7 @@ int main(void)
     for (int ti = 0; ti < N_TYPES; ti++) {
         CHECK(lilac_cuda_mma_supported(TYPES[ti]));
         test_type(ti);
-        printf("%-5s mma: %3d cases, max error %.3g of sum|w x|\n", tname(TYPES[ti]), n_cases[ti], worst[ti]);
+        printf("%-5s mma: %3d cases, max error %.3g of sum |x| (|w| + |off|)\n", tname(TYPES[ti]), n_cases[ti], worst[ti]);
         fflush(stdout);
     }
     CHECK(!lilac_cuda_mma_supported(LILAC_F32) && !lilac_cuda_mma_supported(LILAC_F16));

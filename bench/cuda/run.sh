@@ -39,7 +39,8 @@ do_test() {
     nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader | tee "$out/gpu.txt"
     local T="timeout ${TEST_TIMEOUT:-180}" # a kernel that hangs must not eat the session's device time
     LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_kernels" 2>&1 | tee "$out/test_cuda_kernels.txt" | tail -20
-    LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_mma" 2>&1 | tee "$out/test_cuda_mma.txt" | tail -20
+    LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_mma" 2>&1 | tee "$out/test_cuda_mma.txt" | tail -8
+    LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_attn" 2>&1 | tee "$out/test_cuda_attn.txt" | tail -8
     LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_model" 2>&1 | tee "$out/test_cuda_model.txt" | tail -20
     LILAC_CUDA_DN_CONV=1 LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_model" 2>&1 | sed 's/^/[dn-conv] /' | tail -8
     LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_batch" 2>&1 | tee "$out/test_cuda_batch.txt" | tail -8
@@ -70,8 +71,9 @@ do_sanitize() {
     local cs
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     for tool in memcheck racecheck; do
-        for t in test_cuda_kernels test_cuda_mma test_cuda_model test_cuda_prefill test_cuda_batch; do
-            LILAC_REQUIRE_CUDA=1 LILAC_CUDA_GRAPH=0 timeout "${SAN_TIMEOUT:-60}" "$cs" --tool $tool --error-exitcode 3 \
+        for t in test_cuda_kernels test_cuda_mma test_cuda_attn test_cuda_model test_cuda_prefill test_cuda_batch; do
+            LILAC_REQUIRE_CUDA=1 LILAC_CUDA_GRAPH=0 LILAC_CUDA_ATTN_QUICK=1 timeout "${SAN_TIMEOUT:-60}" \
+                "$cs" --tool $tool --error-exitcode 3 \
                 "$build/tests/$t" >"$out/san-$tool-$t.txt" 2>&1
             echo "$tool $t: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/san-$tool-$t.txt" | tail -1)"
         done

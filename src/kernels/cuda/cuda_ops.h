@@ -97,6 +97,18 @@ int lilac_cuda_pf_attention_supported(int hd);
  * out [n][n_head * hd]. -1 (nothing launched) for a shape it does not take. */
 int lilac_cuda_pf_attention(const float *q, int q_step, long long q_tok, const float *K, const float *V, int n_head,
                             int n_head_kv, int hd, int pos0, int n, float *out, int gated, lilac_cuda_stream *s);
+/* lilac_cuda_pf_attention runs the first of these that takes the shape: the tensor-core kernel (cuda_attn.cu:
+ * 3xTF32, float32 accuracy; hd 64, 128 or 256, n_head / n_head_kv <= 8, 16-byte aligned pointers and strides)
+ * unless LILAC_CUDA_ATTN_MMA=0 (lilac_cuda_attn_mma_enabled, read once), else the CUDA-core one (any hd
+ * lilac_cuda_pf_attention_supported takes). Each alone for tests; -1 (nothing launched) for a shape it
+ * does not take. */
+int lilac_cuda_attn_mma_enabled(void);
+int lilac_cuda_pf_attention_mma(const float *q, int q_step, long long q_tok, const float *K, const float *V,
+                                int n_head, int n_head_kv, int hd, int pos0, int n, float *out, int gated,
+                                lilac_cuda_stream *s);
+int lilac_cuda_pf_attention_simt(const float *q, int q_step, long long q_tok, const float *K, const float *V,
+                                 int n_head, int n_head_kv, int hd, int pos0, int n, float *out, int gated,
+                                 lilac_cuda_stream *s);
 /* The causal conv of n rows of C channels with SiLU (out [n][C]), then the state (K - 1 rows) advanced by n. */
 void lilac_cuda_pf_conv(const float *in, float *state, const float *w, float *out, int C, int K, int n,
                         lilac_cuda_stream *s);

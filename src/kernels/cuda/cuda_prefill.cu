@@ -552,6 +552,16 @@ extern "C" int lilac_cuda_pf_attention(const float *q, int q_step, long long q_t
                                        int n_head, int n_head_kv, int hd, int pos0, int n, float *out, int gated,
                                        lilac_cuda_stream *s)
 {
+    if (lilac_cuda_attn_mma_enabled() &&
+        lilac_cuda_pf_attention_mma(q, q_step, q_tok, K, V, n_head, n_head_kv, hd, pos0, n, out, gated, s) == 0)
+        return 0;
+    return lilac_cuda_pf_attention_simt(q, q_step, q_tok, K, V, n_head, n_head_kv, hd, pos0, n, out, gated, s);
+}
+
+extern "C" int lilac_cuda_pf_attention_simt(const float *q, int q_step, long long q_tok, const float *K,
+                                            const float *V, int n_head, int n_head_kv, int hd, int pos0, int n,
+                                            float *out, int gated, lilac_cuda_stream *s)
+{
     if (!lilac_cuda_pf_attention_supported(hd) || n_head_kv < 1 || n_head % n_head_kv || n < 1 || pos0 < 0)
         return -1;
     const cudaStream_t st = CS(s);

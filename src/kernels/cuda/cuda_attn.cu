@@ -1,0 +1,422 @@
+// cuda_attn: the prefill's causal attention on the tensor cores (flash
+// attention), at float32 accuracy: both products, S = Q K^T and O += P V,
+// run as 3xTF32 — each float32 operand a = a_hi + a_lo with a_hi = tf32(a)
+// and a_lo = tf32(a - a_hi), and a b ~= a_lo b_hi + a_hi b_lo + a_hi b_hi
+// summed in float32 by mma.sync m16n8k8 (the a_lo b_lo term, ~2^-22 a b, is
+// dropped): about 1e-6 relative, what cuBLAS's 3xTF32 mode gives. The
+// tensor cores' float32 accumulation truncates (rounds toward zero; Fasi et
+// al. 2021, Khattak & Mikaitis 2025), a bias that grows with the length of
+// a chain of mma into one accumulator, so no chain is long: a score sums 64
+// head dims (24 mma) at a time and the chunks are added by FADD, and a key
+// tile's P V (BK / 8 * 3 mma) starts from zero and enters O by one FFMA
+// with the rescale, o = o * exp(m_old - m_new) + tile, rounded to nearest.
+// The softmax (running max, expf, sums) is k_pf_attention's, in float32.
+//
+// A block takes the 64 rows of AT_ROWS / group query tokens x the group of
+// query heads of one KV head (row r = token r / group, head r % group), so
+// that each K/V tile is read once for the whole group. Its eight warps are
+// two halves of four: the halves take the key tiles (BK keys) in turn, each
+// with its own K and V buffers, barrier, and running max, sum and O for all
+// 64 rows (a warp 16 rows), and half 1 hands its state to half 0 at the end
+// (a merge of two online-softmax states): twice the warps of a block of 64
+// rows, which matters at the prefill's 512-token chunks (n = 512, 8 heads a
+// group: 128 blocks). A warp keeps its rows' O (16 x hd) in registers as
+// m16n8 accumulator fragments, and its scores S (16 x BK) too, whose
+// accumulator layout is P's operand layout once the key order inside a k8
+// slice is permuted (key 2t <-> slot t, key 2t + 1 <-> slot t + 4): P never
+// goes through shared memory. Q (64 x hd) stays in shared memory; a half's
+// K and V tiles go through one buffer each, loaded with cp.async one phase
+// ahead (K of its next tile while this one's softmax and P V run, V of the
+// next while its S runs). Within a k8 slice any order of the summed index
+// serves as long as both operands agree: a thread's Q and K values of head
+// dims 16c + 4t .. + 3 are one 16-byte load (two k8 slices). Row strides
+// are padded so that the loads are free of bank conflicts (Q, K: 16 mod 32
+// floats; V: 4 mod 32). The hi/lo split is done as the operands are loaded,
+// not stored split (shared memory: hd 256 at BK 16 is 134 KB). At hd 256 a
+// thread holds 128 O values: 255 registers, no spills (ptxas -v).
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+
+#include "kernels/cuda/cuda.h"
+#include "kernels/cuda/cuda_dev.cuh"
+#include "kernels/cuda/cuda_ops.h"
+
+#define CS(s) ((cudaStream_t)(s))
+
+namespace {
+
+#define AT_ROWS 64      /* query rows (tokens x heads of the group) a block */
+#define AT_THREADS 256  /* two halves of four warps of 16 rows */
+#define AT_HALF 128     /* threads a half */
+#define AT_MAX_GROUP 8
+#define AT_SCHUNK 4     /* 16-dim steps (64 head dims) of S summed by the tensor cores before a float32 add */
+
+// x = hi + lo in tf32 (round to nearest, ties away, as cuBLAS's 3xTF32).
+__device__ __forceinline__ void tf32_split(float x, uint32_t &hi, uint32_t &lo)
+{
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(x));
+    const float r = x - __uint_as_float(hi); // exact
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(lo) : "f"(r));
+}
+
+// c += a b, m16n8k8, tf32 operands, float32 accumulators.
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// c += a b in 3xTF32: the small terms first, then the big one.
+__device__ __forceinline__ void mma3(float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0,
+                                     uint32_t bh1, uint32_t bl0, uint32_t bl1)
+{
+    mma_tf32(c, al, bh0, bh1);
+    mma_tf32(c, ah, bl0, bl1);
+    mma_tf32(c, ah, bh0, bh1);
+}
+
+// 16 bytes global -> shared, asynchronously; zeros when !valid (src must still be a mapped address).
+__device__ __forceinline__ void cp16(float *dst, const float *src, bool valid)
+{
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Wait until at most N of this thread's groups are pending.
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+// The barrier of one half's 128 threads (ids 1, 2; __syncthreads is 0).
+__device__ __forceinline__ void half_sync(int half) { asm volatile("bar.sync %0, %1;" ::"r"(half + 1), "n"(AT_HALF) : "memory"); }
+
+// Rows BK keys x D of K or V (rows kvw floats apart, head kvh) from key k0 into S (rows ST floats apart), by the
+// 128 threads of a half (ht = the thread's index in it); keys past n_keys read as zeros.
+template <int D, int BK, int ST>
+__device__ __forceinline__ void load_kv(float *S, const float *src, int kvw, int kvh, int k0, int n_keys, int ht)
+{
+    constexpr int C4 = D / 4; // 16-byte pieces a row
+#pragma unroll 1
+    for (int i = ht; i < BK * C4; i += AT_HALF) {
+        const int r = i / C4, c = i - r * C4, key = k0 + r;
+        const bool ok = key < n_keys;
+        cp16(S + r * ST + 4 * c, src + (long long)(ok ? key : 0) * kvw + (long long)kvh * D + 4 * c, ok);
+    }
+}
+
+// Causal attention of the 64 rows of block (blockIdx.x, KV head blockIdx.y) over keys 0 .. pos0 + token, the
+// contract of k_pf_attention: query head h = kvh * group + j of token t at q + t * q_tok + h * q_step (its
+// gate's D values after it when gated), out[t][h * D + d]. The key tiles alternate between the block's two
+// halves (half 0 the even ones, from key 0), each of four warps over the 64 rows with its own K, V buffers,
+// barrier and running max, sum and O; half 1 hands its state to half 0 through shared memory at the end.
+template <int D, int BK>
+__global__ void __launch_bounds__(AT_THREADS, 1)
+    k_attn_mma(const float *__restrict__ q, int q_step, long long q_tok, const float *__restrict__ K,
+               const float *__restrict__ V, int kvw, int group, int pos0, int n, float *__restrict__ out,
+               long long out_tok, int gated)
+{
+    constexpr int SQ = D + 16; // Q and K row strides: = 16 mod 32 floats, 16-byte loads conflict-free
+    constexpr int SK = D + 16;
+    constexpr int SV = D + 4;  // = 4 mod 32: V rows 2t, 2t + 1 of 16-byte loads conflict-free
+    constexpr int NT = BK / 8; // key n8 tiles of S = k8 slices of P V
+    constexpr int NO = D / 8;  // n8 tiles of O
+    static_assert(D % 32 == 0 && BK % 8 == 0 && (D / 16) % AT_SCHUNK == 0, "shape");
+    static_assert(AT_ROWS * SQ >= NO * 4 * AT_HALF + 4 * AT_HALF, "half 1's hand-over fits in Qs");
+    extern __shared__ float4 at_smem4[];
+    float *const Qs = reinterpret_cast<float *>(at_smem4); // [AT_ROWS][SQ]
+    const int tid = threadIdx.x, half = tid / AT_HALF, ht = tid % AT_HALF;
+    float *const Ks = Qs + AT_ROWS * SQ + half * BK * (SK + SV); // this half's [BK][SK]
+    float *const Vs = Ks + BK * SK;                              // [BK][SV]
+
+    const int bq = AT_ROWS / group; // tokens a block
+    const int t0 = (int)(gridDim.x - 1 - blockIdx.x) * bq; // the blocks with the most keys first
+    const int kvh = blockIdx.y;
+    const int lane = tid & 31, wr = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+    const int last = min(t0 + bq, n) - 1; // the block's last token
+    const int n_keys = pos0 + last + 1;
+    const float scale = rsqrtf((float)D);
+
+    // Q, rows past the block's tokens zero (they see key 0 like every row, and are not written).
+    for (int i = tid; i < AT_ROWS * (D / 4); i += AT_THREADS) {
+        const int r = i / (D / 4), c = i - r * (D / 4), tq = r / group, j = r - tq * group;
+        const bool ok = tq < bq && t0 + tq < n;
+        const float *src = ok ? q + (long long)(t0 + tq) * q_tok + (long long)(kvh * group + j) * q_step + 4 * c : q;
+        cp16(Qs + r * SQ + 4 * c, src, ok);
+    }
+    cp_commit();
+    int k0 = half * BK; // this half's first tile
+    load_kv<D, BK, SK>(Ks, K, kvw, kvh, k0, n_keys, ht);
+    cp_commit();
+    load_kv<D, BK, SV>(Vs, V, kvw, kvh, k0, n_keys, ht);
+    cp_commit();
+
+    // This thread's rows rA (accumulator elements 0, 1) and rB = rA + 8 (2, 3); the last key each sees (rows
+    // past the tokens take the block's last token's), and the last any row of the warp sees (rows ascend).
+    const int rA = wr * 16 + g, rB = rA + 8;
+    const int limA = pos0 + min(t0 + min(rA / group, bq - 1), last);
+    const int limB = pos0 + min(t0 + min(rB / group, bq - 1), last);
+    const int wlim = pos0 + min(t0 + min((wr * 16 + 15) / group, bq - 1), last);
+
+    float o[NO][4];
+#pragma unroll
+    for (int i = 0; i < NO; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float mA = -INFINITY, mB = -INFINITY, lA = 0.f, lB = 0.f; // running max; this thread's part of the sum
+
+    cp_wait<2>(); // Q
+    __syncthreads();
+    for (; k0 < n_keys; k0 += 2 * BK) {
+        // A warp whose rows see no key of a tile skips it. Every row sees key 0, in half 0's first tile: half 0's
+        // maxima are finite from then on. A row of half 1 may see no key at all (it then keeps m = -inf, l = 0,
+        // o = 0: a = 0 and every p = 0 below, no NaN).
+        const bool active = k0 <= wlim;
+        float p[NT][4]; // scores, then probabilities: rows rA (0, 1), rB (2, 3), keys k0 + 8 j + 2 t (+1)
+        float resA = 1.f, resB = 1.f; // the rescale of o by this tile's new max
+        cp_wait<1>(); // this tile's K
+        half_sync(half);
+        if (active) {
+            // Each 64 head dims (24 mma a tile) accumulate from zero, and the chunks are summed in float32 by
+            // FADD: the tensor cores' accumulation truncates (rounds toward zero), which over one chain of all
+            // hd would bias the score by up to hd / 8 * 3 units in the last place.
+            float s[NT][4];
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+                s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+            const float *qa = Qs + rA * SQ + 4 * t, *qb = Qs + rB * SQ + 4 * t, *kr = Ks + g * SK + 4 * t;
+#pragma unroll 1
+            for (int c0 = 0; c0 < D / 16; c0 += AT_SCHUNK) {
+                float u[NT][4];
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+                    u[j][0] = u[j][1] = u[j][2] = u[j][3] = 0.f;
+#pragma unroll 1
+                for (int c = c0; c < c0 + AT_SCHUNK; c++) {
+                    // Head dims 16c + 4t + (0, 1) are slice 2c's slots t, t + 4; + (2, 3) slice 2c + 1's.
+                    const float4 xa = *reinterpret_cast<const float4 *>(qa + 16 * c);
+                    const float4 xb = *reinterpret_cast<const float4 *>(qb + 16 * c);
+                    uint32_t ah0[4], al0[4], ah1[4], al1[4];
+                    tf32_split(xa.x, ah0[0], al0[0]);
+                    tf32_split(xb.x, ah0[1], al0[1]);
+                    tf32_split(xa.y, ah0[2], al0[2]);
+                    tf32_split(xb.y, ah0[3], al0[3]);
+                    tf32_split(xa.z, ah1[0], al1[0]);
+                    tf32_split(xb.z, ah1[1], al1[1]);
+                    tf32_split(xa.w, ah1[2], al1[2]);
+                    tf32_split(xb.w, ah1[3], al1[3]);
+#pragma unroll
+                    for (int j = 0; j < NT; j++) {
+                        const float4 y = *reinterpret_cast<const float4 *>(kr + j * 8 * SK + 16 * c); // key 8j + g
+                        uint32_t bh0, bl0, bh1, bl1;
+                        tf32_split(y.x, bh0, bl0);
+                        tf32_split(y.y, bh1, bl1);
+                        mma3(u[j], ah0, al0, bh0, bh1, bl0, bl1);
+                        tf32_split(y.z, bh0, bl0);
+                        tf32_split(y.w, bh1, bl1);
+                        mma3(u[j], ah1, al1, bh0, bh1, bl0, bl1);
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        s[j][e] += u[j][e];
+            }
+            // Scale and mask: key k0 + 8 j + 2 t + (e & 1) of row rA (e < 2) or rB.
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = k0 + 8 * j + 2 * t + (e & 1);
+                    p[j][e] = key <= (e < 2 ? limA : limB) ? s[j][e] * scale : -INFINITY;
+                }
+        }
+        half_sync(half); // every warp of the half is done with Ks
+        if (k0 + 2 * BK < n_keys)
+            load_kv<D, BK, SK>(Ks, K, kvw, kvh, k0 + 2 * BK, n_keys, ht);
+        cp_commit();
+        if (active) {
+            // The online softmax of k_pf_attention, a row's four threads (same g) reducing by shuffles.
+            float xA = -INFINITY, xB = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                xA = fmaxf(xA, fmaxf(p[j][0], p[j][1]));
+                xB = fmaxf(xB, fmaxf(p[j][2], p[j][3]));
+            }
+            xA = fmaxf(xA, __shfl_xor_sync(0xffffffffu, xA, 1));
+            xB = fmaxf(xB, __shfl_xor_sync(0xffffffffu, xB, 1));
+            xA = fmaxf(xA, __shfl_xor_sync(0xffffffffu, xA, 2));
+            xB = fmaxf(xB, __shfl_xor_sync(0xffffffffu, xB, 2));
+            const float nA = fmaxf(mA, xA), nB = fmaxf(mB, xB);
+            const float aA = mA == -INFINITY ? 0.f : expf(mA - nA);
+            const float aB = mB == -INFINITY ? 0.f : expf(mB - nB);
+            mA = nA, mB = nB;
+            float sA = 0.f, sB = 0.f;
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                p[j][0] = p[j][0] == -INFINITY ? 0.f : expf(p[j][0] - nA);
+                p[j][1] = p[j][1] == -INFINITY ? 0.f : expf(p[j][1] - nA);
+                p[j][2] = p[j][2] == -INFINITY ? 0.f : expf(p[j][2] - nB);
+                p[j][3] = p[j][3] == -INFINITY ? 0.f : expf(p[j][3] - nB);
+                sA += p[j][0] + p[j][1];
+                sB += p[j][2] + p[j][3];
+            }
+            lA = lA * aA + sA;
+            lB = lB * aB + sB;
+            resA = aA, resB = aB;
+        }
+        cp_wait<1>(); // this tile's V (the next K may be pending)
+        half_sync(half);
+        if (active) {
+            // P's k8 slice j as the A operand: slot t = key 2t (accumulator elements 0, 2), slot t + 4 = key
+            // 2t + 1 (1, 3); V rows k0 + 8j + 2t and + 1 are the B operand's slots t and t + 4. The tile's P V
+            // accumulates from zero (NT * 3 mma) and goes into o by one FFMA, o * rescale + it: float32
+            // rounding to nearest across the tiles, not the tensor cores' truncation.
+            uint32_t ph[NT][4], pl[NT][4];
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                tf32_split(p[j][0], ph[j][0], pl[j][0]);
+                tf32_split(p[j][2], ph[j][1], pl[j][1]);
+                tf32_split(p[j][1], ph[j][2], pl[j][2]);
+                tf32_split(p[j][3], ph[j][3], pl[j][3]);
+            }
+            const float *vr = Vs + 2 * t * SV + g;
+#pragma unroll
+            for (int c = 0; c < NO; c++) { // O's n8 tile c, column g, is head dim 8c + g
+                float u[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    uint32_t bh0, bl0, bh1, bl1;
+                    tf32_split(vr[8 * j * SV + 8 * c], bh0, bl0);
+                    tf32_split(vr[(8 * j + 1) * SV + 8 * c], bh1, bl1);
+                    mma3(u, ph[j], pl[j], bh0, bh1, bl0, bl1);
+                }
+                o[c][0] = fmaf(o[c][0], resA, u[0]);
+                o[c][1] = fmaf(o[c][1], resA, u[1]);
+                o[c][2] = fmaf(o[c][2], resB, u[2]);
+                o[c][3] = fmaf(o[c][3], resB, u[3]);
+            }
+        }
+        half_sync(half); // every warp of the half is done with Vs
+        if (k0 + 2 * BK < n_keys)
+            load_kv<D, BK, SV>(Vs, V, kvw, kvh, k0 + 2 * BK, n_keys, ht);
+        cp_commit();
+    }
+    cp_wait<0>();
+
+    // Half 1 hands its max, sum and O to the thread of half 0 that holds the same elements (Qs is free now:
+    // [element][thread], conflict-free), which merges them as two tiles of the online softmax.
+    float *const hand = Qs;
+    __syncthreads(); // both halves are done with Qs
+    if (half) {
+#pragma unroll
+        for (int i = 0; i < NO; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                hand[(i * 4 + e) * AT_HALF + ht] = o[i][e];
+        hand[(NO * 4 + 0) * AT_HALF + ht] = mA;
+        hand[(NO * 4 + 1) * AT_HALF + ht] = mB;
+        hand[(NO * 4 + 2) * AT_HALF + ht] = lA;
+        hand[(NO * 4 + 3) * AT_HALF + ht] = lB;
+    }
+    __syncthreads();
+    if (half)
+        return;
+    {
+        const float m1A = hand[(NO * 4 + 0) * AT_HALF + ht], m1B = hand[(NO * 4 + 1) * AT_HALF + ht];
+        const float nA = fmaxf(mA, m1A), nB = fmaxf(mB, m1B); // finite: mA, mB are
+        const float aA = expf(mA - nA), aB = expf(mB - nB);
+        const float bA = m1A == -INFINITY ? 0.f : expf(m1A - nA), bB = m1B == -INFINITY ? 0.f : expf(m1B - nB);
+        lA = lA * aA + hand[(NO * 4 + 2) * AT_HALF + ht] * bA;
+        lB = lB * aB + hand[(NO * 4 + 3) * AT_HALF + ht] * bB;
+#pragma unroll
+        for (int i = 0; i < NO; i++) {
+            o[i][0] = o[i][0] * aA + hand[(i * 4 + 0) * AT_HALF + ht] * bA;
+            o[i][1] = o[i][1] * aA + hand[(i * 4 + 1) * AT_HALF + ht] * bA;
+            o[i][2] = o[i][2] * aB + hand[(i * 4 + 2) * AT_HALF + ht] * bB;
+            o[i][3] = o[i][3] * aB + hand[(i * 4 + 3) * AT_HALF + ht] * bB;
+        }
+    }
+
+    // The row sums over the row's four threads; then o / l (times the gate). Accumulator elements (c, 0) and
+    // (c, 1) are row rA's head dims 8c + 2t and 8c + 2t + 1; (c, 2), (c, 3) row rB's.
+    lA += __shfl_xor_sync(0xffffffffu, lA, 1);
+    lB += __shfl_xor_sync(0xffffffffu, lB, 1);
+    lA += __shfl_xor_sync(0xffffffffu, lA, 2);
+    lB += __shfl_xor_sync(0xffffffffu, lB, 2);
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int r = hr ? rB : rA, tq = r / group, j = r - tq * group;
+        if (tq >= bq || t0 + tq >= n)
+            continue;
+        const float l = hr ? lB : lA;
+        const int h = kvh * group + j;
+        float *orow = out + (long long)(t0 + tq) * out_tok + (long long)h * D + 2 * t;
+        const float *gate = q + (long long)(t0 + tq) * q_tok + (long long)h * q_step + D + 2 * t;
+#pragma unroll
+        for (int c = 0; c < NO; c++) {
+            float2 v = make_float2(o[c][2 * hr] / l, o[c][2 * hr + 1] / l);
+            if (gated) {
+                const float2 x = *reinterpret_cast<const float2 *>(gate + 8 * c);
+                v.x *= sigmoidf_(x.x), v.y *= sigmoidf_(x.y);
+            }
+            *reinterpret_cast<float2 *>(orow + 8 * c) = v;
+        }
+    }
+}
+
+template <int D, int BK>
+int launch_attn_mma(const float *q, int q_step, long long q_tok, const float *K, const float *V, int n_head,
+                    int n_head_kv, int pos0, int n, float *out, int gated, cudaStream_t st)
+{
+    const size_t smem = sizeof(float) * ((size_t)AT_ROWS * (D + 16) + 2 * (size_t)BK * (2 * D + 20));
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute(k_attn_mma<D, BK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+            cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    const int group = n_head / n_head_kv, bq = AT_ROWS / group;
+    const dim3 grid((unsigned)((n + bq - 1) / bq), (unsigned)n_head_kv);
+    k_attn_mma<D, BK><<<grid, AT_THREADS, smem, st>>>(q, q_step, q_tok, K, V, n_head_kv * D, group, pos0, n, out,
+                                                      (long long)n_head * D, gated);
+    return 0;
+}
+
+int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+} // namespace
+
+extern "C" int lilac_cuda_attn_mma_enabled(void)
+{
+    static std::atomic<int> on{-1};
+    int v = on.load(std::memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv("LILAC_CUDA_ATTN_MMA");
+        v = !(e && *e == '0');
+        on.store(v, std::memory_order_relaxed);
+    }
+    return v;
+}
+
+extern "C" int lilac_cuda_pf_attention_mma(const float *q, int q_step, long long q_tok, const float *K,
+                                           const float *V, int n_head, int n_head_kv, int hd, int pos0, int n,
+                                           float *out, int gated, lilac_cuda_stream *s)
+{
+    if (n < 1 || pos0 < 0 || n_head_kv < 1 || n_head_kv > 65535 || n_head < n_head_kv || n_head % n_head_kv ||
+        n_head / n_head_kv > AT_MAX_GROUP)
+        return -1;
+    // 16-byte loads and stores: the bases and every stride a multiple of four floats.
+    if (!aligned16(q) || !aligned16(K) || !aligned16(V) || !aligned16(out) || q_step % 4 || q_tok % 4)
+        return -1;
+    const cudaStream_t st = CS(s);
+    switch (hd) {
+    case 64: return launch_attn_mma<64, 32>(q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st);
+    case 128: return launch_attn_mma<128, 16>(q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st);
+    case 256: return launch_attn_mma<256, 16>(q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st);
+    default: return -1;
+    }
+}
