@@ -10,10 +10,10 @@
 #include "model/decoder_cuda_int.h"
 #include "models.h"
 
-enum { NSEQ = 5, STEPS = 8 };
+enum { MAXSEQ = 64, STEPS = 8 };
 
-/* Sequence i's prompt: the first 3 + 2i golden tokens. */
-static int prompt_len(int i) { return 3 + 2 * i; }
+/* Sequence i's prompt: the first 3 + (2i mod 40) golden tokens. */
+static int prompt_len(int i) { return 3 + (2 * i) % 40; }
 
 /* Alone: the prompt, then STEPS greedy tokens one per call; the logits before each chosen token into
  * lg[step][V], the tokens into out. 0 on failure. */
@@ -39,7 +39,9 @@ static int run_alone(lilac_model *m, const int32_t *toks, int np, int32_t *out, 
     return ok;
 }
 
-static void run(const char *fx, const char *model, const char *file)
+/* NSEQ sequences decode together: 5 take the CUDA-core products, 16 and more the tensor-core ones (the
+ * quantized files). */
+static void run(const char *fx, const char *model, const char *file, const int NSEQ)
 {
     char path[8192], mp[8192];
     snprintf(path, sizeof path, "%s/%s/%s", fx, model, file);
@@ -48,20 +50,20 @@ static void run(const char *fx, const char *model, const char *file)
     int n = 0;
     int32_t *toks = tm_json_ints(meta, "tokens", NULL, &n);
     lilac_model *m = tm_open_backend(path, LILAC_BACKEND_CUDA);
-    CHECKF(meta && toks && m && n >= prompt_len(NSEQ), "%s: meta, tokens and the model on CUDA", path);
-    if (!meta || !toks || !m || n < prompt_len(NSEQ))
+    CHECKF(meta && toks && m && n >= 3 + 40, "%s: meta, tokens and the model on CUDA", path);
+    if (!meta || !toks || !m || n < 3 + 40)
         goto done;
     int V = lilac_model_hparams(m)->n_vocab;
     CHECKF(lilac_cuda_decode_batch_wanted(m, NSEQ), "%s: the batched step is taken (not one sequence after another)",
            path);
     float *ref = malloc((size_t)NSEQ * STEPS * V * sizeof(float));
-    int32_t ref_tok[NSEQ][STEPS], got_tok[NSEQ][STEPS];
+    int32_t ref_tok[MAXSEQ][STEPS], got_tok[MAXSEQ][STEPS];
     int ok = ref != NULL;
     for (int i = 0; ok && i < NSEQ; i++)
         ok = run_alone(m, toks, prompt_len(i), ref_tok[i], ref + (size_t)i * STEPS * V);
     CHECKF(ok, "%s: each sequence alone", path);
     lilac_batch *b = NULL;
-    lilac_seq *seqs[NSEQ] = {0};
+    lilac_seq *seqs[MAXSEQ] = {0};
     lilac_error err;
     ok = ok && !lilac_batch_new(m, NSEQ, 64, &b, &err);
     for (int i = 0; ok && i < NSEQ; i++)
@@ -71,8 +73,8 @@ static void run(const char *fx, const char *model, const char *file)
     double worst = 0;
     int bad_tok = 0;
     for (int st = 0; ok && st <= STEPS; st++) {
-        lilac_batch_item it[NSEQ];
-        int ni = 0, who[NSEQ];
+        lilac_batch_item it[MAXSEQ];
+        int ni = 0, who[MAXSEQ];
         for (int i = 0; i < NSEQ; i++) {
             int first = i == NSEQ - 1 ? 1 : 0; /* the step its prompt goes in */
             int k = st - first;                /* its decode steps done before this one */
@@ -127,8 +129,10 @@ int main(void)
     TM_REQUIRE_CUDA();
     const char *fx = tu_require_fixtures();
     unsetenv("LILAC_CUDA_BATCH"); /* the default: batched */
-    run(fx, "tiny-qwen35moe", "gguf/model-bf16.gguf");
-    run(fx, "tiny-qwen3moe", "gguf/model-bf16.gguf");
-    run(fx, "tiny-qwen35moe", "gguf/model-Q4_K_M.gguf");
+    run(fx, "tiny-qwen35moe", "gguf/model-bf16.gguf", 5);
+    run(fx, "tiny-qwen3moe", "gguf/model-bf16.gguf", 5);
+    run(fx, "tiny-qwen35moe", "gguf/model-Q4_K_M.gguf", 5);
+    run(fx, "tiny-qwen35moe", "gguf/model-Q4_K_M.gguf", 24);
+    run(fx, "tiny-qwen35moe", "gguf/model-Q4_K_M.gguf", MAXSEQ);
     TEST_END();
 }
