@@ -39,8 +39,8 @@ static int run_alone(lilac_model *m, const int32_t *toks, int np, int32_t *out, 
     return ok;
 }
 
-/* NSEQ sequences decode together: 5 take the CUDA-core products, 16 and more the tensor-core ones (the
- * quantized files). */
+/* NSEQ sequences decode together: 5 take the CUDA-core products, 24 the tensor-core ones for the experts,
+ * 64 for every quantized matrix. */
 static void run(const char *fx, const char *model, const char *file, const int NSEQ)
 {
     char path[8192], mp[8192];
@@ -110,8 +110,12 @@ static void run(const char *fx, const char *model, const char *file, const int N
     if (ok) {
         printf("%s: batched decode of %d sequences vs alone: max|d|/max|logit| %.3e, %d tokens differ\n", path, NSEQ,
                worst, bad_tok);
-        CHECKF(worst <= 1e-5, "%s: batched logits within 1e-5 of max|logit| of each sequence alone (%.3e)", path,
-               worst);
+        /* from 8 sequences the experts' products run on the tensor cores (64 pairs and more; the dense ones
+         * from 48 rows), activations as two fp16 digits (~22 bits): logits differ from the lone runs' CUDA-core
+         * ones by ~1.7e-5 (H200) */
+        const double bound = NSEQ >= 8 ? 5e-5 : 1e-5;
+        CHECKF(worst <= bound, "%s: batched logits within %.0e of max|logit| of each sequence alone (%.3e)", path,
+               bound, worst);
         CHECKF(bad_tok == 0, "%s: batched greedy tokens equal each sequence's alone (%d differ)", path, bad_tok);
     }
     for (int i = 0; i < NSEQ; i++)

@@ -241,6 +241,7 @@ __global__ void k_pf_dn_gates(float *a, float *b, const float *ssm_a, const floa
 #define PD_NW 4                   /* warps a block */
 #define PD_BC (PD_CPW * PD_NW)    /* columns a block */
 #define PD_ROWS 32                /* dk / PD_LPC at most */
+#define PD_LD 8                   /* staging loads a thread issues before it stores them */
 #define PD_TT 32                  /* tokens staged at a time, at most (fewer where 48 KiB would not hold them) */
 template <int ROWS> // rows a lane, at least dk / PD_LPC: a compile-time bound keeps sr in registers
 __global__ void __launch_bounds__(32 * PD_NW)
@@ -264,15 +265,37 @@ __global__ void __launch_bounds__(32 * PD_NW)
     for (int t0 = 0; t0 < n; t0 += TT) {
         const int tn = min(TT, n - t0);
         __syncthreads(); // the previous tokens' q, k, v, g, beta are consumed
-        for (int i = threadIdx.x; i < tn * dk; i += blockDim.x) {
-            const int tt = i / dk, d = i - tt * dk;
-            const float *row = conv + (size_t)(t0 + tt) * C;
-            qs[tt * dk + d] = row[(size_t)kh * dk + d];
-            ks[tt * dk + d] = row[(size_t)(nk + kh) * dk + d];
+        /* PD_LD loads in flight a thread before their stores (a loop of load, store would wait a
+         * memory latency an element: the compiler cannot move a load past a store that might alias) */
+        for (int i0 = threadIdx.x; i0 < tn * dk; i0 += PD_LD * blockDim.x) {
+            float qv[PD_LD], kv[PD_LD];
+#pragma unroll
+            for (int u = 0; u < PD_LD; u++) {
+                const int i = i0 + u * blockDim.x, tt = i / dk, d = i - tt * dk;
+                const float *row = conv + (size_t)(t0 + tt) * C;
+                qv[u] = i < tn * dk ? __ldg(row + (size_t)kh * dk + d) : 0.f;
+                kv[u] = i < tn * dk ? __ldg(row + (size_t)(nk + kh) * dk + d) : 0.f;
+            }
+#pragma unroll
+            for (int u = 0; u < PD_LD; u++) {
+                const int i = i0 + u * blockDim.x;
+                if (i < tn * dk)
+                    qs[i] = qv[u], ks[i] = kv[u];
+            }
         }
-        for (int i = threadIdx.x; i < tn * PD_BC; i += blockDim.x) {
-            const int tt = i / PD_BC, cc = i - tt * PD_BC;
-            vs[i] = vb[(size_t)(t0 + tt) * C + cc];
+        for (int i0 = threadIdx.x; i0 < tn * PD_BC; i0 += PD_LD * blockDim.x) {
+            float vv[PD_LD];
+#pragma unroll
+            for (int u = 0; u < PD_LD; u++) {
+                const int i = i0 + u * blockDim.x, tt = i / PD_BC, cc = i - tt * PD_BC;
+                vv[u] = i < tn * PD_BC ? __ldg(vb + (size_t)(t0 + tt) * C + cc) : 0.f;
+            }
+#pragma unroll
+            for (int u = 0; u < PD_LD; u++) {
+                const int i = i0 + u * blockDim.x;
+                if (i < tn * PD_BC)
+                    vs[i] = vv[u];
+            }
         }
         for (int i = threadIdx.x; i < tn; i += blockDim.x) {
             gs[i] = g[(size_t)(t0 + i) * nv + j];
