@@ -212,6 +212,7 @@ __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_ste
             const float e0 = lane < nt ? expf(s0 - mn) : 0.0f, e1 = lane + 32 < nt ? expf(s1 - mn) : 0.0f;
             sc[wid][lane] = e0, sc[wid][lane + 32] = e1;
             const float sum = warp_sum(e0 + e1);
+            __syncwarp(); // every lane has read m_run[wid] (a shuffle orders no memory: racecheck)
             if (lane == 0) {
                 const float a = mo == -INFINITY ? 0.0f : expf(mo - mn);
                 alpha[wid] = a;
