@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_dev.cuh"
@@ -243,7 +244,13 @@ __global__ void k_pf_dn_gates(float *a, float *b, const float *ssm_a, const floa
 #define PD_ROWS 32                /* dk / PD_LPC at most */
 #define PD_LD 8                   /* staging loads a thread issues before it stores them */
 #define PD_TT 32                  /* tokens staged at a time, at most (fewer where 48 KiB would not hold them) */
-template <int ROWS> // rows a lane, at least dk / PD_LPC: a compile-time bound keeps sr in registers
+// KQ: one pass a token instead of two. With S the state before the token,
+// S^T k and S^T q are summed together (one reduction), and since
+// S' = e^g S + k delta^T, o = S'^T q = e^g (S^T q) + (k . q) delta, k . q
+// computed at staging: the chain a token is one sum and one shuffle round,
+// and the state update, no longer in the chain, is one FMA a row. The same
+// math as !KQ up to float32 rounding (LILAC_CUDA_DN_KQ=0: the two-pass form).
+template <int ROWS, bool KQ> // rows a lane, at least dk / PD_LPC: a compile-time bound keeps sr in registers
 __global__ void __launch_bounds__(32 * PD_NW)
     k_pf_dn_recurrent(float *S_all, const float *conv, int C, const float *g, const float *beta, float *o_all, int nk,
                       int nv, int dk, int dv, int tiled, int n, int TT)
@@ -251,9 +258,9 @@ __global__ void __launch_bounds__(32 * PD_NW)
     const int j = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int sub = lane % PD_LPC, cl = warp * PD_CPW + lane / PD_LPC, c0 = blockIdx.y * PD_BC, c = c0 + cl;
     const int kh = tiled ? j % nk : j / (nv / nk);
-    extern __shared__ float pd_sh[]; // q[TT][dk], k[TT][dk], v[TT][PD_BC], g[TT], beta[TT]
+    extern __shared__ float pd_sh[]; // q[TT][dk], k[TT][dk], v[TT][PD_BC], g[TT], beta[TT], kq[TT]
     float *const qs = pd_sh, *const ks = qs + TT * dk, *const vs = ks + TT * dk, *const gs = vs + TT * PD_BC,
-                 *const bs = gs + TT;
+                 *const bs = gs + TT, *const kqs = bs + TT;
     float *S = S_all + (size_t)j * dk * dv;
     float sr[ROWS];
 #pragma unroll
@@ -302,9 +309,46 @@ __global__ void __launch_bounds__(32 * PD_NW)
             bs[i] = beta[(size_t)(t0 + i) * nv + j];
         }
         __syncthreads();
+        if (KQ) { // k . q of each staged token, a warp a token
+            for (int tt = warp; tt < tn; tt += PD_NW) {
+                float d = 0;
+                for (int i = lane; i < dk; i += 32)
+                    d += ks[tt * dk + i] * qs[tt * dk + i];
+                d = warp_sum(d);
+                if (lane == 0)
+                    kqs[tt] = d;
+            }
+            __syncthreads();
+        }
         for (int tt = 0; tt < tn; tt++) {
             const float *qt = qs + tt * dk, *kt = ks + tt * dk;
             const float decay = expf(gs[tt]);
+            if (KQ) {
+                float sk = 0, sq = 0;
+#pragma unroll
+                for (int r = 0; r < ROWS; r++) {
+                    const int i = sub + r * PD_LPC;
+                    if (i < dk) {
+                        sk += sr[r] * kt[i];
+                        sq += sr[r] * qt[i];
+                    }
+                }
+#pragma unroll
+                for (int m = PD_LPC / 2; m; m >>= 1) {
+                    sk += __shfl_xor_sync(0xffffffffu, sk, m);
+                    sq += __shfl_xor_sync(0xffffffffu, sq, m);
+                }
+                const float delta = (vs[tt * PD_BC + cl] - decay * sk) * bs[tt];
+#pragma unroll
+                for (int r = 0; r < ROWS; r++) {
+                    const int i = sub + r * PD_LPC;
+                    if (i < dk)
+                        sr[r] = fmaf(sr[r], decay, kt[i] * delta);
+                }
+                if (sub == 0)
+                    o_all[(size_t)(t0 + tt) * nv * dv + (size_t)j * dv + c] = fmaf(decay, sq, kqs[tt] * delta);
+                continue;
+            }
             float kv = 0;
 #pragma unroll
             for (int r = 0; r < ROWS; r++) {
@@ -625,16 +669,18 @@ extern "C" void lilac_cuda_pf_deltanet(float *conv_out, int C, float *a, float *
     k_pf_dn_gates<<<(n * nv + 127) / 128, 128, 0, st>>>(a, b, ssm_a, ssm_dt, nv, n * nv);
     if (dv % PD_BC == 0 && dk <= PD_LPC * PD_ROWS) {
         int tt = PD_TT;
-        while (tt > 1 && sizeof(float) * ((size_t)2 * tt * dk + (size_t)tt * PD_BC + 2 * tt) > 48 * 1024)
+        while (tt > 1 && sizeof(float) * ((size_t)2 * tt * dk + (size_t)tt * PD_BC + 3 * tt) > 48 * 1024)
             tt /= 2;
-        const size_t smem = sizeof(float) * ((size_t)2 * tt * dk + (size_t)tt * PD_BC + 2 * tt);
+        const size_t smem = sizeof(float) * ((size_t)2 * tt * dk + (size_t)tt * PD_BC + 3 * tt);
         const dim3 grid((unsigned)nv, (unsigned)(dv / PD_BC));
-        if (dk <= 16 * PD_LPC)
-            k_pf_dn_recurrent<16><<<grid, 32 * PD_NW, smem, st>>>(S, conv_out, C, a, b, o, nk, nv, dk, dv, tiled, n,
-                                                                   tt);
-        else
-            k_pf_dn_recurrent<PD_ROWS><<<grid, 32 * PD_NW, smem, st>>>(S, conv_out, C, a, b, o, nk, nv, dk, dv,
-                                                                         tiled, n, tt);
+        static int kq = -1; /* LILAC_CUDA_DN_KQ=0: the two-pass form, to compare */
+        if (kq < 0) {
+            const char *e = getenv("LILAC_CUDA_DN_KQ");
+            kq = !(e && *e == '0');
+        }
+        auto kern = dk <= 16 * PD_LPC ? (kq ? k_pf_dn_recurrent<16, true> : k_pf_dn_recurrent<16, false>)
+                                      : (kq ? k_pf_dn_recurrent<PD_ROWS, true> : k_pf_dn_recurrent<PD_ROWS, false>);
+        kern<<<grid, 32 * PD_NW, smem, st>>>(S, conv_out, C, a, b, o, nk, nv, dk, dv, tiled, n, tt);
     } else {
         const int threads = dv < 32 ? 32 : (dv + 31) / 32 * 32;
         k_pf_dn_recurrent1<<<nv, threads, (size_t)2 * dk * sizeof(float), st>>>(S, conv_out, C, a, b, o, nk, nv, dk,
