@@ -345,6 +345,10 @@ static void test_type(int ti)
                 return;
             for (int ni = 0; ni < 4; ni++)
                 test_matvec(ti, &m, NTOK[ni], "packed rows");
+            if (type == LILAC_F32 || type == LILAC_F16 || type == LILAC_BF16) { /* cuda_gemm.cu's tiles and edges */
+                test_matvec(ti, &m, 40, "packed rows, gemm");
+                test_matvec(ti, &m, 130, "packed rows, gemm");
+            }
             if (ci == 3 && ri == 2) {
                 const int32_t R[] = {0, 166, 332, 333, -1}; /* the last two out of range: NaN */
                 for (int i = 0; i < 5; i++)

@@ -149,6 +149,14 @@ int lilac_cuda_mma_set_enabled(int on)
 
 int lilac_cuda_mma_min_tokens(void) { return 0; }
 
+int lilac_cuda_gemm_min_tokens(void) { return 0; }
+
+int lilac_cuda_matvec_gemm(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s)
+{
+    (void)W, (void)x, (void)y, (void)n_tok, (void)s;
+    return -1;
+}
+
 int lilac_cuda_mma_min_pairs(void) { return 0; }
 
 int lilac_cuda_matvec_mma(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s)

@@ -115,6 +115,12 @@ int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride,
                                   const int32_t *offsets, const int32_t *rows_of_x, int max_pairs, int n_pairs,
                                   const float *x, long long x_stride, float *y, lilac_cuda_stream *s);
 
+/* Float weights (F32, F16, BF16) with many tokens (cuda_gemm.cu): a tiled float32 GEMM that reads each weight
+ * once per 64 tokens; lilac_cuda_matvec takes it from lilac_cuda_gemm_min_tokens() tokens on (LILAC_CUDA_GEMM=0:
+ * never). lilac_cuda_matvec_gemm: 0 when launched, -1 when it does not take the call (type, shape, alignment). */
+int lilac_cuda_gemm_min_tokens(void);
+int lilac_cuda_matvec_gemm(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s);
+
 /* The calls above return nothing: a call they refuse (NULL pointers, an unsupported type, a bad shape)
  * launches nothing and is remembered, per thread, with any launch error. 0 when there was none since the
  * last check; else -1 with the first reason in msg, and cleared. Errors while kernels run show at the next

@@ -1287,6 +1287,8 @@ void lilac_cuda_matvec(const lilac_cuda_mat *W, const float *x, float *y, int n_
     if (W && x && y && n_tok >= lilac_cuda_mma_min_tokens() && lilac_cuda_mma_supported(W->type) &&
         lilac_cuda_mma_enabled() && lilac_cuda_matvec_mma(W, x, y, n_tok, s) == 0)
         return;
+    if (W && x && y && n_tok >= lilac_cuda_gemm_min_tokens() && lilac_cuda_matvec_gemm(W, x, y, n_tok, s) == 0)
+        return;
     matvec(W, 0, nullptr, 1, x, 0, y, n_tok, S(s));
 }
 

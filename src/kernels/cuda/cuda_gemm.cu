@@ -1,0 +1,133 @@
+// cuda_gemm: products of float weights (F32, F16, BF16) with many tokens at
+// once (prefill chunks, batched decode): y[t][r] = W[r] . x[t] as a tiled
+// float32 GEMM on the CUDA cores. k_mv (cuda_quant.cu) streams weights for a
+// few tokens a pass and reads them again from L2 for the next few: for the
+// F32 router (256 x 2048) and 512 tokens that was 138 us a call on the H200
+// (~4 TFLOPS). Here a block holds a 64 x 32 tile of W and of x in shared
+// memory and each thread accumulates 4 x 4 outputs: every weight is read
+// once per 64 tokens. Plain float32 FMAs in k order: results agree with
+// k_mv's to float32 rounding (summation order differs).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "format/dtype.h"
+#include "kernels/cuda/cuda.h"
+
+namespace {
+
+constexpr int GM = 64, GN = 64, GK = 32; /* rows, tokens and columns a tile */
+constexpr int G_THREADS = 256;           /* 16 x 16 threads, 4 x 4 outputs each */
+constexpr int MIN_TOK = 32;              /* lilac_cuda_matvec: fewer tokens stay with k_mv */
+
+template <int TYPE> __device__ __forceinline__ float ldw(const uint8_t *row, int k);
+template <> __device__ __forceinline__ float ldw<LILAC_F32>(const uint8_t *row, int k)
+{
+    return __ldg(reinterpret_cast<const float *>(row) + k);
+}
+template <> __device__ __forceinline__ float ldw<LILAC_F16>(const uint8_t *row, int k)
+{
+    return __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short *>(row) + k)));
+}
+template <> __device__ __forceinline__ float ldw<LILAC_BF16>(const uint8_t *row, int k)
+{
+    return __uint_as_float((uint32_t)__ldg(reinterpret_cast<const unsigned short *>(row) + k) << 16);
+}
+
+// Block (bx, by): rows 64 bx .., tokens 64 by ... Thread (tx, ty) = (tid % 16, tid / 16) owns rows tx + 16 i
+// and tokens ty + 16 j (i, j < 4): a warp's stores are runs of 16 rows, its shared reads conflict-free.
+template <int TYPE>
+__global__ void __launch_bounds__(G_THREADS) k_gemm_f(const uint8_t *w, size_t row_bytes, int rows, int K,
+                                                      const float *x, int n, float *y)
+{
+    __shared__ float Ws[GK][GM + 1], Xs[GK][GN + 1]; /* [k][row], [k][token]; +1: the transposing stores spread */
+    const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    const int r0 = blockIdx.x * GM, t0 = blockIdx.y * GN;
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            acc[i][j] = 0.f;
+    for (int k0 = 0; k0 < K; k0 += GK) {
+        float wv[GM * GK / G_THREADS], xv[GN * GK / G_THREADS];
+#pragma unroll
+        for (int l = 0; l < GM * GK / G_THREADS; l++) { /* all loads in flight, then the stores */
+            const int e = tid + l * G_THREADS, rr = e / GK, kk = e % GK, k = k0 + kk;
+            const int r = r0 + rr, t = t0 + rr;
+            wv[l] = r < rows && k < K ? ldw<TYPE>(w + (size_t)r * row_bytes, k) : 0.f;
+            xv[l] = t < n && k < K ? __ldg(x + (size_t)t * K + k) : 0.f;
+        }
+        __syncthreads(); /* the previous tile is consumed */
+#pragma unroll
+        for (int l = 0; l < GM * GK / G_THREADS; l++) {
+            const int e = tid + l * G_THREADS, rr = e / GK, kk = e % GK;
+            Ws[kk][rr] = wv[l];
+            Xs[kk][rr] = xv[l];
+        }
+        __syncthreads();
+#pragma unroll 8
+        for (int kk = 0; kk < GK; kk++) {
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                a[i] = Ws[kk][tx + 16 * i], b[i] = Xs[kk][ty + 16 * i];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int t = t0 + ty + 16 * j;
+        if (t >= n)
+            continue;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int r = r0 + tx + 16 * i;
+            if (r < rows)
+                y[(size_t)t * rows + r] = acc[i][j];
+        }
+    }
+}
+
+int esize(int type) { return type == LILAC_F32 ? 4 : type == LILAC_F16 || type == LILAC_BF16 ? 2 : 0; }
+
+} // namespace
+
+extern "C" {
+
+int lilac_cuda_gemm_min_tokens(void)
+{
+    static int off = -1; /* LILAC_CUDA_GEMM=0: k_mv for every token count */
+    if (off < 0) {
+        const char *e = getenv("LILAC_CUDA_GEMM");
+        off = e && *e == '0';
+    }
+    return off ? 0x7fffffff : MIN_TOK;
+}
+
+int lilac_cuda_matvec_gemm(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s)
+{
+    const int es = W ? esize(W->type) : 0;
+    if (!es || !x || !y || !W->data || n_tok < 1 || W->rows < 1 || W->cols < 1 || W->rows > 0x7fffffff ||
+        W->cols > 0x7fffffff || W->row_bytes < (size_t)W->cols * es || W->row_bytes % es ||
+        reinterpret_cast<uintptr_t>(W->data) % es || (n_tok + GN - 1) / GN > 65535)
+        return -1;
+    const dim3 grid((unsigned)((W->rows + GM - 1) / GM), (unsigned)((n_tok + GN - 1) / GN));
+    const cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
+    const uint8_t *w = static_cast<const uint8_t *>(W->data);
+    const int rows = (int)W->rows, K = (int)W->cols;
+    switch (W->type) {
+    case LILAC_F32: k_gemm_f<LILAC_F32><<<grid, G_THREADS, 0, st>>>(w, W->row_bytes, rows, K, x, n_tok, y); break;
+    case LILAC_F16: k_gemm_f<LILAC_F16><<<grid, G_THREADS, 0, st>>>(w, W->row_bytes, rows, K, x, n_tok, y); break;
+    default: k_gemm_f<LILAC_BF16><<<grid, G_THREADS, 0, st>>>(w, W->row_bytes, rows, K, x, n_tok, y); break;
+    }
+    return 0;
+}
+
+} // extern "C"
