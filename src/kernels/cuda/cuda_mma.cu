@@ -285,7 +285,8 @@ struct MM {
     const uint8_t *w; /* matrix (expert 0) */
     size_t row_bytes, expert_stride;
     const int32_t *offsets; /* grouped: n_expert + 1; NULL: one group of n_tok */
-    int n_expert, n_tok;
+    const int32_t *xrow;    /* grouped: pair i's digits at row xrow[i] (< n_x); NULL: at row i */
+    int n_expert, n_tok, n_x;
     const uint8_t *xq;
     const float *xsum;
     const int *xexp;
@@ -303,7 +304,8 @@ template <int TYPE, int NT> struct Smem {
     static constexpr int TH = Q::KIND == KIND_SB ? 8 * BM * 8 : 0;   /* (mult, add) [8][BM] */
     static constexpr int TD = Q::KIND == KIND_SB ? BM * 4 : 0;       /* d [BM] */
     static constexpr int TP = (MAX_EXPERT + 4) * 4;                  /* tile prefix */
-    static constexpr int TOTAL = W + X + XS + TF + TH + TD + TP;
+    static constexpr int XR = 2 * BN * 4;                            /* digit rows of the tile's pairs [2][BN] */
+    static constexpr int TOTAL = W + X + XS + TF + TH + TD + TP + XR;
 };
 
 template <int TYPE, bool A4, int NT>
@@ -320,6 +322,7 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
     uint2 *const tabh = reinterpret_cast<uint2 *>(xbuf + SM::X + SM::XS + SM::TF);
     float *const tabd = reinterpret_cast<float *>(xbuf + SM::X + SM::XS + SM::TF + SM::TH);
     int *const tp = reinterpret_cast<int *>(xbuf + SM::X + SM::XS + SM::TF + SM::TH + SM::TD);
+    int *const xrs = tp + SM::TP / 4;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, tig = lane & 3;
@@ -360,7 +363,8 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
     }
     const long long items = (long long)ntiles * p.row_tiles;
 
-    for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+    int par = 0;
+    for (long long item = blockIdx.x; item < items; item += gridDim.x, par ^= 1) {
         const int tile = (int)(item / p.row_tiles), rt = (int)(item - (long long)tile * p.row_tiles);
         int c0, cnt;
         const uint8_t *W = p.w;
@@ -382,6 +386,22 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
             cnt = min(BN, p.n_tok - c0);
         }
         const int row0 = rt * BM;
+        /* the digits' row of the tile's pair t < cnt (-1: out of range). With xrow, its BN entries in shared
+         * memory, by item parity: the epilogue of the item before last read the other half, and every item
+         * has a barrier a stage between. */
+        int *const xr = xrs + par * BN;
+        if (p.xrow) {
+            for (int t = tid; t < BN; t += MM_THREADS) {
+                int r = -1;
+                if (t < cnt) {
+                    r = __ldg(p.xrow + c0 + t);
+                    r = r >= 0 && r < p.n_x ? r : -1;
+                }
+                xr[t] = r;
+            }
+            __syncthreads();
+        }
+        auto xrow_of = [&](int t) { return t >= cnt ? -1 : p.xrow ? xr[t] : c0 + t; };
 
         auto issue = [&](int kb, int buf) {
             uint8_t *wb = wbuf + buf * BM * SLOT;
@@ -396,17 +416,17 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
             }
             uint8_t *xb = xbuf + buf * BN * XROW;
             for (int i = tid; i < BN * 64; i += MM_THREADS) {
-                const int t = i >> 6, q = i & 63;
-                const bool ok = t < cnt;
-                const uint8_t *src = p.xq + (ok ? ((size_t)(c0 + t) * NB + (size_t)kb * 8) * XB + 16 * q : 0);
+                const int t = i >> 6, q = i & 63, xt = xrow_of(t);
+                const bool ok = xt >= 0;
+                const uint8_t *src = p.xq + (ok ? ((size_t)xt * NB + (size_t)kb * 8) * XB + 16 * q : 0);
                 cp16(xb + t * XROW + 16 * q, src, ok ? 16 : 0);
             }
             if (Q::KIND == KIND_SB) {
                 float *sb = sbuf + buf * BN * 8;
                 for (int i = tid; i < BN * 2; i += MM_THREADS) {
-                    const int t = i >> 1, q = i & 1;
-                    const bool ok = t < cnt;
-                    const float *src = p.xsum + (ok ? (size_t)(c0 + t) * NB + (size_t)kb * 8 + 4 * q : 0);
+                    const int t = i >> 1, q = i & 1, xt = xrow_of(t);
+                    const bool ok = xt >= 0;
+                    const float *src = p.xsum + (ok ? (size_t)xt * NB + (size_t)kb * 8 + 4 * q : 0);
                     cp16(sb + t * 8 + 4 * q, src, ok ? 16 : 0);
                 }
             }
@@ -568,7 +588,8 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
                     const int row = row0 + lrow[2 * mt + (e >> 1)];
                     const int t = wn * NT * 8 + nt * 8 + 2 * tig + (e & 1);
                     if (row < p.rows && t < cnt) {
-                        const int xe = __ldg(p.xexp + c0 + t);
+                        const int xt = xrow_of(t);
+                        const int xe = xt >= 0 ? __ldg(p.xexp + xt) : INT_MAX;
                         p.y[(size_t)(c0 + t) * p.rows + row] =
                             xe == INT_MAX ? __int_as_float(0x7fc00000) : ldexpf(acc[mt][nt][e], xe);
                     }
@@ -743,6 +764,20 @@ bool shape_ok(const lilac_cuda_mat *W, size_t expert_stride, bool *a16)
 }
 
 std::atomic<int> g_mma_on{-1};
+std::atomic<int> g_xrows_on{-1};
+
+/* LILAC_CUDA_MMA_XROWS=0: grouped products convert x per pair even when they are told the x rows (the
+ * pre-pass over pairs, as before). Read once. */
+bool xrows_enabled()
+{
+    int v = g_xrows_on.load(std::memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv("LILAC_CUDA_MMA_XROWS");
+        v = !(e && *e == '0');
+        g_xrows_on.store(v, std::memory_order_relaxed);
+    }
+    return v;
+}
 
 } // namespace
 
@@ -799,7 +834,7 @@ int lilac_cuda_matvec_mma(const lilac_cuda_mat *W, const float *x, float *y, int
 }
 
 int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert,
-                                  const int32_t *offsets, const int32_t *rows_of_x, int max_pairs, int n_pairs,
+                                  const int32_t *offsets, const int32_t *rows_of_x, int n_x, int max_pairs, int n_pairs,
                                   const float *x, long long x_stride, float *y, lilac_cuda_stream *s)
 {
     bool a16 = false;
@@ -809,13 +844,18 @@ int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride,
         return -1;
     const cudaStream_t st = S(s);
     const int K = (int)W->cols;
+    /* the digits of the n_x rows of x, once (pairs share rows: gate and up read each token's row k times),
+     * or of the pairs' rows, a row a pair */
+    const bool by_row = rows_of_x && n_x > 0 && xrows_enabled();
     XQ q;
-    if (!xq_get(st, n_pairs, K, q))
+    if (!xq_get(st, by_row ? n_x : n_pairs, K, q))
         return -1;
     MM p{};
     p.w = static_cast<const uint8_t *>(W->data);
     p.row_bytes = W->row_bytes;
     p.expert_stride = expert_stride;
+    p.xrow = by_row ? rows_of_x : nullptr;
+    p.n_x = by_row ? n_x : 0;
     p.offsets = offsets;
     p.n_expert = n_expert;
     p.n_tok = n_pairs;
@@ -824,9 +864,12 @@ int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride,
     p.rows = (int)W->rows;
     p.K = K;
     p.row_tiles = (p.rows + BM - 1) / BM;
-    /* pair i's digits at row i; the pairs in all are offsets[n_expert] (read on the device) */
-    k_mma_prep<<<(unsigned)((n_pairs + 7) / 8), 256, 0, st>>>(x, x_stride, rows_of_x, n_pairs, offsets + n_expert, K,
-                                                             q.xq, q.xsum, q.xexp);
+    if (by_row) /* x row r's digits at row r */
+        k_mma_prep<<<(unsigned)((n_x + 7) / 8), 256, 0, st>>>(x, x_stride, nullptr, n_x, nullptr, K, q.xq, q.xsum,
+                                                             q.xexp);
+    else /* pair i's digits at row i; the pairs in all are offsets[n_expert] (read on the device) */
+        k_mma_prep<<<(unsigned)((n_pairs + 7) / 8), 256, 0, st>>>(x, x_stride, rows_of_x, n_pairs, offsets + n_expert,
+                                                                 K, q.xq, q.xsum, q.xexp);
     /* tokens a tile from the mean pairs of an expert; items: sum ceil(c_e / BN) <= n_expert + n_pairs / BN */
     const long long mean = n_pairs / n_expert;
     const int nt = mean >= 48 ? 4 : mean >= 24 ? 2 : 1;
