@@ -23,9 +23,9 @@
  *  1e-5 * sum |w x| against a float64 reference). A NaN or Inf in a row of x
  *  makes that row's outputs NaN; an all-zero row gives zeros.
  *
- * Kernel (k_mma): a block of 8 warps (4 along the rows, 2 along the tokens)
- * computes BM = 128 weight rows x BN = 16 * NT tokens; a warp 32 rows (two
- * m16 tiles) x 8 NT tokens (NT n8 tiles). K goes by 256 columns (a K-quant
+ * Kernel (k_mma): a block of 8 warps (4 along the rows, 2 along the tokens;
+ * for NT = 1, 8 x 1) computes BM = 128 weight rows x BN = 16 * NT tokens; a
+ * warp 32 rows (two m16 tiles) x 8 NT tokens (NT n8 tiles), or 16 rows x 16. K goes by 256 columns (a K-quant
  * super-block, 8 Q8_0/Q4_0 blocks): the rows' raw bytes (the 16-byte
  * granules around them, cp.async) and the tokens' hi/lo digits go to shared
  * memory, double-buffered; per-row scales are decoded once a stage into
@@ -38,9 +38,16 @@
  * tiles. Every block builds the prefix of tiles per expert from offsets in
  * shared memory (a few hundred ints), and walks items blockIdx.x,
  * blockIdx.x + gridDim.x, ...: the grid is what fits on the device, sized on
- * the host without knowing the counts; nothing goes back to the host. The
- * pre-pass writes a pair's digits at the pair's index (pairs of an expert
- * are then adjacent rows).
+ * the host without knowing the counts; nothing goes back to the host.
+ * Where the caller gives rows_of_x and the rows of x (n_x: gate and up,
+ * whose pairs map to token rows), the pre-pass converts each x row once and
+ * the tile finds pair i's digits, sums and exponent at row rows_of_x[i] (a
+ * table of the tile's BN rows in shared memory); else (down: x a pair) it
+ * writes a pair's digits at the pair's index. LILAC_CUDA_MMA_XROWS=0: a
+ * pair's digits at its index always (the same digits: the same bits).
+ * Tiles of 16 tokens (NT = 1, the usual expert tile: ~16 pairs an expert)
+ * put the 8 warps along the rows (see Lay) and ask for two blocks an SM;
+ * LILAC_CUDA_MMA_W8=0 keeps the 4 x 2 layout.
  *
  * Scratch: the digits live in a device buffer per (device, stream), grown
  * at a call that needs more (outside graph capture; a call being captured
@@ -308,12 +315,31 @@ template <int TYPE, int NT> struct Smem {
     static constexpr int TOTAL = W + X + XS + TF + TH + TD + TP + XR;
 };
 
-template <int TYPE, bool A4, int NT>
-__global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
+/* The warps of a block: W8 = false, 4 along the rows (two m16 tiles, 32 rows, each) x 2 along the tokens
+ * (NT n8 tiles each); W8 = true, 8 along the rows (one m16 tile each) x 1 (2 NT n8 tiles). The grouped
+ * products' tiles of 16 tokens (NT = 1) take W8: in the 4 x 2 layout both warps of a row range decode the
+ * same A fragments for 8 tokens each, and the decode (a shared load, a LOP3 and two HFMA2 per 4 values)
+ * is about half of a stage's instructions there; in 8 x 1 each row is decoded once per block for its 16
+ * tokens, for two more 16-byte B loads a step (per warp and 32 values: 4 decodes and 4 B loads instead of
+ * 8 and 2, the 4 mma's the same). Those products are bound by instruction issue (a 16-token tile does
+ * ~1k instructions a thread per 256 columns against 18 KB of weights), not by DRAM. */
+template <int NT, bool W8> struct Lay {
+    static constexpr int WM = W8 ? 8 : MM_WARPS_M, WN = MM_THREADS / 32 / WM, MT = BM / 16 / WM;
+    static constexpr int BN = MM_WARPS_N * 8 * NT, NW = BN / (8 * WN); /* n8 tiles a warp */
+    static_assert(WM * WN * 32 == MM_THREADS && WM * MT * 16 == BM && NW * 8 * WN == BN, "warp layout");
+};
+
+/* 16-token tiles (NT = 1) fit two blocks an SM in shared memory (Q6_K, the largest: 106 KB); ask for the
+ * registers of two as well (they use 108-115 without the bound). */
+template <int TYPE, bool A4, int NT, bool W8>
+__global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
 {
     using Q = MQ<TYPE>;
     using SM = Smem<TYPE, NT>;
+    using LY = Lay<NT, W8>;
     constexpr int BN = SM::BN, SLOT = Q::SLOT, G = SLOT / 16;
+    constexpr int MT = LY::MT, NW = LY::NW, WM = LY::WM, NR = 2 * MT; /* NR: rows a thread (per k) */
+    static_assert(BN == LY::BN, "tile width");
     extern __shared__ uint4 smem4[];
     uint8_t *const wbuf = reinterpret_cast<uint8_t *>(smem4);
     uint8_t *const xbuf = wbuf + SM::W;
@@ -326,7 +352,7 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, tig = lane & 3;
-    const int wm = warp % MM_WARPS_M, wn = warp / MM_WARPS_M;
+    const int wm = warp % WM, wn = warp / WM;
     const int NB = p.K / 32, NK = p.K / 256;
 
     /* tiles: the prefix of ceil(pairs / BN) over experts */
@@ -433,20 +459,20 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
             cp_commit();
         };
 
-        float acc[2][NT][4];
+        float acc[MT][NW][4];
 #pragma unroll
-        for (int mt = 0; mt < 2; mt++)
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++)
+            for (int nt = 0; nt < NW; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++)
                     acc[mt][nt][e] = 0.f;
 
-        /* this thread's four rows (r = 2 mt + half: row g + 8 half of m-tile mt) */
-        int lrow[4], roff[4];
+        /* this thread's rows (r = 2 mt + half: row g + 8 half of m-tile mt) */
+        int lrow[NR], roff[NR];
 #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            lrow[r] = wm * 32 + (r >> 1) * 16 + (r & 1) * 8 + g;
+        for (int r = 0; r < NR; r++) {
+            lrow[r] = wm * 16 * MT + (r >> 1) * 16 + (r & 1) * 8 + g;
             roff[r] = 0;
         }
 
@@ -485,7 +511,7 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
                 }
             }
 #pragma unroll
-            for (int r = 0; r < 4; r++) {
+            for (int r = 0; r < NR; r++) {
                 const int row = row0 + lrow[r];
                 const uintptr_t start = reinterpret_cast<uintptr_t>(W + (size_t)(row < p.rows ? row : 0) * p.row_bytes) +
                                         (uintptr_t)kb * Q::BYTES;
@@ -493,13 +519,13 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
             }
             __syncthreads();
 
-            const uint8_t *xb = xbuf + buf * BN * XROW + (wn * NT * 8 + g) * XROW + 16 * tig;
-            float frag[2][NT][4];
+            const uint8_t *xb = xbuf + buf * BN * XROW + (wn * NW * 8 + g) * XROW + 16 * tig;
+            float frag[MT][NW][4];
             auto fzero = [&]() {
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++)
+                for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                    for (int nt = 0; nt < NT; nt++)
+                    for (int nt = 0; nt < NW; nt++)
 #pragma unroll
                         for (int e = 0; e < 4; e++)
                             frag[mt][nt][e] = 0.f;
@@ -507,10 +533,10 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
             /* acc += scale(row) * frag */
             auto fold = [&](const float *tab) {
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
+                for (int mt = 0; mt < MT; mt++) {
                     const float s0 = tab[lrow[2 * mt]], s1 = tab[lrow[2 * mt + 1]];
 #pragma unroll
-                    for (int nt = 0; nt < NT; nt++) {
+                    for (int nt = 0; nt < NW; nt++) {
                         acc[mt][nt][0] = fmaf(s0, frag[mt][nt][0], acc[mt][nt][0]);
                         acc[mt][nt][1] = fmaf(s0, frag[mt][nt][1], acc[mt][nt][1]);
                         acc[mt][nt][2] = fmaf(s1, frag[mt][nt][2], acc[mt][nt][2]);
@@ -522,16 +548,16 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
                 fzero();
 #pragma unroll 2
             for (int s = 0; s < 8; s++) { /* unrolled by two: fully, the B loads hoisted spill */
-                uint4 bh[NT], bl[NT];
+                uint4 bh[NW], bl[NW];
 #pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
+                for (int nt = 0; nt < NW; nt++) {
                     bh[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB);
                     bl[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB + 64);
                 }
-                uint2 ma[4] = {};
+                uint2 ma[NR] = {};
                 if (Q::KIND == KIND_SB)
 #pragma unroll
-                    for (int r = 0; r < 4; r++)
+                    for (int r = 0; r < NR; r++)
                         ma[r] = tabh[s * BM + lrow[r]];
                 if (Q::KIND == KIND_32)
                     fzero();
@@ -541,14 +567,14 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
                         fzero();
                     uint32_t a[2][4];
 #pragma unroll
-                    for (int mt = 0; mt < 2; mt++) {
+                    for (int mt = 0; mt < MT; mt++) {
                         Dec<TYPE, A4>::run(wb + roff[2 * mt], s, h, tig, ma[2 * mt], a[mt][0], a[mt][2]);
                         Dec<TYPE, A4>::run(wb + roff[2 * mt + 1], s, h, tig, ma[2 * mt + 1], a[mt][1], a[mt][3]);
                     }
 #pragma unroll
-                    for (int mt = 0; mt < 2; mt++)
+                    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                        for (int nt = 0; nt < NT; nt++) {
+                        for (int nt = 0; nt < NW; nt++) {
                             mma16816(frag[mt][nt], a[mt], h ? bh[nt].z : bh[nt].x, h ? bh[nt].w : bh[nt].y);
                             mma16816(frag[mt][nt], a[mt], h ? bl[nt].z : bl[nt].x, h ? bl[nt].w : bl[nt].y);
                         }
@@ -558,12 +584,12 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
                 if (Q::KIND == KIND_32)
                     fold(tabf + s * BM);
                 if (Q::KIND == KIND_SB) { /* the minimum: acc -= dmin m (row) * sum x (token) */
-                    const float *sb = sbuf + buf * BN * 8 + (wn * NT * 8 + 2 * tig) * 8 + s;
+                    const float *sb = sbuf + buf * BN * 8 + (wn * NW * 8 + 2 * tig) * 8 + s;
 #pragma unroll
-                    for (int mt = 0; mt < 2; mt++) {
+                    for (int mt = 0; mt < MT; mt++) {
                         const float m0 = tabf[s * BM + lrow[2 * mt]], m1 = tabf[s * BM + lrow[2 * mt + 1]];
 #pragma unroll
-                        for (int nt = 0; nt < NT; nt++) {
+                        for (int nt = 0; nt < NW; nt++) {
                             const float x0 = sb[nt * 64], x1 = sb[nt * 64 + 8];
                             acc[mt][nt][0] = fmaf(-m0, x0, acc[mt][nt][0]);
                             acc[mt][nt][1] = fmaf(-m0, x1, acc[mt][nt][1]);
@@ -580,13 +606,13 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
 
         /* y = acc * 2^xexp */
 #pragma unroll
-        for (int mt = 0; mt < 2; mt++)
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++)
+            for (int nt = 0; nt < NW; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int row = row0 + lrow[2 * mt + (e >> 1)];
-                    const int t = wn * NT * 8 + nt * 8 + 2 * tig + (e & 1);
+                    const int t = wn * NW * 8 + nt * 8 + 2 * tig + (e & 1);
                     if (row < p.rows && t < cnt) {
                         const int xt = xrow_of(t);
                         const int xe = xt >= 0 ? __ldg(p.xexp + xt) : INT_MAX;
@@ -701,9 +727,22 @@ int blocks_per_sm(const void *kern, int smem)
     return per;
 }
 
-template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, cudaStream_t st)
+/* LILAC_CUDA_MMA_W8=0: 16-token tiles in the 4 x 2 warp layout too (k_mma's W8). Read once. */
+bool w8_enabled()
 {
-    auto kern = k_mma<TYPE, A4, NT>;
+    static std::atomic<int> on{-1};
+    int v = on.load(std::memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv("LILAC_CUDA_MMA_W8");
+        v = !(e && *e == '0');
+        on.store(v, std::memory_order_relaxed);
+    }
+    return v;
+}
+
+template <int TYPE, bool A4, int NT, bool W8> bool launch_k(MM p, long long max_items, cudaStream_t st)
+{
+    auto kern = k_mma<TYPE, A4, NT, W8>;
     constexpr int smem = Smem<TYPE, NT>::TOTAL;
     static std::atomic<int> per_sm{0};
     int per = per_sm.load(std::memory_order_relaxed);
@@ -721,6 +760,13 @@ template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, 
         return true;
     kern<<<(unsigned)grid, MM_THREADS, smem, st>>>(p);
     return true;
+}
+
+template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, cudaStream_t st)
+{
+    if (NT == 1 && w8_enabled())
+        return launch_k<TYPE, A4, NT, NT == 1>(p, max_items, st);
+    return launch_k<TYPE, A4, NT, false>(p, max_items, st);
 }
 
 template <int NT> bool launch_type(const MM &p, bool a16, long long max_items, cudaStream_t st, int type)
