@@ -751,6 +751,9 @@ template <int TYPE, bool A4, int NT, bool W8> bool launch_k(MM p, long long max_
             (void)cudaGetLastError();
             return false;
         }
+        /* all of L1 as shared memory: two 16-token blocks an SM need ~2 x 107 KB (a preference; ignored if refused) */
+        if (cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess)
+            (void)cudaGetLastError();
         per = blocks_per_sm(reinterpret_cast<const void *>(kern), smem);
         per_sm.store(per, std::memory_order_relaxed);
     }
