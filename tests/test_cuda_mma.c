@@ -4,7 +4,8 @@
  * against the CUDA-core kernels (the same bound twice over): dense products of several shapes and token counts, layouts
  * (2-byte-misaligned data, padded rows), NaN / Inf / zero activations, and
  * the grouped product over experts with uneven pair counts (0, 1, more than
- * two tiles), rows_of_x NULL and a map, at each tile width. Also that the
+ * two tiles), rows_of_x NULL and a map (x converted a row, n_x given, and
+ * a pair: the same bits), at each tile width. Also that the
  * dispatch of lilac_cuda_matvec / lilac_cuda_matvec_grouped takes the
  * tensor-core path (the same bits) and that LILAC_CUDA_MMA off does not.
  *
@@ -339,17 +340,28 @@ static void test_grouped(int ti, int n_expert, int64_t rows, int64_t cols, const
     if (dw && doff && dx && dy && (!use_map || dmap)) {
         const lilac_cuda_mat m = {.data = dw, .type = type, .rows = rows, .cols = cols, .row_bytes = rb};
         lilac_cuda_memset(dy, 0xFF, sizeof(float) * ny, NULL);
-        const int rc = lilac_cuda_matvec_grouped_mma(&m, stride, n_expert, doff, dmap, max_pairs, n_pairs, dx, cols,
-                                                     dy, NULL);
+        /* with a map: x converted a row (n_x rows) */
+        const int nx_arg = use_map ? n_x : 0;
+        const int rc = lilac_cuda_matvec_grouped_mma(&m, stride, n_expert, doff, dmap, nx_arg, max_pairs, n_pairs, dx,
+                                                     cols, dy, NULL);
         CHECKF(rc == 0, "%s: the tensor-core path refused the call", what);
         if (rc == 0 && !download(y, dy, ny, what)) {
+            if (use_map) { /* x converted a pair (n_x unknown): the same digits, the same bits */
+                lilac_cuda_memset(dy, 0xFF, sizeof(float) * ny, NULL);
+                const int rc2 = lilac_cuda_matvec_grouped_mma(&m, stride, n_expert, doff, dmap, 0, max_pairs, n_pairs,
+                                                              dx, cols, dy, NULL);
+                CHECKF(rc2 == 0, "%s: the tensor-core path refused the call without n_x", what);
+                if (rc2 == 0 && !download(yd, dy, ny, what))
+                    CHECKF(memcmp(y, yd, sizeof(float) * ny) == 0,
+                           "%s: x converted a pair and a row give different results", what);
+            }
             const int was = lilac_cuda_mma_set_enabled(0);
             lilac_cuda_memset(dy, 0xFF, sizeof(float) * ny, NULL);
-            lilac_cuda_matvec_grouped(&m, stride, n_expert, doff, dmap, max_pairs, n_pairs, dx, cols, dy, NULL);
+            lilac_cuda_matvec_grouped(&m, stride, n_expert, doff, dmap, nx_arg, max_pairs, n_pairs, dx, cols, dy, NULL);
             const int ok_o = !download(yo, dy, ny, what);
             lilac_cuda_mma_set_enabled(1);
             lilac_cuda_memset(dy, 0xFF, sizeof(float) * ny, NULL);
-            lilac_cuda_matvec_grouped(&m, stride, n_expert, doff, dmap, max_pairs, n_pairs, dx, cols, dy, NULL);
+            lilac_cuda_matvec_grouped(&m, stride, n_expert, doff, dmap, nx_arg, max_pairs, n_pairs, dx, cols, dy, NULL);
             if (!download(yd, dy, ny, what) && max_pairs >= lilac_cuda_mma_min_pairs())
                 CHECKF(memcmp(y, yd, sizeof(float) * ny) == 0,
                        "%s: lilac_cuda_matvec_grouped did not take the tensor cores (results differ)", what);

@@ -1,6 +1,7 @@
 /* cuda_prefill: the batched CUDA prefill (decoder_cuda_prefill.c) against
  * the token-by-token CUDA path on the fixture models: all logits of the
- * golden tokens in one call, in chunks of 1, 2, 5 and 7 tokens
+ * golden tokens in one call (also with gate and up experts in two grouped
+ * products, LILAC_CUDA_PF_GU=0), in chunks of 1, 2, 5 and 7 tokens
  * (LILAC_CUDA_PREFILL_CHUNK), in calls that continue a sequence (depth >
  * 0, mixed with single tokens), with LOGITS_LAST and LOGITS_NONE, and
  * greedy decoding after a prefilled prompt; then the prefill's logits
@@ -104,6 +105,15 @@ static void run(const char *fx, const tcase *c)
     float *pf = tm_logits(g, toks, n, 0, NULL); /* one call, one chunk */
     against(c, "prefill, one call", pf, ref, n, V);
 
+    /* gate and up experts in two grouped products instead of one (where they share an allocation): the same
+     * sums pair by pair, so the same logits */
+    setenv("LILAC_CUDA_PF_GU", "0", 1);
+    float *gu2 = tm_logits(g, toks, n, 0, NULL);
+    unsetenv("LILAC_CUDA_PF_GU");
+    CHECKF(gu2 && pf && tm_max_diff(gu2, pf, (size_t)n * V) <= 1e-6f * tm_max_abs(pf, (size_t)n * V),
+           "%s: LILAC_CUDA_PF_GU=0 (gate and up apart) changes the prefill's logits", path);
+    free(gu2);
+
     static const char *chunks[] = {"1", "2", "5", "7"}; /* chunks of the call: n > chunk, odd sizes, n = 1 kernels */
     for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++) {
         set_chunk(chunks[i]);
@@ -173,6 +183,7 @@ int main(void)
     TM_REQUIRE_CUDA();
     const char *fx = tu_require_fixtures();
     unsetenv("LILAC_CUDA_PREFILL");
+    unsetenv("LILAC_CUDA_PF_GU");
     static const tcase cases[] = {
         {"tiny-qwen35moe", "gguf/model-bf16.gguf", "logits.f32", 1e-3, 64, 1e-5},
         {"tiny-qwen3moe", "gguf/model-bf16.gguf", "logits.f32", 2.6e-3, 63, 1e-5},

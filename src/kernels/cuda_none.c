@@ -126,11 +126,11 @@ void lilac_cuda_get_rows(const lilac_cuda_mat *W, const int32_t *r_dev, int n, f
 }
 
 void lilac_cuda_matvec_grouped(const lilac_cuda_mat *W, size_t expert_stride, int n_expert, const int32_t *offsets,
-                               const int32_t *rows_of_x, int max_pairs, int n_pairs, const float *x, long long x_stride,
-                               float *y, lilac_cuda_stream *s)
+                               const int32_t *rows_of_x, int n_x, int max_pairs, int n_pairs, const float *x,
+                               long long x_stride, float *y, lilac_cuda_stream *s)
 {
-    (void)W, (void)expert_stride, (void)n_expert, (void)offsets, (void)rows_of_x, (void)max_pairs, (void)n_pairs,
-        (void)x, (void)x_stride, (void)y, (void)s;
+    (void)W, (void)expert_stride, (void)n_expert, (void)offsets, (void)rows_of_x, (void)n_x, (void)max_pairs,
+        (void)n_pairs, (void)x, (void)x_stride, (void)y, (void)s;
 }
 
 int lilac_cuda_mma_supported(int type)
@@ -166,11 +166,11 @@ int lilac_cuda_matvec_mma(const lilac_cuda_mat *W, const float *x, float *y, int
 }
 
 int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert,
-                                  const int32_t *offsets, const int32_t *rows_of_x, int max_pairs, int n_pairs,
+                                  const int32_t *offsets, const int32_t *rows_of_x, int n_x, int max_pairs, int n_pairs,
                                   const float *x, long long x_stride, float *y, lilac_cuda_stream *s)
 {
-    (void)W, (void)expert_stride, (void)n_expert, (void)offsets, (void)rows_of_x, (void)max_pairs, (void)n_pairs,
-        (void)x, (void)x_stride, (void)y, (void)s;
+    (void)W, (void)expert_stride, (void)n_expert, (void)offsets, (void)rows_of_x, (void)n_x, (void)max_pairs,
+        (void)n_pairs, (void)x, (void)x_stride, (void)y, (void)s;
     return -1;
 }
 

@@ -29,9 +29,11 @@
 
 /* A chunk's activations, [PF_MAX][width] each (dev). */
 struct cuda_prefill {
-    float *x, *xn, *tmp, *qg, *kb, *vb, *att, *qkv, *conv, *z, *a, *b, *o, *rl, *rw, *gbuf, *ubuf, *ex, *shg, *shu,
-        *sho, *logits;
-    int32_t *tok, *idx, *offsets, *pair_tok, *tok_pair;
+    /* gbuf: the experts' gate outputs of a chunk's P = nt k pairs, then their up outputs (gbuf + P ff): one
+     * grouped product can write both */
+    float *x, *xn, *tmp, *qg, *kb, *vb, *att, *qkv, *conv, *z, *a, *b, *o, *rl, *rw, *gbuf, *ex, *shg, *shu, *sho,
+        *logits;
+    int32_t *tok, *idx, *offsets, *pair_tok, *tok_pair; /* offsets [2 E + 1], pair_tok [2 PF_MAX k]: gate and up */
     /* batched decode: each row's position, its sequence's state pointers [n_layer][4][PF_BATCH] (K, V, conv,
      * ssm) and the attention's parts */
     int32_t *pos;
@@ -106,8 +108,7 @@ static lilac_status pf_alloc(lilac_model *m, lilac_error *err)
         {(void **)&pf->o, T * nvd * 4},
         {(void **)&pf->rl, T * (size_t)hp->n_expert * 4},
         {(void **)&pf->rw, T * k * 4},
-        {(void **)&pf->gbuf, T * k * ff * 4},
-        {(void **)&pf->ubuf, T * k * ff * 4},
+        {(void **)&pf->gbuf, 2 * T * k * ff * 4},
         {(void **)&pf->ex, T * k * E * 4},
         {(void **)&pf->shg, T * sff * 4},
         {(void **)&pf->shu, T * sff * 4},
@@ -115,8 +116,8 @@ static lilac_status pf_alloc(lilac_model *m, lilac_error *err)
         {(void **)&pf->logits, (size_t)PF_LOGIT_ROWS * (size_t)hp->n_vocab * 4},
         {(void **)&pf->tok, T * 4},
         {(void **)&pf->idx, T * k * 4},
-        {(void **)&pf->offsets, ((size_t)hp->n_expert + 1) * 4},
-        {(void **)&pf->pair_tok, T * k * 4},
+        {(void **)&pf->offsets, (2 * (size_t)hp->n_expert + 1) * 4},
+        {(void **)&pf->pair_tok, 2 * T * k * 4},
         {(void **)&pf->tok_pair, T * k * 4},
         {(void **)&pf->pos, PF_BATCH * 4},
         {(void **)&pf->ptrs, (size_t)hp->n_layer * 4 * PF_BATCH * sizeof(float *)},
@@ -146,6 +147,8 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
     int q_step = hd * (hp->attn_output_gate ? 2 : 1);
     int nk = hp->ssm_k_heads, nv = hp->ssm_v_heads, dk = hp->ssm_k_dim, dv = hp->ssm_v_dim;
     int C = 2 * nk * dk + nv * dv, k = hp->n_expert_used, ff = hp->expert_ff, NE = hp->n_expert;
+    const char *gu_env = getenv("LILAC_CUDA_PF_GU"); /* =0: gate and up experts in two grouped products */
+    bool gu_one = !(gu_env && *gu_env == '0');
     lilac_cuda_get_rows(&cm->tok_embd, pf->tok, nt, pf->x, s);
     for (int il = 0; il < hp->n_layer; il++) {
         const cuda_layer *cl = &cm->layers[il];
@@ -204,13 +207,23 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
         /* routed experts: route, group the (token, expert) pairs by expert, the products per group */
         lilac_cuda_matvec(&cl->router, pf->xn, pf->rl, nt, s);
         lilac_cuda_pf_topk(pf->rl, NE, k, hp->norm_topk, nt, pf->idx, pf->rw, s);
-        lilac_cuda_pf_moe_group(pf->idx, nt, k, NE, pf->offsets, pf->pair_tok, pf->tok_pair, s);
-        lilac_cuda_matvec_grouped(&cl->exp_gate, cl->gate_stride, NE, pf->offsets, pf->pair_tok, nt, nt * k, pf->xn, E,
-                                  pf->gbuf, s);
-        lilac_cuda_matvec_grouped(&cl->exp_up, cl->up_stride, NE, pf->offsets, pf->pair_tok, nt, nt * k, pf->xn, E, pf->ubuf,
-                                  s);
-        lilac_cuda_swiglu(pf->gbuf, pf->ubuf, nt * k * ff, s);
-        lilac_cuda_matvec_grouped(&cl->exp_down, cl->down_stride, NE, pf->offsets, NULL, nt, nt * k, pf->gbuf, ff, pf->ex, s);
+        float *ubuf = pf->gbuf + (size_t)nt * k * ff;
+        if (cl->gu_fused && gu_one) {
+            /* up expert e is gate expert NE + e of the one allocation: 2 NE experts, their outputs gate then up
+             * (the pairs in all are nt k: topk names k valid experts a token) */
+            lilac_cuda_pf_moe_group_gu(pf->idx, nt, k, NE, pf->offsets, pf->pair_tok, pf->tok_pair, s);
+            lilac_cuda_matvec_grouped(&cl->exp_gate, cl->gate_stride, 2 * NE, pf->offsets, pf->pair_tok, nt, nt,
+                                      2 * nt * k, pf->xn, E, pf->gbuf, s);
+        } else {
+            lilac_cuda_pf_moe_group(pf->idx, nt, k, NE, pf->offsets, pf->pair_tok, pf->tok_pair, s);
+            lilac_cuda_matvec_grouped(&cl->exp_gate, cl->gate_stride, NE, pf->offsets, pf->pair_tok, nt, nt, nt * k,
+                                      pf->xn, E, pf->gbuf, s);
+            lilac_cuda_matvec_grouped(&cl->exp_up, cl->up_stride, NE, pf->offsets, pf->pair_tok, nt, nt, nt * k, pf->xn,
+                                      E, ubuf, s);
+        }
+        lilac_cuda_swiglu(pf->gbuf, ubuf, nt * k * ff, s);
+        lilac_cuda_matvec_grouped(&cl->exp_down, cl->down_stride, NE, pf->offsets, NULL, 0, nt, nt * k, pf->gbuf, ff,
+                                  pf->ex, s);
         bool shared = hp->shared_ff > 0;
         if (shared) {
             lilac_cuda_matvec(&cl->sh_gate, pf->xn, pf->shg, nt, s);

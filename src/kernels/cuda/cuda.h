@@ -84,15 +84,18 @@ void lilac_cuda_get_rows(const lilac_cuda_mat *W, const int32_t *r_dev, int n, f
 /* The routed experts' product over (token, expert) pairs grouped by expert:
  * the pairs of expert e are offsets[e] .. offsets[e + 1] - 1 (offsets: n_expert
  * + 1 ints, dev), and y row i (W->rows floats apart) = W[e] . x row
- * rows_of_x[i] (dev; NULL: row i), x rows x_stride floats apart. Experts as
+ * rows_of_x[i] (dev; NULL: row i), x rows x_stride floats apart; n_x: the
+ * rows of x rows_of_x indexes (its values below it; <= 0: unknown), with
+ * which the tensor-core path converts x once a row instead of once a pair
+ * (a pair whose row is out of range gets NaN there). Experts as
  * in lilac_cuda_matvec_experts. Each expert's weights are read once per
  * pass of up to 8 pairs, not once per pair; max_pairs, an upper bound of
  * any expert's pairs (the tokens), picks the pass size. A pair's sums are
  * those of the one-token product (on the CUDA cores; see the tensor-core
  * path below). n_pairs bounds offsets[n_expert] (<= 0: unknown). */
 void lilac_cuda_matvec_grouped(const lilac_cuda_mat *W, size_t expert_stride, int n_expert, const int32_t *offsets,
-                               const int32_t *rows_of_x, int max_pairs, int n_pairs, const float *x, long long x_stride,
-                               float *y, lilac_cuda_stream *s);
+                               const int32_t *rows_of_x, int n_x, int max_pairs, int n_pairs, const float *x,
+                               long long x_stride, float *y, lilac_cuda_stream *s);
 
 /* The tensor-core products (cuda_mma.cu): Q4_K, Q5_K, Q6_K, Q8_0 and Q4_0
  * with K a multiple of 256, results that agree with float32 to rounding
@@ -112,7 +115,7 @@ int lilac_cuda_mma_min_pairs(void);
  * (type, shape, alignment, scratch): then nothing was launched but possibly the pre-pass, and no error is set. */
 int lilac_cuda_matvec_mma(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s);
 int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert,
-                                  const int32_t *offsets, const int32_t *rows_of_x, int max_pairs, int n_pairs,
+                                  const int32_t *offsets, const int32_t *rows_of_x, int n_x, int max_pairs, int n_pairs,
                                   const float *x, long long x_stride, float *y, lilac_cuda_stream *s);
 
 /* Float weights (F32, F16, BF16) with many tokens (cuda_gemm.cu): a tiled float32 GEMM that reads each weight

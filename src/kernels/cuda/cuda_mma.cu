@@ -23,9 +23,9 @@
  *  1e-5 * sum |w x| against a float64 reference). A NaN or Inf in a row of x
  *  makes that row's outputs NaN; an all-zero row gives zeros.
  *
- * Kernel (k_mma): a block of 8 warps (4 along the rows, 2 along the tokens)
- * computes BM = 128 weight rows x BN = 16 * NT tokens; a warp 32 rows (two
- * m16 tiles) x 8 NT tokens (NT n8 tiles). K goes by 256 columns (a K-quant
+ * Kernel (k_mma): a block of 8 warps (4 along the rows, 2 along the tokens;
+ * for NT = 1, 8 x 1) computes BM = 128 weight rows x BN = 16 * NT tokens; a
+ * warp 32 rows (two m16 tiles) x 8 NT tokens (NT n8 tiles), or 16 rows x 16. K goes by 256 columns (a K-quant
  * super-block, 8 Q8_0/Q4_0 blocks): the rows' raw bytes (the 16-byte
  * granules around them, cp.async) and the tokens' hi/lo digits go to shared
  * memory, double-buffered; per-row scales are decoded once a stage into
@@ -38,9 +38,16 @@
  * tiles. Every block builds the prefix of tiles per expert from offsets in
  * shared memory (a few hundred ints), and walks items blockIdx.x,
  * blockIdx.x + gridDim.x, ...: the grid is what fits on the device, sized on
- * the host without knowing the counts; nothing goes back to the host. The
- * pre-pass writes a pair's digits at the pair's index (pairs of an expert
- * are then adjacent rows).
+ * the host without knowing the counts; nothing goes back to the host.
+ * Where the caller gives rows_of_x and the rows of x (n_x: gate and up,
+ * whose pairs map to token rows), the pre-pass converts each x row once and
+ * the tile finds pair i's digits, sums and exponent at row rows_of_x[i] (a
+ * table of the tile's BN rows in shared memory); else (down: x a pair) it
+ * writes a pair's digits at the pair's index. LILAC_CUDA_MMA_XROWS=0: a
+ * pair's digits at its index always (the same digits: the same bits).
+ * Tiles of 16 tokens (NT = 1, the usual expert tile: ~16 pairs an expert)
+ * put the 8 warps along the rows (see Lay) and ask for two blocks an SM;
+ * LILAC_CUDA_MMA_W8=0 keeps the 4 x 2 layout.
  *
  * Scratch: the digits live in a device buffer per (device, stream), grown
  * at a call that needs more (outside graph capture; a call being captured
@@ -285,7 +292,8 @@ struct MM {
     const uint8_t *w; /* matrix (expert 0) */
     size_t row_bytes, expert_stride;
     const int32_t *offsets; /* grouped: n_expert + 1; NULL: one group of n_tok */
-    int n_expert, n_tok;
+    const int32_t *xrow;    /* grouped: pair i's digits at row xrow[i] (< n_x); NULL: at row i */
+    int n_expert, n_tok, n_x;
     const uint8_t *xq;
     const float *xsum;
     const int *xexp;
@@ -303,15 +311,35 @@ template <int TYPE, int NT> struct Smem {
     static constexpr int TH = Q::KIND == KIND_SB ? 8 * BM * 8 : 0;   /* (mult, add) [8][BM] */
     static constexpr int TD = Q::KIND == KIND_SB ? BM * 4 : 0;       /* d [BM] */
     static constexpr int TP = (MAX_EXPERT + 4) * 4;                  /* tile prefix */
-    static constexpr int TOTAL = W + X + XS + TF + TH + TD + TP;
+    static constexpr int XR = 2 * BN * 4;                            /* digit rows of the tile's pairs [2][BN] */
+    static constexpr int TOTAL = W + X + XS + TF + TH + TD + TP + XR;
 };
 
-template <int TYPE, bool A4, int NT>
-__global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
+/* The warps of a block: W8 = false, 4 along the rows (two m16 tiles, 32 rows, each) x 2 along the tokens
+ * (NT n8 tiles each); W8 = true, 8 along the rows (one m16 tile each) x 1 (2 NT n8 tiles). The grouped
+ * products' tiles of 16 tokens (NT = 1) take W8: in the 4 x 2 layout both warps of a row range decode the
+ * same A fragments for 8 tokens each, and the decode (a shared load, a LOP3 and two HFMA2 per 4 values)
+ * is about half of a stage's instructions there; in 8 x 1 each row is decoded once per block for its 16
+ * tokens, for two more 16-byte B loads a step (per warp and 32 values: 4 decodes and 4 B loads instead of
+ * 8 and 2, the 4 mma's the same). Those products are bound by instruction issue (a 16-token tile does
+ * ~1k instructions a thread per 256 columns against 18 KB of weights), not by DRAM. */
+template <int NT, bool W8> struct Lay {
+    static constexpr int WM = W8 ? 8 : MM_WARPS_M, WN = MM_THREADS / 32 / WM, MT = BM / 16 / WM;
+    static constexpr int BN = MM_WARPS_N * 8 * NT, NW = BN / (8 * WN); /* n8 tiles a warp */
+    static_assert(WM * WN * 32 == MM_THREADS && WM * MT * 16 == BM && NW * 8 * WN == BN, "warp layout");
+};
+
+/* 16-token tiles (NT = 1) fit two blocks an SM in shared memory (Q6_K, the largest: 106 KB); ask for the
+ * registers of two as well (they use 108-115 without the bound). */
+template <int TYPE, bool A4, int NT, bool W8>
+__global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
 {
     using Q = MQ<TYPE>;
     using SM = Smem<TYPE, NT>;
+    using LY = Lay<NT, W8>;
     constexpr int BN = SM::BN, SLOT = Q::SLOT, G = SLOT / 16;
+    constexpr int MT = LY::MT, NW = LY::NW, WM = LY::WM, NR = 2 * MT; /* NR: rows a thread (per k) */
+    static_assert(BN == LY::BN, "tile width");
     extern __shared__ uint4 smem4[];
     uint8_t *const wbuf = reinterpret_cast<uint8_t *>(smem4);
     uint8_t *const xbuf = wbuf + SM::W;
@@ -320,10 +348,11 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
     uint2 *const tabh = reinterpret_cast<uint2 *>(xbuf + SM::X + SM::XS + SM::TF);
     float *const tabd = reinterpret_cast<float *>(xbuf + SM::X + SM::XS + SM::TF + SM::TH);
     int *const tp = reinterpret_cast<int *>(xbuf + SM::X + SM::XS + SM::TF + SM::TH + SM::TD);
+    int *const xrs = tp + SM::TP / 4;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, tig = lane & 3;
-    const int wm = warp % MM_WARPS_M, wn = warp / MM_WARPS_M;
+    const int wm = warp % WM, wn = warp / WM;
     const int NB = p.K / 32, NK = p.K / 256;
 
     /* tiles: the prefix of ceil(pairs / BN) over experts */
@@ -360,7 +389,8 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
     }
     const long long items = (long long)ntiles * p.row_tiles;
 
-    for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+    int par = 0;
+    for (long long item = blockIdx.x; item < items; item += gridDim.x, par ^= 1) {
         const int tile = (int)(item / p.row_tiles), rt = (int)(item - (long long)tile * p.row_tiles);
         int c0, cnt;
         const uint8_t *W = p.w;
@@ -382,6 +412,22 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
             cnt = min(BN, p.n_tok - c0);
         }
         const int row0 = rt * BM;
+        /* the digits' row of the tile's pair t < cnt (-1: out of range). With xrow, its BN entries in shared
+         * memory, by item parity: the epilogue of the item before last read the other half, and every item
+         * has a barrier a stage between. */
+        int *const xr = xrs + par * BN;
+        if (p.xrow) {
+            for (int t = tid; t < BN; t += MM_THREADS) {
+                int r = -1;
+                if (t < cnt) {
+                    r = __ldg(p.xrow + c0 + t);
+                    r = r >= 0 && r < p.n_x ? r : -1;
+                }
+                xr[t] = r;
+            }
+            __syncthreads();
+        }
+        auto xrow_of = [&](int t) { return t >= cnt ? -1 : p.xrow ? xr[t] : c0 + t; };
 
         auto issue = [&](int kb, int buf) {
             uint8_t *wb = wbuf + buf * BM * SLOT;
@@ -396,37 +442,37 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
             }
             uint8_t *xb = xbuf + buf * BN * XROW;
             for (int i = tid; i < BN * 64; i += MM_THREADS) {
-                const int t = i >> 6, q = i & 63;
-                const bool ok = t < cnt;
-                const uint8_t *src = p.xq + (ok ? ((size_t)(c0 + t) * NB + (size_t)kb * 8) * XB + 16 * q : 0);
+                const int t = i >> 6, q = i & 63, xt = xrow_of(t);
+                const bool ok = xt >= 0;
+                const uint8_t *src = p.xq + (ok ? ((size_t)xt * NB + (size_t)kb * 8) * XB + 16 * q : 0);
                 cp16(xb + t * XROW + 16 * q, src, ok ? 16 : 0);
             }
             if (Q::KIND == KIND_SB) {
                 float *sb = sbuf + buf * BN * 8;
                 for (int i = tid; i < BN * 2; i += MM_THREADS) {
-                    const int t = i >> 1, q = i & 1;
-                    const bool ok = t < cnt;
-                    const float *src = p.xsum + (ok ? (size_t)(c0 + t) * NB + (size_t)kb * 8 + 4 * q : 0);
+                    const int t = i >> 1, q = i & 1, xt = xrow_of(t);
+                    const bool ok = xt >= 0;
+                    const float *src = p.xsum + (ok ? (size_t)xt * NB + (size_t)kb * 8 + 4 * q : 0);
                     cp16(sb + t * 8 + 4 * q, src, ok ? 16 : 0);
                 }
             }
             cp_commit();
         };
 
-        float acc[2][NT][4];
+        float acc[MT][NW][4];
 #pragma unroll
-        for (int mt = 0; mt < 2; mt++)
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++)
+            for (int nt = 0; nt < NW; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++)
                     acc[mt][nt][e] = 0.f;
 
-        /* this thread's four rows (r = 2 mt + half: row g + 8 half of m-tile mt) */
-        int lrow[4], roff[4];
+        /* this thread's rows (r = 2 mt + half: row g + 8 half of m-tile mt) */
+        int lrow[NR], roff[NR];
 #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            lrow[r] = wm * 32 + (r >> 1) * 16 + (r & 1) * 8 + g;
+        for (int r = 0; r < NR; r++) {
+            lrow[r] = wm * 16 * MT + (r >> 1) * 16 + (r & 1) * 8 + g;
             roff[r] = 0;
         }
 
@@ -465,7 +511,7 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
                 }
             }
 #pragma unroll
-            for (int r = 0; r < 4; r++) {
+            for (int r = 0; r < NR; r++) {
                 const int row = row0 + lrow[r];
                 const uintptr_t start = reinterpret_cast<uintptr_t>(W + (size_t)(row < p.rows ? row : 0) * p.row_bytes) +
                                         (uintptr_t)kb * Q::BYTES;
@@ -473,13 +519,13 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
             }
             __syncthreads();
 
-            const uint8_t *xb = xbuf + buf * BN * XROW + (wn * NT * 8 + g) * XROW + 16 * tig;
-            float frag[2][NT][4];
+            const uint8_t *xb = xbuf + buf * BN * XROW + (wn * NW * 8 + g) * XROW + 16 * tig;
+            float frag[MT][NW][4];
             auto fzero = [&]() {
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++)
+                for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                    for (int nt = 0; nt < NT; nt++)
+                    for (int nt = 0; nt < NW; nt++)
 #pragma unroll
                         for (int e = 0; e < 4; e++)
                             frag[mt][nt][e] = 0.f;
@@ -487,10 +533,10 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
             /* acc += scale(row) * frag */
             auto fold = [&](const float *tab) {
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
+                for (int mt = 0; mt < MT; mt++) {
                     const float s0 = tab[lrow[2 * mt]], s1 = tab[lrow[2 * mt + 1]];
 #pragma unroll
-                    for (int nt = 0; nt < NT; nt++) {
+                    for (int nt = 0; nt < NW; nt++) {
                         acc[mt][nt][0] = fmaf(s0, frag[mt][nt][0], acc[mt][nt][0]);
                         acc[mt][nt][1] = fmaf(s0, frag[mt][nt][1], acc[mt][nt][1]);
                         acc[mt][nt][2] = fmaf(s1, frag[mt][nt][2], acc[mt][nt][2]);
@@ -502,16 +548,16 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
                 fzero();
 #pragma unroll 2
             for (int s = 0; s < 8; s++) { /* unrolled by two: fully, the B loads hoisted spill */
-                uint4 bh[NT], bl[NT];
+                uint4 bh[NW], bl[NW];
 #pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
+                for (int nt = 0; nt < NW; nt++) {
                     bh[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB);
                     bl[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB + 64);
                 }
-                uint2 ma[4] = {};
+                uint2 ma[NR] = {};
                 if (Q::KIND == KIND_SB)
 #pragma unroll
-                    for (int r = 0; r < 4; r++)
+                    for (int r = 0; r < NR; r++)
                         ma[r] = tabh[s * BM + lrow[r]];
                 if (Q::KIND == KIND_32)
                     fzero();
@@ -521,14 +567,14 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
                         fzero();
                     uint32_t a[2][4];
 #pragma unroll
-                    for (int mt = 0; mt < 2; mt++) {
+                    for (int mt = 0; mt < MT; mt++) {
                         Dec<TYPE, A4>::run(wb + roff[2 * mt], s, h, tig, ma[2 * mt], a[mt][0], a[mt][2]);
                         Dec<TYPE, A4>::run(wb + roff[2 * mt + 1], s, h, tig, ma[2 * mt + 1], a[mt][1], a[mt][3]);
                     }
 #pragma unroll
-                    for (int mt = 0; mt < 2; mt++)
+                    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                        for (int nt = 0; nt < NT; nt++) {
+                        for (int nt = 0; nt < NW; nt++) {
                             mma16816(frag[mt][nt], a[mt], h ? bh[nt].z : bh[nt].x, h ? bh[nt].w : bh[nt].y);
                             mma16816(frag[mt][nt], a[mt], h ? bl[nt].z : bl[nt].x, h ? bl[nt].w : bl[nt].y);
                         }
@@ -538,12 +584,12 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
                 if (Q::KIND == KIND_32)
                     fold(tabf + s * BM);
                 if (Q::KIND == KIND_SB) { /* the minimum: acc -= dmin m (row) * sum x (token) */
-                    const float *sb = sbuf + buf * BN * 8 + (wn * NT * 8 + 2 * tig) * 8 + s;
+                    const float *sb = sbuf + buf * BN * 8 + (wn * NW * 8 + 2 * tig) * 8 + s;
 #pragma unroll
-                    for (int mt = 0; mt < 2; mt++) {
+                    for (int mt = 0; mt < MT; mt++) {
                         const float m0 = tabf[s * BM + lrow[2 * mt]], m1 = tabf[s * BM + lrow[2 * mt + 1]];
 #pragma unroll
-                        for (int nt = 0; nt < NT; nt++) {
+                        for (int nt = 0; nt < NW; nt++) {
                             const float x0 = sb[nt * 64], x1 = sb[nt * 64 + 8];
                             acc[mt][nt][0] = fmaf(-m0, x0, acc[mt][nt][0]);
                             acc[mt][nt][1] = fmaf(-m0, x1, acc[mt][nt][1]);
@@ -560,15 +606,16 @@ __global__ void __launch_bounds__(MM_THREADS, 1) k_mma(const MM p)
 
         /* y = acc * 2^xexp */
 #pragma unroll
-        for (int mt = 0; mt < 2; mt++)
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++)
+            for (int nt = 0; nt < NW; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int row = row0 + lrow[2 * mt + (e >> 1)];
-                    const int t = wn * NT * 8 + nt * 8 + 2 * tig + (e & 1);
+                    const int t = wn * NW * 8 + nt * 8 + 2 * tig + (e & 1);
                     if (row < p.rows && t < cnt) {
-                        const int xe = __ldg(p.xexp + c0 + t);
+                        const int xt = xrow_of(t);
+                        const int xe = xt >= 0 ? __ldg(p.xexp + xt) : INT_MAX;
                         p.y[(size_t)(c0 + t) * p.rows + row] =
                             xe == INT_MAX ? __int_as_float(0x7fc00000) : ldexpf(acc[mt][nt][e], xe);
                     }
@@ -680,9 +727,22 @@ int blocks_per_sm(const void *kern, int smem)
     return per;
 }
 
-template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, cudaStream_t st)
+/* LILAC_CUDA_MMA_W8=0: 16-token tiles in the 4 x 2 warp layout too (k_mma's W8). Read once. */
+bool w8_enabled()
 {
-    auto kern = k_mma<TYPE, A4, NT>;
+    static std::atomic<int> on{-1};
+    int v = on.load(std::memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv("LILAC_CUDA_MMA_W8");
+        v = !(e && *e == '0');
+        on.store(v, std::memory_order_relaxed);
+    }
+    return v;
+}
+
+template <int TYPE, bool A4, int NT, bool W8> bool launch_k(MM p, long long max_items, cudaStream_t st)
+{
+    auto kern = k_mma<TYPE, A4, NT, W8>;
     constexpr int smem = Smem<TYPE, NT>::TOTAL;
     static std::atomic<int> per_sm{0};
     int per = per_sm.load(std::memory_order_relaxed);
@@ -691,6 +751,9 @@ template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, 
             (void)cudaGetLastError();
             return false;
         }
+        /* all of L1 as shared memory: two 16-token blocks an SM need ~2 x 107 KB (a preference; ignored if refused) */
+        if (cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess)
+            (void)cudaGetLastError();
         per = blocks_per_sm(reinterpret_cast<const void *>(kern), smem);
         per_sm.store(per, std::memory_order_relaxed);
     }
@@ -700,6 +763,13 @@ template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, 
         return true;
     kern<<<(unsigned)grid, MM_THREADS, smem, st>>>(p);
     return true;
+}
+
+template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, cudaStream_t st)
+{
+    if (NT == 1 && w8_enabled())
+        return launch_k<TYPE, A4, NT, NT == 1>(p, max_items, st);
+    return launch_k<TYPE, A4, NT, false>(p, max_items, st);
 }
 
 template <int NT> bool launch_type(const MM &p, bool a16, long long max_items, cudaStream_t st, int type)
@@ -743,6 +813,20 @@ bool shape_ok(const lilac_cuda_mat *W, size_t expert_stride, bool *a16)
 }
 
 std::atomic<int> g_mma_on{-1};
+std::atomic<int> g_xrows_on{-1};
+
+/* LILAC_CUDA_MMA_XROWS=0: grouped products convert x per pair even when they are told the x rows (the
+ * pre-pass over pairs, as before). Read once. */
+bool xrows_enabled()
+{
+    int v = g_xrows_on.load(std::memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv("LILAC_CUDA_MMA_XROWS");
+        v = !(e && *e == '0');
+        g_xrows_on.store(v, std::memory_order_relaxed);
+    }
+    return v;
+}
 
 } // namespace
 
@@ -799,7 +883,7 @@ int lilac_cuda_matvec_mma(const lilac_cuda_mat *W, const float *x, float *y, int
 }
 
 int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert,
-                                  const int32_t *offsets, const int32_t *rows_of_x, int max_pairs, int n_pairs,
+                                  const int32_t *offsets, const int32_t *rows_of_x, int n_x, int max_pairs, int n_pairs,
                                   const float *x, long long x_stride, float *y, lilac_cuda_stream *s)
 {
     bool a16 = false;
@@ -809,13 +893,18 @@ int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride,
         return -1;
     const cudaStream_t st = S(s);
     const int K = (int)W->cols;
+    /* the digits of the n_x rows of x, once (pairs share rows: gate and up read each token's row k times),
+     * or of the pairs' rows, a row a pair */
+    const bool by_row = rows_of_x && n_x > 0 && xrows_enabled();
     XQ q;
-    if (!xq_get(st, n_pairs, K, q))
+    if (!xq_get(st, by_row ? n_x : n_pairs, K, q))
         return -1;
     MM p{};
     p.w = static_cast<const uint8_t *>(W->data);
     p.row_bytes = W->row_bytes;
     p.expert_stride = expert_stride;
+    p.xrow = by_row ? rows_of_x : nullptr;
+    p.n_x = by_row ? n_x : 0;
     p.offsets = offsets;
     p.n_expert = n_expert;
     p.n_tok = n_pairs;
@@ -824,9 +913,12 @@ int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride,
     p.rows = (int)W->rows;
     p.K = K;
     p.row_tiles = (p.rows + BM - 1) / BM;
-    /* pair i's digits at row i; the pairs in all are offsets[n_expert] (read on the device) */
-    k_mma_prep<<<(unsigned)((n_pairs + 7) / 8), 256, 0, st>>>(x, x_stride, rows_of_x, n_pairs, offsets + n_expert, K,
-                                                             q.xq, q.xsum, q.xexp);
+    if (by_row) /* x row r's digits at row r */
+        k_mma_prep<<<(unsigned)((n_x + 7) / 8), 256, 0, st>>>(x, x_stride, nullptr, n_x, nullptr, K, q.xq, q.xsum,
+                                                             q.xexp);
+    else /* pair i's digits at row i; the pairs in all are offsets[n_expert] (read on the device) */
+        k_mma_prep<<<(unsigned)((n_pairs + 7) / 8), 256, 0, st>>>(x, x_stride, rows_of_x, n_pairs, offsets + n_expert,
+                                                                 K, q.xq, q.xsum, q.xexp);
     /* tokens a tile from the mean pairs of an expert; items: sum ceil(c_e / BN) <= n_expert + n_pairs / BN */
     const long long mean = n_pairs / n_expert;
     const int nt = mean >= 48 ? 4 : mean >= 24 ? 2 : 1;

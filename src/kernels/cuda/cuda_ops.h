@@ -126,6 +126,12 @@ void lilac_cuda_pf_topk(const float *logits, int E, int k, int norm, int n, int3
  * pair_tok [n * k] (the token of each pair), tok_pair [n * k] (the pair of each token's slot). */
 void lilac_cuda_pf_moe_group(const int32_t *idx, int n, int k, int E, int32_t *offsets, int32_t *pair_tok,
                              int32_t *tok_pair, lilac_cuda_stream *s);
+/* The same, and the pairs again as experts E .. 2E - 1 (gate and up of one allocation in one grouped
+ * product: up expert e at gate index E + e): offsets [2E + 1] with offsets[E + e] = P + offsets[e], P =
+ * offsets[E] the pairs in all (n k when every idx is in [0, E)), pair_tok [2 n k] with pair_tok[P + i] =
+ * pair_tok[i]. */
+void lilac_cuda_pf_moe_group_gu(const int32_t *idx, int n, int k, int E, int32_t *offsets, int32_t *pair_tok,
+                                int32_t *tok_pair, lilac_cuda_stream *s);
 /* moe_sum for n tokens: token t adds w[t][i] * ex[tok_pair[t][i]] for its slots i in order (+ the shared expert). */
 void lilac_cuda_pf_moe_sum(float *x, const float *ex, const float *w, const int32_t *tok_pair, int k, const float *sh,
                            const float *gate_inp, const float *xn, int E, int n, lilac_cuda_stream *s);

@@ -519,27 +519,36 @@ __global__ void k_pf_topk(const float *logits_all, int E, int k, int norm, int32
 // the warps' counts, so the order is the tokens' whatever the schedule.
 // pair_tok[i]: the token (x row) of pair i; tok_pair[t * k + s]: the pair
 // of token t's slot s. No atomics.
+// dup (gate and up in one product): the pairs again as 2E virtual
+// experts, expert E + e's at P + offsets[e] with P the pairs in all
+// (offsets [2E + 1], pair_tok [2P]: the second half the first's copy).
 #define PG_T 256
 __global__ void __launch_bounds__(PG_T) k_pf_moe_group(const int32_t *idx, int n, int k, int E, int32_t *offsets,
-                                                       int32_t *pair_tok, int32_t *tok_pair)
+                                                       int32_t *pair_tok, int32_t *tok_pair, int dup)
 {
-    __shared__ int wc[PG_T / 32];
+    __shared__ int wc[PG_T / 32], wa[PG_T / 32];
     const int e = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    int below = 0;
+    int below = 0, all = 0;
     for (int i = tid; i < n * k; i += PG_T) {
         const int v = idx[i];
         below += v >= 0 && v < e;
+        all += v >= 0 && v < E;
     }
-    for (int o = 16; o; o >>= 1)
+    for (int o = 16; o; o >>= 1) {
         below += __shfl_xor_sync(0xffffffffu, below, o);
+        all += __shfl_xor_sync(0xffffffffu, all, o);
+    }
     if (lane == 0)
-        wc[warp] = below;
+        wc[warp] = below, wa[warp] = all;
     __syncthreads();
-    int base = 0;
+    int base = 0, P = 0;
     for (int w = 0; w < PG_T / 32; w++)
-        base += wc[w];
-    if (tid == 0)
+        base += wc[w], P += wa[w];
+    if (tid == 0) {
         offsets[e] = base;
+        if (dup)
+            offsets[E + e] = P + base;
+    }
     for (int t0 = 0; t0 < n; t0 += PG_T) {
         __syncthreads(); // wc is read
         const int t = t0 + tid;
@@ -560,12 +569,17 @@ __global__ void __launch_bounds__(PG_T) k_pf_moe_group(const int32_t *idx, int n
         if (slot >= 0) {
             const int at = base + before + __popc(m & ((1u << lane) - 1u));
             pair_tok[at] = t;
+            if (dup)
+                pair_tok[P + at] = t;
             tok_pair[(size_t)t * k + slot] = at;
         }
         base += tot;
     }
-    if (e == E - 1 && tid == 0)
+    if (e == E - 1 && tid == 0) {
         offsets[E] = base;
+        if (dup)
+            offsets[2 * E] = 2 * base;
+    }
 }
 
 // Token blockIdx.x: x += sum over its k slots (expert-index order) of w *
@@ -707,7 +721,15 @@ extern "C" void lilac_cuda_pf_moe_group(const int32_t *idx, int n, int k, int E,
 {
     if (n < 1 || !lilac_cuda_pf_moe_supported(E, k))
         return;
-    k_pf_moe_group<<<E, PG_T, 0, CS(s)>>>(idx, n, k, E, offsets, pair_tok, tok_pair);
+    k_pf_moe_group<<<E, PG_T, 0, CS(s)>>>(idx, n, k, E, offsets, pair_tok, tok_pair, 0);
+}
+
+extern "C" void lilac_cuda_pf_moe_group_gu(const int32_t *idx, int n, int k, int E, int32_t *offsets,
+                                           int32_t *pair_tok, int32_t *tok_pair, lilac_cuda_stream *s)
+{
+    if (n < 1 || !lilac_cuda_pf_moe_supported(E, k))
+        return;
+    k_pf_moe_group<<<E, PG_T, 0, CS(s)>>>(idx, n, k, E, offsets, pair_tok, tok_pair, 1);
 }
 
 extern "C" void lilac_cuda_pf_moe_sum(float *x, const float *ex, const float *w, const int32_t *tok_pair, int k,

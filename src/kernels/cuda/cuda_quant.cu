@@ -1633,8 +1633,8 @@ void lilac_cuda_get_rows(const lilac_cuda_mat *W, const int32_t *r_dev, int n, f
 }
 
 void lilac_cuda_matvec_grouped(const lilac_cuda_mat *W, size_t expert_stride, int n_expert, const int32_t *offsets,
-                               const int32_t *rows_of_x, int max_pairs, int n_pairs, const float *x, long long x_stride,
-                               float *y, lilac_cuda_stream *s)
+                               const int32_t *rows_of_x, int n_x, int max_pairs, int n_pairs, const float *x,
+                               long long x_stride, float *y, lilac_cuda_stream *s)
 {
     int blck, bsz;
     if (!W || !W->data || !offsets || !x || !y) {
@@ -1657,8 +1657,8 @@ void lilac_cuda_matvec_grouped(const lilac_cuda_mat *W, size_t expert_stride, in
         return;
     if (n_pairs > 0 && max_pairs >= lilac_cuda_mma_min_pairs() && lilac_cuda_mma_supported(W->type) &&
         lilac_cuda_mma_enabled() &&
-        lilac_cuda_matvec_grouped_mma(W, expert_stride, n_expert, offsets, rows_of_x, max_pairs, n_pairs, x, x_stride,
-                                      y, s) == 0)
+        lilac_cuda_matvec_grouped_mma(W, expert_stride, n_expert, offsets, rows_of_x, n_x, max_pairs, n_pairs, x,
+                                      x_stride, y, s) == 0)
         return;
     MVG p{};
     p.w = static_cast<const uint8_t *>(W->data);
