@@ -3,7 +3,7 @@
 # machine (an H200 here). Everything it writes goes under OUT (default
 # ./cuda-out): the build log, the test output, and bench JSON lines.
 #
-#   bench/cuda/run.sh [build|test|synth|bench|sanitize|all]...
+#   bench/cuda/run.sh [build|test|synth|bench|ab|sanitize|all]...
 #
 # Fixtures: $LILAC_FIXTURES (a copy of ../shared/fixtures, or the subset
 # bench/cuda/pack-fixtures.sh makes in .devfix). Libraries the machine lacks:
@@ -64,14 +64,26 @@ do_bench() {
     done
 }
 
+# pp512 with each prefill switch off in turn, against all on (one run each, the same machine): which of them
+# pays. Needs build and synth.
+do_ab() {
+    local T="timeout ${BENCH_TIMEOUT:-240}" v
+    for v in NONE LILAC_CUDA_DN_KQ LILAC_CUDA_GEMM LILAC_CUDA_MMA_W8 LILAC_CUDA_MMA_XROWS LILAC_CUDA_PF_GU \
+        LILAC_CUDA_ATTN_MMA LILAC_CUDA_MMA; do
+        echo "$v=0: $(env "$v=0" $T "$build/lilac" bench -m "$synth" --backend cuda -p 512 -n 0 -r 2 --json 2>/dev/null |
+            grep -o '"tokens_per_s": [0-9.]*')"
+    done
+}
+
 # compute-sanitizer memcheck and racecheck over the CUDA tests (the issue's
 # bar), each bounded so that a slow tool cannot eat the session's device
 # time.
 do_sanitize() {
     local cs
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-    for tool in memcheck racecheck; do
-        for t in test_cuda_kernels test_cuda_mma test_cuda_attn test_cuda_model test_cuda_prefill test_cuda_batch; do
+    # SAN_TOOLS, SAN_TESTS: a subset (racecheck needs minutes a test: split it over calls)
+    for tool in ${SAN_TOOLS:-memcheck racecheck}; do
+        for t in ${SAN_TESTS:-test_cuda_kernels test_cuda_mma test_cuda_attn test_cuda_model test_cuda_prefill test_cuda_batch}; do
             LILAC_REQUIRE_CUDA=1 LILAC_CUDA_GRAPH=0 LILAC_CUDA_ATTN_QUICK=1 timeout "${SAN_TIMEOUT:-60}" \
                 "$cs" --tool $tool --error-exitcode 3 \
                 "$build/tests/$t" >"$out/san-$tool-$t.txt" 2>&1
@@ -87,7 +99,8 @@ for s in "${steps[@]}"; do
     synth) do_synth ;;
     bench) do_bench ;;
     sanitize) do_sanitize ;;
+    ab) do_ab ;;
     all) do_build && do_test && do_synth && do_bench ;;
-    *) echo "usage: $0 [build|test|synth|bench|sanitize|all]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [build|test|synth|bench|ab|sanitize|all]..." >&2; exit 2 ;;
     esac
 done
