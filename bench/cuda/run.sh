@@ -43,6 +43,8 @@ do_test() {
     LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_attn" 2>&1 | tee "$out/test_cuda_attn.txt" | tail -8
     LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_model" 2>&1 | tee "$out/test_cuda_model.txt" | tail -20
     LILAC_CUDA_DN_CONV=1 LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_model" 2>&1 | sed 's/^/[dn-conv] /' | tail -8
+    LILAC_CUDA_NORM_ROUTER=1 LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_model" 2>&1 | sed 's/^/[norm-router] /' |
+        tail -8
     LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_batch" 2>&1 | tee "$out/test_cuda_batch.txt" | tail -8
     LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_prefill" 2>&1 | tee "$out/test_cuda_prefill.txt" | tail -30
 }
@@ -72,6 +74,10 @@ do_ab() {
         LILAC_CUDA_ATTN_MMA LILAC_CUDA_MMA; do
         echo "$v=0: $(env "$v=0" $T "$build/lilac" bench -m "$synth" --backend cuda -p 512 -n 0 -r 2 --json 2>/dev/null |
             grep -o '"tokens_per_s": [0-9.]*')"
+    done
+    for v in NONE LILAC_CUDA_NORM_ROUTER=1 LILAC_CUDA_DN_CONV=1; do # decode's opt-ins, tg128
+        echo "tg128 $v: $(env "${v/NONE/LILAC_NONE=1}" $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 \
+            -r 2 --json 2>/dev/null | grep -o '"tokens_per_s": [0-9.]*')"
     done
 }
 

@@ -493,7 +493,18 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             }
             OP("matvec", lilac_cuda_matvec_fused(&cl->ssm_out, 0, NULL, 1, cm->o, NULL, 0, cm->x, 1, s));
         }
-        OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cl->post_norm, cm->xn, 1, E, eps, s));
+        /* LILAC_CUDA_NORM_ROUTER=1: the norm and a float32 router in one kernel (not yet measured on a GPU) */
+        static int norm_router = -1;
+        if (norm_router < 0) {
+            const char *e = getenv("LILAC_CUDA_NORM_ROUTER");
+            norm_router = e && *e == '1';
+        }
+        bool routed = norm_router && cl->router.type == LILAC_F32 &&
+                      !lilac_cuda_norm_router(cm->x, cl->post_norm, cm->xn, cl->router.data,
+                                              (long long)(cl->router.row_bytes / sizeof(float)), (int)cl->router.rows,
+                                              cm->rl, E, eps, s);
+        if (!routed)
+            OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cl->post_norm, cm->xn, 1, E, eps, s));
         /* x += moe(xn): the shared expert on the second branch, the routed ones on the main */
         if (shared) {
             lilac_cuda_fork(s, aux, cm->ev[0]);
@@ -503,7 +514,8 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
                lilac_cuda_matvec_fused(&cl->sh_down, 0, NULL, 1, cm->shg, cm->shu, 0, cm->sho, 0, aux));
         }
         /* the routing takes the shared expert's gate too */
-        OP("matvec", lilac_cuda_matvec(&cl->router, cm->xn, cm->rl, 1, s));
+        if (!routed)
+            OP("matvec", lilac_cuda_matvec(&cl->router, cm->xn, cm->rl, 1, s));
         OP("route", lilac_cuda_route(cm->rl, hp->n_expert, k, hp->norm_topk, cm->idx, cm->rw,
                                      cl->gu_fused ? hp->n_expert : 0, shared ? cl->sh_gate_inp : NULL, cm->xn, E, s));
         if (cl->gu_fused) { /* gate and up of the k experts: 2k slots of one product */

@@ -470,6 +470,60 @@ extern "C" int lilac_cuda_route(const float *logits, int E, int k, int norm, int
     return 0;
 }
 
+// The post-attention norm and a float32 router in one kernel (one kernel
+// boundary less on the step's critical path): every block computes the norm
+// itself (dev_rmsnorm with 256 threads: the same bits as k_rmsnorm), block 0
+// writes xn for the experts' products, and a warp takes a router row, its
+// first NR_PF float4 in flight before the kernel that writes x has finished.
+#define NR_WARPS 8
+#define NR_PF 16 /* float4 a lane prefetched: rows up to 2048 values */
+__global__ void __launch_bounds__(32 * NR_WARPS) k_norm_router(const float *x, const float *norm_w, float *xn,
+                                                               const float *W, long long row_floats, int n_exp,
+                                                               float *logits, int n, float eps)
+{
+    extern __shared__ float4 nr_sh4[];
+    float *const xs = reinterpret_cast<float *>(nr_sh4);
+    griddep_launch_dependents();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, row = blockIdx.x * NR_WARPS + warp, n4 = n / 4;
+    const float4 *wr = reinterpret_cast<const float4 *>(W + (size_t)(row < n_exp ? row : 0) * row_floats);
+    float4 wv[NR_PF];
+#pragma unroll
+    for (int j = 0; j < NR_PF; j++)
+        wv[j] = lane + 32 * j < n4 ? __ldg(wr + lane + 32 * j) : make_float4(0.f, 0.f, 0.f, 0.f);
+    griddep_wait();
+    dev_rmsnorm(x, norm_w, xs, n, eps);
+    __syncthreads();
+    if (blockIdx.x == 0)
+        for (int i = threadIdx.x; i < n; i += blockDim.x)
+            xn[i] = xs[i];
+    float acc = 0.f;
+#pragma unroll
+    for (int j = 0; j < NR_PF; j++)
+        if (lane + 32 * j < n4) {
+            const float4 v = nr_sh4[lane + 32 * j], w = wv[j];
+            acc += w.x * v.x + w.y * v.y + w.z * v.z + w.w * v.w;
+        }
+    for (int i = lane + 32 * NR_PF; i < n4; i += 32) {
+        const float4 v = nr_sh4[i], w = __ldg(wr + i);
+        acc += w.x * v.x + w.y * v.y + w.z * v.z + w.w * v.w;
+    }
+    acc = warp_sum(acc);
+    if (lane == 0 && row < n_exp)
+        logits[row] = acc;
+}
+
+extern "C" int lilac_cuda_norm_router(const float *x, const float *norm_w, float *xn, const float *W,
+                                      long long row_floats, int n_exp, float *logits, int n, float eps,
+                                      lilac_cuda_stream *s)
+{
+    if (n < 4 || n % 4 || row_floats % 4 || reinterpret_cast<uintptr_t>(W) % 16 || n_exp < 1 ||
+        (size_t)n * sizeof(float) > 48 * 1024)
+        return -1;
+    launch_dependent(k_norm_router, dim3((unsigned)((n_exp + NR_WARPS - 1) / NR_WARPS)), dim3(32 * NR_WARPS),
+                     (size_t)n * sizeof(float), CS(s), x, norm_w, xn, W, row_floats, n_exp, logits, n, eps);
+    return 0;
+}
+
 __global__ void k_moe_sum_norm(float *x, const float *ex, const float *w, int k, const float *sh, const float *gsh,
                                const float *norm_w, float *xn, int E, float eps)
 {

@@ -45,6 +45,11 @@ void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, void *ev);
  * or k > 32. */
 int lilac_cuda_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
                      const float *gate_inp, const float *xn, int n_embd, lilac_cuda_stream *s);
+/* xn = RMSNorm(x) * norm_w and logits[r] = W[r] . xn for a float32 router W (n_exp rows of row_floats floats) in
+ * one kernel; -1 (nothing launched) for a shape it does not take (n or rows not a multiple of 4 floats, W not
+ * 16-byte aligned). */
+int lilac_cuda_norm_router(const float *x, const float *norm_w, float *xn, const float *W, long long row_floats,
+                           int n_exp, float *logits, int n, float eps, lilac_cuda_stream *s);
 /* x += sum_i w[i] ex[i] (+ *gsh sh); then xn = RMSNorm(x) * norm_w when norm_w is set. */
 void lilac_cuda_moe_sum_norm(float *x, const float *ex, const float *w, int k, const float *sh, const float *gsh,
                              const float *norm_w, float *xn, int E, float eps, lilac_cuda_stream *s);
