@@ -28,29 +28,21 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda.h"
-#include "testutil.h"
+#include "cudatest.h"
 
 #ifdef LILAC_CUDA
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/cuda_ops.h"
 
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static uint64_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-static double rnd_unit(void) { return ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0; } /* (0, 1) */
-static float rnd_normal(void) { return (float)(sqrt(-2 * log(rnd_unit())) * cos(6.283185307179586 * rnd_unit())); }
+static double rnd_open(void) { return ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0; } /* (0, 1) */
+static float rnd_normal(void) { return (float)(sqrt(-2 * log(rnd_open())) * cos(6.283185307179586 * rnd_open())); }
 
 /* rows of w floats, each N(0, 1), a share `frac` of them x100 */
 static void fill(float *x, size_t rows, size_t w, double frac)
 {
     for (size_t r = 0; r < rows; r++) {
-        const float m = rnd_unit() < frac ? 100.f : 1.f;
+        const float m = rnd_open() < frac ? 100.f : 1.f;
         for (size_t i = 0; i < w; i++)
             x[r * w + i] = m * rnd_normal();
     }
@@ -295,14 +287,8 @@ static void bench(int n, int pos0)
 int main(void)
 {
     char msg[512];
-    if (!lilac_cuda_available(msg, sizeof msg)) {
-        const char *req = getenv("LILAC_REQUIRE_CUDA");
-        if (req && strcmp(req, "1") == 0) {
-            fprintf(stderr, "FAIL: LILAC_REQUIRE_CUDA=1 but CUDA is not available: %s\n", msg);
-            return 1;
-        }
-        SKIP("CUDA not available: %s", msg);
-    }
+    ct_rng = 0x2545F4914F6CDD1Dull;
+    ct_require_cuda(msg, sizeof msg);
 #ifdef LILAC_CUDA
     const char *qe = getenv("LILAC_CUDA_ATTN_QUICK");
     const int quick = qe && *qe == '1';

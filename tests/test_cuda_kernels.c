@@ -19,82 +19,13 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cuda/cuda.h"
-#include "testutil.h"
+#include "cudatest.h"
 
 #define TOL 1e-5
 
 static const int TYPES[] = {LILAC_F32,  LILAC_F16,  LILAC_BF16, LILAC_Q8_0,
                             LILAC_Q4_0, LILAC_Q4_K, LILAC_Q5_K, LILAC_Q6_K};
 #define N_TYPES ((int)(sizeof TYPES / sizeof TYPES[0]))
-
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-static double rnd_unit(void) { return (double)(rnd() >> 11) / 9007199254740992.0; } /* [0, 1) */
-static float rnd_sym(void) { return (float)(2 * rnd_unit() - 1); }               /* [-1, 1) */
-
-/* A small finite fp16 scale of either sign, 2^-10 .. 2^-5. */
-static uint16_t rnd_scale(void)
-{
-    const float m = ldexpf(1.f + (float)rnd_unit(), -10 + (int)(rnd() % 5));
-    return lilac_f32_to_f16(rnd() & 1 ? -m : m);
-}
-
-static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
-
-static const char *tname(int type) { return lilac_dtype_get(type)->name; }
-
-/* rows x cols of `type`, rows row_bytes apart (any padding random). Mode 0:
- * random bytes with sane fp16 scales (every bit pattern of the quants and
- * the 6-bit scales); mode 1: gaussian-like floats through lilac's own
- * quantizers (the values models have). */
-static void fill_matrix(int type, int64_t rows, int64_t cols, size_t row_bytes, int mode, uint8_t *buf)
-{
-    const size_t packed = lilac_dtype_row_bytes(type, cols);
-    float *tmp = malloc(sizeof(float) * (size_t)cols);
-    for (int64_t r = 0; r < rows; r++) {
-        uint8_t *row = buf + (size_t)r * row_bytes;
-        for (size_t i = 0; i < row_bytes; i++)
-            row[i] = (uint8_t)rnd();
-        if (mode == 1 || type == LILAC_F32 || type == LILAC_F16 || type == LILAC_BF16) {
-            for (int64_t c = 0; c < cols; c++)
-                tmp[c] = (rnd_sym() + rnd_sym() + rnd_sym()) * (mode == 1 ? 0.05f : 1.f);
-            lilac_quantize_rows(NULL, type, tmp, row, 1, cols);
-            continue;
-        }
-        const lilac_dtype_info *ti = lilac_dtype_get(type);
-        for (size_t b = 0; b < packed / ti->size; b++) {
-            uint8_t *blk = row + b * ti->size;
-            switch (type) {
-            case LILAC_Q8_0:
-            case LILAC_Q4_0: put16(blk, rnd_scale()); break;
-            case LILAC_Q4_K:
-            case LILAC_Q5_K:
-                put16(blk, rnd_scale());
-                put16(blk + 2, rnd_scale());
-                break;
-            case LILAC_Q6_K: put16(blk + 208, rnd_scale()); break;
-            }
-        }
-    }
-    free(tmp);
-}
-
-static const char *check_msg(void)
-{
-    static char msg[512];
-    msg[0] = 0;
-    if (lilac_cuda_check(msg, sizeof msg) != 0)
-        return msg;
-    if (lilac_cuda_sync(NULL, msg, sizeof msg) != 0)
-        return msg;
-    return NULL;
-}
 
 /* A matrix in host and device memory. */
 typedef struct {
@@ -478,14 +409,7 @@ static void bench(void)
 int main(void)
 {
     char msg[512];
-    if (!lilac_cuda_available(msg, sizeof msg)) {
-        const char *req = getenv("LILAC_REQUIRE_CUDA");
-        if (req && strcmp(req, "1") == 0) {
-            fprintf(stderr, "FAIL: LILAC_REQUIRE_CUDA=1 but CUDA is not available: %s\n", msg);
-            return 1;
-        }
-        SKIP("CUDA not available: %s", msg);
-    }
+    ct_require_cuda(msg, sizeof msg);
     char name[256];
     size_t total = 0, avail = 0;
     int maj = 0, min = 0;

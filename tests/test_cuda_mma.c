@@ -21,75 +21,12 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cuda/cuda.h"
-#include "testutil.h"
+#include "cudatest.h"
 
 #define TOL 1e-5
 
 static const int TYPES[] = {LILAC_Q4_K, LILAC_Q5_K, LILAC_Q6_K, LILAC_Q8_0, LILAC_Q4_0};
 #define N_TYPES ((int)(sizeof TYPES / sizeof TYPES[0]))
-
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static uint64_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-static double rnd_unit(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
-static float rnd_sym(void) { return (float)(2 * rnd_unit() - 1); }
-static uint16_t rnd_scale(void)
-{
-    const float m = ldexpf(1.f + (float)rnd_unit(), -10 + (int)(rnd() % 5));
-    return lilac_f32_to_f16(rnd() & 1 ? -m : m);
-}
-static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
-static const char *tname(int type) { return lilac_dtype_get(type)->name; }
-
-/* rows x cols, rows row_bytes apart: random bytes with sane fp16 scales (mode 0) or quantized gaussian-like
- * values (mode 1). */
-static void fill_matrix(int type, int64_t rows, int64_t cols, size_t row_bytes, int mode, uint8_t *buf)
-{
-    const size_t packed = lilac_dtype_row_bytes(type, cols);
-    const lilac_dtype_info *ti = lilac_dtype_get(type);
-    float *tmp = malloc(sizeof(float) * (size_t)cols);
-    for (int64_t r = 0; r < rows; r++) {
-        uint8_t *row = buf + (size_t)r * row_bytes;
-        for (size_t i = 0; i < row_bytes; i++)
-            row[i] = (uint8_t)rnd();
-        if (mode == 1) {
-            for (int64_t c = 0; c < cols; c++)
-                tmp[c] = (rnd_sym() + rnd_sym() + rnd_sym()) * 0.05f;
-            lilac_quantize_rows(NULL, type, tmp, row, 1, cols);
-            continue;
-        }
-        for (size_t b = 0; b < packed / ti->size; b++) {
-            uint8_t *blk = row + b * ti->size;
-            switch (type) {
-            case LILAC_Q8_0:
-            case LILAC_Q4_0: put16(blk, rnd_scale()); break;
-            case LILAC_Q4_K:
-            case LILAC_Q5_K:
-                put16(blk, rnd_scale());
-                put16(blk + 2, rnd_scale());
-                break;
-            case LILAC_Q6_K: put16(blk + 208, rnd_scale()); break;
-            }
-        }
-    }
-    free(tmp);
-}
-
-static const char *check_msg(void)
-{
-    static char msg[512];
-    msg[0] = 0;
-    if (lilac_cuda_check(msg, sizeof msg) != 0)
-        return msg;
-    if (lilac_cuda_sync(NULL, msg, sizeof msg) != 0)
-        return msg;
-    return NULL;
-}
 
 static void *dev_copy(const void *host, size_t bytes)
 {
@@ -437,14 +374,8 @@ static void test_type(int ti)
 int main(void)
 {
     char msg[512];
-    if (!lilac_cuda_available(msg, sizeof msg)) {
-        const char *req = getenv("LILAC_REQUIRE_CUDA");
-        if (req && strcmp(req, "1") == 0) {
-            fprintf(stderr, "FAIL: LILAC_REQUIRE_CUDA=1 but CUDA is not available: %s\n", msg);
-            return 1;
-        }
-        SKIP("CUDA not available: %s", msg);
-    }
+    ct_rng = 0x2545F4914F6CDD1Dull;
+    ct_require_cuda(msg, sizeof msg);
     printf("%s\n", msg);
     for (int ti = 0; ti < N_TYPES; ti++) {
         CHECK(lilac_cuda_mma_supported(TYPES[ti]));
