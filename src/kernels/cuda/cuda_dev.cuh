@@ -6,7 +6,25 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <atomic>
+
 #include "kernels/cuda/cuda.h"
+
+/* The current device's multiprocessors (cached per device ordinal). */
+static inline int dev_sm_count()
+{
+    static std::atomic<int> cache[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+        dev = 0;
+    int n = cache[dev].load(std::memory_order_relaxed);
+    if (!n) {
+        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1)
+            n = 1;
+        cache[dev].store(n, std::memory_order_relaxed);
+    }
+    return n;
+}
 
 /* Programmatic dependent launch (sm_90): a kernel launched with it may start
  * while the one before it on the stream runs, and must wait here before it

@@ -64,6 +64,7 @@
 
 #include "format/dtype.h"
 #include "kernels/cuda/cuda.h"
+#include "kernels/cuda/cuda_dev.cuh"
 
 namespace {
 
@@ -628,20 +629,6 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
 
 inline cudaStream_t S(lilac_cuda_stream *s) { return reinterpret_cast<cudaStream_t>(s); }
 
-int sm_count_mma()
-{
-    static std::atomic<int> cache[64];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
-        dev = 0;
-    int n = cache[dev].load(std::memory_order_relaxed);
-    if (!n) {
-        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1)
-            n = 1;
-        cache[dev].store(n, std::memory_order_relaxed);
-    }
-    return n;
-}
 
 /* The digits' buffer of a (device, stream). */
 struct Scratch {
@@ -757,7 +744,7 @@ template <int TYPE, bool A4, int NT, bool W8> bool launch_k(MM p, long long max_
         per = blocks_per_sm(reinterpret_cast<const void *>(kern), smem);
         per_sm.store(per, std::memory_order_relaxed);
     }
-    const long long cap = (long long)per * sm_count_mma();
+    const long long cap = (long long)per * dev_sm_count();
     const long long grid = max_items < cap ? max_items : cap;
     if (grid < 1)
         return true;

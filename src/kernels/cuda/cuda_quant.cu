@@ -895,20 +895,6 @@ int cuda_fail(cudaError_t e, char *msg, size_t cap, const char *what)
 
 inline cudaStream_t S(lilac_cuda_stream *s) { return reinterpret_cast<cudaStream_t>(s); }
 
-int sm_count()
-{
-    static std::atomic<int> cache[64]; /* per device ordinal */
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
-        dev = 0;
-    int n = cache[dev].load(std::memory_order_relaxed);
-    if (!n) {
-        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1)
-            n = 1;
-        cache[dev].store(n, std::memory_order_relaxed);
-    }
-    return n;
-}
 
 /* The type's block: values and bytes. */
 bool block_of(int type, int *blck, int *bytes)
@@ -966,7 +952,7 @@ template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int
             per_sm = 1;
         occ[kib].store(per_sm, std::memory_order_relaxed);
     }
-    const long long cap = (long long)per_sm * sm_count();
+    const long long cap = (long long)per_sm * dev_sm_count();
     /* A small matrix (an expert, a 2048-wide projection) has too few row
      * tiles to keep the device busy at 8 units a lane: then more lanes a row
      * (fewer rows a block, shorter chains of dependent loads), until there
@@ -1595,7 +1581,7 @@ template <int TYPE, bool A16, int T> void launch_grouped(MVG p, cudaStream_t st)
             per_sm = 1;
         occ[kib].store(per_sm, std::memory_order_relaxed);
     }
-    const long long cap = (long long)per_sm * sm_count();
+    const long long cap = (long long)per_sm * dev_sm_count();
     const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
     kern<<<grid, NTHREADS, smem, st>>>(p);
 }
