@@ -102,6 +102,7 @@ check "--kv-type without a value" 1 "--kv-type takes f32 or f16" one -- "$LILAC"
 check "--backend gpu" 1 "--backend takes cpu, cuda or auto, not 'gpu'" one -- "$LILAC" run -m a.gguf --backend gpu
 check "bench -d 0,,1" 1 "'0,,1'" one -- "$LILAC" bench -m a.gguf -d 0,,1
 check "bench -d x" 1 "'x'" one -- "$LILAC" bench -m a.gguf -d x
+check "bench --check-greedy 0" 1 "--check-greedy wants a token count, not '0'" one -- "$LILAC" bench -m a.gguf --check-greedy 0
 
 # ---- paths that are no model (no fixture needed) ----
 check_model "path that does not exist" "$T/does-not-exist.gguf"

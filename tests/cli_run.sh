@@ -29,6 +29,11 @@ check "greedy run writes the reference continuation" cmp -s "$tmp/out.txt" "$tmp
 check "stdout streams the same text" bash -c "head -c $(stat -c %s "$tmp/want.txt") '$tmp/stdout' | cmp -s - '$tmp/want.txt'"
 check "speeds reported on stderr" grep -q "tok/s" "$tmp/stderr"
 
+# batched decode: each sequence's greedy tokens equal its tokens alone (bench --check-greedy)
+"$lilac" bench -m "$fx/tiny-qwen35moe/gguf/model-Q4_K_M.gguf" -p 0 -n 2 -P 5 -r 1 --check-greedy 8 --json >"$tmp/g" 2>&1
+check "bench --check-greedy exits 0" test $? -eq 0
+check "bench --check-greedy: 0 of 5 sequences differ" grep -q '"test": "greedy_x5", "parallel": 5, "tokens": 8, "sequences_differing": 0' "$tmp/g"
+
 for seed in 5 5 6; do
     "$lilac" run -m "$model" -p "Tell me about ünïcödé, 日本語 and emoji 🦙" -n 40 --seed $seed --temp 1.2 \
         -o "$tmp/s$seed.$$.$RANDOM" >/dev/null 2>&1

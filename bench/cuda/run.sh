@@ -60,8 +60,8 @@ do_bench() {
     $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 -d 8192 -r 2 --json 2>&1 | tee -a "$out/bench.jsonl"
     $T "$build/lilac" bench -m "$synth" --backend cuda -p 512 -n 0 -r 2 --json 2>&1 | tee -a "$out/bench.jsonl"
     $T "$build/lilac" bench -m "$synth" --backend cuda -p 4096 -n 0 -r 2 --json 2>&1 | tee -a "$out/bench.jsonl"
-    for P in 8 32 64; do # batched decode
-        $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 64 -P $P -r 1 --json 2>&1 |
+    for P in 8 32 64; do # batched decode, and each sequence's greedy tokens against its own alone
+        $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 64 -P $P -r 1 --check-greedy 16 --json 2>&1 |
             tee -a "$out/bench.jsonl"
     done
 }

@@ -44,6 +44,7 @@ typedef struct {
     const char *model;
     int n_prompt, n_gen, depth, threads, reps;
     int parallel; /* sequences decoded together in the generation test */
+    int check_greedy; /* with parallel > 1: greedy tokens a sequence compared, batched against alone */
     bool json;
     bool precise; /* float32 activations against quantized weights */
 } bench_opts;
@@ -175,6 +176,106 @@ done:
     return rc;
 }
 
+static int argmax(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+/* The gap between the two largest of x[0..n). */
+static float top2_gap(const float *x, int n)
+{
+    float a = -INFINITY, b = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (x[i] > a)
+            b = a, a = x[i];
+        else if (x[i] > b)
+            b = x[i];
+    return a - b;
+}
+
+/* --check-greedy G: each of the P sequences (a prompt of its own) decodes G
+ * tokens greedily in one batch, then alone; how many sequences' tokens
+ * differ. At a difference, the gap between the two best logits alone says
+ * whether it was a near tie (where float32 rounding in another summation
+ * order may pick the other token) or an error. */
+static int greedy_check(lilac_model *m, const bench_opts *o)
+{
+    const int P = o->parallel, G = o->check_greedy, NP = 8, V = lilac_model_hparams(m)->n_vocab;
+    lilac_seq **s = calloc((size_t)P, sizeof *s);
+    lilac_batch_item *it = calloc((size_t)P, sizeof *it);
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)P * NP), *tb = malloc(sizeof(int32_t) * (size_t)P * G);
+    int32_t *ta = malloc(sizeof(int32_t) * (size_t)G);
+    float *lg = malloc(sizeof(float) * (size_t)V);
+    lilac_batch *b = NULL;
+    lilac_seq *one = NULL;
+    lilac_error err;
+    uint64_t rng = 777;
+    int rc = 1, differ = 0, first_step = -1;
+    float gap = 0;
+    if (!s || !it || !prompt || !tb || !ta || !lg) {
+        cli_fail("%s", "out of memory");
+        goto done;
+    }
+    if (lilac_batch_new(m, P, NP + G + 1, &b, &err))
+        goto fail;
+    for (int i = 0; i < P; i++) {
+        fill_tokens(prompt + (size_t)i * NP, NP, V, &rng);
+        if (lilac_seq_new(m, NP + G + 1, &s[i], &err))
+            goto fail;
+    }
+    for (int k = 0; k < G; k++) {
+        for (int i = 0; i < P; i++)
+            it[i] = k ? (lilac_batch_item){s[i], tb + (size_t)i * G + k - 1, 1, true}
+                      : (lilac_batch_item){s[i], prompt + (size_t)i * NP, NP, true};
+        if (lilac_batch_eval(b, it, P, &err))
+            goto fail;
+        for (int i = 0; i < P; i++)
+            tb[(size_t)i * G + k] = argmax(lilac_batch_logits(b, i), V);
+    }
+    for (int i = 0; i < P; i++) {
+        lilac_eval_opts eo = {.logits_mode = LILAC_LOGITS_LAST, .logits = lg};
+        if (lilac_seq_new(m, NP + G + 1, &one, &err) || lilac_seq_eval(one, prompt + (size_t)i * NP, NP, &eo, &err))
+            goto fail;
+        for (int k = 0; k < G; k++) {
+            if (k && lilac_seq_eval(one, &ta[k - 1], 1, &eo, &err))
+                goto fail;
+            ta[k] = argmax(lg, V);
+            if (ta[k] != tb[(size_t)i * G + k]) {
+                if (!differ++ || k < first_step)
+                    first_step = k, gap = top2_gap(lg, V);
+                break;
+            }
+        }
+        lilac_seq_free(one);
+        one = NULL;
+    }
+    if (o->json)
+        printf("{\"test\": \"greedy_x%d\", \"parallel\": %d, \"tokens\": %d, \"sequences_differing\": %d, "
+               "\"first_difference_step\": %d, \"top2_gap_there\": %.6g}\n",
+               P, P, G, differ, first_step, differ ? gap : 0.0);
+    else if (differ)
+        printf("greedy check: %d of %d sequences differ from their batch-1 tokens (first at step %d, where the two "
+               "best logits alone were %.3g apart)\n", differ, P, first_step, gap);
+    else
+        printf("greedy check: all %d sequences' %d greedy tokens equal their batch-1 tokens\n", P, G);
+    fflush(stdout);
+    rc = 0;
+    goto done;
+fail:
+    cli_fail_err(&err);
+done:
+    lilac_seq_free(one);
+    for (int i = 0; s && i < P; i++)
+        lilac_seq_free(s[i]);
+    lilac_batch_free(b);
+    free(s), free(it), free(prompt), free(tb), free(ta), free(lg);
+    return rc;
+}
+
 static int run_test(lilac_model *m, const bench_opts *o, const lilac_seq *base, bool gen, double load_s)
 {
     int n = gen ? o->n_gen : o->n_prompt;
@@ -244,6 +345,11 @@ int cmd_bench(int argc, char **argv)
             continue;
         } else if (!strcmp(a, "--json")) {
             o.json = true;
+            continue;
+        } else if (!strcmp(a, "--check-greedy") && v) {
+            if ((o.check_greedy = cli_parse_int(v)) < 1)
+                return cli_fail("bench: --check-greedy wants a token count, not '%s'", v);
+            i++;
             continue;
         } else if (!strcmp(a, "--precise")) {
             o.precise = true;
@@ -331,6 +437,8 @@ int cmd_bench(int argc, char **argv)
             rc = run_test(m, &o, base, true, load_s);
         lilac_seq_free(base);
     }
+    if (!rc && o.parallel > 1 && o.check_greedy > 0)
+        rc = greedy_check(m, &o);
     if (!rc && !o.json)
         printf("peak resident memory: %.2f GiB\n", peak_rss_bytes() / 1073741824.0);
     lilac_model_free(m);
