@@ -347,7 +347,18 @@ static void test_type(int ti)
 {
     const int type = TYPES[ti];
     const int all[] = {1, 16, 17, 64, 100}, big[] = {512}, few[] = {16, 33};
+    /* LILAC_CUDA_MMA_QUICK=1 (the sanitizers, whose instrumented runs are slow): a case of each path */
+    const char *q = getenv("LILAC_CUDA_MMA_QUICK");
+    const bool quick = q && *q == '1';
     test_dense(ti, 256, 256, lilac_dtype_row_bytes(type, 256), 0, 0, all, 5, "packed rows");
+    if (quick) {
+        test_dense(ti, 200, 1024, lilac_dtype_row_bytes(type, 1024), 2, 0, few, 2, "data 2 bytes past 16-alignment");
+        int c[64];
+        for (int e = 0; e < 64; e++)
+            c[e] = e % 7 == 0 ? 0 : e % 31 == 1 ? 70 : (int)(rnd() % 33);
+        test_grouped(ti, 64, 64, 512, c, 1, "quick, mean ~19 pairs");
+        return;
+    }
     test_dense(ti, 1024, 2048, lilac_dtype_row_bytes(type, 2048), 0, 0, all + 1, 3, "packed rows");
     test_dense(ti, 2048 + 16, 512, lilac_dtype_row_bytes(type, 512), 0, 1, big, 1, "quantized values");
     test_dense(ti, 333, 4096, lilac_dtype_row_bytes(type, 4096), 0, 0, few, 2, "packed rows");
