@@ -182,10 +182,27 @@ typedef struct lilac_mem_report {
     uint64_t budget;                     /* what this process can use */
     bool fits;
     int max_ctx;                         /* the largest context that fits (0: none) */
+    /* Set by lilac_model_gpu_mem_report only: */
+    bool gpu;                            /* a device plan: mem_total, mem_available are the GPU's */
+    bool have_device;                    /* a CUDA device to compare with; else budget 0, fits false */
+    uint64_t held;                       /* what this model already holds on the device (in budget) */
+    char device[192];                    /* "NVIDIA H200 (139.8 GiB, sm_90)", or why there is no device */
 } lilac_mem_report;
 
 lilac_mem_report lilac_model_mem_report(const lilac_model *m, int n_ctx, int n_parallel);
-/* LILAC_OK, or LILAC_E_NOMEM with the numbers and what to change. */
+/* The same plan in device memory, for the model on the CUDA backend (the
+ * model may be open on either: nothing is allocated): weights as the file
+ * holds them, the KV cache of the full-attention layers and the DeltaNet
+ * state per sequence (float32), scratch (the one-token step's and the
+ * prefill chunk's buffers, the tensor-core products' scratch, a sequence's
+ * attention scores), other (a margin for the CUDA context, the allocator's
+ * granularity and each sequence's graph). budget: the device's free memory
+ * plus what this model already holds there, so that it answers the same
+ * before and after the upload, capped by LILAC_GPU_MEM_LIMIT (bytes, or
+ * with a K/M/G suffix). Without a device: have_device false, budget 0. */
+lilac_mem_report lilac_model_gpu_mem_report(const lilac_model *m, int n_ctx, int n_parallel);
+/* LILAC_OK, or LILAC_E_NOMEM with the numbers and what to change; a model
+ * on the CUDA backend must fit in device memory too. */
 lilac_status lilac_model_mem_check(const lilac_model *m, int n_ctx, int n_parallel, lilac_error *err);
 
 /* ---- sequences --------------------------------------------------------- */

@@ -59,6 +59,24 @@ check "the refusal gives the numbers and the fix" grep -q "GiB is available.*con
 LILAC_MEM_LIMIT=100M "$lilac" plan -m "$model" --ctx 100000 >"$tmp/o" 2>&1
 check "plan says it does not fit" grep -q "does NOT fit" "$tmp/o"
 
+# the GPU plan: device memory, part by part, against the GPU's (the model opened on the CPU: nothing uploaded)
+"$lilac" plan -m "$model" --ctx 2048 --parallel 2 --backend cuda >"$tmp/o" 2>&1
+rc=$?
+check "plan --backend cuda prints the GPU plan" grep -q "^GPU memory plan for context 2048 x 2 sequences:" "$tmp/o"
+check "the GPU plan has its six lines" test "$(grep -cE '^  (weights|KV cache|recurrent state|scratch|other|total) ' "$tmp/o")" -eq 6
+check "the GPU plan's KV cache is float32, attention layers only" grep -q "^  KV cache .*(full-attention layers only, float32)" "$tmp/o"
+if grep -q "^no CUDA device to compare with: ." "$tmp/o"; then
+    check "without a GPU plan --backend cuda exits 1" test $rc -eq 1
+else
+    check "with a GPU the plan names it and its free memory" grep -qE "^gpu: .* GiB free" "$tmp/o"
+    LILAC_GPU_MEM_LIMIT=64M "$lilac" plan -m "$model" --ctx 2048 --backend cuda >"$tmp/o" 2>&1
+    check "a GPU plan over LILAC_GPU_MEM_LIMIT exits 1" test $? -eq 1
+    check "a GPU plan over LILAC_GPU_MEM_LIMIT says it does not fit" grep -q "^does NOT fit" "$tmp/o"
+    LILAC_GPU_MEM_LIMIT=64M "$lilac" run -m "$model" --backend cuda -p "hi" -n 1 >"$tmp/o" 2>"$tmp/e"
+    check "run on the GPU over LILAC_GPU_MEM_LIMIT fails with status 1" test $? -eq 1
+    check "the GPU refusal gives the numbers and the fix" grep -q "GiB of GPU memory .* GiB available (a limit applies); " "$tmp/e"
+fi
+
 # lilac chat keeps the sequence between turns: a turn feeds only its own tokens
 printf 'Hello there\nAnd a second turn of the conversation\n' |
     "$lilac" chat -m "$model" -n 8 --seed 3 --no-think >"$tmp/chat.out" 2>"$tmp/chat.err"

@@ -37,10 +37,64 @@ static void print_plan(const lilac_mem_report *r, int ctx, int par, int kv_type)
                           : "use a smaller quantization or free memory");
 }
 
+/* GiB from 1 GiB on, MiB below (the tiny models' numbers stay readable). */
+static void bytes9(uint64_t b)
+{
+    if (b >= (1ull << 30))
+        printf("%9.3f GiB", b / GiB);
+    else
+        printf("%9.1f MiB", b / 1048576.0);
+}
+
+static void print_gpu_plan(const lilac_mem_report *r, int ctx, int par)
+{
+    printf("GPU memory plan for context %d x %d sequence%s:\n", ctx, par, par > 1 ? "s" : "");
+    const struct {
+        const char *name;
+        uint64_t bytes;
+        const char *what;
+    } rows[] = {
+        {"weights        ", r->weights, "uploaded as the file holds them"},
+        {"KV cache       ", r->kv, "full-attention layers only, float32"},
+        {"recurrent state", r->recurrent, "DeltaNet conv + state"},
+        {"scratch        ", r->scratch, "one-token and prefill-chunk buffers, tensor-core scratch, logits"},
+        {"other          ", r->other, "margin: CUDA context, allocator granularity, graphs"},
+        {"total          ", r->total, NULL},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        printf("  %s  ", rows[i].name);
+        bytes9(rows[i].bytes);
+        printf(rows[i].what ? " (%s)\n" : "\n", rows[i].what);
+    }
+    if (!r->have_device) {
+        printf("no CUDA device to compare with: %s\n", r->device);
+        return;
+    }
+    printf("gpu: %s, %.2f GiB free", r->device, r->mem_available / GiB);
+    if (r->held)
+        printf(", %.2f GiB held by this model", r->held / GiB);
+    if (r->budget < r->mem_available + r->held)
+        printf(", LILAC_GPU_MEM_LIMIT caps it at %.2f GiB", r->budget / GiB);
+    printf("\n");
+    if (r->fits)
+        printf("fits: %.2f GiB to spare; the largest context that fits is %d\n", (r->budget - r->total) / GiB,
+               r->max_ctx);
+    else
+        printf("does NOT fit: %.2f GiB short; %s\n", (r->total - r->budget) / GiB,
+               r->max_ctx ? "lower the context or the number of parallel sequences"
+                          : "use a smaller quantization, free GPU memory or --backend cpu");
+}
+
 int cmd_plan(int argc, char **argv)
 {
     const char *model = NULL;
     int ctx = 4096, par = 1;
+    /* --backend (main.c passes it on as LILAC_BACKEND): cuda plans device memory; auto does where a GPU can
+     * be used; cpu, or neither given, host memory */
+    const char *be = getenv("LILAC_BACKEND");
+    int backend = be && *be ? lilac_backend_parse(be) : LILAC_BACKEND_CPU;
+    char why[320];
+    bool gpu = backend == LILAC_BACKEND_CUDA || (backend == LILAC_BACKEND_AUTO && lilac_gpu_describe(why, sizeof why));
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc)
@@ -59,14 +113,18 @@ int cmd_plan(int argc, char **argv)
     lilac_model_params mp = lilac_model_default_params();
     mp.n_threads = 1;
     mp.log = cli_log;
+    mp.backend = LILAC_BACKEND_CPU; /* a plan never uploads the weights */
     lilac_model *m;
     lilac_error err;
     if (lilac_model_open(model, &mp, &m, &err))
         return cli_fail_err(&err);
-    lilac_mem_report r = lilac_model_mem_report(m, ctx, par);
-    print_plan(&r, ctx, par, lilac_model_kv_type(m));
+    lilac_mem_report r = gpu ? lilac_model_gpu_mem_report(m, ctx, par) : lilac_model_mem_report(m, ctx, par);
+    if (gpu)
+        print_gpu_plan(&r, ctx, par);
+    else
+        print_plan(&r, ctx, par, lilac_model_kv_type(m));
     lilac_model_free(m);
-    return r.fits ? 0 : 1;
+    return r.fits ? 0 : 1; /* no device: not fits */
 }
 
 /* Single-thread read bandwidth over a buffer larger than the caches. */
@@ -161,6 +219,17 @@ int cmd_doctor(int argc, char **argv)
             printf("problem:  the model does not fit at context %d: %s\n", ctx,
                    r.max_ctx ? "lower --ctx" : "use a smaller quantization");
             problems++;
+        }
+        if (!strcmp(lilac_model_backend(m), "cuda")) {
+            lilac_mem_report g = lilac_model_gpu_mem_report(m, ctx, 1);
+            printf("gpu plan: %.2f GiB of device memory at context %d, %.2f GiB available: %s (lilac plan "
+                   "--backend cuda for the parts)\n",
+                   g.total / GiB, ctx, g.budget / GiB, g.fits ? "fits" : "does NOT fit");
+            if (!g.fits) {
+                printf("problem:  the model does not fit in GPU memory at context %d: %s\n", ctx,
+                       g.max_ctx ? "lower --ctx" : "use a smaller quantization or --backend cpu");
+                problems++;
+            }
         }
         if (r.swap_total > 0)
             printf("note:     swap is on; lilac refuses plans that do not fit in memory, so it never relies on it\n");

@@ -6,6 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/plan.h"
+#include "kernels/cuda/cuda.h"
+#include "model/cuda_mem.h"
+#include "model/decoder_cuda.h"
 #include "model/model.h"
 #include "util/err.h"
 
@@ -90,6 +94,19 @@ static uint64_t need(const lilac_model *m, int n_ctx, int n_parallel, lilac_mem_
     return r->weights + r->kv + r->recurrent + r->scratch + r->other;
 }
 
+/* A byte count from the environment (bytes, or with a K/M/G suffix); 0 when unset or not positive. */
+static uint64_t env_bytes(const char *name)
+{
+    const char *cap = getenv(name);
+    if (!cap || !*cap)
+        return 0;
+    char *end;
+    double v = strtod(cap, &end);
+    double mult = *end == 'K' || *end == 'k' ? 1024.0 : *end == 'M' || *end == 'm' ? 1048576.0
+                : *end == 'G' || *end == 'g' ? 1073741824.0 : 1.0;
+    return v > 0 ? (uint64_t)(v * mult) : 0;
+}
+
 lilac_mem_report lilac_model_mem_report(const lilac_model *m, int n_ctx, int n_parallel)
 {
     lilac_mem_report r;
@@ -103,15 +120,9 @@ lilac_mem_report lilac_model_mem_report(const lilac_model *m, int n_ctx, int n_p
     cgroup_memory(&r.cgroup_limit, &r.cgroup_usage);
     r.budget = r.mem_available;
     /* LILAC_MEM_LIMIT (bytes, or with a K/M/G suffix) caps what lilac may use */
-    const char *cap = getenv("LILAC_MEM_LIMIT");
-    if (cap && *cap) {
-        char *end;
-        double v = strtod(cap, &end);
-        double mult = *end == 'K' || *end == 'k' ? 1024.0 : *end == 'M' || *end == 'm' ? 1048576.0
-                    : *end == 'G' || *end == 'g' ? 1073741824.0 : 1.0;
-        if (v > 0 && v * mult < (double)r.budget)
-            r.budget = (uint64_t)(v * mult);
-    }
+    uint64_t cap = env_bytes("LILAC_MEM_LIMIT");
+    if (cap && cap < r.budget)
+        r.budget = cap;
     if (r.cgroup_limit) {
         uint64_t room = r.cgroup_limit > r.cgroup_usage ? r.cgroup_limit - r.cgroup_usage : 0;
         if (room < r.budget)
@@ -130,8 +141,98 @@ lilac_mem_report lilac_model_mem_report(const lilac_model *m, int n_ctx, int n_p
     return r;
 }
 
+/* Device memory for the model on the CUDA backend (model/cuda_mem.c's sizes, which the allocations use). */
+static uint64_t need_gpu(const lilac_model *m, int n_ctx, int n_parallel, lilac_mem_report *r)
+{
+    const lilac_hparams *hp = &m->hp;
+    const uint64_t P = (uint64_t)n_parallel;
+    lilac_cuda_seq_sizes s = lilac_cuda_seq_sizes_of(hp, n_ctx);
+    uint64_t n_tensors = 0;
+    for (size_t i = 0; i < m->n_counts; i++)
+        n_tensors += m->counts[i].n_tensors;
+    r->weights = m->weight_bytes; /* uploaded as the file holds them (tied embeddings once) */
+    r->kv = (uint64_t)s.kv * P;
+    r->recurrent = (uint64_t)s.recurrent * P;
+    r->scratch = lilac_cuda_decode_sizes(hp, NULL) + lilac_cuda_prefill_sizes(hp, NULL) +
+                 lilac_cuda_mma_scratch_bound(hp) + (uint64_t)s.scores * P;
+    r->other = LILAC_CUDA_MARGIN_BASE + n_tensors * LILAC_CUDA_MARGIN_TENSOR + P * LILAC_CUDA_MARGIN_SEQ;
+    return r->weights + r->kv + r->recurrent + r->scratch + r->other;
+}
+
+lilac_mem_report lilac_model_gpu_mem_report_budget(const lilac_model *m, int n_ctx, int n_parallel, uint64_t budget)
+{
+    lilac_mem_report r;
+    memset(&r, 0, sizeof r);
+    if (n_parallel < 1)
+        n_parallel = 1;
+    r.gpu = true;
+    r.total = need_gpu(m, n_ctx, n_parallel, &r);
+    r.budget = budget;
+    r.fits = r.total <= r.budget;
+    /* the largest context that fits, by halving from the trained one, as on the host */
+    lilac_mem_report t;
+    for (int c = m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : 32768; c >= 256; c /= 2)
+        if (need_gpu(m, c, n_parallel, &t) <= r.budget) {
+            r.max_ctx = c;
+            break;
+        }
+    return r;
+}
+
+lilac_mem_report lilac_model_gpu_mem_report(const lilac_model *m, int n_ctx, int n_parallel)
+{
+    char why[192] = "";
+    size_t total = 0, free_b = 0;
+    int ccM = 0, ccm = 0;
+    bool have = lilac_cuda_available(why, sizeof why) != 0;
+    char name[128] = "";
+    if (have)
+        lilac_cuda_device_info(name, sizeof name, &total, &free_b, &ccM, &ccm);
+    uint64_t held = m->cuda ? lilac_cuda_model_bytes(m->cuda) : 0, budget = have ? (uint64_t)free_b + held : 0;
+    uint64_t cap = env_bytes("LILAC_GPU_MEM_LIMIT");
+    if (cap && cap < budget)
+        budget = cap;
+    lilac_mem_report r = lilac_model_gpu_mem_report_budget(m, n_ctx, n_parallel, budget);
+    r.have_device = have;
+    r.held = held;
+    r.mem_total = total;
+    r.mem_available = free_b;
+    if (have)
+        snprintf(r.device, sizeof r.device, "%s (%.1f GiB, sm_%d%d)", name, total / 1073741824.0, ccM, ccm);
+    else
+        snprintf(r.device, sizeof r.device, "%s", why[0] ? why : "no CUDA device");
+    return r;
+}
+
+static lilac_status gpu_check(const lilac_model *m, int n_ctx, int n_parallel, lilac_error *err)
+{
+    lilac_mem_report r = lilac_model_gpu_mem_report(m, n_ctx, n_parallel);
+    if (r.fits)
+        return LILAC_OK;
+    const double G = 1073741824.0;
+    char advice[256];
+    if (r.max_ctx > 0)
+        snprintf(advice, sizeof advice, "use a context of %d or less%s", r.max_ctx,
+                 n_parallel > 1 ? ", fewer parallel sequences" : "");
+    else
+        snprintf(advice, sizeof advice,
+                 "use a smaller quantization (%.2f GiB less), free GPU memory or run on the CPU (--backend cpu)",
+                 (r.total - r.budget) / G);
+    return lilac_fail(err, LILAC_E_NOMEM,
+                      "%s: needs %.2f GiB of GPU memory (weights %.2f, KV cache %.2f, recurrent state %.2f, scratch "
+                      "%.2f, other %.2f) for context %d x %d but %s has %.2f GiB available%s; %s",
+                      m->path, r.total / G, r.weights / G, r.kv / G, r.recurrent / G, r.scratch / G, r.other / G,
+                      n_ctx, n_parallel, r.have_device ? r.device : "no CUDA device", r.budget / G,
+                      r.budget < r.mem_available + r.held ? " (a limit applies)" : "", advice);
+}
+
 lilac_status lilac_model_mem_check(const lilac_model *m, int n_ctx, int n_parallel, lilac_error *err)
 {
+    /* on the CUDA backend the sequences live in device memory: that first (lilac_cuda_seq_new checks each
+     * sequence again as it allocates it) */
+    lilac_status st;
+    if (m->cuda && (st = gpu_check(m, n_ctx, n_parallel < 1 ? 1 : n_parallel, err)))
+        return st;
     lilac_mem_report r = lilac_model_mem_report(m, n_ctx, n_parallel);
     if (r.fits)
         return LILAC_OK;

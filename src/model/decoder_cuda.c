@@ -9,6 +9,7 @@
 
 #include "engine/seq.h"
 #include "format/dtype.h"
+#include "model/cuda_mem.h"
 #include "model/model.h"
 #include "util/err.h"
 
@@ -122,11 +123,6 @@ static bool same_layout(const lilac_mat *a, const lilac_mat *b)
            a[0].cols == b[0].cols && a[0].row_bytes == b[0].row_bytes;
 }
 
-static size_t conv_channels(const lilac_hparams *hp)
-{
-    return (size_t)(2 * hp->ssm_k_heads * hp->ssm_k_dim + hp->ssm_v_heads * hp->ssm_v_dim);
-}
-
 lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_error *err)
 {
     *out = NULL;
@@ -163,11 +159,13 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
     int E = hp->n_embd;
     if (!st)
         st = up_mat(cm, &m->w.tok_embd, &cm->tok_embd, err);
-    if (!st)
+    if (!st && m->w.output.data == m->w.tok_embd.data)
+        cm->output = cm->tok_embd; /* tied: one copy (the plan counts the file's bytes once) */
+    else if (!st)
         st = up_mat(cm, &m->w.output, &cm->output, err);
     if (!st)
         st = up_floats(cm, m->w.output_norm, (size_t)E, &cm->output_norm, err);
-    size_t C = conv_channels(hp);
+    size_t C = lilac_cuda_conv_channels(hp);
     for (int il = 0; !st && il < hp->n_layer; il++) {
         const lilac_layer_weights *lw = &m->w.layers[il];
         cuda_layer *cl = &cm->layers[il];
@@ -231,29 +229,19 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
                 st = up_floats(cm, lw->sh_gate_inp, (size_t)E, &cl->sh_gate_inp, err);
         }
     }
-    /* activations of one token */
-    size_t nh = (size_t)hp->n_head, hd = (size_t)hp->head_dim, k = (size_t)hp->n_expert_used;
-    size_t ff = (size_t)hp->expert_ff, sff = (size_t)(hp->shared_ff > 0 ? hp->shared_ff : 1);
-    size_t nvd = (size_t)hp->ssm_v_heads * hp->ssm_v_dim + 1;
-    struct {
-        float **p;
-        size_t n;
-    } bufs[] = {
-        {&cm->x, (size_t)E},    {&cm->xn, (size_t)E},       {&cm->tmp, (size_t)E},     {&cm->qg, nh * hd * 2},
-        {&cm->kb, nh * hd},     {&cm->vb, nh * hd},         {&cm->att, nh * hd},       {&cm->qkv, C + 1},
-        {&cm->conv, C + 1},     {&cm->z, nvd},              {&cm->a, (size_t)hp->ssm_v_heads + 1},
-        {&cm->b, (size_t)hp->ssm_v_heads + 1},              {&cm->o, nvd},             {&cm->rl, (size_t)hp->n_expert},
-        {&cm->rw, k + 1},       {&cm->gbuf, 2 * k * ff},    {&cm->ex, k * (size_t)E},
-        {&cm->shg, sff},        {&cm->shu, sff},            {&cm->sho, (size_t)E},
-        {&cm->logits, (size_t)hp->n_vocab},
-        {&cm->att_part, lilac_cuda_attention_part_floats(hp->n_head, hp->head_dim)},
+    /* activations of one token: sizes from cuda_mem.c's table, in its order */
+    size_t k = (size_t)hp->n_expert_used, ff = (size_t)hp->expert_ff;
+    void **bufs[LILAC_CUDA_DEC_NBUF] = {
+        (void **)&cm->x,  (void **)&cm->xn,   (void **)&cm->tmp, (void **)&cm->qg,     (void **)&cm->kb,
+        (void **)&cm->vb, (void **)&cm->att,  (void **)&cm->qkv, (void **)&cm->conv,   (void **)&cm->z,
+        (void **)&cm->a,  (void **)&cm->b,    (void **)&cm->o,   (void **)&cm->rl,     (void **)&cm->rw,
+        (void **)&cm->gbuf, (void **)&cm->ex, (void **)&cm->shg, (void **)&cm->shu,    (void **)&cm->sho,
+        (void **)&cm->logits, (void **)&cm->att_part, (void **)&cm->tok, (void **)&cm->idx,
     };
-    for (size_t i = 0; !st && i < sizeof bufs / sizeof bufs[0]; i++)
-        st = lilac_cuda_model_alloc(cm, (void **)bufs[i].p, bufs[i].n * sizeof(float), err);
-    if (!st)
-        st = lilac_cuda_model_alloc(cm, (void **)&cm->tok, 2 * sizeof(int32_t), err);
-    if (!st)
-        st = lilac_cuda_model_alloc(cm, (void **)&cm->idx, 2 * k * sizeof(int32_t), err);
+    size_t sizes[LILAC_CUDA_DEC_NBUF];
+    lilac_cuda_decode_sizes(hp, sizes);
+    for (size_t i = 0; !st && i < LILAC_CUDA_DEC_NBUF; i++)
+        st = lilac_cuda_model_alloc(cm, bufs[i], sizes[i], err);
     if (!st)
         cm->ubuf = cm->gbuf + k * ff; /* right after the gate outputs: one product writes both */
     if (!st && lilac_cuda_host_alloc((void **)&cm->logits_host, (size_t)hp->n_vocab * sizeof(float)))
@@ -285,23 +273,15 @@ void lilac_cuda_model_free(lilac_cuda_model *cm)
 }
 
 const char *lilac_cuda_model_device(const lilac_cuda_model *cm) { return cm->device; }
-
-static void state_bytes(const lilac_hparams *hp, int n_ctx, size_t *kv_layer, size_t *conv_layer, size_t *ssm_layer)
-{
-    *kv_layer = (size_t)n_ctx * (size_t)(hp->n_head_kv * hp->head_dim) * sizeof(float);
-    *conv_layer = (size_t)(hp->ssm_conv_kernel - 1) * conv_channels(hp) * sizeof(float);
-    *ssm_layer = (size_t)hp->ssm_v_heads * hp->ssm_k_dim * hp->ssm_v_dim * sizeof(float);
-}
+uint64_t lilac_cuda_model_bytes(const lilac_cuda_model *cm) { return cm ? (uint64_t)cm->bytes : 0; }
 
 lilac_status lilac_cuda_seq_new(lilac_model *m, int n_ctx, lilac_cuda_seq **out, lilac_error *err)
 {
     *out = NULL;
     const lilac_hparams *hp = &m->hp;
-    size_t kv, cv, sv, total = 0;
-    state_bytes(hp, n_ctx, &kv, &cv, &sv);
-    for (int i = 0; i < hp->n_layer; i++)
-        total += hp->layer_kind[i] == LILAC_LAYER_ATTENTION ? 2 * kv : cv + sv;
-    total += (size_t)hp->n_head * n_ctx * sizeof(float);
+    /* cuda_mem.c: the same sizes the GPU memory plan counts */
+    lilac_cuda_seq_sizes sz = lilac_cuda_seq_sizes_of(hp, n_ctx);
+    size_t kv = sz.kv_layer, cv = sz.conv_layer, sv = sz.ssm_layer, total = sz.total;
     size_t dev_total = 0, dev_free = 0;
     int a, b;
     char name[128] = "";
@@ -354,8 +334,8 @@ void lilac_cuda_seq_free(lilac_cuda_seq *cs)
 void lilac_cuda_seq_reset(lilac_model *m, lilac_cuda_seq *cs)
 {
     const lilac_hparams *hp = &m->hp;
-    size_t kv, cv, sv;
-    state_bytes(hp, cs->n_ctx, &kv, &cv, &sv);
+    lilac_cuda_seq_sizes sz = lilac_cuda_seq_sizes_of(hp, cs->n_ctx);
+    size_t cv = sz.conv_layer, sv = sz.ssm_layer;
     for (int i = 0; i < hp->n_layer; i++)
         if (hp->layer_kind[i] != LILAC_LAYER_ATTENTION)
             lilac_cuda_memset(cs->conv[i], 0, cv + sv, m->cuda->stream); /* conv and ssm adjacent */
@@ -367,8 +347,8 @@ lilac_status lilac_cuda_seq_copy(lilac_model *m, lilac_cuda_seq *dst, const lila
                                  lilac_error *err)
 {
     const lilac_hparams *hp = &m->hp;
-    size_t kv = (size_t)pos * (size_t)(hp->n_head_kv * hp->head_dim) * sizeof(float), kvs, cv, sv;
-    state_bytes(hp, 1, &kvs, &cv, &sv);
+    lilac_cuda_seq_sizes sz = lilac_cuda_seq_sizes_of(hp, pos);
+    size_t kv = sz.kv_layer, cv = sz.conv_layer, sv = sz.ssm_layer;
     for (int i = 0; i < hp->n_layer; i++) {
         if (hp->layer_kind[i] == LILAC_LAYER_ATTENTION) {
             lilac_cuda_copy(dst->k[i], src->k[i], kv, m->cuda->stream);
@@ -654,6 +634,11 @@ const char *lilac_cuda_model_device(const lilac_cuda_model *cm)
 {
     (void)cm;
     return "none";
+}
+uint64_t lilac_cuda_model_bytes(const lilac_cuda_model *cm)
+{
+    (void)cm;
+    return 0;
 }
 lilac_status lilac_cuda_seq_new(lilac_model *m, int n_ctx, lilac_cuda_seq **out, lilac_error *err)
 {

@@ -18,6 +18,8 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
 void lilac_cuda_model_free(lilac_cuda_model *cm);
 /* "NVIDIA H200 (139.8 GiB, sm_90)" for messages. */
 const char *lilac_cuda_model_device(const lilac_cuda_model *cm);
+/* The device memory cm holds: weights, the step's and (once allocated) the prefill's buffers. */
+uint64_t lilac_cuda_model_bytes(const lilac_cuda_model *cm);
 
 lilac_status lilac_cuda_seq_new(lilac_model *m, int n_ctx, lilac_cuda_seq **out, lilac_error *err);
 void lilac_cuda_seq_free(lilac_cuda_seq *cs);

@@ -19,13 +19,15 @@
 #include "engine/seq.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "model/cuda_mem.h"
 #include "model/decoder_cuda_int.h"
 #include "model/model.h"
 #include "util/err.h"
 
-#define PF_MAX 512        /* tokens a chunk: the activation buffers' size */
-#define PF_LOGIT_ROWS 32 /* rows of logits a download (LOGITS_ALL): the buffer is rows x vocab */
-#define PF_BATCH 64      /* sequences a batched decode step (lilac_cuda_decode_batch) takes at once */
+/* model/cuda_mem.h: the sizes, shared with the GPU memory plan */
+#define PF_MAX LILAC_CUDA_PF_MAX             /* tokens a chunk: the activation buffers' size */
+#define PF_LOGIT_ROWS LILAC_CUDA_PF_LOGIT_ROWS /* rows of logits a download (LOGITS_ALL) */
+#define PF_BATCH LILAC_CUDA_PF_BATCH         /* sequences a batched decode step takes at once */
 
 /* A chunk's activations, [PF_MAX][width] each (dev). */
 struct cuda_prefill {
@@ -83,49 +85,22 @@ static lilac_status pf_alloc(lilac_model *m, lilac_error *err)
     if (!pf)
         return lilac_fail(err, LILAC_E_NOMEM, "out of memory");
     pf->ptrs_host = (float **)(pf + 1);
-    size_t T = PF_MAX, E = (size_t)hp->n_embd, nh = (size_t)hp->n_head, hd = (size_t)hp->head_dim;
-    size_t kvw = (size_t)hp->n_head_kv * hd, k = (size_t)hp->n_expert_used, ff = (size_t)hp->expert_ff;
-    size_t sff = (size_t)(hp->shared_ff > 0 ? hp->shared_ff : 1);
-    size_t C = (size_t)(2 * hp->ssm_k_heads * hp->ssm_k_dim + hp->ssm_v_heads * hp->ssm_v_dim) + 1;
-    size_t nvd = (size_t)hp->ssm_v_heads * hp->ssm_v_dim + 1, nv = (size_t)hp->ssm_v_heads + 1;
-    size_t q_width = nh * hd * (hp->attn_output_gate ? 2 : 1);
-    struct {
-        void **p;
-        size_t bytes;
-    } bufs[] = {
-        {(void **)&pf->x, T * E * 4},
-        {(void **)&pf->xn, T * E * 4},
-        {(void **)&pf->tmp, T * E * 4},
-        {(void **)&pf->qg, T * q_width * 4},
-        {(void **)&pf->kb, T * kvw * 4},
-        {(void **)&pf->vb, T * kvw * 4},
-        {(void **)&pf->att, T * nh * hd * 4},
-        {(void **)&pf->qkv, T * C * 4},
-        {(void **)&pf->conv, T * C * 4},
-        {(void **)&pf->z, T * nvd * 4},
-        {(void **)&pf->a, T * nv * 4},
-        {(void **)&pf->b, T * nv * 4},
-        {(void **)&pf->o, T * nvd * 4},
-        {(void **)&pf->rl, T * (size_t)hp->n_expert * 4},
-        {(void **)&pf->rw, T * k * 4},
-        {(void **)&pf->gbuf, 2 * T * k * ff * 4},
-        {(void **)&pf->ex, T * k * E * 4},
-        {(void **)&pf->shg, T * sff * 4},
-        {(void **)&pf->shu, T * sff * 4},
-        {(void **)&pf->sho, T * E * 4},
-        {(void **)&pf->logits, (size_t)PF_LOGIT_ROWS * (size_t)hp->n_vocab * 4},
-        {(void **)&pf->tok, T * 4},
-        {(void **)&pf->idx, T * k * 4},
-        {(void **)&pf->offsets, (2 * (size_t)hp->n_expert + 1) * 4},
-        {(void **)&pf->pair_tok, 2 * T * k * 4},
-        {(void **)&pf->tok_pair, T * k * 4},
-        {(void **)&pf->pos, PF_BATCH * 4},
-        {(void **)&pf->ptrs, (size_t)hp->n_layer * 4 * PF_BATCH * sizeof(float *)},
-        {(void **)&pf->att_part, lilac_cuda_attention_rows_part_floats(hp->n_head, hp->head_dim, PF_BATCH) * 4},
+    /* sizes from cuda_mem.c's table, in its order */
+    void **bufs[LILAC_CUDA_PF_NBUF] = {
+        (void **)&pf->x,        (void **)&pf->xn,     (void **)&pf->tmp,      (void **)&pf->qg,
+        (void **)&pf->kb,       (void **)&pf->vb,     (void **)&pf->att,      (void **)&pf->qkv,
+        (void **)&pf->conv,     (void **)&pf->z,      (void **)&pf->a,        (void **)&pf->b,
+        (void **)&pf->o,        (void **)&pf->rl,     (void **)&pf->rw,       (void **)&pf->gbuf,
+        (void **)&pf->ex,       (void **)&pf->shg,    (void **)&pf->shu,      (void **)&pf->sho,
+        (void **)&pf->logits,   (void **)&pf->tok,    (void **)&pf->idx,      (void **)&pf->offsets,
+        (void **)&pf->pair_tok, (void **)&pf->tok_pair, (void **)&pf->pos,    (void **)&pf->ptrs,
+        (void **)&pf->att_part,
     };
+    size_t sizes[LILAC_CUDA_PF_NBUF];
+    lilac_cuda_prefill_sizes(hp, sizes);
     lilac_status st = LILAC_OK;
-    for (size_t i = 0; !st && i < sizeof bufs / sizeof bufs[0]; i++)
-        st = lilac_cuda_model_alloc(cm, bufs[i].p, bufs[i].bytes, err);
+    for (size_t i = 0; !st && i < LILAC_CUDA_PF_NBUF; i++)
+        st = lilac_cuda_model_alloc(cm, bufs[i], sizes[i], err);
     if (st) { /* what was allocated stays in cm->allocs, freed with the model */
         free(pf);
         return st;

@@ -65,13 +65,14 @@
 #include "format/dtype.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_dev.cuh"
+#include "kernels/cuda/cuda_sizes.h"
 
 namespace {
 
 constexpr int MM_WARPS_M = 4, MM_WARPS_N = 2;
 constexpr int MM_THREADS = 32 * MM_WARPS_M * MM_WARPS_N;
 constexpr int BM = 32 * MM_WARPS_M;  /* weight rows a block */
-constexpr int XB = 128;              /* bytes of digits a token and 32 columns: hi[32], lo[32] */
+constexpr int XB = LILAC_CUDA_XQ_BLOCK; /* 128 bytes of digits a token and 32 columns: hi[32], lo[32] */
 constexpr int XROW = 8 * XB + 64;    /* a token's 256 columns in shared memory, padded (bank spread) */
 constexpr int MAX_EXPERT = 1024;     /* grouped: experts the tile prefix in shared memory holds */
 /* lilac_cuda_matvec: fewer tokens stay on the CUDA cores. From 16 on the H200, batched decode of the
@@ -675,7 +676,7 @@ void *scratch(cudaStream_t st, size_t bytes)
         cudaFree(sc->p);
         sc->p = nullptr, sc->cap = 0;
     }
-    bytes = (bytes + (1u << 20) - 1) & ~(size_t)((1u << 20) - 1);
+    bytes = lilac_cuda_scratch_round(bytes);
     if (cudaMalloc(&sc->p, bytes) != cudaSuccess) {
         (void)cudaGetLastError();
         sc->p = nullptr;
@@ -694,8 +695,8 @@ struct XQ {
 bool xq_get(cudaStream_t st, int n, int K, XQ &q)
 {
     const size_t nb = (size_t)n * (K / 32);
-    const size_t b_xq = nb * XB, b_sum = (nb * 4 + 255) & ~(size_t)255, b_exp = (size_t)n * 4;
-    uint8_t *base = static_cast<uint8_t *>(scratch(st, b_xq + b_sum + b_exp));
+    const size_t b_xq = nb * XB, b_sum = (nb * 4 + 255) & ~(size_t)255;
+    uint8_t *base = static_cast<uint8_t *>(scratch(st, lilac_cuda_xq_bytes((size_t)n, (size_t)K)));
     if (!base)
         return false;
     q.xq = base;

@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_dev.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_sizes.h"
 
 #define CS(s) ((cudaStream_t)(s))
 
@@ -81,7 +82,7 @@ extern "C" void lilac_cuda_graph_free(void *exec)
 // Split-K attention for one query position (flash decoding): block (h, sp)
 // takes keys [sp * chunk, (sp + 1) * chunk) of head h: scores into scratch,
 // its max m, sum l of exp(score - m) and o = sum exp(score - m) v into part.
-#define ATT_SPLIT 128
+#define ATT_SPLIT LILAC_CUDA_ATT_SPLIT /* 128 (cuda_sizes.h: the plan counts its parts) */
 #define ATT_TILE 64
 // The key ranges in use at n_keys keys: ranges of at least a tile, so that a
 // short context does not pay for ATT_SPLIT mostly empty blocks and parts.
@@ -281,7 +282,7 @@ __global__ void k_attention_combine(const float *q, int q_step, long long q_tok,
     }
 }
 
-extern "C" size_t lilac_cuda_attention_part_floats(int n_head, int hd) { return (size_t)n_head * ATT_SPLIT * (hd + 2); }
+extern "C" size_t lilac_cuda_attention_part_floats(int n_head, int hd) { return lilac_cuda_att_part_floats(n_head, hd); }
 
 // Whether k_attention_gqa takes the shape (query heads a KV head, head size).
 static bool attention_gqa_takes(int n_head, int n_head_kv, int hd)
@@ -290,7 +291,7 @@ static bool attention_gqa_takes(int n_head, int n_head_kv, int hd)
     return G >= 1 && G <= ATT_GMAX && n_head % n_head_kv == 0 && hd % 32 == 0 && hd <= 32 * ATT_DPL;
 }
 /* Key ranges a row of a batched call: the batch's rows fill the device, and each holds its parts. */
-#define ATT_SPLIT_ROWS 16
+#define ATT_SPLIT_ROWS LILAC_CUDA_ATT_SPLIT_ROWS /* 16 */
 
 extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K, const float *V, const int *pos,
                                      int n_head, int n_head_kv, int hd, float *out, float *scratch, int scratch_stride,
@@ -308,7 +309,7 @@ extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K,
 
 extern "C" size_t lilac_cuda_attention_rows_part_floats(int n_head, int hd, int n)
 {
-    return (size_t)n * n_head * ATT_SPLIT_ROWS * (hd + 2);
+    return lilac_cuda_att_rows_part_floats(n_head, hd, n);
 }
 
 extern "C" int lilac_cuda_attention_rows(const float *q, int q_step, long long q_tok, float *const *Kp,

@@ -1,0 +1,41 @@
+/* cuda_sizes: the sizes of the CUDA kernels' device buffers as plain C,
+ * no CUDA needed: the kernels (cuda_ops.cu, cuda_mma.cu) size their
+ * buffers by these, and the GPU memory plan (model/cuda_mem.c) adds them
+ * up on machines without a GPU as well. */
+#ifndef LILAC_KERNELS_CUDA_SIZES_H
+#define LILAC_KERNELS_CUDA_SIZES_H
+
+#include <stddef.h>
+
+/* Key ranges of one token's attention (lilac_cuda_attention), and of a row of a batched call
+ * (lilac_cuda_attention_rows): each range leaves hd + 2 floats of parts per head. */
+#define LILAC_CUDA_ATT_SPLIT 128
+#define LILAC_CUDA_ATT_SPLIT_ROWS 16
+
+static inline size_t lilac_cuda_att_part_floats(int n_head, int hd)
+{
+    return (size_t)n_head * LILAC_CUDA_ATT_SPLIT * (size_t)(hd + 2);
+}
+
+static inline size_t lilac_cuda_att_rows_part_floats(int n_head, int hd, int n)
+{
+    return (size_t)n * (size_t)n_head * LILAC_CUDA_ATT_SPLIT_ROWS * (size_t)(hd + 2);
+}
+
+/* The tensor-core products' scratch (cuda_mma.cu's xq_get): for n rows of K columns, the digits
+ * (LILAC_CUDA_XQ_BLOCK bytes a row and 32 columns), a float sum a block (the array padded to 256
+ * bytes), an int exponent a row. One buffer a stream, grown to the largest request, in whole MiB. */
+#define LILAC_CUDA_XQ_BLOCK 128
+
+static inline size_t lilac_cuda_xq_bytes(size_t n, size_t K)
+{
+    const size_t nb = n * (K / 32);
+    return nb * LILAC_CUDA_XQ_BLOCK + ((nb * 4 + 255) & ~(size_t)255) + n * 4;
+}
+
+static inline size_t lilac_cuda_scratch_round(size_t bytes)
+{
+    return (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+}
+
+#endif

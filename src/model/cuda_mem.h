@@ -1,0 +1,58 @@
+/* cuda_mem: the device memory the CUDA backend allocates for a model and
+ * its sequences, from the hyper-parameters alone (no GPU, no CUDA needed).
+ * decoder_cuda.c and decoder_cuda_prefill.c allocate by these tables, and
+ * the GPU memory plan (engine/plan.c) adds them up, so that the plan and
+ * the allocations cannot drift apart. */
+#ifndef LILAC_MODEL_CUDA_MEM_H
+#define LILAC_MODEL_CUDA_MEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lilac.h"
+
+#define LILAC_CUDA_PF_MAX 512       /* tokens a prefill chunk: the prefill buffers' rows */
+#define LILAC_CUDA_PF_LOGIT_ROWS 32 /* rows of logits a download (LOGITS_ALL): the buffer is rows x vocab */
+#define LILAC_CUDA_PF_BATCH 64      /* sequences a batched decode step (lilac_cuda_decode_batch) takes at once */
+
+/* One sequence's device state (lilac_cuda_seq_new: one block). */
+typedef struct lilac_cuda_seq_sizes {
+    size_t kv_layer;   /* K, and V again, of one full-attention layer: n_ctx x n_head_kv x head_dim floats */
+    size_t conv_layer; /* a DeltaNet layer's conv window: (kernel - 1) x conv channels floats */
+    size_t ssm_layer;  /* a DeltaNet layer's state: v_heads x k_dim x v_dim floats */
+    size_t kv;         /* 2 kv_layer a full-attention layer */
+    size_t recurrent;  /* conv_layer + ssm_layer a DeltaNet layer */
+    size_t scores;     /* the attention's scores, n_head x n_ctx floats */
+    size_t total;      /* kv + recurrent + scores */
+} lilac_cuda_seq_sizes;
+lilac_cuda_seq_sizes lilac_cuda_seq_sizes_of(const lilac_hparams *hp, int n_ctx);
+
+/* Conv channels of a DeltaNet layer: q, k (k_heads x k_dim each) and v (v_heads x v_dim). */
+size_t lilac_cuda_conv_channels(const lilac_hparams *hp);
+
+/* The one-token step's activation buffers (lilac_cuda_model_new), bytes each in the order x, xn, tmp, qg, kb,
+ * vb, att, qkv, conv, z, a, b, o, rl, rw, gbuf, ex, shg, shu, sho, logits, att_part, tok, idx; bytes may be
+ * NULL. Returns their sum. */
+#define LILAC_CUDA_DEC_NBUF 24
+uint64_t lilac_cuda_decode_sizes(const lilac_hparams *hp, size_t *bytes);
+
+/* The prefill's and batched decode's chunk buffers (decoder_cuda_prefill.c's pf_alloc, at the first prompt of
+ * more than one token or the first batched step), bytes each in pf_alloc's order; bytes may be NULL. Returns
+ * their sum. */
+#define LILAC_CUDA_PF_NBUF 29
+uint64_t lilac_cuda_prefill_sizes(const lilac_hparams *hp, size_t *bytes);
+
+/* A bound on the tensor-core products' scratch (cuda_mma.cu: one buffer for the model's stream, grown to the
+ * largest request): the most rows a product digitizes at once is a chunk's gate and up pairs, 2 PF_MAX
+ * n_expert_used, of n_embd columns, or a chunk's PF_MAX rows of the widest input (n_embd, n_head x head_dim,
+ * v_heads x v_dim, shared_ff), or its PF_MAX n_expert_used pairs of expert_ff columns (the down products). */
+uint64_t lilac_cuda_mma_scratch_bound(const lilac_hparams *hp);
+
+/* The margin for what is not counted buffer by buffer: the kernels' code loaded into the context, the
+ * allocator's granularity (1 MiB a weight tensor: half of a 2 MiB page on average), each sequence's
+ * captured decode step (a CUDA graph). */
+#define LILAC_CUDA_MARGIN_BASE (256ull << 20)
+#define LILAC_CUDA_MARGIN_TENSOR (1ull << 20)
+#define LILAC_CUDA_MARGIN_SEQ (2ull << 20)
+
+#endif
