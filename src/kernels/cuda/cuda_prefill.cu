@@ -445,6 +445,7 @@ __global__ void k_pf_dn_recurrent1(float *S_all, const float *conv, int C, const
 #define DC_TS 68  /* row stride of A / T and P */
 #define DC_XS 48  /* row stride of X, V' and the 16-row scratch */
 #define DC_MAXDK 192
+#define DC_MIN_TOKENS 16 /* lilac_cuda_pf_deltanet's: fewer go to the recurrent kernel */
 
 static size_t dn_chunk_smem(int dk)
 {
@@ -1094,13 +1095,15 @@ extern "C" void lilac_cuda_pf_deltanet(float *conv_out, int C, float *a, float *
                                        int nk, int nv, int dk, int dv, int tiled, float eps, int n,
                                        lilac_cuda_stream *s)
 {
-    static int chunked = -1; /* LILAC_CUDA_DN_CHUNK=1: the chunked form (k_pf_dn_chunk), read once */
+    /* LILAC_CUDA_DN_CHUNK=1: the chunked form (k_pf_dn_chunk), read once, for DC_MIN_TOKENS tokens or more: a
+     * sub-chunk costs about what 10 - 15 tokens of the recurrent kernel do, whatever its length */
+    static int chunked = -1;
     if (chunked < 0) {
         const char *e = getenv("LILAC_CUDA_DN_CHUNK");
         chunked = e && *e == '1';
     }
     (void)lilac_cuda_pf_deltanet_form(conv_out, C, a, b, ssm_a, ssm_dt, S, o, z, norm_w, nk, nv, dk, dv, tiled, eps,
-                                      n, chunked, s);
+                                      n, chunked && n >= DC_MIN_TOKENS, s);
 }
 
 extern "C" int lilac_cuda_pf_moe_supported(int n_expert, int k)
