@@ -47,6 +47,9 @@ do_test() {
         tail -8
     LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_batch" 2>&1 | tee "$out/test_cuda_batch.txt" | tail -8
     LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_prefill" 2>&1 | tee "$out/test_cuda_prefill.txt" | tail -30
+    LILAC_CUDA_DN_CHUNK=1 LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_prefill" 2>&1 | sed 's/^/[dn-chunk] /' |
+        tail -12
+    LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_dn" 2>&1 | tee "$out/test_cuda_dn.txt" | tail -12
 }
 
 do_synth() {
@@ -75,6 +78,9 @@ do_ab() {
         echo "$v=0: $(env "$v=0" $T "$build/lilac" bench -m "$synth" --backend cuda -p 512 -n 0 -r 2 --json 2>/dev/null |
             grep -o '"tokens_per_s": [0-9.]*')"
     done
+    # the prefill's opt-ins, pp512
+    echo "LILAC_CUDA_DN_CHUNK=1: $(LILAC_CUDA_DN_CHUNK=1 $T "$build/lilac" bench -m "$synth" --backend cuda -p 512 -n 0 \
+        -r 2 --json 2>/dev/null | grep -o '"tokens_per_s": [0-9.]*')"
     for v in NONE LILAC_CUDA_NORM_ROUTER=1 LILAC_CUDA_DN_CONV=1; do # decode's opt-ins, tg128
         echo "tg128 $v: $(env "${v/NONE/LILAC_NONE=1}" $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 \
             -r 2 --json 2>/dev/null | grep -o '"tokens_per_s": [0-9.]*')"
@@ -89,7 +95,7 @@ do_sanitize() {
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     # SAN_TOOLS, SAN_TESTS: a subset (racecheck needs minutes a test: split it over calls)
     for tool in ${SAN_TOOLS:-memcheck racecheck}; do
-        for t in ${SAN_TESTS:-test_cuda_kernels test_cuda_mma test_cuda_attn test_cuda_model test_cuda_prefill test_cuda_batch}; do
+        for t in ${SAN_TESTS:-test_cuda_kernels test_cuda_mma test_cuda_attn test_cuda_dn test_cuda_model test_cuda_prefill test_cuda_batch}; do
             LILAC_REQUIRE_CUDA=1 LILAC_CUDA_GRAPH=0 LILAC_CUDA_ATTN_QUICK=1 LILAC_CUDA_MMA_QUICK=1 timeout "${SAN_TIMEOUT:-60}" \
                 "$cs" --tool $tool --error-exitcode 3 \
                 "$build/tests/$t" >"$out/san-$tool-$t.txt" 2>&1

@@ -424,6 +424,369 @@ __global__ void k_pf_dn_recurrent1(float *S_all, const float *conv, int C, const
     }
 }
 
+// The same recurrence in the chunked form (LILAC_CUDA_DN_CHUNK=1), the math
+// of model/deltanet.c's lilac_dn_chunk: sub-chunks of DC_L tokens, and per
+// sub-chunk, with S the state before it, G_i = g_0 + .. + g_i,
+//   A_im = -beta_i (k_i . k_m) e^{G_i - G_m} (m < i),  T = (I - A)^-1,
+//   X = diag(beta) (V - diag(e^G) K S),  V' = T X     (the deltas, = U - W S)
+//   o = diag(e^G) Q S + P V',  P_im = (q_i . k_m) e^{G_i - G_m} (m <= i),
+//   S = e^{G_last} S + (diag(e^{G_last - G}) K)^T V'.
+// A block takes value head j = blockIdx.x and DC_BC columns of S (blockIdx.y),
+// its S slice in shared memory for the whole chunk; A, T and P depend on
+// k, q, g, beta only and each block of the head computes them. T is built
+// from the inverses of the four 16 x 16 diagonal blocks of I - A (a thread a
+// column, forward substitution in registers), then block row b of T from
+// the rows above: T_bc = T_bb sum_{c <= e < b} A_be T_ec. Every product is
+// float32 CUDA-core FMAs, a thread a small register tile; no atomics.
+#define DC_L 64   /* tokens a sub-chunk */
+#define DC_BC 32  /* columns of S a block */
+#define DC_T 256  /* threads a block */
+#define DC_SS 36  /* row stride of the S slice */
+#define DC_TS 68  /* row stride of A / T and P */
+#define DC_XS 48  /* row stride of X, V' and the 16-row scratch */
+#define DC_MAXDK 192
+#define DC_MIN_TOKENS 16 /* lilac_cuda_pf_deltanet's: fewer go to the recurrent kernel */
+
+static size_t dn_chunk_smem(int dk)
+{
+    return sizeof(float) * ((size_t)2 * DC_L * (dk + 4) + (size_t)dk * DC_SS + (size_t)2 * DC_L * DC_TS +
+                            (size_t)2 * DC_L * DC_XS + (size_t)16 * DC_XS + 4 * DC_L);
+}
+
+__device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+
+__global__ void __launch_bounds__(DC_T, 1)
+    k_pf_dn_chunk(float *S_all, const float *conv, int C, const float *g, const float *beta, float *o_all, int nk,
+                  int nv, int dk, int dv, int tiled, int n)
+{
+    extern __shared__ float4 dc_sh4[];
+    const int KS = dk + 4; // q, k rows padded: float4-aligned, rows 4 banks apart
+    float *const Ks = reinterpret_cast<float *>(dc_sh4); // [DC_L][KS]
+    float *const Qs = Ks + DC_L * KS;                     // [DC_L][KS]
+    float *const Ss = Qs + DC_L * KS;                     // [dk][DC_SS] this block's columns of S
+    float *const Ts = Ss + dk * DC_SS;                    // [DC_L][DC_TS] A, then T
+    float *const Ps = Ts + DC_L * DC_TS;                  // [DC_L][DC_TS] P
+    float *const Xs = Ps + DC_L * DC_TS;                  // [DC_L][DC_XS] V, then X
+    float *const Vn = Xs + DC_L * DC_XS;                  // [DC_L][DC_XS] V'
+    float *const Ms = Vn + DC_L * DC_XS;                  // [16][DC_XS] sum_e A_be T_ec
+    float *const Gs = Ms + 16 * DC_XS, *const eG = Gs + DC_L, *const eK = eG + DC_L, *const Bs = eK + DC_L;
+    const int j = blockIdx.x, c0 = blockIdx.y * DC_BC, tid = threadIdx.x;
+    const int hi = tid >> 4, lo = tid & 15; // tiles: rows hi + 16 r, columns lo + 16 s
+    const int kh = tiled ? j % nk : j / (nv / nk);
+    float *S = S_all + (size_t)j * dk * dv + c0;
+    for (int e = tid; e < dk * DC_BC; e += DC_T) {
+        const int d = e / DC_BC, c = e - d * DC_BC;
+        Ss[d * DC_SS + c] = S[(size_t)d * dv + c];
+    }
+    const float *qb = conv + (size_t)kh * dk, *kb = conv + (size_t)(nk + kh) * dk;
+    const float *vb = conv + (size_t)2 * nk * dk + (size_t)j * dv + c0;
+    const int q4 = dk >> 2;
+    for (int t0 = 0; t0 < n; t0 += DC_L) {
+        const int L = min(DC_L, n - t0);
+        __syncthreads(); // the previous sub-chunk's k, V' and S are consumed
+        // ---- staging: q, k [DC_L][dk], V [DC_L][DC_BC], g, beta; rows past L zero ----
+        for (int e0 = tid; e0 < DC_L * q4; e0 += 8 * DC_T) {
+            float4 qv[8], kv[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int e = e0 + u * DC_T, i = e / q4, d4 = e - i * q4;
+                qv[u] = kv[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (e < DC_L * q4 && i < L) {
+                    const size_t off = (size_t)(t0 + i) * C + 4 * d4;
+                    qv[u] = __ldg(reinterpret_cast<const float4 *>(qb + off));
+                    kv[u] = __ldg(reinterpret_cast<const float4 *>(kb + off));
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int e = e0 + u * DC_T, i = e / q4, d4 = e - i * q4;
+                if (e < DC_L * q4) {
+                    *reinterpret_cast<float4 *>(Qs + i * KS + 4 * d4) = qv[u];
+                    *reinterpret_cast<float4 *>(Ks + i * KS + 4 * d4) = kv[u];
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < DC_L * DC_BC / 4 / DC_T; u++) {
+            const int e = tid + u * DC_T, i = e / (DC_BC / 4), c4 = e - i * (DC_BC / 4);
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (i < L)
+                v = __ldg(reinterpret_cast<const float4 *>(vb + (size_t)(t0 + i) * C + 4 * c4));
+            *reinterpret_cast<float4 *>(Xs + i * DC_XS + 4 * c4) = v;
+        }
+        if (tid < 32) { // G: a lane two tokens, a scan over the lanes
+            const int i0 = 2 * tid;
+            const float a0 = i0 < L ? g[(size_t)(t0 + i0) * nv + j] : 0.f;
+            const float a1 = i0 + 1 < L ? g[(size_t)(t0 + i0 + 1) * nv + j] : 0.f;
+            float sc = a0 + a1;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const float y = __shfl_up_sync(0xffffffffu, sc, o);
+                if (tid >= o)
+                    sc += y;
+            }
+            float ex = __shfl_up_sync(0xffffffffu, sc, 1);
+            ex = tid ? ex : 0.f;
+            Gs[i0] = ex + a0;
+            Gs[i0 + 1] = ex + a0 + a1;
+            Bs[i0] = i0 < L ? beta[(size_t)(t0 + i0) * nv + j] : 0.f;
+            Bs[i0 + 1] = i0 + 1 < L ? beta[(size_t)(t0 + i0 + 1) * nv + j] : 0.f;
+            __syncwarp();
+            const float gl = Gs[L - 1];
+            for (int i = tid; i < DC_L; i += 32) {
+                eG[i] = expf(Gs[i]);
+                eK[i] = expf(gl - Gs[i]);
+            }
+        }
+        __syncthreads();
+        // ---- k_i . k_m and q_i . k_m, m <= i: tiles (r, s) with s > r lie above the diagonal ----
+        {
+            float kk[4][4], qk[4][4];
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int s = 0; s < 4; s++)
+                    kk[r][s] = qk[r][s] = 0.f;
+            for (int d = 0; d < dk; d += 4) {
+                float4 kr[4], qr[4], km[4];
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    kr[r] = ld4(Ks + (hi + 16 * r) * KS + d);
+                    qr[r] = ld4(Qs + (hi + 16 * r) * KS + d);
+                    km[r] = ld4(Ks + (lo + 16 * r) * KS + d);
+                }
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+#pragma unroll
+                    for (int s = 0; s <= r; s++) {
+                        kk[r][s] = fmaf(kr[r].x, km[s].x, kk[r][s]);
+                        kk[r][s] = fmaf(kr[r].y, km[s].y, kk[r][s]);
+                        kk[r][s] = fmaf(kr[r].z, km[s].z, kk[r][s]);
+                        kk[r][s] = fmaf(kr[r].w, km[s].w, kk[r][s]);
+                        qk[r][s] = fmaf(qr[r].x, km[s].x, qk[r][s]);
+                        qk[r][s] = fmaf(qr[r].y, km[s].y, qk[r][s]);
+                        qk[r][s] = fmaf(qr[r].z, km[s].z, qk[r][s]);
+                        qk[r][s] = fmaf(qr[r].w, km[s].w, qk[r][s]);
+                    }
+            }
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int s = 0; s < 4; s++) {
+                    const int i = hi + 16 * r, m = lo + 16 * s;
+                    float a = 0.f, p = 0.f;
+                    if (s <= r && m <= i) {
+                        const float dec = expf(Gs[i] - Gs[m]);
+                        p = qk[r][s] * dec;
+                        if (m < i)
+                            a = -Bs[i] * kk[r][s] * dec;
+                    }
+                    Ts[i * DC_TS + m] = a;
+                    Ps[i * DC_TS + m] = p;
+                }
+        }
+        __syncthreads();
+        // ---- T = (I - A)^-1: the diagonal 16 x 16 blocks, thread (b, m) column m of block b ----
+        {
+            float x[16];
+            const int b16 = (tid >> 4) * 16, m = tid & 15;
+            if (tid < 64) {
+                const float *Ab = Ts + b16 * DC_TS + b16;
+#pragma unroll
+                for (int i = 0; i < 16; i++) {
+                    float s = i == m ? 1.f : 0.f;
+#pragma unroll
+                    for (int r = 0; r < i; r++)
+                        s = fmaf(Ab[i * DC_TS + r], x[r], s);
+                    x[i] = s;
+                }
+            }
+            __syncthreads();
+            if (tid < 64) {
+#pragma unroll
+                for (int i = 0; i < 16; i++)
+                    Ts[(b16 + i) * DC_TS + b16 + m] = x[i];
+            }
+            __syncthreads();
+        }
+        // block row b: M_c = sum_{16c <= k < 16b} A[16b + row][k] T[k][16c + col], then T_bc = T_bb M_c
+#pragma unroll
+        for (int b = 1; b < 4; b++) {
+            const float *Arow = Ts + (16 * b + hi) * DC_TS;
+#pragma unroll
+            for (int c = 0; c < b; c++) {
+                float s = 0.f;
+#pragma unroll 8
+                for (int k = 16 * c; k < 16 * b; k++)
+                    s = fmaf(Arow[k], Ts[k * DC_TS + 16 * c + lo], s);
+                Ms[hi * DC_XS + 16 * c + lo] = s;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int c = 0; c < b; c++) {
+                float s = 0.f;
+#pragma unroll
+                for (int x = 0; x < 16; x++)
+                    s = fmaf(Arow[16 * b + x], Ms[x * DC_XS + 16 * c + lo], s);
+                Ts[(16 * b + hi) * DC_TS + 16 * c + lo] = s;
+            }
+            __syncthreads();
+        }
+        // ---- K S and Q S (the state before the sub-chunk): X, and o's first term ----
+        float oa[4][2];
+        {
+            float ks[4][2], qs[4][2];
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                ks[r][0] = ks[r][1] = qs[r][0] = qs[r][1] = 0.f;
+            for (int d = 0; d < dk; d += 4) {
+                float sv[4][2];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    sv[u][0] = Ss[(d + u) * DC_SS + lo];
+                    sv[u][1] = Ss[(d + u) * DC_SS + lo + 16];
+                }
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const float4 kr = ld4(Ks + (hi + 16 * r) * KS + d), qr = ld4(Qs + (hi + 16 * r) * KS + d);
+#pragma unroll
+                    for (int s = 0; s < 2; s++) {
+                        ks[r][s] = fmaf(kr.x, sv[0][s], ks[r][s]);
+                        ks[r][s] = fmaf(kr.y, sv[1][s], ks[r][s]);
+                        ks[r][s] = fmaf(kr.z, sv[2][s], ks[r][s]);
+                        ks[r][s] = fmaf(kr.w, sv[3][s], ks[r][s]);
+                        qs[r][s] = fmaf(qr.x, sv[0][s], qs[r][s]);
+                        qs[r][s] = fmaf(qr.y, sv[1][s], qs[r][s]);
+                        qs[r][s] = fmaf(qr.z, sv[2][s], qs[r][s]);
+                        qs[r][s] = fmaf(qr.w, sv[3][s], qs[r][s]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int i = hi + 16 * r;
+                const float eg = eG[i], bt = Bs[i];
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    float *xp = Xs + i * DC_XS + lo + 16 * s;
+                    *xp = bt * (*xp - eg * ks[r][s]);
+                    oa[r][s] = eg * qs[r][s];
+                }
+            }
+        }
+        __syncthreads();
+        // ---- V' = T X (T lower triangular: row block r reaches column blocks <= r) ----
+        {
+            float vn[4][2];
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                vn[r][0] = vn[r][1] = 0.f;
+#pragma unroll
+            for (int mb = 0; mb < 4; mb++)
+#pragma unroll 2
+                for (int m = 16 * mb; m < 16 * mb + 16; m += 4) {
+                    float xv[4][2];
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        xv[u][0] = Xs[(m + u) * DC_XS + lo];
+                        xv[u][1] = Xs[(m + u) * DC_XS + lo + 16];
+                    }
+#pragma unroll
+                    for (int r = mb; r < 4; r++) {
+                        const float4 t = ld4(Ts + (hi + 16 * r) * DC_TS + m);
+#pragma unroll
+                        for (int s = 0; s < 2; s++) {
+                            vn[r][s] = fmaf(t.x, xv[0][s], vn[r][s]);
+                            vn[r][s] = fmaf(t.y, xv[1][s], vn[r][s]);
+                            vn[r][s] = fmaf(t.z, xv[2][s], vn[r][s]);
+                            vn[r][s] = fmaf(t.w, xv[3][s], vn[r][s]);
+                        }
+                    }
+                }
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int s = 0; s < 2; s++)
+                    Vn[(hi + 16 * r) * DC_XS + lo + 16 * s] = vn[r][s];
+        }
+        __syncthreads();
+        // ---- o += P V' ----
+#pragma unroll
+        for (int mb = 0; mb < 4; mb++)
+#pragma unroll 2
+            for (int m = 16 * mb; m < 16 * mb + 16; m += 4) {
+                float xv[4][2];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    xv[u][0] = Vn[(m + u) * DC_XS + lo];
+                    xv[u][1] = Vn[(m + u) * DC_XS + lo + 16];
+                }
+#pragma unroll
+                for (int r = mb; r < 4; r++) {
+                    const float4 p = ld4(Ps + (hi + 16 * r) * DC_TS + m);
+#pragma unroll
+                    for (int s = 0; s < 2; s++) {
+                        oa[r][s] = fmaf(p.x, xv[0][s], oa[r][s]);
+                        oa[r][s] = fmaf(p.y, xv[1][s], oa[r][s]);
+                        oa[r][s] = fmaf(p.z, xv[2][s], oa[r][s]);
+                        oa[r][s] = fmaf(p.w, xv[3][s], oa[r][s]);
+                    }
+                }
+            }
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int i = hi + 16 * r;
+            if (i < L) {
+                float *orow = o_all + (size_t)(t0 + i) * nv * dv + (size_t)j * dv + c0 + lo;
+                orow[0] = oa[r][0];
+                orow[16] = oa[r][1];
+            }
+        }
+        // ---- S = e^{G_last} S + (diag(e^{G_last - G}) K)^T V': rows 4 hi + 64 h + u, columns lo + 16 s ----
+        {
+            float sa[DC_MAXDK / 64][4][2];
+#pragma unroll
+            for (int h = 0; h < DC_MAXDK / 64; h++)
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    sa[h][u][0] = sa[h][u][1] = 0.f;
+            for (int i = 0; i < L; i++) {
+                const float ek = eK[i], v0 = Vn[i * DC_XS + lo] * ek, v1 = Vn[i * DC_XS + lo + 16] * ek;
+#pragma unroll
+                for (int h = 0; h < DC_MAXDK / 64; h++) {
+                    if (4 * hi + 64 * h < dk) {
+                        const float4 kv = ld4(Ks + i * KS + 4 * hi + 64 * h);
+                        sa[h][0][0] = fmaf(kv.x, v0, sa[h][0][0]);
+                        sa[h][0][1] = fmaf(kv.x, v1, sa[h][0][1]);
+                        sa[h][1][0] = fmaf(kv.y, v0, sa[h][1][0]);
+                        sa[h][1][1] = fmaf(kv.y, v1, sa[h][1][1]);
+                        sa[h][2][0] = fmaf(kv.z, v0, sa[h][2][0]);
+                        sa[h][2][1] = fmaf(kv.z, v1, sa[h][2][1]);
+                        sa[h][3][0] = fmaf(kv.w, v0, sa[h][3][0]);
+                        sa[h][3][1] = fmaf(kv.w, v1, sa[h][3][1]);
+                    }
+                }
+            }
+            const float el = eG[L - 1];
+#pragma unroll
+            for (int h = 0; h < DC_MAXDK / 64; h++)
+                if (4 * hi + 64 * h < dk) {
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        float *sp = Ss + (4 * hi + 64 * h + u) * DC_SS + lo;
+                        sp[0] = fmaf(el, sp[0], sa[h][u][0]);
+                        sp[16] = fmaf(el, sp[16], sa[h][u][1]);
+                    }
+                }
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < dk * DC_BC; e += DC_T) {
+        const int d = e / DC_BC, c = e - d * DC_BC;
+        S[(size_t)d * dv + c] = Ss[d * DC_SS + c];
+    }
+}
+
 // ---- mixture of experts ----
 
 // dev_route's softmax for token blockIdx.x (a block of 256 threads, as there, so the
@@ -671,17 +1034,39 @@ extern "C" void lilac_cuda_pf_conv(const float *in, float *state, const float *w
         k_pf_conv_state<<<(C + 255) / 256, 256, 0, CS(s)>>>(in, state, C, K, n);
 }
 
-extern "C" void lilac_cuda_pf_deltanet(float *conv_out, int C, float *a, float *b, const float *ssm_a,
-                                       const float *ssm_dt, float *S, float *o, const float *z, const float *norm_w,
-                                       int nk, int nv, int dk, int dv, int tiled, float eps, int n,
-                                       lilac_cuda_stream *s)
+// The chunked kernel for this shape, or -1 (nothing launched) where it does not take it: dk and dv multiples
+// of 32, dk <= DC_MAXDK, q, k and v rows float4-aligned, the shared memory granted.
+static int launch_dn_chunk(float *S, const float *conv, int C, const float *g, const float *beta, float *o, int nk,
+                           int nv, int dk, int dv, int tiled, int n, cudaStream_t st)
+{
+    if (dk < 32 || dk % 32 || dk > DC_MAXDK || dv < DC_BC || dv % DC_BC || C % 4 ||
+        ((uintptr_t)conv & 15) != 0)
+        return -1;
+    const size_t smem = dn_chunk_smem(dk);
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute(k_pf_dn_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    const dim3 grid((unsigned)nv, (unsigned)(dv / DC_BC));
+    k_pf_dn_chunk<<<grid, DC_T, smem, st>>>(S, conv, C, g, beta, o, nk, nv, dk, dv, tiled, n);
+    return 0;
+}
+
+extern "C" int lilac_cuda_pf_deltanet_form(float *conv_out, int C, float *a, float *b, const float *ssm_a,
+                                           const float *ssm_dt, float *S, float *o, const float *z,
+                                           const float *norm_w, int nk, int nv, int dk, int dv, int tiled, float eps,
+                                           int n, int chunked, lilac_cuda_stream *s)
 {
     if (n < 1)
-        return;
+        return 0;
     const cudaStream_t st = CS(s);
     k_pf_dn_qk_norm<<<dim3((unsigned)nk, (unsigned)n), 128, 0, st>>>(conv_out, C, nk, dk);
     k_pf_dn_gates<<<(n * nv + 127) / 128, 128, 0, st>>>(a, b, ssm_a, ssm_dt, nv, n * nv);
-    if (dv % PD_BC == 0 && dk <= PD_LPC * PD_ROWS) {
+    int took = 0;
+    if (chunked && launch_dn_chunk(S, conv_out, C, a, b, o, nk, nv, dk, dv, tiled, n, st) == 0) {
+        took = 1;
+    } else if (dv % PD_BC == 0 && dk <= PD_LPC * PD_ROWS) {
         int tt = PD_TT;
         while (tt > 1 && sizeof(float) * ((size_t)2 * tt * dk + (size_t)tt * PD_BC + 3 * tt) > 48 * 1024)
             tt /= 2;
@@ -700,7 +1085,25 @@ extern "C" void lilac_cuda_pf_deltanet(float *conv_out, int C, float *a, float *
         k_pf_dn_recurrent1<<<nv, threads, (size_t)2 * dk * sizeof(float), st>>>(S, conv_out, C, a, b, o, nk, nv, dk,
                                                                                dv, tiled, n);
     }
-    lilac_cuda_gated_norm(o, z, norm_w, n * nv, dv, eps, s);
+    if (norm_w)
+        lilac_cuda_gated_norm(o, z, norm_w, n * nv, dv, eps, s);
+    return took;
+}
+
+extern "C" void lilac_cuda_pf_deltanet(float *conv_out, int C, float *a, float *b, const float *ssm_a,
+                                       const float *ssm_dt, float *S, float *o, const float *z, const float *norm_w,
+                                       int nk, int nv, int dk, int dv, int tiled, float eps, int n,
+                                       lilac_cuda_stream *s)
+{
+    /* LILAC_CUDA_DN_CHUNK=1: the chunked form (k_pf_dn_chunk), read once, for DC_MIN_TOKENS tokens or more: a
+     * sub-chunk costs about what 10 - 15 tokens of the recurrent kernel do, whatever its length */
+    static int chunked = -1;
+    if (chunked < 0) {
+        const char *e = getenv("LILAC_CUDA_DN_CHUNK");
+        chunked = e && *e == '1';
+    }
+    (void)lilac_cuda_pf_deltanet_form(conv_out, C, a, b, ssm_a, ssm_dt, S, o, z, norm_w, nk, nv, dk, dv, tiled, eps,
+                                      n, chunked && n >= DC_MIN_TOKENS, s);
 }
 
 extern "C" int lilac_cuda_pf_moe_supported(int n_expert, int k)
