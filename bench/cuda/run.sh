@@ -35,21 +35,33 @@ do_build() {
     return $rc
 }
 
+# One CUDA test, its whole output in $out/LABEL.txt; printed: its summary
+# line and first failures (the device tool returns only so much).
+run_test() { # LABEL TEST [VAR=VALUE...]
+    local label=$1 t=$2
+    shift 2
+    env LILAC_REQUIRE_CUDA=1 "$@" timeout "${TEST_TIMEOUT:-180}" "$build/tests/$t" >"$out/$label.txt" 2>&1
+    local rc=$?
+    echo "$label: rc=$rc $(grep -E 'checks, [0-9]+ failed' "$out/$label.txt" | tail -1)"
+    grep -E 'FAIL|rror' "$out/$label.txt" | head -5
+}
+
 do_test() {
     nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader | tee "$out/gpu.txt"
-    local T="timeout ${TEST_TIMEOUT:-180}" # a kernel that hangs must not eat the session's device time
-    LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_kernels" 2>&1 | tee "$out/test_cuda_kernels.txt" | tail -20
-    LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_mma" 2>&1 | tee "$out/test_cuda_mma.txt" | tail -8
-    LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_attn" 2>&1 | tee "$out/test_cuda_attn.txt" | tail -8
-    LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_model" 2>&1 | tee "$out/test_cuda_model.txt" | tail -20
-    LILAC_CUDA_DN_CONV=1 LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_model" 2>&1 | sed 's/^/[dn-conv] /' | tail -8
-    LILAC_CUDA_NORM_ROUTER=1 LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_model" 2>&1 | sed 's/^/[norm-router] /' |
-        tail -8
-    LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_batch" 2>&1 | tee "$out/test_cuda_batch.txt" | tail -8
-    LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_prefill" 2>&1 | tee "$out/test_cuda_prefill.txt" | tail -30
-    LILAC_CUDA_DN_CHUNK=1 LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_prefill" 2>&1 | sed 's/^/[dn-chunk] /' |
-        tail -12
-    LILAC_REQUIRE_CUDA=1 $T "$build/tests/test_cuda_dn" 2>&1 | tee "$out/test_cuda_dn.txt" | tail -12
+    # a kernel that hangs must not eat the session's device time: every test under a timeout
+    run_test kernels test_cuda_kernels
+    run_test mma test_cuda_mma
+    run_test mma-old-paths test_cuda_mma LILAC_CUDA_MMA_W8=0 LILAC_CUDA_MMA_XROWS=0
+    run_test attn test_cuda_attn
+    run_test dn test_cuda_dn
+    run_test model test_cuda_model
+    run_test model-dn-conv test_cuda_model LILAC_CUDA_DN_CONV=1
+    run_test model-norm-router test_cuda_model LILAC_CUDA_NORM_ROUTER=1
+    run_test batch test_cuda_batch
+    run_test prefill test_cuda_prefill
+    run_test prefill-dn-chunk test_cuda_prefill LILAC_CUDA_DN_CHUNK=1
+    grep -h "vs token path\|sequences vs alone\|timing" "$out"/prefill.txt "$out"/batch.txt "$out"/attn.txt \
+        "$out"/dn.txt 2>/dev/null | head -12
 }
 
 do_synth() {
