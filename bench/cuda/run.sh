@@ -58,6 +58,7 @@ do_test() {
     run_test model-dn-conv test_cuda_model LILAC_CUDA_DN_CONV=1
     run_test model-norm-router test_cuda_model LILAC_CUDA_NORM_ROUTER=1
     run_test batch test_cuda_batch
+    run_test batch-graph test_cuda_batch LILAC_CUDA_BATCH_GRAPH=1
     run_test prefill test_cuda_prefill
     run_test prefill-dn-chunk test_cuda_prefill LILAC_CUDA_DN_CHUNK=1
     grep -h "vs token path\|sequences vs alone\|timing" "$out"/prefill.txt "$out"/batch.txt "$out"/attn.txt \
@@ -93,6 +94,12 @@ do_ab() {
     # the prefill's opt-ins, pp512
     echo "LILAC_CUDA_DN_CHUNK=1: $(LILAC_CUDA_DN_CHUNK=1 $T "$build/lilac" bench -m "$synth" --backend cuda -p 512 -n 0 \
         -r 2 --json 2>/dev/null | grep -o '"tokens_per_s": [0-9.]*')"
+    for P in 8 64; do # batched decode as a graph a row count (opt-in)
+        for v in NONE LILAC_CUDA_BATCH_GRAPH=1; do
+            echo "tg32x$P $v: $(env "${v/NONE/LILAC_NONE=1}" $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 \
+                -n 32 -P $P -r 1 --json 2>/dev/null | grep "x$P" | grep -o '"tokens_per_s": [0-9.]*')"
+        done
+    done
     for v in NONE LILAC_CUDA_NORM_ROUTER=1 LILAC_CUDA_DN_CONV=1; do # decode's opt-ins, tg128
         echo "tg128 $v: $(env "${v/NONE/LILAC_NONE=1}" $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 \
             -r 2 --json 2>/dev/null | grep -o '"tokens_per_s": [0-9.]*')"

@@ -141,6 +141,18 @@ int lilac_cuda_mma_supported(int type)
 
 int lilac_cuda_mma_enabled(void) { return 0; }
 
+int lilac_cuda_mma_reserve(lilac_cuda_stream *s, size_t bytes)
+{
+    (void)s, (void)bytes;
+    return -1;
+}
+
+unsigned lilac_cuda_mma_scratch_gen(lilac_cuda_stream *s)
+{
+    (void)s;
+    return 0;
+}
+
 int lilac_cuda_mma_set_enabled(int on)
 {
     (void)on;

@@ -262,7 +262,7 @@ void lilac_cuda_model_free(lilac_cuda_model *cm)
     for (size_t i = 0; i < cm->n_allocs; i++)
         lilac_cuda_free(cm->allocs[i]);
     free(cm->allocs);
-    free(cm->pf);
+    lilac_cuda_prefill_free(cm);
     free(cm->layers);
     lilac_cuda_host_free(cm->logits_host);
     for (int i = 0; i < 2; i++)

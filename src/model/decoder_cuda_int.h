@@ -61,6 +61,8 @@ bool lilac_cuda_prefill_wanted(const struct lilac_seq *s, int n);
 /* One token for each of n sequences in one step (batched decode: the weights read once for all), logits[i]
  * (V floats, NULL: not wanted) filled; each sequence's position advances. lilac_cuda_decode_batch_wanted: n > 1,
  * not turned off (LILAC_CUDA_BATCH=0) and shapes its kernels take. */
+/* The prefill's buffers and the batched step's graphs (lilac_cuda_model_free). */
+void lilac_cuda_prefill_free(lilac_cuda_model *cm);
 bool lilac_cuda_decode_batch_wanted(const lilac_model *m, int n);
 lilac_status lilac_cuda_decode_batch(lilac_model *m, struct lilac_seq *const *seqs, const int32_t *tokens, int n,
                                      float *const *logits, lilac_error *err);

@@ -42,6 +42,10 @@ struct cuda_prefill {
     float **ptrs;
     float *att_part;
     float **ptrs_host; /* the host side of ptrs, in the same allocation as this struct */
+    /* LILAC_CUDA_BATCH_GRAPH=1: the batched step's layers captured per row count (forward_batch) */
+    void *bgraph[PF_BATCH + 1];
+    unsigned bgen[PF_BATCH + 1]; /* the tensor-core scratch's generation each was captured with */
+    bool bseen[PF_BATCH + 1], bgraph_failed;
 };
 
 /* A batched decode step: row t of the chunk is the one token of its own sequence (NULL: a prefill, every row
@@ -284,6 +288,67 @@ bool lilac_cuda_decode_batch_wanted(const lilac_model *m, int n)
            lilac_cuda_pf_moe_supported(hp->n_expert, hp->n_expert_used);
 }
 
+/* The batched step's layer loop (forward with rows). LILAC_CUDA_BATCH_GRAPH=1: as a CUDA graph, one per row
+ * count, captured at the second step of that count (the first sets the kernels' attributes and sizes the
+ * tensor-core scratch, which capture does not allow) and replayed after; its inputs (tokens, positions, state
+ * pointers) are uploaded to the same buffers before each step. A graph is dropped when the scratch it captured
+ * has moved since (a larger prefill grew it). Where capture fails, the steps run plainly from then on. */
+static lilac_status forward_batch(lilac_model *m, int nt, const pf_rows *rows, lilac_error *err)
+{
+    lilac_cuda_model *cm = m->cuda;
+    struct cuda_prefill *pf = cm->pf;
+    static int use = -1;
+    if (use < 0) {
+        const char *e = getenv("LILAC_CUDA_BATCH_GRAPH");
+        use = e && *e == '1';
+    }
+    if (!use || pf->bgraph_failed || nt < 1 || nt > PF_BATCH)
+        return forward(m, NULL, nt, 0, rows, err);
+    unsigned gen = lilac_cuda_mma_scratch_gen(cm->stream);
+    if (pf->bgraph[nt] && pf->bgen[nt] != gen) {
+        lilac_cuda_graph_free(pf->bgraph[nt]);
+        pf->bgraph[nt] = NULL;
+        pf->bseen[nt] = false;
+    }
+    if (!pf->bgraph[nt]) {
+        if (!pf->bseen[nt]) {
+            pf->bseen[nt] = true;
+            return forward(m, NULL, nt, 0, rows, err);
+        }
+        if (lilac_cuda_capture_begin(cm->stream)) {
+            pf->bgraph_failed = true;
+            return forward(m, NULL, nt, 0, rows, err);
+        }
+        lilac_status st = forward(m, NULL, nt, 0, rows, err);
+        void *g = NULL;
+        int bad = lilac_cuda_capture_end(cm->stream, &g);
+        if (st || bad || lilac_cuda_mma_scratch_gen(cm->stream) != gen) { /* nothing ran: plainly, from now on */
+            char why[8];
+            lilac_cuda_graph_free(g);
+            (void)lilac_cuda_check(why, sizeof why); /* a refusal under capture is no error of the step */
+            pf->bgraph_failed = true;
+            return forward(m, NULL, nt, 0, rows, err);
+        }
+        pf->bgraph[nt] = g;
+        pf->bgen[nt] = gen;
+    }
+    if (lilac_cuda_graph_launch(pf->bgraph[nt], cm->stream)) {
+        pf->bgraph_failed = true;
+        return forward(m, NULL, nt, 0, rows, err);
+    }
+    return LILAC_OK;
+}
+
+void lilac_cuda_prefill_free(lilac_cuda_model *cm)
+{
+    if (!cm || !cm->pf)
+        return;
+    for (int i = 0; i <= PF_BATCH; i++)
+        lilac_cuda_graph_free(cm->pf->bgraph[i]);
+    free(cm->pf);
+    cm->pf = NULL;
+}
+
 lilac_status lilac_cuda_decode_batch(lilac_model *m, lilac_seq *const *seqs, const int32_t *tokens, int n,
                                      float *const *logits, lilac_error *err)
 {
@@ -319,7 +384,7 @@ lilac_status lilac_cuda_decode_batch(lilac_model *m, lilac_seq *const *seqs, con
             break;
         }
         pf_rows rows = {pf->pos, pf->ptrs};
-        if ((st = forward(m, NULL, nt, 0, &rows, err)))
+        if ((st = forward_batch(m, nt, &rows, err)))
             break;
         /* the logits of the rows that want them, PF_LOGIT_ROWS rows a product */
         for (int r0 = 0; !st && r0 < nt; r0 += PF_LOGIT_ROWS) {

@@ -108,6 +108,10 @@ void lilac_cuda_matvec_grouped(const lilac_cuda_mat *W, size_t expert_stride, in
  * grown outside graph capture. */
 int lilac_cuda_mma_supported(int type);
 int lilac_cuda_mma_enabled(void);
+/* The scratch of stream s grown to at least bytes now (outside graph capture): 0, or -1 on failure. Its
+ * generation counts its allocations: a graph captured with the scratch is stale once the generation moves. */
+int lilac_cuda_mma_reserve(lilac_cuda_stream *s, size_t bytes);
+unsigned lilac_cuda_mma_scratch_gen(lilac_cuda_stream *s);
 int lilac_cuda_mma_set_enabled(int on); /* returns the previous setting */
 int lilac_cuda_mma_min_tokens(void);
 int lilac_cuda_mma_min_pairs(void);

@@ -637,6 +637,7 @@ struct Scratch {
     cudaStream_t st;
     void *p;
     size_t cap;
+    unsigned gen; /* allocations so far: a graph captured with p is stale once it moves */
 };
 std::mutex g_scr_mu;
 Scratch g_scr[16];
@@ -666,7 +667,7 @@ void *scratch(cudaStream_t st, size_t bytes)
         if (g_n_scr == 16)
             return nullptr;
         sc = &g_scr[g_n_scr++];
-        *sc = Scratch{dev, st, nullptr, 0};
+        *sc = Scratch{dev, st, nullptr, 0, 0};
     }
     if (sc->p) { /* earlier products on st may still read it */
         if (cudaStreamSynchronize(st) != cudaSuccess) {
@@ -683,6 +684,7 @@ void *scratch(cudaStream_t st, size_t bytes)
         return nullptr;
     }
     sc->cap = bytes;
+    sc->gen++;
     return sc->p;
 }
 
@@ -821,6 +823,22 @@ bool xrows_enabled()
 extern "C" {
 
 int lilac_cuda_mma_supported(int type) { return chunk_bytes(type) != 0; }
+
+int lilac_cuda_mma_reserve(lilac_cuda_stream *s, size_t bytes) { return scratch(S(s), bytes) ? 0 : -1; }
+
+unsigned lilac_cuda_mma_scratch_gen(lilac_cuda_stream *s)
+{
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    std::lock_guard<std::mutex> lk(g_scr_mu);
+    for (int i = 0; i < g_n_scr; i++)
+        if (g_scr[i].dev == dev && g_scr[i].st == S(s))
+            return g_scr[i].gen;
+    return 0;
+}
 
 int lilac_cuda_mma_enabled(void)
 {
