@@ -13,6 +13,17 @@
 
 static const double GiB = 1073741824.0;
 
+/* Whether the plan fits, and what to change when it does not (no context fits: `otherwise`). */
+static void print_verdict(const lilac_mem_report *r, const char *otherwise)
+{
+    if (r->fits)
+        printf("fits: %.2f GiB to spare; the largest context that fits is %d\n", (r->budget - r->total) / GiB,
+               r->max_ctx);
+    else
+        printf("does NOT fit: %.2f GiB short; %s\n", (r->total - r->budget) / GiB,
+               r->max_ctx ? "lower the context or the number of parallel sequences" : otherwise);
+}
+
 static void print_plan(const lilac_mem_report *r, int ctx, int par, int kv_type)
 {
     printf("memory plan for context %d x %d sequence%s:\n", ctx, par, par > 1 ? "s" : "");
@@ -28,13 +39,7 @@ static void print_plan(const lilac_mem_report *r, int ctx, int par, int kv_type)
     if (r->cgroup_limit)
         printf(", cgroup limit %.2f GiB (%.2f used)", r->cgroup_limit / GiB, r->cgroup_usage / GiB);
     printf("\n");
-    if (r->fits)
-        printf("fits: %.2f GiB to spare; the largest context that fits is %d\n", (r->budget - r->total) / GiB,
-               r->max_ctx);
-    else
-        printf("does NOT fit: %.2f GiB short; %s\n", (r->total - r->budget) / GiB,
-               r->max_ctx ? "lower the context or the number of parallel sequences"
-                          : "use a smaller quantization or free memory");
+    print_verdict(r, "use a smaller quantization or free memory");
 }
 
 /* GiB from 1 GiB on, MiB below (the tiny models' numbers stay readable). */
@@ -76,13 +81,7 @@ static void print_gpu_plan(const lilac_mem_report *r, int ctx, int par)
     if (r->budget < r->mem_available + r->held)
         printf(", LILAC_GPU_MEM_LIMIT caps it at %.2f GiB", r->budget / GiB);
     printf("\n");
-    if (r->fits)
-        printf("fits: %.2f GiB to spare; the largest context that fits is %d\n", (r->budget - r->total) / GiB,
-               r->max_ctx);
-    else
-        printf("does NOT fit: %.2f GiB short; %s\n", (r->total - r->budget) / GiB,
-               r->max_ctx ? "lower the context or the number of parallel sequences"
-                          : "use a smaller quantization, free GPU memory or --backend cpu");
+    print_verdict(r, "use a smaller quantization, free GPU memory or --backend cpu");
 }
 
 int cmd_plan(int argc, char **argv)

@@ -107,6 +107,17 @@ static uint64_t env_bytes(const char *name)
     return v > 0 ? (uint64_t)(v * mult) : 0;
 }
 
+/* The largest context that fits budget, by halving from the trained one (0: none from 256 up). */
+static int max_ctx(const lilac_model *m, int n_parallel, uint64_t budget,
+                   uint64_t (*need_fn)(const lilac_model *, int, int, lilac_mem_report *))
+{
+    lilac_mem_report t;
+    for (int c = m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : 32768; c >= 256; c /= 2)
+        if (need_fn(m, c, n_parallel, &t) <= budget)
+            return c;
+    return 0;
+}
+
 lilac_mem_report lilac_model_mem_report(const lilac_model *m, int n_ctx, int n_parallel)
 {
     lilac_mem_report r;
@@ -131,13 +142,7 @@ lilac_mem_report lilac_model_mem_report(const lilac_model *m, int n_ctx, int n_p
     /* Pages of the weights already in the page cache count in
      * MemAvailable as reclaimable, so a loaded file does not count twice. */
     r.fits = r.total <= r.budget;
-    /* the largest context that fits, by halving from the trained one */
-    lilac_mem_report t;
-    for (int c = m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : 32768; c >= 256; c /= 2)
-        if (need(m, c, n_parallel, &t) <= r.budget) {
-            r.max_ctx = c;
-            break;
-        }
+    r.max_ctx = max_ctx(m, n_parallel, r.budget, need);
     return r;
 }
 
@@ -169,13 +174,7 @@ lilac_mem_report lilac_model_gpu_mem_report_budget(const lilac_model *m, int n_c
     r.total = need_gpu(m, n_ctx, n_parallel, &r);
     r.budget = budget;
     r.fits = r.total <= r.budget;
-    /* the largest context that fits, by halving from the trained one, as on the host */
-    lilac_mem_report t;
-    for (int c = m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : 32768; c >= 256; c /= 2)
-        if (need_gpu(m, c, n_parallel, &t) <= r.budget) {
-            r.max_ctx = c;
-            break;
-        }
+    r.max_ctx = max_ctx(m, n_parallel, r.budget, need_gpu);
     return r;
 }
 

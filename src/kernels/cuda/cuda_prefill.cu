@@ -455,6 +455,34 @@ static size_t dn_chunk_smem(int dk)
 
 __device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
 
+// acc[r][s] += sum over m of A[hi + 16 r][m] B[m][lo + 16 s] for a block-lower-triangular A (64 x 64, rows DC_TS
+// floats apart: row block r reaches column blocks <= r) and B (64 rows DC_XS floats apart): T X and P V'.
+__device__ __forceinline__ void dc_tri_mm(const float *A, const float *B, int hi, int lo, float (&acc)[4][2])
+{
+#pragma unroll
+    for (int mb = 0; mb < 4; mb++)
+#pragma unroll 2
+        for (int m = 16 * mb; m < 16 * mb + 16; m += 4) {
+            float xv[4][2];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                xv[u][0] = B[(m + u) * DC_XS + lo];
+                xv[u][1] = B[(m + u) * DC_XS + lo + 16];
+            }
+#pragma unroll
+            for (int r = mb; r < 4; r++) {
+                const float4 t = ld4(A + (hi + 16 * r) * DC_TS + m);
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    acc[r][s] = fmaf(t.x, xv[0][s], acc[r][s]);
+                    acc[r][s] = fmaf(t.y, xv[1][s], acc[r][s]);
+                    acc[r][s] = fmaf(t.z, xv[2][s], acc[r][s]);
+                    acc[r][s] = fmaf(t.w, xv[3][s], acc[r][s]);
+                }
+            }
+        }
+}
+
 __global__ void __launch_bounds__(DC_T, 1)
     k_pf_dn_chunk(float *S_all, const float *conv, int C, const float *g, const float *beta, float *o_all, int nk,
                   int nv, int dk, int dv, int tiled, int n)
@@ -681,28 +709,7 @@ __global__ void __launch_bounds__(DC_T, 1)
 #pragma unroll
             for (int r = 0; r < 4; r++)
                 vn[r][0] = vn[r][1] = 0.f;
-#pragma unroll
-            for (int mb = 0; mb < 4; mb++)
-#pragma unroll 2
-                for (int m = 16 * mb; m < 16 * mb + 16; m += 4) {
-                    float xv[4][2];
-#pragma unroll
-                    for (int u = 0; u < 4; u++) {
-                        xv[u][0] = Xs[(m + u) * DC_XS + lo];
-                        xv[u][1] = Xs[(m + u) * DC_XS + lo + 16];
-                    }
-#pragma unroll
-                    for (int r = mb; r < 4; r++) {
-                        const float4 t = ld4(Ts + (hi + 16 * r) * DC_TS + m);
-#pragma unroll
-                        for (int s = 0; s < 2; s++) {
-                            vn[r][s] = fmaf(t.x, xv[0][s], vn[r][s]);
-                            vn[r][s] = fmaf(t.y, xv[1][s], vn[r][s]);
-                            vn[r][s] = fmaf(t.z, xv[2][s], vn[r][s]);
-                            vn[r][s] = fmaf(t.w, xv[3][s], vn[r][s]);
-                        }
-                    }
-                }
+            dc_tri_mm(Ts, Xs, hi, lo, vn);
 #pragma unroll
             for (int r = 0; r < 4; r++)
 #pragma unroll
@@ -711,28 +718,7 @@ __global__ void __launch_bounds__(DC_T, 1)
         }
         __syncthreads();
         // ---- o += P V' ----
-#pragma unroll
-        for (int mb = 0; mb < 4; mb++)
-#pragma unroll 2
-            for (int m = 16 * mb; m < 16 * mb + 16; m += 4) {
-                float xv[4][2];
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    xv[u][0] = Vn[(m + u) * DC_XS + lo];
-                    xv[u][1] = Vn[(m + u) * DC_XS + lo + 16];
-                }
-#pragma unroll
-                for (int r = mb; r < 4; r++) {
-                    const float4 p = ld4(Ps + (hi + 16 * r) * DC_TS + m);
-#pragma unroll
-                    for (int s = 0; s < 2; s++) {
-                        oa[r][s] = fmaf(p.x, xv[0][s], oa[r][s]);
-                        oa[r][s] = fmaf(p.y, xv[1][s], oa[r][s]);
-                        oa[r][s] = fmaf(p.z, xv[2][s], oa[r][s]);
-                        oa[r][s] = fmaf(p.w, xv[3][s], oa[r][s]);
-                    }
-                }
-            }
+        dc_tri_mm(Ps, Vn, hi, lo, oa);
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int i = hi + 16 * r;
