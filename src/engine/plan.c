@@ -203,49 +203,43 @@ lilac_mem_report lilac_model_gpu_mem_report(const lilac_model *m, int n_ctx, int
     return r;
 }
 
-static lilac_status gpu_check(const lilac_model *m, int n_ctx, int n_parallel, lilac_error *err)
+/* The refusal: the numbers, and what to change (gpu: the device plan's wording). */
+static lilac_status refuse(const lilac_model *m, const lilac_mem_report *r, int n_ctx, int n_parallel, bool gpu,
+                           lilac_error *err)
 {
-    lilac_mem_report r = lilac_model_gpu_mem_report(m, n_ctx, n_parallel);
-    if (r.fits)
-        return LILAC_OK;
     const double G = 1073741824.0;
-    char advice[256];
-    if (r.max_ctx > 0)
-        snprintf(advice, sizeof advice, "use a context of %d or less%s", r.max_ctx,
+    char advice[256], where[256];
+    if (r->max_ctx > 0)
+        snprintf(advice, sizeof advice, "use a context of %d or less%s", r->max_ctx,
                  n_parallel > 1 ? ", fewer parallel sequences" : "");
     else
-        snprintf(advice, sizeof advice,
-                 "use a smaller quantization (%.2f GiB less), free GPU memory or run on the CPU (--backend cpu)",
-                 (r.total - r.budget) / G);
+        snprintf(advice, sizeof advice, "use a smaller quantization (%.2f GiB less)%s", (r->total - r->budget) / G,
+                 gpu ? ", free GPU memory or run on the CPU (--backend cpu)" : " or free memory");
+    if (gpu)
+        snprintf(where, sizeof where, "%s has %.2f GiB available", r->have_device ? r->device : "no CUDA device",
+                 r->budget / G);
+    else
+        snprintf(where, sizeof where, "%.2f GiB is available", r->budget / G);
+    const bool limited = r->budget < r->mem_available + (gpu ? r->held : 0);
     return lilac_fail(err, LILAC_E_NOMEM,
-                      "%s: needs %.2f GiB of GPU memory (weights %.2f, KV cache %.2f, recurrent state %.2f, scratch "
-                      "%.2f, other %.2f) for context %d x %d but %s has %.2f GiB available%s; %s",
-                      m->path, r.total / G, r.weights / G, r.kv / G, r.recurrent / G, r.scratch / G, r.other / G,
-                      n_ctx, n_parallel, r.have_device ? r.device : "no CUDA device", r.budget / G,
-                      r.budget < r.mem_available + r.held ? " (a limit applies)" : "", advice);
+                      "%s: needs %.2f GiB%s (weights %.2f, KV cache %.2f, recurrent state %.2f, scratch %.2f, other "
+                      "%.2f) for context %d x %d but %s%s; %s",
+                      m->path, r->total / G, gpu ? " of GPU memory" : "", r->weights / G, r->kv / G, r->recurrent / G,
+                      r->scratch / G, r->other / G, n_ctx, n_parallel, where, limited ? " (a limit applies)" : "",
+                      advice);
 }
 
 lilac_status lilac_model_mem_check(const lilac_model *m, int n_ctx, int n_parallel, lilac_error *err)
 {
     /* on the CUDA backend the sequences live in device memory: that first (lilac_cuda_seq_new checks each
      * sequence again as it allocates it) */
-    lilac_status st;
-    if (m->cuda && (st = gpu_check(m, n_ctx, n_parallel < 1 ? 1 : n_parallel, err)))
-        return st;
+    if (n_parallel < 1)
+        n_parallel = 1;
+    if (m->cuda) {
+        lilac_mem_report g = lilac_model_gpu_mem_report(m, n_ctx, n_parallel);
+        if (!g.fits)
+            return refuse(m, &g, n_ctx, n_parallel, true, err);
+    }
     lilac_mem_report r = lilac_model_mem_report(m, n_ctx, n_parallel);
-    if (r.fits)
-        return LILAC_OK;
-    const double G = 1073741824.0;
-    char advice[256];
-    if (r.max_ctx > 0)
-        snprintf(advice, sizeof advice, "use a context of %d or less%s", r.max_ctx,
-                 n_parallel > 1 ? ", fewer parallel sequences" : "");
-    else
-        snprintf(advice, sizeof advice, "use a smaller quantization (%.2f GiB less) or free memory",
-                 (r.total - r.budget) / G);
-    return lilac_fail(err, LILAC_E_NOMEM,
-                      "%s: needs %.2f GiB (weights %.2f, KV cache %.2f, recurrent state %.2f, scratch %.2f, other "
-                      "%.2f) for context %d x %d but %.2f GiB is available%s; %s",
-                      m->path, r.total / G, r.weights / G, r.kv / G, r.recurrent / G, r.scratch / G, r.other / G,
-                      n_ctx, n_parallel, r.budget / G, r.budget < r.mem_available ? " (a limit applies)" : "", advice);
+    return r.fits ? LILAC_OK : refuse(m, &r, n_ctx, n_parallel, false, err);
 }
