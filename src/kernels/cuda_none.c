@@ -105,6 +105,16 @@ void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, cons
 }
 
 int lilac_cuda_pdl(void) { return 0; }
+int lilac_cuda_trace_begin(size_t cap, char *msg, size_t mcap)
+{
+    (void)cap;
+    return no_cuda(msg, mcap);
+}
+int lilac_cuda_trace_end(struct lilac_trace_ev **ev, size_t *n, uint64_t *dropped, char *msg, size_t mcap)
+{
+    *ev = NULL, *n = 0, *dropped = 0;
+    return no_cuda(msg, mcap);
+}
 
 int lilac_cuda_host_alloc(void **p, size_t bytes)
 {

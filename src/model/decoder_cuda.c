@@ -10,6 +10,7 @@
 #include "engine/seq.h"
 #include "format/dtype.h"
 #include "model/cuda_mem.h"
+#include "model/cuda_trace.h"
 #include "model/model.h"
 #include "util/err.h"
 
@@ -387,8 +388,48 @@ static void op_time(const char *name, double s)
     g_op_n[i]++;
 }
 
+/* LILAC_CUDA_TRACE=1: one replayed step (the TRACE_STEP-th call of
+ * run_step, or the first after it with the graph) is run with the kernels'
+ * own recording on (kernels/cuda/cuda_trace.cuh), and its table written to
+ * stderr or to LILAC_CUDA_TRACE_FILE (model/cuda_trace.h). step() notes its
+ * launches' names while tracing is on: g_names, from the last call (the
+ * graph's capture, or the traced step itself). */
+#define TRACE_STEP 8
+#define TRACE_EVENTS ((size_t)1 << 21) /* 48 MiB: ~400 launches of up to ~1000 blocks, 3 events a block */
+static int g_trace = -1, g_trace_layer = -1;
+static lilac_trace_name *g_names;
+static size_t g_n_names, g_cap_names;
+static bool trace_on(void)
+{
+    if (g_trace < 0) {
+        const char *e = getenv("LILAC_CUDA_TRACE");
+        g_trace = e && *e == '1';
+    }
+    return g_trace == 1;
+}
+/* A launch of op (call: its source text; "...aux)" is on the second stream). */
+static void trace_name(const char *op, const char *call)
+{
+    int k[2];
+    const int nk = lilac_trace_op_kernels(op, k);
+    const size_t len = strlen(call);
+    const int branch = len >= 4 && !strcmp(call + len - 4, "aux)");
+    for (int i = 0; i < nk; i++) {
+        if (g_n_names == g_cap_names) {
+            size_t cap = g_cap_names ? 2 * g_cap_names : 512;
+            lilac_trace_name *a = realloc(g_names, cap * sizeof *a);
+            if (!a)
+                return;
+            g_names = a, g_cap_names = cap;
+        }
+        g_names[g_n_names++] = (lilac_trace_name){op, g_trace_layer, branch, k[i]};
+    }
+}
+
 #define OP(name, call)                                                                                         \
     do {                                                                                                       \
+        if (g_trace == 1)                                                                                      \
+            trace_name(name, #call);                                                                           \
         double t0_ = g_timing ? now_s() : 0;                                                                   \
         call;                                                                                                  \
         if (g_timing) {                                                                                        \
@@ -418,6 +459,8 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         const char *e = getenv("LILAC_CUDA_TIMING");
         g_timing = e && *e == '1';
     }
+    if (trace_on())
+        g_n_names = 0, g_trace_layer = -1;
     lilac_cuda_model *cm = m->cuda;
     const lilac_hparams *hp = &m->hp;
     lilac_cuda_stream *s = cm->stream;
@@ -433,6 +476,7 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
     OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cm->layers[0].attn_norm, cm->xn, 1, E, eps, s));
     for (int il = 0; il < hp->n_layer; il++) {
         const cuda_layer *cl = &cm->layers[il];
+        g_trace_layer = il;
         /* x += mixer(xn): the small products of the same input on the second branch */
         lilac_cuda_fork(s, aux, cm->ev[0]);
         if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
@@ -467,9 +511,16 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
                                                tiled, eps, s)) {
                 OP("conv_step", lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, K, s));
                 if (lilac_cuda_deltanet_fused(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
-                                              cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s)) /* other shapes: */
+                                              cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s)) { /* other shapes: */
+                    if (g_trace == 1)
+                        trace_name("pf_deltanet", "");
                     lilac_cuda_pf_deltanet(cm->conv, C, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o,
                                            cm->z, cl->ssm_norm, nk, nv, dk, dv, tiled, eps, 1, s);
+                } else if (g_trace == 1) {
+                    trace_name("deltanet", "");
+                }
+            } else if (g_trace == 1) {
+                trace_name("dn_conv_fused", "");
             }
             OP("matvec", lilac_cuda_matvec_fused(&cl->ssm_out, 0, NULL, 1, cm->o, NULL, 0, cm->x, 1, s));
         }
@@ -483,6 +534,8 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
                       !lilac_cuda_norm_router(cm->x, cl->post_norm, cm->xn, cl->router.data,
                                               (long long)(cl->router.row_bytes / sizeof(float)), (int)cl->router.rows,
                                               cm->rl, E, eps, s);
+        if (routed && g_trace == 1)
+            trace_name("norm_router", "");
         if (!routed)
             OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cl->post_norm, cm->xn, 1, E, eps, s));
         /* x += moe(xn): the shared expert on the second branch, the routed ones on the main */
@@ -521,14 +574,20 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
 /* The step as a CUDA graph: captured at the sequence's second step (the
  * first sets the kernels' cached attributes, which capture does not allow),
  * replayed after; LILAC_CUDA_GRAPH=0 or timing turns it off. */
-static void run_step(lilac_model *m, lilac_cuda_seq *cs)
+static int graph_use(void)
 {
-    lilac_cuda_model *cm = m->cuda;
     static int use = -1;
     if (use < 0) {
         const char *e = getenv("LILAC_CUDA_GRAPH");
         use = !(e && *e == '0');
     }
+    return use;
+}
+
+static void run_step_inner(lilac_model *m, lilac_cuda_seq *cs)
+{
+    lilac_cuda_model *cm = m->cuda;
+    const int use = graph_use();
     if (!use || g_timing == 1 || cs->graph_failed || cs->steps++ == 0) {
         step(m, cs);
         return;
@@ -550,6 +609,61 @@ static void run_step(lilac_model *m, lilac_cuda_seq *cs)
         cs->graph_failed = true;
         step(m, cs);
     }
+}
+
+/* The step with the kernels' recording on, and its table (LILAC_CUDA_TRACE). */
+static void trace_step(lilac_model *m, lilac_cuda_seq *cs, long call)
+{
+    char msg[256];
+    const bool replay = cs->graph && !cs->graph_failed && g_timing != 1;
+    if (lilac_cuda_trace_begin(TRACE_EVENTS, msg, sizeof msg)) {
+        fprintf(stderr, "cuda trace: %s\n", msg);
+        run_step_inner(m, cs);
+        return;
+    }
+    run_step_inner(m, cs);
+    lilac_trace_ev *ev = NULL;
+    size_t n = 0;
+    uint64_t dropped = 0;
+    if (lilac_cuda_trace_end(&ev, &n, &dropped, msg, sizeof msg)) {
+        fprintf(stderr, "cuda trace: %s\n", msg);
+        return;
+    }
+    lilac_trace_rec *rec = malloc((n ? n : 1) * sizeof *rec);
+    lilac_trace_launch *L = malloc((n ? n : 1) * sizeof *L);
+    const char *path = getenv("LILAC_CUDA_TRACE_FILE");
+    FILE *f = path && *path ? fopen(path, "w") : stderr;
+    if (!f) {
+        fprintf(stderr, "cuda trace: cannot write %s; to stderr\n", path);
+        f = stderr;
+    }
+    if (rec && L) {
+        size_t nr = lilac_trace_assemble(ev, n, rec);
+        size_t nl = lilac_trace_launches(rec, nr, L);
+        fprintf(f, "cuda trace: call %ld of the decode step (%s), %zu events\n", call,
+                replay ? "a replay of the captured graph" : "launched kernel by kernel", n);
+        lilac_trace_write(f, L, nl, g_names, g_n_names, rec, nr, dropped);
+    } else {
+        fprintf(stderr, "cuda trace: out of memory\n");
+    }
+    if (f != stderr)
+        fclose(f);
+    free(L);
+    free(rec);
+    free(ev);
+}
+
+static void run_step(lilac_model *m, lilac_cuda_seq *cs)
+{
+    static long calls;
+    static bool traced;
+    if (!trace_on() || traced || ++calls < TRACE_STEP ||
+        !((cs->graph && !cs->graph_failed) || !graph_use() || g_timing == 1)) {
+        run_step_inner(m, cs);
+        return;
+    }
+    traced = true;
+    trace_step(m, cs, calls);
 }
 
 lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const lilac_eval_opts *opts,

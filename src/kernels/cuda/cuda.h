@@ -52,6 +52,15 @@ void lilac_cuda_stream_free(lilac_cuda_stream *s);
  * on sm_90 and later unless LILAC_CUDA_PDL=0. */
 int lilac_cuda_pdl(void);
 
+/* The instrumented kernels' own timeline (kernels/cuda/cuda_trace.cuh,
+ * model/cuda_trace.h): begin waits for the device, makes room for cap
+ * events and turns recording on; end waits for the device, turns it off and
+ * hands back the events (*ev: malloc'd) and how many did not fit. Not while
+ * a stream is being captured. 0, or -1 with msg. */
+struct lilac_trace_ev;
+int lilac_cuda_trace_begin(size_t cap, char *msg, size_t mcap);
+int lilac_cuda_trace_end(struct lilac_trace_ev **ev, size_t *n, uint64_t *dropped, char *msg, size_t mcap);
+
 /* Whether the kernels handle a type (lilac_dtype). */
 int lilac_cuda_type_supported(int type);
 

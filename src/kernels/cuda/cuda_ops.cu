@@ -11,6 +11,9 @@
 #include "kernels/cuda/cuda_dev.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_sizes.h"
+#include "kernels/cuda/cuda_trace.cuh"
+
+LILAC_TRACE_TU(ops)
 
 #define CS(s) ((cudaStream_t)(s))
 
@@ -19,8 +22,10 @@
 // y = x / sqrt(mean(x^2) + eps) * w (w may be NULL), one block per row.
 __global__ void k_rmsnorm(const float *x, const float *w, float *y, int n, float eps)
 {
+    TRACE_START(LILAC_TK_RMSNORM);
     griddep_launch_dependents(); // the next product may start fetching its weights
     dev_rmsnorm(x + (size_t)blockIdx.x * n, w, y + (size_t)blockIdx.x * n, n, eps);
+    TRACE_END(LILAC_TK_RMSNORM);
 }
 
 extern "C" void lilac_cuda_rmsnorm(const float *x, const float *w, float *y, int rows, int n, float eps,
@@ -93,10 +98,13 @@ static __device__ __forceinline__ int att_splits(int n_keys, int nsplit)
 __global__ void k_attention_part(const float *q, int q_step, const float *K, const float *V, const int *pos_dev, int kvw,
                                  int hd, int group, float *scratch, int scratch_stride, float *part)
 {
+    TRACE_START(LILAC_TK_ATT_PART);
     int h = blockIdx.x, sp = blockIdx.y, kvh = h / group;
     int n_keys = *pos_dev + 1, ns = att_splits(n_keys, ATT_SPLIT), chunk = (n_keys + ns - 1) / ns;
-    if (sp >= ns)
+    if (sp >= ns) {
+        TRACE_END(LILAC_TK_ATT_PART);
         return;
+    }
     int p0 = sp * chunk, p1 = min(n_keys, p0 + chunk);
     float *pt = part + ((size_t)h * ATT_SPLIT + sp) * (hd + 2);
     const float *qh = q + (size_t)h * q_step;
@@ -136,6 +144,7 @@ __global__ void k_attention_part(const float *q, int q_step, const float *K, con
     }
     if (threadIdx.x == 0)
         pt[0] = p1 > p0 ? mx : -INFINITY, pt[1] = sum;
+    TRACE_END(LILAC_TK_ATT_PART);
 }
 
 // The same split, a block per (KV head, key range) for all G query heads
@@ -153,14 +162,17 @@ __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_ste
                                                       const int *pos_dev, int kvw, int hd, int G, float *part,
                                                       long long part_tok, int nsplit)
 {
+    TRACE_START(LILAC_TK_ATT_GQA);
     griddep_launch_dependents();
     const int kvh = blockIdx.x, sp = blockIdx.y, row = blockIdx.z;
     q += row * q_tok, part += row * part_tok;
     if (Kp)
         K = Kp[row], V = Vp[row];
     const int n_keys = pos_dev[row] + 1, ns = att_splits(n_keys, nsplit), chunk = (n_keys + ns - 1) / ns;
-    if (sp >= ns)
+    if (sp >= ns) {
+        TRACE_END(LILAC_TK_ATT_GQA);
         return;
+    }
     const int p0 = sp * chunk, p1 = min(n_keys, p0 + chunk);
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, dpl = hd / 32;
     __shared__ float qs[ATT_GMAX][ATT_DPL * 32], sc[ATT_GMAX][ATT_TILE], m_run[ATT_GMAX], l_run[ATT_GMAX],
@@ -246,6 +258,7 @@ __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_ste
         if (d == 0)
             pt[0] = p1 > p0 ? m_run[g] : -INFINITY, pt[1] = l_run[g];
     }
+    TRACE_END(LILAC_TK_ATT_GQA);
 }
 
 // Per head: the parts combined with their maxima, then the gate sigmoid(g).
@@ -255,6 +268,7 @@ __global__ void k_attention_combine(const float *q, int q_step, long long q_tok,
                                     long long part_tok, float *out, long long out_tok, int gated, const int *pos_dev,
                                     int nsplit)
 {
+    TRACE_START(LILAC_TK_ATT_COMBINE);
     griddep_launch_dependents();
     const int row = blockIdx.y;
     q += row * q_tok, part += row * part_tok, out += row * out_tok;
@@ -280,6 +294,7 @@ __global__ void k_attention_combine(const float *q, int q_step, long long q_tok,
             o *= sigmoidf_(q[(size_t)h * q_step + hd + d]);
         out[(size_t)h * hd + d] = o;
     }
+    TRACE_END(LILAC_TK_ATT_COMBINE);
 }
 
 extern "C" size_t lilac_cuda_attention_part_floats(int n_head, int hd) { return lilac_cuda_att_part_floats(n_head, hd); }
@@ -335,6 +350,7 @@ extern "C" int lilac_cuda_attention_rows(const float *q, int q_step, long long q
 __global__ void k_conv_step(const float *in, float *state, const float *w, float *out, int C, int K,
                             float *const *statep)
 {
+    TRACE_START(LILAC_TK_CONV_STEP);
     griddep_launch_dependents();
     const int row = blockIdx.y;
     in += (size_t)row * C, out += (size_t)row * C;
@@ -353,6 +369,7 @@ __global__ void k_conv_step(const float *in, float *state, const float *w, float
     if (K > 1)
         state[(size_t)(K - 2) * C + c] = in[c];
     out[c] = silu(s);
+    TRACE_END(LILAC_TK_CONV_STEP); // thread 0 (c = blockIdx.x * blockDim.x < C) does not return early
 }
 
 extern "C" void lilac_cuda_conv_step(const float *in, float *state, const float *w, float *out, int C, int K,
@@ -458,8 +475,10 @@ extern "C" void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, 
 __global__ void k_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
                         const float *gate_inp, const float *xn, int n_embd)
 {
+    TRACE_START(LILAC_TK_ROUTE);
     griddep_launch_dependents();
     dev_route(logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd);
+    TRACE_END(LILAC_TK_ROUTE);
 }
 
 extern "C" int lilac_cuda_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
@@ -484,6 +503,7 @@ __global__ void __launch_bounds__(32 * NR_WARPS) k_norm_router(const float *x, c
 {
     extern __shared__ float4 nr_sh4[];
     float *const xs = reinterpret_cast<float *>(nr_sh4);
+    TRACE_START(LILAC_TK_NORM_ROUTER);
     griddep_launch_dependents();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, row = blockIdx.x * NR_WARPS + warp, n4 = n / 4;
     const float4 *wr = reinterpret_cast<const float4 *>(W + (size_t)(row < n_exp ? row : 0) * row_floats);
@@ -492,6 +512,7 @@ __global__ void __launch_bounds__(32 * NR_WARPS) k_norm_router(const float *x, c
     for (int j = 0; j < NR_PF; j++)
         wv[j] = lane + 32 * j < n4 ? __ldg(wr + lane + 32 * j) : make_float4(0.f, 0.f, 0.f, 0.f);
     griddep_wait();
+    TRACE_WAITED(LILAC_TK_NORM_ROUTER);
     dev_rmsnorm(x, norm_w, xs, n, eps);
     __syncthreads();
     if (blockIdx.x == 0)
@@ -511,6 +532,7 @@ __global__ void __launch_bounds__(32 * NR_WARPS) k_norm_router(const float *x, c
     acc = warp_sum(acc);
     if (lane == 0 && row < n_exp)
         logits[row] = acc;
+    TRACE_END(LILAC_TK_NORM_ROUTER);
 }
 
 extern "C" int lilac_cuda_norm_router(const float *x, const float *norm_w, float *xn, const float *W,
@@ -528,8 +550,10 @@ extern "C" int lilac_cuda_norm_router(const float *x, const float *norm_w, float
 __global__ void k_moe_sum_norm(float *x, const float *ex, const float *w, int k, const float *sh, const float *gsh,
                                const float *norm_w, float *xn, int E, float eps)
 {
+    TRACE_START(LILAC_TK_MOE_SUM_NORM);
     griddep_launch_dependents();
     dev_moe_sum_norm(x, ex, w, k, sh, gsh, norm_w, xn, E, eps);
+    TRACE_END(LILAC_TK_MOE_SUM_NORM);
 }
 
 extern "C" void lilac_cuda_moe_sum_norm(float *x, const float *ex, const float *w, int k, const float *sh,
@@ -547,6 +571,7 @@ __global__ void k_norm_rope_kv(float *q, const float *q_norm, int q_step, int nh
                                float theta, float eps, long long q_tok, long long kv_tok, float *const *Kp,
                                float *const *Vp)
 {
+    TRACE_START(LILAC_TK_NORM_ROPE_KV);
     griddep_launch_dependents();
     const int row = blockIdx.y, b = blockIdx.x, pos = pos_dev[row];
     q += row * q_tok, k += row * kv_tok, v += row * kv_tok;
@@ -555,14 +580,17 @@ __global__ void k_norm_rope_kv(float *q, const float *q_norm, int q_step, int nh
     const bool isq = b < nh;
     float *x = isq ? q + (size_t)b * q_step : k + (size_t)(b - nh) * hd;
     dev_norm_rope(x, isq ? q_norm : k_norm, hd, rot, pos, theta, eps);
-    if (isq)
+    if (isq) {
+        TRACE_END(LILAC_TK_NORM_ROPE_KV);
         return;
+    }
     __syncthreads();
     const size_t at = (size_t)pos * nkv * hd + (size_t)(b - nh) * hd;
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
         K[at + i] = x[i];
         V[at + i] = v[(size_t)(b - nh) * hd + i];
     }
+    TRACE_END(LILAC_TK_NORM_ROPE_KV);
 }
 
 extern "C" void lilac_cuda_norm_rope_kv(float *q, const float *q_norm, int q_step, int nh, float *k, const float *v,
@@ -676,6 +704,7 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
                            const float *ssm_dt, const float *z, const float *norm_w, float *o_all, int nk, int nv,
                            int dk, int dv, int tiled, float eps, float *const *Sp)
 {
+    TRACE_START(LILAC_TK_DN_FUSED);
     {
         const int row = blockIdx.y;
         conv += (size_t)row * (2 * nk * dk + nv * dv), a += (size_t)row * nv, b += (size_t)row * nv;
@@ -696,6 +725,7 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
     for (int i = part; i < dk; i += DN_P, n++)
         sr[n] = S[(size_t)i * dv + c];
     griddep_wait();
+    TRACE_WAITED(LILAC_TK_DN_FUSED);
     for (int i = threadIdx.x; i < dk; i += blockDim.x) {
         qs[i] = conv[(size_t)kh * dk + i];
         ks[i] = conv[(size_t)(nk + kh) * dk + i];
@@ -705,6 +735,7 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
     dn_norm_qk(qs, ks, dk);
     dn_head(sr, S, qs, ks, conv[(size_t)2 * nk * dk + (size_t)j * dv + c], gate[0], gate[1], part, c, DN_P, dk, dv,
             red, opart, norm_w, z + (size_t)j * dv, eps, o_all + (size_t)j * dv);
+    TRACE_END(LILAC_TK_DN_FUSED);
 }
 
 extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, const float *b, const float *ssm_a,
@@ -742,6 +773,7 @@ __global__ void __launch_bounds__(DNC_THREADS) k_dn_conv_fused(const float *qkv,
                                                                const float *norm_w, float *o_all, int nk, int nv,
                                                                int dk, int dv, int tiled, float eps)
 {
+    TRACE_START(LILAC_TK_DN_CONV_FUSED);
     const int kh = blockIdx.x, r = nv / nk, C = 2 * nk * dk + nv * dv;
     const int th = DNC_THREADS / r, P = th / dv; // threads and row parts a value head
     const int m = threadIdx.x / th, t = threadIdx.x % th, part = t / dv, c = t % dv;
@@ -757,6 +789,7 @@ __global__ void __launch_bounds__(DNC_THREADS) k_dn_conv_fused(const float *qkv,
     for (int i = part; i < dk; i += P, n++) // in flight before the product that feeds the conv has finished
         sr[n] = S[(size_t)i * dv + c];
     griddep_wait();
+    TRACE_WAITED(LILAC_TK_DN_CONV_FUSED);
     const int cb = 2 * dk + r * dv; // this block's channels
     for (int i = threadIdx.x; i < cb; i += blockDim.x) {
         int ch;
@@ -786,6 +819,7 @@ __global__ void __launch_bounds__(DNC_THREADS) k_dn_conv_fused(const float *qkv,
     dn_norm_qk(qs, ks, dk);
     dn_head(sr, S, qs, ks, vs[m * dv + c], gate[2 * m], gate[2 * m + 1], part, c, P, dk, dv, red + (size_t)m * P * dv,
             opart + (m * th) / 32, norm_w, z + (size_t)j * dv, eps, o_all + (size_t)j * dv);
+    TRACE_END(LILAC_TK_DN_CONV_FUSED);
 }
 
 extern "C" int lilac_cuda_deltanet_conv_fused(const float *qkv, float *conv_state, const float *conv_w, int K,

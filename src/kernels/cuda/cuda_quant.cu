@@ -41,6 +41,7 @@
 #include "format/dtype.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_dev.cuh"
+#include "kernels/cuda/cuda_trace.cuh"
 
 #if defined(__CUDA_FTZ) && __CUDA_FTZ
 #error "cuda_quant.cu relies on float32 denormals: build it without -ftz=true / --use_fast_math"
@@ -49,6 +50,8 @@
 #ifndef LILAC_CUDA_ARCHS
 #define LILAC_CUDA_ARCHS "?"
 #endif
+
+LILAC_TRACE_TU(quant)
 
 #ifdef LILAC_ASAN_CUDA
 /* Sanitizer builds (LILAC_SANITIZE): AddressSanitizer reserves the "shadow
@@ -744,9 +747,12 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv(const 
 
     const long long it0 = p.items * blockIdx.x / gridDim.x, it1 = p.items * (blockIdx.x + 1) / gridDim.x;
     long long loaded = -1;
+    TRACE_START(LILAC_TK_MV);
     griddep_launch_dependents();
-    if (p.idx) /* the expert indices come from the kernel before */
+    if (p.idx) { /* the expert indices come from the kernel before */
         griddep_wait();
+        TRACE_WAITED(LILAC_TK_MV);
+    }
     /* blockIdx.y: a group of token chunks (launch_fast splits the tokens when the rows alone give too few blocks) */
     const int tc0 = (int)((long long)ntc * blockIdx.y / gridDim.y), tc1 = (int)((long long)ntc * (blockIdx.y + 1) / gridDim.y);
     for (int tc = tc0; tc < tc1; tc++) { /* token chunks outermost: x stays put while the block's rows go by */
@@ -780,8 +786,10 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv(const 
                 if (u < u1)
                     load_rows<TYPE, A16, R>(rowp, ok, u, a);
                 if (key != loaded) { /* the same for the whole block */
-                    if (loaded < 0)
+                    if (loaded < 0) {
                         griddep_wait();
+                        TRACE_WAITED(LILAC_TK_MV); /* the table takes a block's first wait */
+                    }
                     __syncthreads();
                     load_x<UT, T>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0, u1, xs, XS, ss, SS);
                     loaded = key;
@@ -815,6 +823,7 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv(const 
                 }
         }
     }
+    TRACE_END(LILAC_TK_MV);
 }
 
 /* The scalar fallback, for layouts the fast kernel does not take (float
@@ -822,11 +831,12 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv(const 
  * a warp a row, values dequantized one by one. */
 __global__ void __launch_bounds__(NTHREADS) k_mv_scalar(const MV p, int type)
 {
+    TRACE_START(LILAC_TK_MV_SCALAR);
     const long long row = (long long)blockIdx.x * NWARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     const long long slot = blockIdx.y;
     if (row >= p.rows)
-        return;
+        return; /* not thread 0: warp 0's row is below p.rows in every block */
     const uint8_t *rowp = p.w + (p.idx ? (size_t)p.idx[slot] * p.expert_stride : 0) + (size_t)row * p.row_bytes;
     const float *xb = p.x + slot * p.x_slot, *x2b = p.x2 ? p.x2 + slot * p.x_slot : nullptr;
     for (int t = 0; t < p.n_tok; t++) {
@@ -842,15 +852,18 @@ __global__ void __launch_bounds__(NTHREADS) k_mv_scalar(const MV p, int type)
             *yp = p.acc ? *yp + acc : acc;
         }
     }
+    TRACE_END(LILAC_TK_MV_SCALAR);
 }
 
 __global__ void k_get_row(const uint8_t *w, size_t row_bytes, long long rows, long long cols, int type,
                           const int32_t *r_dev, float *out)
 {
+    TRACE_START(LILAC_TK_GET_ROW);
     const long long r = *r_dev;
     const long long step = (long long)gridDim.x * blockDim.x;
     for (long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += step)
         out[c] = r >= 0 && r < rows ? dq_value(type, w + (size_t)r * row_bytes, c) : __int_as_float(0x7fc00000);
+    TRACE_END(LILAC_TK_GET_ROW);
 }
 
 __global__ void k_fill(float *x, long long n)

@@ -1,0 +1,91 @@
+// cuda_trace: turning the kernels' own events on and off, and fetching them
+// (cuda_trace.cuh says what is recorded; model/cuda_trace.c makes the table).
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels/cuda/cuda.h"
+#include "kernels/cuda/cuda_trace.cuh"
+
+// Each instrumented file's own __constant__ pointer (LILAC_TRACE_TU).
+extern "C" int lilac_cuda_trace_set_ops(const struct lilac_trace_dev *d);
+extern "C" int lilac_cuda_trace_set_quant(const struct lilac_trace_dev *d);
+
+static lilac_trace_dev g_dev; // the buffer while a trace runs
+
+static int fail(cudaError_t e, const char *what, char *msg, size_t cap)
+{
+    if (msg && cap)
+        snprintf(msg, cap, "%s: %s", what, cudaGetErrorString(e));
+    return -1;
+}
+
+static int set_all(const lilac_trace_dev *d)
+{
+    return lilac_cuda_trace_set_ops(d) | lilac_cuda_trace_set_quant(d);
+}
+
+extern "C" int lilac_cuda_trace_begin(size_t cap, char *msg, size_t mcap)
+{
+    cudaError_t e = cudaDeviceSynchronize(); // nothing in flight sees a half-set pointer
+    if (e != cudaSuccess)
+        return fail(e, "trace: synchronize", msg, mcap);
+    if (g_dev.ev)
+        return fail(cudaErrorInvalidValue, "trace: already on", msg, mcap);
+    if (cap < 1 || cap > 0xffffffffu)
+        return fail(cudaErrorInvalidValue, "trace: buffer size", msg, mcap);
+    lilac_trace_dev d = {};
+    if ((e = cudaMalloc((void **)&d.ev, cap * sizeof(lilac_trace_ev))) != cudaSuccess)
+        return fail(e, "trace: buffer", msg, mcap);
+    if ((e = cudaMalloc((void **)&d.n, sizeof(unsigned))) != cudaSuccess ||
+        (e = cudaMemset(d.n, 0, sizeof(unsigned))) != cudaSuccess) {
+        cudaFree(d.ev);
+        cudaFree(d.n);
+        return fail(e, "trace: counter", msg, mcap);
+    }
+    d.cap = (unsigned)cap;
+    g_dev = d;
+    // the copies to the symbols may return before they land: synchronize before the traced kernels
+    if (set_all(&d) || (e = cudaDeviceSynchronize()) != cudaSuccess) {
+        lilac_trace_dev off = {};
+        set_all(&off);
+        cudaDeviceSynchronize();
+        cudaFree(d.ev);
+        cudaFree(d.n);
+        g_dev = off;
+        return fail(e != cudaSuccess ? e : cudaErrorInvalidSymbol, "trace: turning it on", msg, mcap);
+    }
+    return 0;
+}
+
+extern "C" int lilac_cuda_trace_end(struct lilac_trace_ev **ev, size_t *n, uint64_t *dropped, char *msg,
+                                    size_t mcap)
+{
+    *ev = NULL, *n = 0, *dropped = 0;
+    if (!g_dev.ev)
+        return fail(cudaErrorInvalidValue, "trace: not on", msg, mcap);
+    cudaError_t e = cudaDeviceSynchronize();
+    const lilac_trace_dev d = g_dev, off = {};
+    const int off_err = set_all(&off);
+    cudaError_t e2 = cudaDeviceSynchronize();
+    g_dev = off;
+    unsigned taken = 0;
+    if (e == cudaSuccess)
+        e = e2;
+    if (e == cudaSuccess)
+        e = cudaMemcpy(&taken, d.n, sizeof taken, cudaMemcpyDeviceToHost);
+    const size_t got = taken < d.cap ? taken : d.cap;
+    lilac_trace_ev *h = (lilac_trace_ev *)malloc((got ? got : 1) * sizeof *h);
+    if (e == cudaSuccess && !h)
+        e = cudaErrorMemoryAllocation;
+    if (e == cudaSuccess && got)
+        e = cudaMemcpy(h, d.ev, got * sizeof *h, cudaMemcpyDeviceToHost);
+    cudaFree(d.ev);
+    cudaFree(d.n);
+    if (e != cudaSuccess || off_err) {
+        free(h);
+        return fail(e != cudaSuccess ? e : cudaErrorInvalidSymbol, "trace: fetching the events", msg, mcap);
+    }
+    *ev = h, *n = got, *dropped = taken - got;
+    return 0;
+}
