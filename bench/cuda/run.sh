@@ -100,7 +100,7 @@ do_ab() {
                 -n 32 -P $P -r 1 --json 2>/dev/null | grep "x$P" | grep -o '"tokens_per_s": [0-9.]*')"
         done
     done
-    for v in NONE LILAC_CUDA_NORM_ROUTER=1 LILAC_CUDA_DN_CONV=1; do # decode's opt-ins, tg128
+    for v in NONE LILAC_CUDA_PDL_ALL=0 LILAC_CUDA_NORM_ROUTER=1 LILAC_CUDA_DN_CONV=1; do # decode's switches, tg128
         echo "tg128 $v: $(env "${v/NONE/LILAC_NONE=1}" $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 \
             -r 2 --json 2>/dev/null | grep -o '"tokens_per_s": [0-9.]*')"
     done

@@ -311,4 +311,25 @@ static void launch_dependent(void (*kern)(Exp...), dim3 grid, dim3 block, size_t
     cudaLaunchKernelEx(&cfg, kern, static_cast<Act &&>(args)...);
 }
 
+/* launch_dependent for the decode step's small kernels as well (norms, routing, conv, rotary, attention, the
+ * expert sum), which wait at their first line: their launch then overlaps the kernel before them.
+ * LILAC_CUDA_PDL_ALL=0 launches them plainly, to compare. */
+static bool pdl_all()
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("LILAC_CUDA_PDL_ALL");
+        on = !(e && *e == '0');
+    }
+    return on;
+}
+template <typename... Exp, typename... Act>
+static void launch_pdl(void (*kern)(Exp...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, Act &&...args)
+{
+    if (pdl_all())
+        launch_dependent(kern, grid, block, smem, st, static_cast<Act &&>(args)...);
+    else
+        kern<<<grid, block, smem, st>>>(static_cast<Act &&>(args)...);
+}
+
 #endif

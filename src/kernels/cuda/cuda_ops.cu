@@ -24,6 +24,7 @@ __global__ void k_rmsnorm(const float *x, const float *w, float *y, int n, float
 {
     TRACE_START(LILAC_TK_RMSNORM);
     griddep_launch_dependents(); // the next product may start fetching its weights
+    griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
     dev_rmsnorm(x + (size_t)blockIdx.x * n, w, y + (size_t)blockIdx.x * n, n, eps);
     TRACE_END(LILAC_TK_RMSNORM);
 }
@@ -31,7 +32,7 @@ __global__ void k_rmsnorm(const float *x, const float *w, float *y, int n, float
 extern "C" void lilac_cuda_rmsnorm(const float *x, const float *w, float *y, int rows, int n, float eps,
                                    lilac_cuda_stream *s)
 {
-    k_rmsnorm<<<rows, 256, 0, CS(s)>>>(x, w, y, n, eps);
+    launch_pdl(k_rmsnorm, dim3(rows), dim3(256), 0, CS(s), x, w, y, n, eps);
 }
 
 __global__ void k_add(float *x, const float *y, int n)
@@ -164,6 +165,7 @@ __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_ste
 {
     TRACE_START(LILAC_TK_ATT_GQA);
     griddep_launch_dependents();
+    griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
     const int kvh = blockIdx.x, sp = blockIdx.y, row = blockIdx.z;
     q += row * q_tok, part += row * part_tok;
     if (Kp)
@@ -270,6 +272,7 @@ __global__ void k_attention_combine(const float *q, int q_step, long long q_tok,
 {
     TRACE_START(LILAC_TK_ATT_COMBINE);
     griddep_launch_dependents();
+    griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
     const int row = blockIdx.y;
     q += row * q_tok, part += row * part_tok, out += row * out_tok;
     int h = blockIdx.x, ns = att_splits(pos_dev[row] + 1, nsplit);
@@ -314,12 +317,13 @@ extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K,
 {
     const int G = n_head / n_head_kv;
     if (attention_gqa_takes(n_head, n_head_kv, hd))
-        k_attention_gqa<<<dim3(n_head_kv, ATT_SPLIT), 256, 0, CS(s)>>>(q, q_step, 0, K, V, NULL, NULL, pos,
-                                                                      n_head_kv * hd, hd, G, part, 0, ATT_SPLIT);
+        launch_pdl(k_attention_gqa, dim3(n_head_kv, ATT_SPLIT), dim3(256), 0, CS(s), q, q_step, 0LL, K, V,
+                   (float *const *)NULL, (float *const *)NULL, pos, n_head_kv * hd, hd, G, part, 0LL, (int)ATT_SPLIT);
     else
         k_attention_part<<<dim3(n_head, ATT_SPLIT), 256, (size_t)hd * sizeof(float), CS(s)>>>(
             q, q_step, K, V, pos, n_head_kv * hd, hd, G, scratch, scratch_stride, part);
-    k_attention_combine<<<n_head, 256, 0, CS(s)>>>(q, q_step, 0, hd, part, 0, out, 0, gated, pos, ATT_SPLIT);
+    launch_pdl(k_attention_combine, dim3(n_head), dim3(256), 0, CS(s), q, q_step, 0LL, hd, (const float *)part, 0LL,
+               out, 0LL, gated, pos, (int)ATT_SPLIT);
 }
 
 extern "C" size_t lilac_cuda_attention_rows_part_floats(int n_head, int hd, int n)
@@ -352,6 +356,7 @@ __global__ void k_conv_step(const float *in, float *state, const float *w, float
 {
     TRACE_START(LILAC_TK_CONV_STEP);
     griddep_launch_dependents();
+    griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
     const int row = blockIdx.y;
     in += (size_t)row * C, out += (size_t)row * C;
     if (statep)
@@ -375,7 +380,8 @@ __global__ void k_conv_step(const float *in, float *state, const float *w, float
 extern "C" void lilac_cuda_conv_step(const float *in, float *state, const float *w, float *out, int C, int K,
                                      lilac_cuda_stream *s)
 {
-    k_conv_step<<<(C + 255) / 256, 256, 0, CS(s)>>>(in, state, w, out, C, K, NULL);
+    launch_pdl(k_conv_step, dim3((C + 255) / 256), dim3(256), 0, CS(s), in, state, w, out, C, K,
+               (float *const *)NULL);
 }
 
 extern "C" void lilac_cuda_conv_step_rows(const float *in, float *const *statep, const float *w, float *out, int C,
@@ -477,6 +483,7 @@ __global__ void k_route(const float *logits, int E, int k, int norm, int32_t *id
 {
     TRACE_START(LILAC_TK_ROUTE);
     griddep_launch_dependents();
+    griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
     dev_route(logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd);
     TRACE_END(LILAC_TK_ROUTE);
 }
@@ -486,7 +493,7 @@ extern "C" int lilac_cuda_route(const float *logits, int E, int k, int norm, int
 {
     if (E > ROUTE_EMAX || k > 32 || k < 1 || k > E)
         return -1;
-    k_route<<<1, 256, 0, CS(s)>>>(logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd);
+    launch_pdl(k_route, dim3(1), dim3(256), 0, CS(s), logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd);
     return 0;
 }
 
@@ -552,6 +559,7 @@ __global__ void k_moe_sum_norm(float *x, const float *ex, const float *w, int k,
 {
     TRACE_START(LILAC_TK_MOE_SUM_NORM);
     griddep_launch_dependents();
+    griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
     dev_moe_sum_norm(x, ex, w, k, sh, gsh, norm_w, xn, E, eps);
     TRACE_END(LILAC_TK_MOE_SUM_NORM);
 }
@@ -560,7 +568,7 @@ extern "C" void lilac_cuda_moe_sum_norm(float *x, const float *ex, const float *
                                         const float *gsh, const float *norm_w, float *xn, int E, float eps,
                                         lilac_cuda_stream *s)
 {
-    k_moe_sum_norm<<<1, 1024, 0, CS(s)>>>(x, ex, w, k, sh, gsh, norm_w, xn, E, eps);
+    launch_pdl(k_moe_sum_norm, dim3(1), dim3(1024), 0, CS(s), x, ex, w, k, sh, gsh, norm_w, xn, E, eps);
 }
 
 // Blocks [0, nh): q head b, RMSNorm and rotary; blocks [nh, nh + nkv): k
@@ -573,6 +581,7 @@ __global__ void k_norm_rope_kv(float *q, const float *q_norm, int q_step, int nh
 {
     TRACE_START(LILAC_TK_NORM_ROPE_KV);
     griddep_launch_dependents();
+    griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
     const int row = blockIdx.y, b = blockIdx.x, pos = pos_dev[row];
     q += row * q_tok, k += row * kv_tok, v += row * kv_tok;
     if (Kp)
@@ -597,8 +606,8 @@ extern "C" void lilac_cuda_norm_rope_kv(float *q, const float *q_norm, int q_ste
                                         const float *k_norm, float *K, float *V, int nkv, int hd, int rot,
                                         const int *pos, float theta, float eps, lilac_cuda_stream *s)
 {
-    k_norm_rope_kv<<<nh + nkv, 128, 0, CS(s)>>>(q, q_norm, q_step, nh, k, v, k_norm, K, V, nkv, hd, rot, pos, theta,
-                                                eps, 0, 0, NULL, NULL);
+    launch_pdl(k_norm_rope_kv, dim3(nh + nkv), dim3(128), 0, CS(s), q, q_norm, q_step, nh, k, v, k_norm, K, V, nkv, hd,
+               rot, pos, theta, eps, 0LL, 0LL, (float *const *)NULL, (float *const *)NULL);
 }
 
 extern "C" void lilac_cuda_norm_rope_kv_rows(float *q, const float *q_norm, int q_step, long long q_tok, int nh,
