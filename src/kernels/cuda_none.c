@@ -8,7 +8,7 @@
 
 #include "kernels/cuda/cuda.h"
 
-#define NO_CUDA "lilac was built without CUDA (no nvcc found at configure time)"
+#define NO_CUDA LILAC_NO_CUDA_MSG
 
 static int no_cuda(char *msg, size_t cap)
 {

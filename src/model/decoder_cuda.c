@@ -12,10 +12,10 @@
 #include "model/cuda_mem.h"
 #include "model/cuda_trace.h"
 #include "model/model.h"
+#include "kernels/cuda/cuda.h"
 #include "util/err.h"
 
 #ifdef LILAC_CUDA
-#include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "model/decoder_cuda_int.h"
 
@@ -733,7 +733,7 @@ int lilac_gpu_describe(char *out, size_t cap)
 
 int lilac_gpu_describe(char *out, size_t cap)
 {
-    snprintf(out, cap, "lilac was built without CUDA (no nvcc at configure time)");
+    snprintf(out, cap, "%s", LILAC_NO_CUDA_MSG);
     return 0;
 }
 
@@ -741,7 +741,7 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
 {
     (void)m;
     *out = NULL;
-    return lilac_fail(err, LILAC_E_UNSUPPORTED, "lilac was built without CUDA (no nvcc found at configure time)");
+    return lilac_fail(err, LILAC_E_UNSUPPORTED, LILAC_NO_CUDA_MSG);
 }
 void lilac_cuda_model_free(lilac_cuda_model *cm) { (void)cm; }
 const char *lilac_cuda_model_device(const lilac_cuda_model *cm)
@@ -758,7 +758,7 @@ lilac_status lilac_cuda_seq_new(lilac_model *m, int n_ctx, lilac_cuda_seq **out,
 {
     (void)m, (void)n_ctx;
     *out = NULL;
-    return lilac_fail(err, LILAC_E_UNSUPPORTED, "lilac was built without CUDA");
+    return lilac_fail(err, LILAC_E_UNSUPPORTED, LILAC_NO_CUDA_MSG);
 }
 void lilac_cuda_seq_free(lilac_cuda_seq *cs) { (void)cs; }
 void lilac_cuda_seq_reset(lilac_model *m, lilac_cuda_seq *cs) { (void)m, (void)cs; }
@@ -766,13 +766,13 @@ lilac_status lilac_cuda_seq_copy(lilac_model *m, lilac_cuda_seq *dst, const lila
                                  lilac_error *err)
 {
     (void)m, (void)dst, (void)src, (void)pos;
-    return lilac_fail(err, LILAC_E_UNSUPPORTED, "lilac was built without CUDA");
+    return lilac_fail(err, LILAC_E_UNSUPPORTED, LILAC_NO_CUDA_MSG);
 }
 lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const lilac_eval_opts *opts,
                              lilac_error *err)
 {
     (void)s, (void)tokens, (void)n, (void)opts;
-    return lilac_fail(err, LILAC_E_UNSUPPORTED, "lilac was built without CUDA");
+    return lilac_fail(err, LILAC_E_UNSUPPORTED, LILAC_NO_CUDA_MSG);
 }
 bool lilac_cuda_decode_batch_wanted(const lilac_model *m, int n)
 {
@@ -783,7 +783,7 @@ lilac_status lilac_cuda_decode_batch(lilac_model *m, lilac_seq *const *seqs, con
                                      float *const *logits, lilac_error *err)
 {
     (void)m, (void)seqs, (void)tokens, (void)n, (void)logits;
-    return lilac_fail(err, LILAC_E_UNSUPPORTED, "lilac was built without CUDA");
+    return lilac_fail(err, LILAC_E_UNSUPPORTED, LILAC_NO_CUDA_MSG);
 }
 
 #endif

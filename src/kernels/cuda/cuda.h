@@ -27,6 +27,9 @@ typedef struct lilac_cuda_mat {
     size_t row_bytes;
 } lilac_cuda_mat;
 
+/* What a build without the CUDA backend answers. */
+#define LILAC_NO_CUDA_MSG "lilac was built without CUDA (configured with LILAC_CUDA=OFF, or no nvcc was found)"
+
 /* Whether a CUDA device can be used; why not in msg (size cap) when it cannot. */
 int lilac_cuda_available(char *msg, size_t cap);
 /* The device's name, memory and compute capability for messages and `doctor`. */
