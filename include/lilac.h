@@ -307,6 +307,10 @@ lilac_status lilac_chat_render(const char *template_text, const char *conversati
 
 /* ---- sampling ---------------------------------------------------------- */
 
+/* The index of the largest of x[0..n), the first of equal ones: the greedy
+ * token (n >= 1). */
+int lilac_argmax(const float *x, int n);
+
 /* Applied in this order: penalties on the logits; then, unless greedy,
  * temperature, top-k, top-p, min-p, and a draw from the renormalized
  * softmax of what is left. */

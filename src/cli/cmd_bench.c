@@ -176,15 +176,6 @@ done:
     return rc;
 }
 
-static int argmax(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
-}
-
 /* The gap between the two largest of x[0..n). */
 static float top2_gap(const float *x, int n)
 {
@@ -234,7 +225,7 @@ static int greedy_check(lilac_model *m, const bench_opts *o)
         if (lilac_batch_eval(b, it, P, &err))
             goto fail;
         for (int i = 0; i < P; i++)
-            tb[(size_t)i * G + k] = argmax(lilac_batch_logits(b, i), V);
+            tb[(size_t)i * G + k] = lilac_argmax(lilac_batch_logits(b, i), V);
     }
     for (int i = 0; i < P; i++) {
         lilac_eval_opts eo = {.logits_mode = LILAC_LOGITS_LAST, .logits = lg};
@@ -243,7 +234,7 @@ static int greedy_check(lilac_model *m, const bench_opts *o)
         for (int k = 0; k < G; k++) {
             if (k && lilac_seq_eval(one, &ta[k - 1], 1, &eo, &err))
                 goto fail;
-            ta[k] = argmax(lg, V);
+            ta[k] = lilac_argmax(lg, V);
             if (ta[k] != tb[(size_t)i * G + k]) {
                 if (!differ++ || k < first_step)
                     first_step = k, gap = top2_gap(lg, V);

@@ -309,11 +309,8 @@ static int cmd_logits(int argc, char **argv)
     } else {
         for (int i = 0; i < n; i++) {
             const float *row = logits + (size_t)i * vocab;
-            size_t best = 0;
-            for (size_t v = 1; v < vocab; v++)
-                if (row[v] > row[best])
-                    best = v;
-            printf("%d\ttoken %d\targmax %zu\tlogit %.6f\n", i, tokens[i], best, row[best]);
+            const int best = lilac_argmax(row, (int)vocab);
+            printf("%d\ttoken %d\targmax %d\tlogit %.6f\n", i, tokens[i], best, row[best]);
         }
     }
     rc = 0;

@@ -24,14 +24,6 @@ static void log_softmax(const float *v, int n, double *out)
         out[i] = v[i] - lse;
 }
 
-static int argmax(const float *v, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b])
-            b = i;
-    return b;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -127,7 +119,7 @@ lilac_status lilac_eval_tokens(lilac_model *m, const int32_t *tokens, int n_toke
             for (int v = 0; v < V; v++)
                 kl += exp(lp[v]) * (lp[v] - lq[v]);
             kls[k] = kl > 0 ? kl : 0;
-            agree += argmax(row, V) == argmax(rrow, V);
+            agree += lilac_argmax(row, V) == lilac_argmax(rrow, V);
         }
     }
     res->n_chunks = n_chunks;

@@ -18,6 +18,15 @@ struct lilac_sampler {
     struct cand { float logit; int32_t id; } *cand;
 };
 
+int lilac_argmax(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
 lilac_sampler_params lilac_sampler_default_params(void)
 {
     lilac_sampler_params p = {
@@ -174,9 +183,7 @@ int32_t lilac_sampler_sample(lilac_sampler *s, float *logits, float *chosen_logp
 
     int32_t chosen = 0;
     if (p->temperature <= 0) {
-        for (int i = 1; i < n; i++)
-            if (logits[i] > logits[chosen])
-                chosen = i;
+        chosen = lilac_argmax(logits, n);
         goto done;
     }
 
