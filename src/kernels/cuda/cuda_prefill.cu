@@ -234,8 +234,8 @@ __global__ void k_pf_dn_gates(float *a, float *b, const float *ssm_a, const floa
 // PD_BC (y + 1) - 1. PD_LPC lanes share a column, lane s of it holding rows
 // s, s + PD_LPC, ... in registers for the whole chunk, so the two sums over
 // rows are a few shuffles and a token costs no barrier: the chain a token
-// is two short reductions (the time of this kernel is its latency, tokens
-// in sequence). q, k, v, g, beta of up to PD_TT tokens are staged in
+// is two short reductions, one with KQ below (the time of this kernel is
+// its latency, tokens in sequence). q, k, v, g, beta of up to PD_TT tokens are staged in
 // shared memory at a time, so no global load sits in a token's chain.
 #define PD_LPC 8                  /* lanes a column */
 #define PD_CPW (32 / PD_LPC)      /* columns a warp */
