@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "kernels/cuda/cuda.h"
 #include "util/err.h"
+#include "util/env.h"
 
 #ifdef LILAC_CUDA
 #include "kernels/cuda/cuda_ops.h"
@@ -401,10 +402,8 @@ static lilac_trace_name *g_names;
 static size_t g_n_names, g_cap_names;
 static bool trace_on(void)
 {
-    if (g_trace < 0) {
-        const char *e = getenv("LILAC_CUDA_TRACE");
-        g_trace = e && *e == '1';
-    }
+    if (g_trace < 0)
+        g_trace = lilac_env_switch("LILAC_CUDA_TRACE", false);
     return g_trace == 1;
 }
 /* A launch of op (call: its source text; "...aux)" is on the second stream). */
@@ -455,10 +454,8 @@ static void timing_report(void)
 /* One token at position pos; logits to cm->logits. */
 static void step(lilac_model *m, lilac_cuda_seq *cs)
 {
-    if (g_timing < 0) {
-        const char *e = getenv("LILAC_CUDA_TIMING");
-        g_timing = e && *e == '1';
-    }
+    if (g_timing < 0)
+        g_timing = lilac_env_switch("LILAC_CUDA_TIMING", false);
     if (trace_on())
         g_n_names = 0, g_trace_layer = -1;
     lilac_cuda_model *cm = m->cuda;
@@ -501,10 +498,8 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             /* LILAC_CUDA_DN_CONV=1: the conv and the step in one kernel. Not yet run on a GPU (the session that
              * wrote it had no device time left): test_cuda_model must pass with it before it is the default. */
             static int dn_conv = -1;
-            if (dn_conv < 0) {
-                const char *e = getenv("LILAC_CUDA_DN_CONV");
-                dn_conv = e && *e == '1';
-            }
+            if (dn_conv < 0)
+                dn_conv = lilac_env_switch("LILAC_CUDA_DN_CONV", false);
             if (!dn_conv ||
                 lilac_cuda_deltanet_conv_fused(cm->qkv, cs->conv[il], cl->ssm_conv, K, cm->a, cm->b, cl->ssm_a,
                                                cl->ssm_dt, cs->ssm[il], cm->o, cm->z, cl->ssm_norm, nk, nv, dk, dv,
@@ -526,10 +521,8 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         }
         /* LILAC_CUDA_NORM_ROUTER=1: the norm and a float32 router in one kernel (not yet measured on a GPU) */
         static int norm_router = -1;
-        if (norm_router < 0) {
-            const char *e = getenv("LILAC_CUDA_NORM_ROUTER");
-            norm_router = e && *e == '1';
-        }
+        if (norm_router < 0)
+            norm_router = lilac_env_switch("LILAC_CUDA_NORM_ROUTER", false);
         bool routed = norm_router && cl->router.type == LILAC_F32 &&
                       !lilac_cuda_norm_router(cm->x, cl->post_norm, cm->xn, cl->router.data,
                                               (long long)(cl->router.row_bytes / sizeof(float)), (int)cl->router.rows,
@@ -577,10 +570,8 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
 static int graph_use(void)
 {
     static int use = -1;
-    if (use < 0) {
-        const char *e = getenv("LILAC_CUDA_GRAPH");
-        use = !(e && *e == '0');
-    }
+    if (use < 0)
+        use = lilac_env_switch("LILAC_CUDA_GRAPH", true);
     return use;
 }
 

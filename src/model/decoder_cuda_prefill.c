@@ -22,6 +22,7 @@
 #include "model/cuda_mem.h"
 #include "model/decoder_cuda_int.h"
 #include "model/model.h"
+#include "util/env.h"
 #include "util/err.h"
 
 /* model/cuda_mem.h: the sizes, shared with the GPU memory plan */
@@ -66,8 +67,7 @@ bool lilac_cuda_prefill_wanted(const lilac_seq *s, int n)
 {
     if (n < 2)
         return false;
-    const char *e = getenv("LILAC_CUDA_PREFILL");
-    if (e && *e == '0')
+    if (!lilac_env_switch("LILAC_CUDA_PREFILL", true))
         return false;
     const lilac_hparams *hp = &s->m->hp;
     bool attn = false;
@@ -126,8 +126,7 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
     int q_step = hd * (hp->attn_output_gate ? 2 : 1);
     int nk = hp->ssm_k_heads, nv = hp->ssm_v_heads, dk = hp->ssm_k_dim, dv = hp->ssm_v_dim;
     int C = 2 * nk * dk + nv * dv, k = hp->n_expert_used, ff = hp->expert_ff, NE = hp->n_expert;
-    const char *gu_env = getenv("LILAC_CUDA_PF_GU"); /* =0: gate and up experts in two grouped products */
-    bool gu_one = !(gu_env && *gu_env == '0');
+    bool gu_one = lilac_env_switch("LILAC_CUDA_PF_GU", true); /* =0: gate and up experts in two grouped products */
     lilac_cuda_get_rows(&cm->tok_embd, pf->tok, nt, pf->x, s);
     for (int il = 0; il < hp->n_layer; il++) {
         const cuda_layer *cl = &cm->layers[il];
@@ -279,8 +278,7 @@ lilac_status lilac_cuda_prefill(lilac_seq *s, const int32_t *tokens, int n, cons
 
 bool lilac_cuda_decode_batch_wanted(const lilac_model *m, int n)
 {
-    const char *e = getenv("LILAC_CUDA_BATCH"); /* =0: one sequence after another */
-    if (n < 2 || (e && *e == '0'))
+    if (n < 2 || !lilac_env_switch("LILAC_CUDA_BATCH", true)) /* =0: one sequence after another */
         return false;
     const lilac_hparams *hp = &m->hp;
     int G = hp->n_head_kv > 0 ? hp->n_head / hp->n_head_kv : 0;
@@ -298,10 +296,8 @@ static lilac_status forward_batch(lilac_model *m, int nt, const pf_rows *rows, l
     lilac_cuda_model *cm = m->cuda;
     struct cuda_prefill *pf = cm->pf;
     static int use = -1;
-    if (use < 0) {
-        const char *e = getenv("LILAC_CUDA_BATCH_GRAPH");
-        use = e && *e == '1';
-    }
+    if (use < 0)
+        use = lilac_env_switch("LILAC_CUDA_BATCH_GRAPH", false);
     if (!use || pf->bgraph_failed || nt < 1 || nt > PF_BATCH)
         return forward(m, NULL, nt, 0, rows, err);
     unsigned gen = lilac_cuda_mma_scratch_gen(cm->stream);

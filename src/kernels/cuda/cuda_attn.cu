@@ -395,8 +395,7 @@ extern "C" int lilac_cuda_attn_mma_enabled(void)
     static std::atomic<int> on{-1};
     int v = on.load(std::memory_order_relaxed);
     if (v < 0) {
-        const char *e = getenv("LILAC_CUDA_ATTN_MMA");
-        v = !(e && *e == '0');
+        v = lilac_env_switch("LILAC_CUDA_ATTN_MMA", true);
         on.store(v, std::memory_order_relaxed);
     }
     return v;

@@ -9,6 +9,7 @@
 #include <atomic>
 
 #include "kernels/cuda/cuda.h"
+#include "util/env.h"
 
 /* The current device's multiprocessors (cached per device ordinal). */
 static inline int dev_sm_count()
@@ -317,10 +318,8 @@ static void launch_dependent(void (*kern)(Exp...), dim3 grid, dim3 block, size_t
 static bool pdl_all()
 {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("LILAC_CUDA_PDL_ALL");
-        on = !(e && *e == '0');
-    }
+    if (on < 0)
+        on = lilac_env_switch("LILAC_CUDA_PDL_ALL", true);
     return on;
 }
 template <typename... Exp, typename... Act>

@@ -15,6 +15,7 @@
 
 #include "format/dtype.h"
 #include "kernels/cuda/cuda.h"
+#include "util/env.h"
 
 namespace {
 
@@ -104,10 +105,8 @@ extern "C" {
 int lilac_cuda_gemm_min_tokens(void)
 {
     static int off = -1; /* LILAC_CUDA_GEMM=0: k_mv for every token count */
-    if (off < 0) {
-        const char *e = getenv("LILAC_CUDA_GEMM");
-        off = e && *e == '0';
-    }
+    if (off < 0)
+        off = !lilac_env_switch("LILAC_CUDA_GEMM", true);
     return off ? 0x7fffffff : MIN_TOK;
 }
 

@@ -66,6 +66,7 @@
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_dev.cuh"
 #include "kernels/cuda/cuda_sizes.h"
+#include "util/env.h"
 
 namespace {
 
@@ -723,8 +724,7 @@ bool w8_enabled()
     static std::atomic<int> on{-1};
     int v = on.load(std::memory_order_relaxed);
     if (v < 0) {
-        const char *e = getenv("LILAC_CUDA_MMA_W8");
-        v = !(e && *e == '0');
+        v = lilac_env_switch("LILAC_CUDA_MMA_W8", true);
         on.store(v, std::memory_order_relaxed);
     }
     return v;
@@ -811,8 +811,7 @@ bool xrows_enabled()
 {
     int v = g_xrows_on.load(std::memory_order_relaxed);
     if (v < 0) {
-        const char *e = getenv("LILAC_CUDA_MMA_XROWS");
-        v = !(e && *e == '0');
+        v = lilac_env_switch("LILAC_CUDA_MMA_XROWS", true);
         g_xrows_on.store(v, std::memory_order_relaxed);
     }
     return v;
@@ -844,8 +843,7 @@ int lilac_cuda_mma_enabled(void)
 {
     int v = g_mma_on.load(std::memory_order_relaxed);
     if (v < 0) {
-        const char *e = getenv("LILAC_CUDA_MMA");
-        v = !(e && *e == '0');
+        v = lilac_env_switch("LILAC_CUDA_MMA", true);
         g_mma_on.store(v, std::memory_order_relaxed);
     }
     return v;

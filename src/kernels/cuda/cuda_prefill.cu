@@ -13,6 +13,7 @@
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_dev.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "util/env.h"
 
 #define CS(s) ((cudaStream_t)(s))
 
@@ -1059,10 +1060,8 @@ extern "C" int lilac_cuda_pf_deltanet_form(float *conv_out, int C, float *a, flo
         const size_t smem = sizeof(float) * ((size_t)2 * tt * dk + (size_t)tt * PD_BC + 3 * tt);
         const dim3 grid((unsigned)nv, (unsigned)(dv / PD_BC));
         static int kq = -1; /* LILAC_CUDA_DN_KQ=0: the two-pass form, to compare */
-        if (kq < 0) {
-            const char *e = getenv("LILAC_CUDA_DN_KQ");
-            kq = !(e && *e == '0');
-        }
+        if (kq < 0)
+            kq = lilac_env_switch("LILAC_CUDA_DN_KQ", true);
         auto kern = dk <= 16 * PD_LPC ? (kq ? k_pf_dn_recurrent<16, true> : k_pf_dn_recurrent<16, false>)
                                       : (kq ? k_pf_dn_recurrent<PD_ROWS, true> : k_pf_dn_recurrent<PD_ROWS, false>);
         kern<<<grid, 32 * PD_NW, smem, st>>>(S, conv_out, C, a, b, o, nk, nv, dk, dv, tiled, n, tt);
@@ -1084,10 +1083,8 @@ extern "C" void lilac_cuda_pf_deltanet(float *conv_out, int C, float *a, float *
     /* LILAC_CUDA_DN_CHUNK=1: the chunked form (k_pf_dn_chunk), read once, for DC_MIN_TOKENS tokens or more: a
      * sub-chunk costs about what 10 - 15 tokens of the recurrent kernel do, whatever its length */
     static int chunked = -1;
-    if (chunked < 0) {
-        const char *e = getenv("LILAC_CUDA_DN_CHUNK");
-        chunked = e && *e == '1';
-    }
+    if (chunked < 0)
+        chunked = lilac_env_switch("LILAC_CUDA_DN_CHUNK", false);
     (void)lilac_cuda_pf_deltanet_form(conv_out, C, a, b, ssm_a, ssm_dt, S, o, z, norm_w, nk, nv, dk, dv, tiled, eps,
                                       n, chunked && n >= DC_MIN_TOKENS, s);
 }

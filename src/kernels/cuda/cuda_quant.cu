@@ -41,6 +41,7 @@
 #include "format/dtype.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_dev.cuh"
+#include "util/env.h"
 #include "kernels/cuda/cuda_trace.cuh"
 
 #if defined(__CUDA_FTZ) && __CUDA_FTZ
@@ -1101,12 +1102,11 @@ int lilac_cuda_pdl(void)
     static std::atomic<int> on{-1};
     int v = on.load(std::memory_order_relaxed);
     if (v < 0) {
-        const char *e = getenv("LILAC_CUDA_PDL");
         int dev = 0, major = 0;
         if (cudaGetDevice(&dev) != cudaSuccess ||
             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
             (void)cudaGetLastError();
-        v = major >= 9 && !(e && *e == '0');
+        v = major >= 9 && lilac_env_switch("LILAC_CUDA_PDL", true);
         on.store(v, std::memory_order_relaxed);
     }
     return v;

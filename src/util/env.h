@@ -1,0 +1,20 @@
+/* env: the LILAC_* switches that turn a path on or off (for measuring one
+ * path against another, or for turning off one that fails). */
+#ifndef LILAC_UTIL_ENV_H
+#define LILAC_UTIL_ENV_H
+
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Switch `name`: on by default, off when set to "0"; or (dflt false) off by
+ * default, on when set to "1". Callers read it once and keep the answer. */
+bool lilac_env_switch(const char *name, bool dflt);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
