@@ -26,6 +26,12 @@ static inline uint64_t rnd(void)
 }
 static inline double rnd_unit(void) { return (double)(rnd() >> 11) / 9007199254740992.0; } /* [0, 1) */
 static inline float rnd_sym(void) { return (float)(2 * rnd_unit() - 1); }               /* [-1, 1) */
+static inline double rnd_open(void) { return ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0; } /* (0, 1) */
+/* N(0, 1) (Box-Muller) */
+static inline float rnd_normal(void)
+{
+    return (float)(sqrt(-2 * log(rnd_open())) * cos(6.283185307179586 * rnd_open()));
+}
 
 /* A small finite fp16 scale of either sign, 2^-10 .. 2^-5. */
 static inline uint16_t rnd_scale(void)

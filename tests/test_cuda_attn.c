@@ -35,8 +35,6 @@
 
 #include "kernels/cuda/cuda_ops.h"
 
-static double rnd_open(void) { return ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0; } /* (0, 1) */
-static float rnd_normal(void) { return (float)(sqrt(-2 * log(rnd_open())) * cos(6.283185307179586 * rnd_open())); }
 
 /* rows of w floats, each N(0, 1), a share `frac` of them x100 */
 static void fill(float *x, size_t rows, size_t w, double frac)

@@ -35,8 +35,6 @@
 
 #define REL 2e-5
 
-static double rnd_open(void) { return ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0; } /* (0, 1) */
-static float rnd_normal(void) { return (float)(sqrt(-2 * log(rnd_open())) * cos(6.283185307179586 * rnd_open())); }
 
 static void *dmalloc(size_t bytes)
 {
