@@ -56,11 +56,11 @@ do_test() {
     run_test dn test_cuda_dn
     run_test model test_cuda_model
     run_test model-dn-conv test_cuda_model LILAC_CUDA_DN_CONV=1
-    run_test model-norm-router test_cuda_model LILAC_CUDA_NORM_ROUTER=1
+    run_test model-apart test_cuda_model LILAC_CUDA_NORM_ROUTER=0 LILAC_CUDA_PDL_ALL=1
     run_test batch test_cuda_batch
     run_test batch-graph test_cuda_batch LILAC_CUDA_BATCH_GRAPH=1
     run_test prefill test_cuda_prefill
-    run_test prefill-dn-chunk test_cuda_prefill LILAC_CUDA_DN_CHUNK=1
+    run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
     grep -h "vs token path\|sequences vs alone\|timing" "$out"/prefill.txt "$out"/batch.txt "$out"/attn.txt \
         "$out"/dn.txt 2>/dev/null | head -12
 }
@@ -91,8 +91,8 @@ do_ab() {
         echo "$v=0: $(env "$v=0" $T "$build/lilac" bench -m "$synth" --backend cuda -p 512 -n 0 -r 2 --json 2>/dev/null |
             grep -o '"tokens_per_s": [0-9.]*')"
     done
-    # the prefill's opt-ins, pp512
-    echo "LILAC_CUDA_DN_CHUNK=1: $(LILAC_CUDA_DN_CHUNK=1 $T "$build/lilac" bench -m "$synth" --backend cuda -p 512 -n 0 \
+    # the prefill's delta rule recurrent, pp512
+    echo "LILAC_CUDA_DN_CHUNK=0: $(LILAC_CUDA_DN_CHUNK=0 $T "$build/lilac" bench -m "$synth" --backend cuda -p 512 -n 0 \
         -r 2 --json 2>/dev/null | grep -o '"tokens_per_s": [0-9.]*')"
     for P in 8 64; do # batched decode as a graph a row count (opt-in)
         for v in NONE LILAC_CUDA_BATCH_GRAPH=1 LILAC_CUDA_MMA=0; do
@@ -100,7 +100,7 @@ do_ab() {
                 -n 32 -P $P -r 1 --json 2>/dev/null | grep "x$P" | grep -o '"tokens_per_s": [0-9.]*')"
         done
     done
-    for v in NONE LILAC_CUDA_PDL_ALL=0 LILAC_CUDA_NORM_ROUTER=1 LILAC_CUDA_DN_CONV=1; do # decode's switches, tg128
+    for v in NONE LILAC_CUDA_PDL_ALL=1 LILAC_CUDA_NORM_ROUTER=0 LILAC_CUDA_DN_CONV=1; do # decode's switches, tg128
         echo "tg128 $v: $(env "${v/NONE/LILAC_NONE=1}" $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 \
             -r 2 --json 2>/dev/null | grep -o '"tokens_per_s": [0-9.]*')"
     done

@@ -393,13 +393,17 @@ lilac_status lilac_cuda_decode_batch(lilac_model *m, lilac_seq *const *seqs, con
             lilac_cuda_matvec(&cm->output, pf->xn + (size_t)r0 * E, pf->logits, rn, cm->stream);
             if ((st = check(err)))
                 break;
-            for (int r = 0; r < rn; r++)
-                if (logits[off + r0 + r] &&
-                    lilac_cuda_download(logits[off + r0 + r], pf->logits + (size_t)r * V, (size_t)V * sizeof(float),
-                                        cm->stream, msg, sizeof msg)) {
+            /* a download per run of rows whose destinations follow one another (lilac_batch's are one array) */
+            for (int r = 0, r1; r < rn; r = r1) {
+                float *d = logits[off + r0 + r];
+                for (r1 = r + 1; r1 < rn && d && logits[off + r0 + r1] == d + (size_t)(r1 - r) * V; r1++)
+                    ;
+                if (d && lilac_cuda_download(d, pf->logits + (size_t)r * V, (size_t)(r1 - r) * V * sizeof(float),
+                                             cm->stream, msg, sizeof msg)) {
                     st = lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA batched decode: %s", msg);
                     break;
                 }
+            }
         }
         if (!st && lilac_cuda_sync(cm->stream, msg, sizeof msg))
             st = lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA batched decode: %s", msg);

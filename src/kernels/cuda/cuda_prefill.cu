@@ -1080,11 +1080,12 @@ extern "C" void lilac_cuda_pf_deltanet(float *conv_out, int C, float *a, float *
                                        int nk, int nv, int dk, int dv, int tiled, float eps, int n,
                                        lilac_cuda_stream *s)
 {
-    /* LILAC_CUDA_DN_CHUNK=1: the chunked form (k_pf_dn_chunk), read once, for DC_MIN_TOKENS tokens or more: a
-     * sub-chunk costs about what 10 - 15 tokens of the recurrent kernel do, whatever its length */
+    /* the chunked form (k_pf_dn_chunk), for DC_MIN_TOKENS tokens or more: a sub-chunk costs about what 10 - 15
+     * tokens of the recurrent kernel do, whatever its length. pp512 6,168 tok/s against 5,828 with the
+     * recurrent form (H200, 2026-11-30). LILAC_CUDA_DN_CHUNK=0: the recurrent form for every length. */
     static int chunked = -1;
     if (chunked < 0)
-        chunked = lilac_env_switch("LILAC_CUDA_DN_CHUNK", false);
+        chunked = lilac_env_switch("LILAC_CUDA_DN_CHUNK", true);
     (void)lilac_cuda_pf_deltanet_form(conv_out, C, a, b, ssm_a, ssm_dt, S, o, z, norm_w, nk, nv, dk, dv, tiled, eps,
                                       n, chunked && n >= DC_MIN_TOKENS, s);
 }
