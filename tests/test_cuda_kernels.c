@@ -278,7 +278,9 @@ static void test_type(int ti)
                 test_matvec(ti, &m, NTOK[ni], "packed rows");
             if (type == LILAC_F32 || type == LILAC_F16 || type == LILAC_BF16) { /* cuda_gemm.cu's tiles and edges */
                 test_matvec(ti, &m, 40, "packed rows, gemm");
-                test_matvec(ti, &m, 130, "packed rows, gemm");
+                test_matvec(ti, &m, 130, "packed rows, gemm"); /* 32 x 32 tiles: too few 64 x 64 ones */
+                if (ri == 3 && ci == 0)                           /* a grid of 64 x 64 tiles that fills the GPU */
+                    test_matvec(ti, &m, 600, "packed rows, gemm 64 x 64 tiles");
             }
             if (ci == 3 && ri == 2) {
                 const int32_t R[] = {0, 166, 332, 333, -1}; /* the last two out of range: NaN */

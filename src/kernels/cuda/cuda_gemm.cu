@@ -19,8 +19,8 @@
 
 namespace {
 
-constexpr int GM = 64, GN = 64, GK = 32; /* rows, tokens and columns a tile */
-constexpr int G_THREADS = 256;           /* 16 x 16 threads, 4 x 4 outputs each */
+constexpr int GK = 32;         /* columns a tile; rows and tokens a tile: 16 TT (TT x TT outputs a thread) */
+constexpr int G_THREADS = 256; /* 16 x 16 threads */
 constexpr int MIN_TOK = 32;              /* lilac_cuda_matvec: fewer tokens stay with k_mv */
 
 template <int TYPE> __device__ __forceinline__ float ldw(const uint8_t *row, int k);
@@ -37,20 +37,23 @@ template <> __device__ __forceinline__ float ldw<LILAC_BF16>(const uint8_t *row,
     return __uint_as_float((uint32_t)__ldg(reinterpret_cast<const unsigned short *>(row) + k) << 16);
 }
 
-// Block (bx, by): rows 64 bx .., tokens 64 by ... Thread (tx, ty) = (tid % 16, tid / 16) owns rows tx + 16 i
-// and tokens ty + 16 j (i, j < 4): a warp's stores are runs of 16 rows, its shared reads conflict-free.
-template <int TYPE>
+// Block (bx, by): rows GM bx .., tokens GN by ... (GM = GN = 16 TT). Thread (tx, ty) = (tid % 16, tid / 16)
+// owns rows tx + 16 i and tokens ty + 16 j (i, j < TT): a warp's stores are runs of 16 rows, its shared reads
+// conflict-free. TT 4 where the grid fills the GPU; 2 for narrow matrices (the F32 router: 256 rows and 512
+// tokens make 32 blocks of 64 x 64, 243 us a call against 138 for k_mv; 128 blocks of 32 x 32).
+template <int TYPE, int TT>
 __global__ void __launch_bounds__(G_THREADS) k_gemm_f(const uint8_t *w, size_t row_bytes, int rows, int K,
                                                       const float *x, int n, float *y)
 {
+    constexpr int GM = 16 * TT, GN = 16 * TT;
     __shared__ float Ws[GK][GM + 1], Xs[GK][GN + 1]; /* [k][row], [k][token]; +1: the transposing stores spread */
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int r0 = blockIdx.x * GM, t0 = blockIdx.y * GN;
-    float acc[4][4];
+    float acc[TT][TT];
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < TT; i++)
 #pragma unroll
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < TT; j++)
             acc[i][j] = 0.f;
     for (int k0 = 0; k0 < K; k0 += GK) {
         float wv[GM * GK / G_THREADS], xv[GN * GK / G_THREADS];
@@ -71,24 +74,24 @@ __global__ void __launch_bounds__(G_THREADS) k_gemm_f(const uint8_t *w, size_t r
         __syncthreads();
 #pragma unroll 8
         for (int kk = 0; kk < GK; kk++) {
-            float a[4], b[4];
+            float a[TT], b[TT];
 #pragma unroll
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < TT; i++)
                 a[i] = Ws[kk][tx + 16 * i], b[i] = Xs[kk][ty + 16 * i];
 #pragma unroll
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < TT; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++)
+                for (int j = 0; j < TT; j++)
                     acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
         }
     }
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < TT; j++) {
         const int t = t0 + ty + 16 * j;
         if (t >= n)
             continue;
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < TT; i++) {
             const int r = r0 + tx + 16 * i;
             if (r < rows)
                 y[(size_t)t * rows + r] = acc[i][j];
@@ -97,6 +100,31 @@ __global__ void __launch_bounds__(G_THREADS) k_gemm_f(const uint8_t *w, size_t r
 }
 
 int esize(int type) { return type == LILAC_F32 ? 4 : type == LILAC_F16 || type == LILAC_BF16 ? 2 : 0; }
+
+template <int TYPE, int TT>
+void launch(const uint8_t *w, size_t row_bytes, int rows, int K, const float *x, int n, float *y, cudaStream_t st)
+{
+    const dim3 grid((unsigned)((rows + 16 * TT - 1) / (16 * TT)), (unsigned)((n + 16 * TT - 1) / (16 * TT)));
+    k_gemm_f<TYPE, TT><<<grid, G_THREADS, 0, st>>>(w, row_bytes, rows, K, x, n, y);
+}
+
+template <int TYPE>
+void launch_t(const uint8_t *w, size_t row_bytes, int rows, int K, const float *x, int n, float *y, cudaStream_t st)
+{
+    static int sms; /* the first device's count serves all: it only picks a tile size */
+    if (!sms) {
+        int dev = 0, n = 0;
+        sms = cudaGetDevice(&dev) == cudaSuccess &&
+                      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0
+                  ? n
+                  : 132;
+    }
+    const long long big = (long long)((rows + 63) / 64) * ((n + 63) / 64);
+    if (big >= sms)
+        launch<TYPE, 4>(w, row_bytes, rows, K, x, n, y, st);
+    else
+        launch<TYPE, 2>(w, row_bytes, rows, K, x, n, y, st);
+}
 
 } // namespace
 
@@ -115,16 +143,15 @@ int lilac_cuda_matvec_gemm(const lilac_cuda_mat *W, const float *x, float *y, in
     const int es = W ? esize(W->type) : 0;
     if (!es || !x || !y || !W->data || n_tok < 1 || W->rows < 1 || W->cols < 1 || W->rows > 0x7fffffff ||
         W->cols > 0x7fffffff || W->row_bytes < (size_t)W->cols * es || W->row_bytes % es ||
-        reinterpret_cast<uintptr_t>(W->data) % es || (n_tok + GN - 1) / GN > 65535)
+        reinterpret_cast<uintptr_t>(W->data) % es || (n_tok + 31) / 32 > 65535)
         return -1;
-    const dim3 grid((unsigned)((W->rows + GM - 1) / GM), (unsigned)((n_tok + GN - 1) / GN));
     const cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
     const uint8_t *w = static_cast<const uint8_t *>(W->data);
     const int rows = (int)W->rows, K = (int)W->cols;
     switch (W->type) {
-    case LILAC_F32: k_gemm_f<LILAC_F32><<<grid, G_THREADS, 0, st>>>(w, W->row_bytes, rows, K, x, n_tok, y); break;
-    case LILAC_F16: k_gemm_f<LILAC_F16><<<grid, G_THREADS, 0, st>>>(w, W->row_bytes, rows, K, x, n_tok, y); break;
-    default: k_gemm_f<LILAC_BF16><<<grid, G_THREADS, 0, st>>>(w, W->row_bytes, rows, K, x, n_tok, y); break;
+    case LILAC_F32: launch_t<LILAC_F32>(w, W->row_bytes, rows, K, x, n_tok, y, st); break;
+    case LILAC_F16: launch_t<LILAC_F16>(w, W->row_bytes, rows, K, x, n_tok, y, st); break;
+    default: launch_t<LILAC_BF16>(w, W->row_bytes, rows, K, x, n_tok, y, st); break;
     }
     return 0;
 }
