@@ -1119,6 +1119,26 @@ extern "C" void lilac_cuda_pf_moe_group_gu(const int32_t *idx, int n, int k, int
     k_pf_moe_group<<<E, PG_T, 0, CS(s)>>>(idx, n, k, E, offsets, pair_tok, tok_pair, 1);
 }
 
+/* Pair i = t k + j (token t's j-th expert) gets token t's row of x; tok_pair the identity. */
+__global__ void k_pf_pair_rows(const float *x, int k, int E, float *xp, int32_t *tok_pair)
+{
+    const size_t i = blockIdx.x, t = i / (size_t)k;
+    if (threadIdx.x == 0)
+        tok_pair[i] = (int32_t)i;
+    const float4 *src = reinterpret_cast<const float4 *>(x + t * E);
+    float4 *dst = reinterpret_cast<float4 *>(xp + i * E);
+    for (int e = threadIdx.x; e < E / 4; e += blockDim.x)
+        dst[e] = src[e];
+}
+
+extern "C" void lilac_cuda_pf_pair_rows(const float *x, int n, int k, int E, float *xp, int32_t *tok_pair,
+                                        lilac_cuda_stream *s)
+{
+    if (n < 1 || k < 1 || E % 4)
+        return;
+    k_pf_pair_rows<<<n * k, 256, 0, CS(s)>>>(x, k, E, xp, tok_pair);
+}
+
 extern "C" void lilac_cuda_pf_moe_sum(float *x, const float *ex, const float *w, const int32_t *tok_pair, int k,
                                       const float *sh, const float *gate_inp, const float *xn, int E, int n,
                                       lilac_cuda_stream *s)
