@@ -128,7 +128,12 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
     int C = 2 * nk * dk + nv * dv, k = hp->n_expert_used, ff = hp->expert_ff, NE = hp->n_expert;
     bool gu_one = lilac_env_switch("LILAC_CUDA_PF_GU", true); /* =0: gate and up experts in two grouped products */
     /* LILAC_CUDA_PAIRS=0: the grouped products for every token count */
-    bool by_pair = nt < lilac_cuda_mma_min_pairs() && lilac_env_switch("LILAC_CUDA_PAIRS", true);
+    static int below = -1; /* LILAC_CUDA_PAIRS_BELOW=N: the pairs' path under N tokens (for measuring) */
+    if (below < 0) {
+        const char *e = getenv("LILAC_CUDA_PAIRS_BELOW");
+        below = e && atoi(e) > 0 ? atoi(e) : lilac_cuda_mma_min_pairs();
+    }
+    bool by_pair = nt < below && lilac_env_switch("LILAC_CUDA_PAIRS", true);
     lilac_cuda_get_rows(&cm->tok_embd, pf->tok, nt, pf->x, s);
     for (int il = 0; il < hp->n_layer; il++) {
         const cuda_layer *cl = &cm->layers[il];
