@@ -68,5 +68,12 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run(fx, &cases[i]);
+    /* LILAC_CUDA_MOE_FUSED=1 (bench/cuda/run.sh test): the Q4_K_M file's layers must have taken the fused
+     * kernel, not only its fallback */
+    const char *mf = getenv("LILAC_CUDA_MOE_FUSED");
+    if (mf && !strcmp(mf, "1")) {
+        CHECKF(lilac_cuda_moe_fused_launches() > 0, "LILAC_CUDA_MOE_FUSED=1: no layer ran the fused MoE kernel");
+        printf("LILAC_CUDA_MOE_FUSED=1: %ld fused MoE launches\n", lilac_cuda_moe_fused_launches());
+    }
     TEST_END();
 }

@@ -104,6 +104,14 @@ void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, cons
         (void)s;
 }
 
+int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s)
+{
+    (void)a, (void)s;
+    return -1;
+}
+
+long lilac_cuda_moe_fused_launches(void) { return 0; }
+
 int lilac_cuda_pdl(void) { return 0; }
 int lilac_cuda_trace_begin(size_t cap, char *msg, size_t mcap)
 {

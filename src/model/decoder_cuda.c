@@ -532,6 +532,28 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             trace_name("norm_router", "");
         if (!routed)
             OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cl->post_norm, cm->xn, 1, E, eps, s));
+        const float *next_norm = il + 1 < hp->n_layer ? cm->layers[il + 1].attn_norm : cm->output_norm;
+        /* LILAC_CUDA_MOE_FUSED=1: routing, experts and their sum as one cooperative kernel with grid barriers
+         * (lilac_cuda_moe_fused) instead of the chain below; where it does not take the layer, the chain */
+        static int moe_fused = -1;
+        if (moe_fused < 0)
+            moe_fused = lilac_env_switch("LILAC_CUDA_MOE_FUSED", false);
+        if (moe_fused && routed && cl->gu_fused) {
+            lilac_cuda_moe mo = {
+                .gate = &cl->exp_gate, .down = &cl->exp_down, .gate_stride = cl->gate_stride,
+                .down_stride = cl->down_stride, .up_offset = hp->n_expert,
+                .sh_gate = shared ? &cl->sh_gate : NULL, .sh_up = shared ? &cl->sh_up : NULL,
+                .sh_down = shared ? &cl->sh_down : NULL, .sh_gate_inp = shared ? cl->sh_gate_inp : NULL,
+                .logits = cm->rl, .xn = cm->xn, .n_expert = hp->n_expert, .k = k, .norm_topk = hp->norm_topk,
+                .x = cm->x, .gbuf = cm->gbuf, .ex = cm->ex, .shg = cm->shg, .shu = cm->shu, .sho = cm->sho,
+                .xn_out = cm->xn, .next_norm = next_norm, .n_embd = E, .eps = eps,
+            };
+            if (!lilac_cuda_moe_fused(&mo, s)) {
+                if (g_trace == 1)
+                    trace_name("moe_fused", "");
+                continue;
+            }
+        }
         /* x += moe(xn): the shared expert on the second branch, the routed ones on the main */
         if (shared) {
             lilac_cuda_fork(s, aux, cm->ev[0]);
@@ -559,7 +581,6 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         OP("matvec_experts", lilac_cuda_matvec_fused(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
                                                      1, cm->ex, 0, s));
         /* x += the experts' sum, and the next layer's input norm (the output norm after the last layer) */
-        const float *next_norm = il + 1 < hp->n_layer ? cm->layers[il + 1].attn_norm : cm->output_norm;
         OP("moe_sum_norm", lilac_cuda_moe_sum_norm(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL, cm->rw + k,
                                                    next_norm, cm->xn, E, eps, s));
     }

@@ -659,7 +659,7 @@ __device__ __forceinline__ float glu(float g, float u) { return g / (1.0f + expf
  * i of unit u at u * (VPU + 4) + i times 2^(64 - xshift(i)) (the 16-byte
  * pad puts adjacent lanes' float4 reads in different banks), and the sums
  * of x over each run of 16 values. A thread a run. */
-template <class UT, int T>
+template <class UT, int T, bool CG = false>
 __device__ void load_x(const float *x, const float *x2, long long x_tok, int nt, int u0, int u1, float *xs, int XS,
                        float *ss, int SS)
 {
@@ -673,7 +673,9 @@ __device__ void load_x(const float *x, const float *x2, long long x_tok, int nt,
         float v[16], s = 0.f;
 #pragma unroll
         for (int k = 0; k < 16; k++) {
-            v[k] = t >= nt ? 0.f : src2 ? glu(src[k], src2[k]) : src[k];
+            /* CG: x was written by other blocks of this kernel (k_moe_fused): from L2 */
+            const float xv = t >= nt ? 0.f : CG ? __ldcg(src + k) : src[k];
+            v[k] = t >= nt ? 0.f : src2 ? glu(xv, CG ? __ldcg(src2 + k) : src2[k]) : xv;
             s += v[k];
             v[k] *= __int_as_float((127 + 64 - UT::xshift(16 * rr + k)) << 23);
         }
@@ -728,8 +730,8 @@ constexpr int cfg_max_tokens(int type) { return type == LILAC_Q5_K || type == LI
  * the offsets are subtracted per run of 16 or 32 values. Errors are a few
  * float32 roundings of sums of |terms|; results differ from the CPU's
  * float32 dot only in summation order. */
-template <int TYPE, bool A16, int R, int T>
-__global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv(const MV p)
+template <int TYPE, bool A16, int R, int T, bool FUSED>
+__device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx, int nbx, int by, int nby)
 {
     using UT = Unit<TYPE>;
     constexpr int VPU = UT::VPU, NRUN = UT::NRUN, US = VPU + 4;
@@ -746,21 +748,17 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv(const 
     const int U = (int)(p.cols / VPU);
     const int ntc = (p.n_tok + T - 1) / T;
 
-    const long long it0 = p.items * blockIdx.x / gridDim.x, it1 = p.items * (blockIdx.x + 1) / gridDim.x;
+    const long long it0 = p.items * bx / nbx, it1 = p.items * (bx + 1) / nbx;
     long long loaded = -1;
-    TRACE_START(LILAC_TK_MV);
-    griddep_launch_dependents();
-    if (p.idx) { /* the expert indices come from the kernel before */
-        griddep_wait();
-        TRACE_WAITED(LILAC_TK_MV);
-    }
-    /* blockIdx.y: a group of token chunks (launch_fast splits the tokens when the rows alone give too few blocks) */
-    const int tc0 = (int)((long long)ntc * blockIdx.y / gridDim.y), tc1 = (int)((long long)ntc * (blockIdx.y + 1) / gridDim.y);
+    /* by of nby: a group of token chunks (launch_fast splits the tokens when the rows alone give too few blocks) */
+    const int tc0 = (int)((long long)ntc * by / nby), tc1 = (int)((long long)ntc * (by + 1) / nby);
     for (int tc = tc0; tc < tc1; tc++) { /* token chunks outermost: x stays put while the block's rows go by */
         const int t0 = tc * T, nt = min(T, p.n_tok - t0);
         for (long long it = it0; it < it1; it++) {
             const long long slot = it / p.row_tiles, rt = it - slot * p.row_tiles;
-            const uint8_t *W = p.w + (p.idx ? (size_t)__ldg(p.idx + slot) * p.expert_stride : 0);
+            /* FUSED: idx written earlier in this kernel, not through the read-only cache */
+            const uint8_t *W =
+                p.w + (idx ? (size_t)(FUSED ? __ldcg(idx + slot) : __ldg(idx + slot)) * p.expert_stride : 0);
             const long long row0 = rt * rpt + warp * rpw + grp * R;
             const uint8_t *rowp[R];
             bool ok[R];
@@ -787,12 +785,12 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv(const 
                 if (u < u1)
                     load_rows<TYPE, A16, R>(rowp, ok, u, a);
                 if (key != loaded) { /* the same for the whole block */
-                    if (loaded < 0) {
+                    if (!FUSED && loaded < 0) {
                         griddep_wait();
                         TRACE_WAITED(LILAC_TK_MV); /* the table takes a block's first wait */
                     }
                     __syncthreads();
-                    load_x<UT, T>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0, u1, xs, XS, ss, SS);
+                    load_x<UT, T, FUSED>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0, u1, xs, XS, ss, SS);
                     loaded = key;
                 }
                 while (u < u1) { /* two steps an iteration so that a and b swap roles without copies */
@@ -824,6 +822,19 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv(const 
                 }
         }
     }
+}
+
+/* The product as a kernel of its own: mv_block over the grid, launched dependent (launch_dependent). */
+template <int TYPE, bool A16, int R, int T>
+__global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv(const MV p)
+{
+    TRACE_START(LILAC_TK_MV);
+    griddep_launch_dependents();
+    if (p.idx) { /* the expert indices come from the kernel before */
+        griddep_wait();
+        TRACE_WAITED(LILAC_TK_MV);
+    }
+    mv_block<TYPE, A16, R, T, false>(p, p.idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
     TRACE_END(LILAC_TK_MV);
 }
 
@@ -934,11 +945,12 @@ int floor_log2(long long v)
     return l;
 }
 
-template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int slots)
+/* launch_fast's shape of the product over a grid of cap blocks (lanes a row, column tiles, row tiles, items);
+ * the shared memory a block needs for it. */
+template <int TYPE, int T> int mv_shape(MV &p, int slots, long long cap)
 {
-    constexpr int R = cfg_rows;
     using UT = Unit<TYPE>;
-    auto kern = k_mv<TYPE, A16, R, T>;
+    constexpr int R = cfg_rows;
     const int U = (int)(p.cols / UT::VPU);
     /* Lanes a row: a power of two, at least 4 (or all the units) so that a
      * warp's loads stay contiguous runs, at most 32, and otherwise such that
@@ -949,7 +961,30 @@ template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int
     lpr = 1 << floor_log2(lpr);
     p.ut = U < TILE_VALUES / T / UT::VPU ? U : TILE_VALUES / T / UT::VPU;
     p.n_ct = (U + p.ut - 1) / p.ut;
-    const int smem = (int)sizeof(float) * T * p.ut * (UT::VPU + 4 + UT::NRUN);
+    /* A small matrix (an expert, a 2048-wide projection) has too few row
+     * tiles to keep the device busy at 8 units a lane: then more lanes a row
+     * (fewer rows a block, shorter chains of dependent loads), until there
+     * are two tiles a resident block or a lane has one unit. */
+    auto tiles = [&](int l) {
+        const long long rpt = (long long)NWARPS * R * (32 >> floor_log2(l));
+        return (p.rows + rpt - 1) / rpt * slots;
+    };
+    while (lpr < 32 && 2 * lpr <= U && tiles(lpr) < 2 * cap)
+        lpr *= 2;
+    p.lpr_log2 = floor_log2(lpr);
+    p.row_tiles = tiles(lpr) / slots;
+    p.items = p.row_tiles * slots;
+    return (int)sizeof(float) * T * p.ut * (UT::VPU + 4 + UT::NRUN);
+}
+
+template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int slots)
+{
+    constexpr int R = cfg_rows;
+    using UT = Unit<TYPE>;
+    auto kern = k_mv<TYPE, A16, R, T>;
+    const int U = (int)(p.cols / UT::VPU);
+    const int ut = U < TILE_VALUES / T / UT::VPU ? U : TILE_VALUES / T / UT::VPU; /* mv_shape's, for the occupancy */
+    const int smem = (int)sizeof(float) * T * ut * (UT::VPU + 4 + UT::NRUN);
 
     static std::atomic<int> attr_set{0};
     if (!attr_set.load(std::memory_order_relaxed)) {
@@ -967,19 +1002,7 @@ template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int
         occ[kib].store(per_sm, std::memory_order_relaxed);
     }
     const long long cap = (long long)per_sm * dev_sm_count();
-    /* A small matrix (an expert, a 2048-wide projection) has too few row
-     * tiles to keep the device busy at 8 units a lane: then more lanes a row
-     * (fewer rows a block, shorter chains of dependent loads), until there
-     * are two tiles a resident block or a lane has one unit. */
-    auto tiles = [&](int l) {
-        const long long rpt = (long long)NWARPS * R * (32 >> floor_log2(l));
-        return (p.rows + rpt - 1) / rpt * slots;
-    };
-    while (lpr < 32 && 2 * lpr <= U && tiles(lpr) < 2 * cap)
-        lpr *= 2;
-    p.lpr_log2 = floor_log2(lpr);
-    p.row_tiles = tiles(lpr) / slots;
-    p.items = p.row_tiles * slots;
+    mv_shape<TYPE, T>(p, slots, cap);
     const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
     /* Many tokens over few row tiles (a prefill chunk through a narrow matrix): the token chunks split over
      * blockIdx.y until there are two blocks a resident slot; each group reads the weights again (from L2). */
@@ -999,6 +1022,139 @@ template <int TYPE, bool A16> void launch_t(const MV &p, cudaStream_t st, int sl
         launch_fast<TYPE, A16, 4>(p, st, slots);
     else
         launch_fast<TYPE, A16, 8>(p, st, slots);
+}
+
+/* ------------------------------------------------------------------ */
+/* The decode step's MoE half in one kernel (lilac_cuda_moe_fused) */
+
+/* A product of k_moe_fused: mv_block's parameters, its type and alignment; routed: idx is the block's routing. */
+struct MFP {
+    MV p;
+    int type;
+    bool a16, routed;
+};
+constexpr int MF_ROUTE = 64; /* idx and w entries a block keeps (2k slots, the k weights and the shared gate) */
+
+struct MF {
+    MV gu, sg, su, dn, sd; /* routed gate+up, shared gate, shared up | routed down, shared down */
+    int shared;
+    const float *logits, *gate_inp, *xn;
+    int n_expert, k, norm, up_offset, n_embd;
+    unsigned *bar; /* (dev) [2]: the grid barrier's count and generation (zero between launches) */
+    int32_t *idx;  /* (dev) [gridDim.x][MF_ROUTE]: each block's own routing */
+    float *w;     /* (dev) [gridDim.x][MF_ROUTE] */
+    float *x, *ex, *sho, *xn_out;
+    const float *norm_w;
+    float eps;
+};
+
+/* Routing, the experts' products and their sum for one token, with grid barriers where the step had kernel
+ * boundaries: every block routes for itself (dev_route, the same bits as k_route) into its own idx/w; the
+ * routed gate+up (2k slots) and the shared expert's gate and up (type G); barrier; the routed down over
+ * SwiGLU of gate and up (k slots, type D) and the shared down (type SD); barrier; block 0 sums into x and
+ * norms it for the next layer (dev_moe_sum_norm, k_moe_sum_norm's bits). Launched cooperative: every block
+ * resident, grid.sync legal. The types are template arguments: mv_block inlined, as in k_mv (a called
+ * function choosing the type at run time spilled 4 KB a thread). */
+/* A barrier of the whole grid (every block resident: a cooperative launch), inline: cooperative_groups'
+ * grid sync is a call, across which the products' registers spilled (~1 KB a thread). bar[0] counts the
+ * blocks arrived, bar[1] is the generation the last one advances; both back to (0, +1) after each. */
+__device__ __forceinline__ void grid_barrier(unsigned *bar)
+{
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        volatile unsigned *gen = bar + 1;
+        const unsigned g = *gen; /* before arriving: the last arrival cannot have advanced it yet */
+        __threadfence();        /* this block's writes, before it counts as arrived */
+        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+            atomicExch(bar, 0u);
+            __threadfence();
+            atomicAdd(bar + 1, 1u);
+        } else {
+            while (*gen == g)
+                __nanosleep(20);
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+template <int G, bool GA, int D, bool DA, int SD, bool SDA>
+__global__ void __launch_bounds__(NTHREADS, 2) k_moe_fused(const MF f)
+{
+    /* nothing held in registers across the products (k_mv's bodies use up to 125 of the 128): the block's
+     * routing is found again from f at each use */
+#define MF_IDX (f.idx + (size_t)blockIdx.x * MF_ROUTE)
+#define MF_W (f.w + (size_t)blockIdx.x * MF_ROUTE)
+    constexpr int R = cfg_rows;
+    TRACE_START(LILAC_TK_MOE_FUSED);
+    dev_route(f.logits, f.n_expert, f.k, f.norm, MF_IDX, MF_W, f.up_offset, blockIdx.x == 0 ? f.gate_inp : nullptr,
+              f.xn, f.n_embd);
+    __threadfence(); /* warp 0's idx and w, then read back through L2 (mv_block FUSED, dev_moe_sum_norm) */
+    __syncthreads();
+    mv_block<G, GA, R, 1, true>(f.gu, MF_IDX, blockIdx.x, gridDim.x, 0, 1);
+    if (f.shared) {
+        mv_block<G, GA, R, 1, true>(f.sg, nullptr, blockIdx.x, gridDim.x, 0, 1);
+        mv_block<G, GA, R, 1, true>(f.su, nullptr, blockIdx.x, gridDim.x, 0, 1);
+    }
+    grid_barrier(f.bar); /* gate and up (routed and shared) written */
+    mv_block<D, DA, R, 1, true>(f.dn, MF_IDX, blockIdx.x, gridDim.x, 0, 1);
+    if (f.shared)
+        mv_block<SD, SDA, R, 1, true>(f.sd, nullptr, blockIdx.x, gridDim.x, 0, 1);
+    grid_barrier(f.bar); /* the experts' outputs written */
+    if (blockIdx.x == 0)
+        dev_moe_sum_norm(f.x, f.ex, MF_W, f.k, f.gate_inp ? f.sho : nullptr, MF_W + f.k, f.norm_w, f.xn_out, f.n_embd,
+                         f.eps);
+    TRACE_END(LILAC_TK_MOE_FUSED);
+#undef MF_IDX
+#undef MF_W
+}
+
+/* A product of lilac_cuda_moe as mv_block takes it; false where k_moe_fused has no body for the type or
+ * alignment. */
+bool mf_product(MFP &q, const lilac_cuda_mat *W, size_t stride, bool routed, int slots, const float *x,
+                const float *x2, long long x_slot, float *y)
+{
+    int blck, bsz;
+    if (!W || !W->data || !block_of(W->type, &blck, &bsz) || W->rows < 1 || W->cols % blck ||
+        W->row_bytes < (size_t)(W->cols / blck) * (size_t)bsz)
+        return false;
+    const uintptr_t al = reinterpret_cast<uintptr_t>(W->data) | W->row_bytes | stride;
+    q = MFP{};
+    q.type = W->type;
+    q.a16 = (al & 15) == 0 && (W->type == LILAC_Q4_K || W->type == LILAC_Q5_K);
+    q.routed = routed;
+    if ((al & 1) || !(W->type == LILAC_Q4_K || W->type == LILAC_Q5_K || W->type == LILAC_Q6_K ||
+                      W->type == LILAC_Q8_0))
+        return false;
+    MV &p = q.p;
+    p.w = static_cast<const uint8_t *>(W->data);
+    p.row_bytes = W->row_bytes;
+    p.expert_stride = stride;
+    p.idx = nullptr; /* routed: the block's own, in the kernel */
+    p.x = x;
+    p.x2 = x2;
+    p.y = y;
+    p.rows = W->rows;
+    p.cols = W->cols;
+    p.x_tok = W->cols;
+    p.x_slot = x_slot;
+    p.y_tok = W->rows;
+    p.y_slot = routed ? W->rows : 0;
+    p.n_tok = 1;
+    p.acc = 0;
+    (void)slots;
+    return true;
+}
+
+/* mv_shape for the type. */
+int mf_shape(MFP &q, int slots, long long cap)
+{
+    switch (q.type) {
+    case LILAC_Q4_K: return mv_shape<LILAC_Q4_K, 1>(q.p, slots, cap);
+    case LILAC_Q5_K: return mv_shape<LILAC_Q5_K, 1>(q.p, slots, cap);
+    case LILAC_Q6_K: return mv_shape<LILAC_Q6_K, 1>(q.p, slots, cap);
+    default: return mv_shape<LILAC_Q8_0, 1>(q.p, slots, cap);
+    }
 }
 
 /* Check W and run the product of `slots` slots. */
@@ -1323,6 +1479,141 @@ void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, cons
         return;
     matvec(W, expert_stride, idx, k, x, W && x_stride ? W->cols : 0, y, 1, S(s), x2, accumulate);
 }
+
+static std::atomic<long> g_moe_fused_launches;
+
+int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s)
+{
+    static int failed; /* a launch refused once (no cooperative launch here): the caller's path from then on */
+    if (failed || !a || a->k < 1 || 2 * a->k > MF_ROUTE || a->n_expert > ROUTE_EMAX || a->k > a->n_expert ||
+        a->n_embd > DEV_NR * NTHREADS || !a->gate || !a->down)
+        return -1;
+    const bool shared = a->sh_gate && a->sh_up && a->sh_down && a->sh_gate_inp;
+    const long long ff = a->gate->rows;
+    MFP q[5]; /* routed gate+up, shared gate, shared up, routed down, shared down */
+    bool ok = mf_product(q[0], a->gate, a->gate_stride, true, 2 * a->k, a->xn, nullptr, 0, a->gbuf) &&
+              mf_product(q[3], a->down, a->down_stride, true, a->k, a->gbuf, a->gbuf + (size_t)a->k * ff, ff, a->ex);
+    if (shared)
+        ok = ok && mf_product(q[1], a->sh_gate, 0, false, 1, a->xn, nullptr, 0, a->shg) &&
+             mf_product(q[2], a->sh_up, 0, false, 1, a->xn, nullptr, 0, a->shu) &&
+             mf_product(q[4], a->sh_down, 0, false, 1, a->shg, a->shu, 0, a->sho);
+    else
+        q[1] = q[2] = q[0], q[4] = q[3]; /* not run: their types only pick the instantiation */
+    if (!ok || a->gate->cols != a->n_embd || a->down->rows != a->n_embd || a->down->cols != ff)
+        return -1;
+
+    /* the instantiations: gate and up Q4_K (16-byte aligned), downs Q4_K or Q6_K (the Q4_K_M mix) */
+    auto is = [](const MFP &m, int type, bool a16) { return m.type == type && (m.a16 || !a16); };
+    if (!is(q[0], LILAC_Q4_K, true) || !is(q[1], LILAC_Q4_K, true) || !is(q[2], LILAC_Q4_K, true))
+        return -1;
+    void (*kern)(MF) = nullptr;
+    int which = -1;
+    const bool d4 = is(q[3], LILAC_Q4_K, true), d6 = q[3].type == LILAC_Q6_K;
+    const bool s4 = is(q[4], LILAC_Q4_K, true), s6 = q[4].type == LILAC_Q6_K;
+    if (d4 && s6)
+        kern = k_moe_fused<LILAC_Q4_K, true, LILAC_Q4_K, true, LILAC_Q6_K, false>, which = 0;
+    else if (d6 && s6)
+        kern = k_moe_fused<LILAC_Q4_K, true, LILAC_Q6_K, false, LILAC_Q6_K, false>, which = 1;
+    else if (d4 && s4)
+        kern = k_moe_fused<LILAC_Q4_K, true, LILAC_Q4_K, true, LILAC_Q4_K, true>, which = 2;
+    else if (d6 && s4)
+        kern = k_moe_fused<LILAC_Q4_K, true, LILAC_Q6_K, false, LILAC_Q4_K, true>, which = 3;
+    else
+        return -1;
+    static int per_sm_of[4], attr[4];
+    if (!attr[which]) {
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_MAX);
+        attr[which] = 1;
+    }
+    int &per_sm = per_sm_of[which];
+    /* the grid: every block resident (a cooperative launch's rule), at the occupancy of the largest tile */
+    int smem = 0;
+    for (int i = 0; i < 5; i++) { /* a first shape for the shared memory, then the real one for the grid */
+        MFP t = q[i];
+        const int b = mf_shape(t, 1, 1);
+        smem = b > smem ? b : smem;
+    }
+    if (!per_sm && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NTHREADS, (size_t)smem) !=
+                        cudaSuccess ||
+                    per_sm < 1)) {
+        (void)cudaGetLastError();
+        per_sm = 0;
+        failed = 1;
+        return -1;
+    }
+    const long long grid = (long long)per_sm * dev_sm_count();
+    const int slots[5] = {2 * a->k, 1, 1, a->k, 1};
+    for (int i = 0; i < 5; i++)
+        (void)mf_shape(q[i], slots[i], grid);
+    MF f{};
+    f.gu = q[0].p, f.sg = q[1].p, f.su = q[2].p, f.dn = q[3].p, f.sd = q[4].p;
+    f.shared = shared;
+
+    /* each block's routing: device scratch, allocated at the first (uncaptured) call */
+    static int32_t *idx;
+    static float *w;
+    static unsigned *bar;
+    static long long have;
+    if (have < grid) {
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(S(s), &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
+            return -1;
+        cudaFree(idx);
+        cudaFree(w);
+        idx = nullptr, w = nullptr, have = 0;
+        if (!bar && (cudaMalloc(&bar, 2 * sizeof *bar) != cudaSuccess || cudaMemset(bar, 0, 2 * sizeof *bar))) {
+            (void)cudaGetLastError();
+            cudaFree(bar);
+            bar = nullptr;
+            return -1;
+        }
+        if (cudaMalloc(&idx, (size_t)grid * MF_ROUTE * sizeof *idx) != cudaSuccess ||
+            cudaMalloc(&w, (size_t)grid * MF_ROUTE * sizeof *w) != cudaSuccess) {
+            (void)cudaGetLastError();
+            cudaFree(idx);
+            idx = nullptr;
+            return -1;
+        }
+        have = grid;
+    }
+    f.logits = a->logits;
+    f.gate_inp = shared ? a->sh_gate_inp : nullptr;
+    f.xn = a->xn;
+    f.n_expert = a->n_expert;
+    f.k = a->k;
+    f.norm = a->norm_topk;
+    f.up_offset = a->up_offset;
+    f.n_embd = a->n_embd;
+    f.bar = bar;
+    f.idx = idx;
+    f.w = w;
+    f.x = a->x;
+    f.ex = a->ex;
+    f.sho = a->sho;
+    f.xn_out = a->xn_out;
+    f.norm_w = a->next_norm;
+    f.eps = a->eps;
+
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)grid);
+    cfg.blockDim = dim3(NTHREADS);
+    cfg.dynamicSmemBytes = (size_t)smem;
+    cfg.stream = S(s);
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeCooperative;
+    at[0].val.cooperative = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    if (cudaLaunchKernelEx(&cfg, kern, f) != cudaSuccess) {
+        (void)cudaGetLastError();
+        failed = 1;
+        return -1;
+    }
+    g_moe_fused_launches.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+}
+
+long lilac_cuda_moe_fused_launches(void) { return g_moe_fused_launches.load(std::memory_order_relaxed); }
 
 void lilac_cuda_get_row(const lilac_cuda_mat *W, const int32_t *r_dev, float *out, lilac_cuda_stream *s)
 {
