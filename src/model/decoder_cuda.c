@@ -474,7 +474,10 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
     for (int il = 0; il < hp->n_layer; il++) {
         const cuda_layer *cl = &cm->layers[il];
         g_trace_layer = il;
-        /* x += mixer(xn): the small products of the same input on the second branch */
+        /* x += mixer(xn): the small products of the same input on the second branch; the output product
+         * (wout . xout, added into x) below */
+        const lilac_cuda_mat *wout;
+        const float *xout;
         lilac_cuda_fork(s, aux, cm->ev[0]);
         if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
             OP("matvec", lilac_cuda_matvec(&cl->wk, cm->xn, cm->kb, 1, aux));
@@ -487,7 +490,7 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             OP("attention",
                lilac_cuda_attention(cm->qg, q_step, cs->k[il], cs->v[il], pos, nh, nkv, hd, cm->att, cs->scores,
                    cs->n_ctx, cm->att_part, hp->attn_output_gate, s));
-            OP("matvec", lilac_cuda_matvec_fused(&cl->wo, 0, NULL, 1, cm->att, NULL, 0, cm->x, 1, s));
+            wout = &cl->wo, xout = cm->att;
         } else {
             OP("matvec", lilac_cuda_matvec(&cl->ssm_z, cm->xn, cm->z, 1, aux));
             OP("matvec", lilac_cuda_matvec(&cl->ssm_alpha, cm->xn, cm->a, 1, aux));
@@ -517,29 +520,18 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             } else if (g_trace == 1) {
                 trace_name("dn_conv_fused", "");
             }
-            OP("matvec", lilac_cuda_matvec_fused(&cl->ssm_out, 0, NULL, 1, cm->o, NULL, 0, cm->x, 1, s));
+            wout = &cl->ssm_out, xout = cm->o;
         }
-        /* the norm and a float32 router in one kernel: tg128 245 against 234 tok/s apart (H200, 2026-11-30);
-         * LILAC_CUDA_NORM_ROUTER=0: apart */
-        static int norm_router = -1;
-        if (norm_router < 0)
-            norm_router = lilac_env_switch("LILAC_CUDA_NORM_ROUTER", true);
-        bool routed = norm_router && cl->router.type == LILAC_F32 &&
-                      !lilac_cuda_norm_router(cm->x, cl->post_norm, cm->xn, cl->router.data,
-                                              (long long)(cl->router.row_bytes / sizeof(float)), (int)cl->router.rows,
-                                              cm->rl, E, eps, s);
-        if (routed && g_trace == 1)
-            trace_name("norm_router", "");
-        if (!routed)
-            OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cl->post_norm, cm->xn, 1, E, eps, s));
         const float *next_norm = il + 1 < hp->n_layer ? cm->layers[il + 1].attn_norm : cm->output_norm;
-        /* LILAC_CUDA_MOE_FUSED=1: routing, experts and their sum as one cooperative kernel with grid barriers
-         * (lilac_cuda_moe_fused) instead of the chain below; where it does not take the layer, the chain */
+        /* LILAC_CUDA_MOE_FUSED=1: the output product, norm, router, routing, experts and their sum as one
+         * cooperative kernel with grid barriers (lilac_cuda_moe_fused) instead of the chain below; where it
+         * does not take the layer, the chain */
         static int moe_fused = -1;
         if (moe_fused < 0)
             moe_fused = lilac_env_switch("LILAC_CUDA_MOE_FUSED", false);
-        if (moe_fused && routed && cl->gu_fused) {
+        if (moe_fused && cl->gu_fused) {
             lilac_cuda_moe mo = {
+                .out = wout, .out_x = xout, .router = &cl->router, .post_norm = cl->post_norm,
                 .gate = &cl->exp_gate, .down = &cl->exp_down, .gate_stride = cl->gate_stride,
                 .down_stride = cl->down_stride, .up_offset = hp->n_expert,
                 .sh_gate = shared ? &cl->sh_gate : NULL, .sh_up = shared ? &cl->sh_up : NULL,
@@ -554,6 +546,20 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
                 continue;
             }
         }
+        OP("matvec", lilac_cuda_matvec_fused(wout, 0, NULL, 1, xout, NULL, 0, cm->x, 1, s));
+        /* the norm and a float32 router in one kernel: tg128 245 against 234 tok/s apart (H200, 2026-11-30);
+         * LILAC_CUDA_NORM_ROUTER=0: apart */
+        static int norm_router = -1;
+        if (norm_router < 0)
+            norm_router = lilac_env_switch("LILAC_CUDA_NORM_ROUTER", true);
+        bool routed = norm_router && cl->router.type == LILAC_F32 &&
+                      !lilac_cuda_norm_router(cm->x, cl->post_norm, cm->xn, cl->router.data,
+                                              (long long)(cl->router.row_bytes / sizeof(float)), (int)cl->router.rows,
+                                              cm->rl, E, eps, s);
+        if (routed && g_trace == 1)
+            trace_name("norm_router", "");
+        if (!routed)
+            OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cl->post_norm, cm->xn, 1, E, eps, s));
         /* x += moe(xn): the shared expert on the second branch, the routed ones on the main */
         if (shared) {
             lilac_cuda_fork(s, aux, cm->ev[0]);

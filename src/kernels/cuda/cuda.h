@@ -87,14 +87,18 @@ void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, cons
                              const float *x, const float *x2, int x_stride, float *y, int accumulate,
                              lilac_cuda_stream *s);
 
-/* The decode step's MoE half for one token in one cooperative kernel (LILAC_CUDA_MOE_FUSED=1): from the
- * router's logits and the normed input xn, the routing (as lilac_cuda_route), the routed experts' gate and up
+/* The decode step's MoE half for one token in one cooperative kernel (LILAC_CUDA_MOE_FUSED=1): optionally
+ * x += out . out_x (the mixer's output product) and then xn = RMSNorm(x) * post_norm with the F32 router's
+ * logits (router set: as lilac_cuda_norm_router; out needs router), else from the router's logits and the
+ * normed input xn as given; the routing (as lilac_cuda_route), the routed experts' gate and up
  * (gate and up of one allocation: up expert e is gate expert up_offset + e) and down, the shared expert, and
  * x += their weighted sum with xn_out = RMSNorm(x) * next_norm (as lilac_cuda_moe_sum_norm), the kernel
  * boundaries between them replaced by grid barriers. gbuf [2k][expert_ff], ex [k][n_embd], shg, shu
  * [shared_ff], sho [n_embd] (dev). 0 when launched; -1 when it does not take the shapes or types (Q4_K,
  * Q5_K, Q6_K, Q8_0), or a cooperative launch failed: then nothing ran. */
 typedef struct lilac_cuda_moe {
+    const lilac_cuda_mat *out, *router; /* NULL: done before the call */
+    const float *out_x, *post_norm;
     const lilac_cuda_mat *gate, *down;
     size_t gate_stride, down_stride;
     int up_offset;

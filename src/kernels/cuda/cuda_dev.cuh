@@ -9,6 +9,7 @@
 #include <atomic>
 
 #include "kernels/cuda/cuda.h"
+#include "kernels/cuda/cuda_trace.cuh" /* dev_norm_router records its wait */
 #include "util/env.h"
 
 /* The current device's multiprocessors (cached per device ordinal). */
@@ -222,6 +223,62 @@ static __device__ void dev_route(const float *logits, int E, int k, int norm, in
     }
     if (lane == 0 && gate_inp)
         w[k] = gsh;
+}
+
+/* The post-attention norm and a float32 router (k_norm_router; k_moe_fused's first phase): every block
+ * computes the norm itself into shared memory (dev_rmsnorm with the block's threads: with 256, k_rmsnorm's
+ * bits), block vb == 0 writes xn, and warp w of block vb takes router rows (vb + nvb i) NR_WARPS + w,
+ * prefetching a row's first PF float4 (PDL: before griddep_wait, while the kernel before ends; the sums'
+ * order is the same for any PF: a lane adds its float4 in column order). Needs n
+ * floats of dynamic shared memory (16-byte aligned), blockDim 32 NR_WARPS, n % 4 == 0. */
+#define NR_WARPS 8
+#define NR_PF 16 /* float4 a lane prefetched: rows up to 2048 values */
+template <bool PDL, int PF = NR_PF>
+static __device__ __forceinline__ void dev_norm_router(const float *x, const float *norm_w, float *xn, const float *W,
+                                                       long long row_floats, int n_exp, float *logits, int n,
+                                                       float eps, int vb, int nvb)
+{
+    extern __shared__ float4 nr_sh4[];
+    float *const xs = reinterpret_cast<float *>(nr_sh4);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n4 = n / 4;
+    int row = vb * NR_WARPS + warp;
+    const float4 *wr = reinterpret_cast<const float4 *>(W + (size_t)(row < n_exp ? row : 0) * row_floats);
+    float4 wv[PF];
+#pragma unroll
+    for (int j = 0; j < PF; j++)
+        wv[j] = lane + 32 * j < n4 ? __ldg(wr + lane + 32 * j) : make_float4(0.f, 0.f, 0.f, 0.f);
+    if (PDL) {
+        griddep_wait();
+        TRACE_WAITED(LILAC_TK_NORM_ROUTER);
+    }
+    dev_rmsnorm(x, norm_w, xs, n, eps);
+    __syncthreads();
+    if (vb == 0)
+        for (int i = threadIdx.x; i < n; i += blockDim.x)
+            xn[i] = xs[i];
+    for (;;) {
+        float acc = 0.f;
+#pragma unroll
+        for (int j = 0; j < PF; j++)
+            if (lane + 32 * j < n4) {
+                const float4 v = nr_sh4[lane + 32 * j], w = wv[j];
+                acc += w.x * v.x + w.y * v.y + w.z * v.z + w.w * v.w;
+            }
+        for (int i = lane + 32 * PF; i < n4; i += 32) {
+            const float4 v = nr_sh4[i], w = __ldg(wr + i);
+            acc += w.x * v.x + w.y * v.y + w.z * v.z + w.w * v.w;
+        }
+        acc = warp_sum(acc);
+        if (lane == 0 && row < n_exp)
+            logits[row] = acc;
+        row += nvb * NR_WARPS; /* a grid smaller than the rows (k_moe_fused): the next row of this warp */
+        if (row >= n_exp)
+            break;
+        wr = reinterpret_cast<const float4 *>(W + (size_t)row * row_floats);
+#pragma unroll
+        for (int j = 0; j < PF; j++)
+            wv[j] = lane + 32 * j < n4 ? __ldg(wr + lane + 32 * j) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
 }
 
 static __device__ void dev_moe_sum_norm(float *__restrict__ x, const float *__restrict__ ex,

@@ -498,47 +498,16 @@ extern "C" int lilac_cuda_route(const float *logits, int E, int k, int norm, int
 }
 
 // The post-attention norm and a float32 router in one kernel (one kernel
-// boundary less on the step's critical path): every block computes the norm
-// itself (dev_rmsnorm with 256 threads: the same bits as k_rmsnorm), block 0
-// writes xn for the experts' products, and a warp takes a router row, its
-// first NR_PF float4 in flight before the kernel that writes x has finished.
-#define NR_WARPS 8
-#define NR_PF 16 /* float4 a lane prefetched: rows up to 2048 values */
+// boundary less on the step's critical path): dev_norm_router over the grid,
+// each warp's first NR_PF float4 of its router row in flight before the kernel
+// that writes x has finished.
 __global__ void __launch_bounds__(32 * NR_WARPS) k_norm_router(const float *x, const float *norm_w, float *xn,
                                                                const float *W, long long row_floats, int n_exp,
                                                                float *logits, int n, float eps)
 {
-    extern __shared__ float4 nr_sh4[];
-    float *const xs = reinterpret_cast<float *>(nr_sh4);
     TRACE_START(LILAC_TK_NORM_ROUTER);
     griddep_launch_dependents();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, row = blockIdx.x * NR_WARPS + warp, n4 = n / 4;
-    const float4 *wr = reinterpret_cast<const float4 *>(W + (size_t)(row < n_exp ? row : 0) * row_floats);
-    float4 wv[NR_PF];
-#pragma unroll
-    for (int j = 0; j < NR_PF; j++)
-        wv[j] = lane + 32 * j < n4 ? __ldg(wr + lane + 32 * j) : make_float4(0.f, 0.f, 0.f, 0.f);
-    griddep_wait();
-    TRACE_WAITED(LILAC_TK_NORM_ROUTER);
-    dev_rmsnorm(x, norm_w, xs, n, eps);
-    __syncthreads();
-    if (blockIdx.x == 0)
-        for (int i = threadIdx.x; i < n; i += blockDim.x)
-            xn[i] = xs[i];
-    float acc = 0.f;
-#pragma unroll
-    for (int j = 0; j < NR_PF; j++)
-        if (lane + 32 * j < n4) {
-            const float4 v = nr_sh4[lane + 32 * j], w = wv[j];
-            acc += w.x * v.x + w.y * v.y + w.z * v.z + w.w * v.w;
-        }
-    for (int i = lane + 32 * NR_PF; i < n4; i += 32) {
-        const float4 v = nr_sh4[i], w = __ldg(wr + i);
-        acc += w.x * v.x + w.y * v.y + w.z * v.z + w.w * v.w;
-    }
-    acc = warp_sum(acc);
-    if (lane == 0 && row < n_exp)
-        logits[row] = acc;
+    dev_norm_router<true>(x, norm_w, xn, W, row_floats, n_exp, logits, n, eps, blockIdx.x, gridDim.x);
     TRACE_END(LILAC_TK_NORM_ROUTER);
 }
 

@@ -1036,8 +1036,12 @@ struct MFP {
 constexpr int MF_ROUTE = 64; /* idx and w entries a block keeps (2k slots, the k weights and the shared gate) */
 
 struct MF {
+    MV out;                /* has_out: the mixer's output product, added into x (the residual) */
     MV gu, sg, su, dn, sd; /* routed gate+up, shared gate, shared up | routed down, shared down */
-    int shared;
+    int shared, has_out, has_router;
+    const float *post_norm, *router; /* has_router: the norm of x and the F32 router (dev_norm_router) */
+    long long router_row_floats;
+    float *rl; /* has_router: the router's logits written here (= logits) */
     const float *logits, *gate_inp, *xn;
     int n_expert, k, norm, up_offset, n_embd;
     unsigned *bar; /* (dev) [2]: the grid barrier's count and generation (zero between launches) */
@@ -1087,6 +1091,15 @@ __global__ void __launch_bounds__(NTHREADS, 2) k_moe_fused(const MF f)
 #define MF_W (f.w + (size_t)blockIdx.x * MF_ROUTE)
     constexpr int R = cfg_rows;
     TRACE_START(LILAC_TK_MOE_FUSED);
+    if (f.has_out) { /* x += the mixer's output product (the out matrix of G's type) */
+        mv_block<G, GA, R, 1, true>(f.out, nullptr, blockIdx.x, gridDim.x, 0, 1);
+        grid_barrier(f.bar);
+    }
+    if (f.has_router) { /* xn = RMSNorm(x) (block 0 writes it), the router's logits a warp a row */
+        dev_norm_router<false, 2>(f.x, f.post_norm, const_cast<float *>(f.xn), f.router, f.router_row_floats,
+                               f.n_expert, f.rl, f.n_embd, f.eps, blockIdx.x, gridDim.x);
+        grid_barrier(f.bar);
+    }
     dev_route(f.logits, f.n_expert, f.k, f.norm, MF_IDX, MF_W, f.up_offset, blockIdx.x == 0 ? f.gate_inp : nullptr,
               f.xn, f.n_embd);
     __threadfence(); /* warp 0's idx and w, then read back through L2 (mv_block FUSED, dev_moe_sum_norm) */
@@ -1488,6 +1501,13 @@ int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s)
     if (failed || !a || a->k < 1 || 2 * a->k > MF_ROUTE || a->n_expert > ROUTE_EMAX || a->k > a->n_expert ||
         a->n_embd > DEV_NR * NTHREADS || !a->gate || !a->down)
         return -1;
+    const bool has_router = a->router != nullptr, has_out = a->out != nullptr;
+    if (has_router && (a->router->type != LILAC_F32 || a->router->rows != a->n_expert ||
+                       a->router->cols != a->n_embd || a->n_embd % 4 || a->router->row_bytes % 16 ||
+                       reinterpret_cast<uintptr_t>(a->router->data) % 16 || !a->post_norm))
+        return -1;
+    if (has_out && !has_router) /* the out product's x is the router's input: both or neither */
+        return -1;
     const bool shared = a->sh_gate && a->sh_up && a->sh_down && a->sh_gate_inp;
     const long long ff = a->gate->rows;
     MFP q[5]; /* routed gate+up, shared gate, shared up, routed down, shared down */
@@ -1499,12 +1519,17 @@ int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s)
              mf_product(q[4], a->sh_down, 0, false, 1, a->shg, a->shu, 0, a->sho);
     else
         q[1] = q[2] = q[0], q[4] = q[3]; /* not run: their types only pick the instantiation */
+    MFP qo{};
+    if (has_out)
+        ok = ok && mf_product(qo, a->out, 0, false, 1, a->out_x, nullptr, 0, a->x) && a->out->rows == a->n_embd;
     if (!ok || a->gate->cols != a->n_embd || a->down->rows != a->n_embd || a->down->cols != ff)
         return -1;
+    qo.p.acc = 1;
 
     /* the instantiations: gate and up Q4_K (16-byte aligned), downs Q4_K or Q6_K (the Q4_K_M mix) */
     auto is = [](const MFP &m, int type, bool a16) { return m.type == type && (m.a16 || !a16); };
-    if (!is(q[0], LILAC_Q4_K, true) || !is(q[1], LILAC_Q4_K, true) || !is(q[2], LILAC_Q4_K, true))
+    if (!is(q[0], LILAC_Q4_K, true) || !is(q[1], LILAC_Q4_K, true) || !is(q[2], LILAC_Q4_K, true) ||
+        (has_out && !is(qo, LILAC_Q4_K, true)))
         return -1;
     void (*kern)(MF) = nullptr;
     int which = -1;
@@ -1527,9 +1552,11 @@ int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s)
     }
     int &per_sm = per_sm_of[which];
     /* the grid: every block resident (a cooperative launch's rule), at the occupancy of the largest tile */
-    int smem = 0;
-    for (int i = 0; i < 5; i++) { /* a first shape for the shared memory, then the real one for the grid */
-        MFP t = q[i];
+    int smem = has_router ? a->n_embd * (int)sizeof(float) : 0; /* dev_norm_router's normed x */
+    for (int i = 0; i < 6; i++) { /* a first shape for the shared memory, then the real one for the grid */
+        if (i == 5 && !has_out)
+            break;
+        MFP t = i < 5 ? q[i] : qo;
         const int b = mf_shape(t, 1, 1);
         smem = b > smem ? b : smem;
     }
@@ -1545,9 +1572,18 @@ int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s)
     const int slots[5] = {2 * a->k, 1, 1, a->k, 1};
     for (int i = 0; i < 5; i++)
         (void)mf_shape(q[i], slots[i], grid);
+    if (has_out)
+        (void)mf_shape(qo, 1, grid);
     MF f{};
+    f.out = qo.p;
     f.gu = q[0].p, f.sg = q[1].p, f.su = q[2].p, f.dn = q[3].p, f.sd = q[4].p;
     f.shared = shared;
+    f.has_out = has_out;
+    f.has_router = has_router;
+    f.post_norm = a->post_norm;
+    f.router = has_router ? static_cast<const float *>(a->router->data) : nullptr;
+    f.router_row_floats = has_router ? (long long)(a->router->row_bytes / sizeof(float)) : 0;
+    f.rl = const_cast<float *>(a->logits);
 
     /* each block's routing: device scratch, allocated at the first (uncaptured) call */
     static int32_t *idx;
