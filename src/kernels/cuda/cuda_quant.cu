@@ -1052,13 +1052,6 @@ struct MF {
     float eps;
 };
 
-/* Routing, the experts' products and their sum for one token, with grid barriers where the step had kernel
- * boundaries: every block routes for itself (dev_route, the same bits as k_route) into its own idx/w; the
- * routed gate+up (2k slots) and the shared expert's gate and up (type G); barrier; the routed down over
- * SwiGLU of gate and up (k slots, type D) and the shared down (type SD); barrier; block 0 sums into x and
- * norms it for the next layer (dev_moe_sum_norm, k_moe_sum_norm's bits). Launched cooperative: every block
- * resident, grid.sync legal. The types are template arguments: mv_block inlined, as in k_mv (a called
- * function choosing the type at run time spilled 4 KB a thread). */
 /* A barrier of the whole grid (every block resident: a cooperative launch), inline: cooperative_groups'
  * grid sync is a call, across which the products' registers spilled (~1 KB a thread). bar[0] counts the
  * blocks arrived, bar[1] is the generation the last one advances; both back to (0, +1) after each. */
@@ -1082,6 +1075,15 @@ __device__ __forceinline__ void grid_barrier(unsigned *bar)
     __syncthreads();
 }
 
+/* A layer's tail for one token, with grid barriers where the step had kernel boundaries: (has_out) x += the
+ * mixer's output product; (has_router) every block norms x for itself and takes router rows
+ * (dev_norm_router, k_norm_router's bits), block 0 writing xn; every block routes for itself (dev_route,
+ * k_route's bits) into its own idx/w; the routed gate+up (2k slots) and the shared expert's gate and up
+ * (type G); the routed down over SwiGLU of gate and up (k slots, type D) and the shared down (type SD);
+ * block 0 sums into x and norms it for the next layer (dev_moe_sum_norm with 256 threads: the norm's sum
+ * in another order than k_moe_sum_norm's 1024, float32 rounding apart). Launched cooperative: every block
+ * resident, so grid_barrier cannot wait for a block that never runs. The types are template arguments:
+ * mv_block inlined, as in k_mv (a called function choosing the type at run time spilled 4 KB a thread). */
 template <int G, bool GA, int D, bool DA, int SD, bool SDA>
 __global__ void __launch_bounds__(NTHREADS, 2) k_moe_fused(const MF f)
 {
