@@ -1124,6 +1124,30 @@ __global__ void __launch_bounds__(NTHREADS, 2) k_moe_fused(const MF f)
 #undef MF_W
 }
 
+/* The product's parameters (the launch shape apart: mv_shape): y[t][slot] = W[idx[slot]] . x, slots'
+ * outputs W->rows apart where `slotted`, x slots x_slot floats apart (0: one shared x), tokens a row apart. */
+MV mv_params(const lilac_cuda_mat *W, size_t stride, const int32_t *idx, bool slotted, const float *x,
+             const float *x2, long long x_slot, float *y, int n_tok, int acc)
+{
+    MV p{};
+    p.w = static_cast<const uint8_t *>(W->data);
+    p.row_bytes = W->row_bytes;
+    p.expert_stride = stride;
+    p.idx = idx;
+    p.x = x;
+    p.x2 = x2;
+    p.acc = acc;
+    p.y = y;
+    p.rows = W->rows;
+    p.cols = W->cols;
+    p.x_tok = W->cols;
+    p.x_slot = x_slot;
+    p.y_tok = W->rows;
+    p.y_slot = slotted ? W->rows : 0;
+    p.n_tok = n_tok;
+    return p;
+}
+
 /* A product of lilac_cuda_moe as mv_block takes it; false where k_moe_fused has no body for the type or
  * alignment. */
 bool mf_product(MFP &q, const lilac_cuda_mat *W, size_t stride, bool routed, int slots, const float *x,
@@ -1141,22 +1165,8 @@ bool mf_product(MFP &q, const lilac_cuda_mat *W, size_t stride, bool routed, int
     if ((al & 1) || !(W->type == LILAC_Q4_K || W->type == LILAC_Q5_K || W->type == LILAC_Q6_K ||
                       W->type == LILAC_Q8_0))
         return false;
-    MV &p = q.p;
-    p.w = static_cast<const uint8_t *>(W->data);
-    p.row_bytes = W->row_bytes;
-    p.expert_stride = stride;
-    p.idx = nullptr; /* routed: the block's own, in the kernel */
-    p.x = x;
-    p.x2 = x2;
-    p.y = y;
-    p.rows = W->rows;
-    p.cols = W->cols;
-    p.x_tok = W->cols;
-    p.x_slot = x_slot;
-    p.y_tok = W->rows;
-    p.y_slot = routed ? W->rows : 0;
-    p.n_tok = 1;
-    p.acc = 0;
+    /* idx: the block's own, given in the kernel (routed: y rows a slot apart) */
+    q.p = mv_params(W, stride, nullptr, routed, x, x2, x_slot, y, 1, 0);
     (void)slots;
     return true;
 }
@@ -1197,22 +1207,7 @@ void matvec(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, i
         set_err("lilac_cuda_matvec: NULL weights");
         return;
     }
-    MV p{};
-    p.w = static_cast<const uint8_t *>(W->data);
-    p.row_bytes = W->row_bytes;
-    p.expert_stride = expert_stride;
-    p.idx = idx;
-    p.x = x;
-    p.x2 = x2;
-    p.acc = acc;
-    p.y = y;
-    p.rows = W->rows;
-    p.cols = W->cols;
-    p.x_tok = W->cols;
-    p.x_slot = x_slot;
-    p.y_tok = W->rows;
-    p.y_slot = idx ? W->rows : 0;
-    p.n_tok = n_tok;
+    MV p = mv_params(W, expert_stride, idx, idx != nullptr, x, x2, x_slot, y, n_tok, acc);
 
     /* The fast kernel reads 16-byte chunks: quantized rows need 2-aligned
      * blocks; K-quants go without the realignment when every block is
