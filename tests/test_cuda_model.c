@@ -68,12 +68,19 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run(fx, &cases[i]);
-    /* LILAC_CUDA_MOE_FUSED=1 (bench/cuda/run.sh test): the Q4_K_M file's layers must have taken the fused
-     * kernel, not only its fallback */
-    const char *mf = getenv("LILAC_CUDA_MOE_FUSED");
-    if (mf && !strcmp(mf, "1")) {
-        CHECKF(lilac_cuda_moe_fused_launches() > 0, "LILAC_CUDA_MOE_FUSED=1: no layer ran the fused MoE kernel");
-        printf("LILAC_CUDA_MOE_FUSED=1: %ld fused MoE launches\n", lilac_cuda_moe_fused_launches());
+    /* LILAC_CUDA_MOE_FUSED=1, LILAC_CUDA_QKV_CONV=1 (bench/cuda/run.sh test): the Q4_K_M file's layers must
+     * have taken the fused kernels, not only their fallbacks */
+    static const struct {
+        const char *var;
+        int kind;
+    } fused[] = {{"LILAC_CUDA_MOE_FUSED", LILAC_CUDA_FUSED_MOE}, {"LILAC_CUDA_QKV_CONV", LILAC_CUDA_FUSED_QKV_CONV}};
+    for (size_t i = 0; i < sizeof fused / sizeof fused[0]; i++) {
+        const char *v = getenv(fused[i].var);
+        if (!v || strcmp(v, "1"))
+            continue;
+        long n = lilac_cuda_fused_launches(fused[i].kind);
+        CHECKF(n > 0, "%s=1: no layer ran the fused kernel", fused[i].var);
+        printf("%s=1: %ld launches of the fused kernel\n", fused[i].var, n);
     }
     TEST_END();
 }

@@ -58,12 +58,15 @@ do_test() {
     run_test model-dn-conv test_cuda_model LILAC_CUDA_DN_CONV=1
     run_test model-apart test_cuda_model LILAC_CUDA_NORM_ROUTER=0 LILAC_CUDA_PDL_ALL=1
     run_test model-moe-fused test_cuda_model LILAC_CUDA_MOE_FUSED=1
+    run_test model-qkv-conv test_cuda_model LILAC_CUDA_QKV_CONV=1
+    run_test model-both-fused test_cuda_model LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1
     run_test batch test_cuda_batch
     run_test batch-graph test_cuda_batch LILAC_CUDA_BATCH_GRAPH=1
     run_test batch-grouped test_cuda_batch LILAC_CUDA_PAIRS=0
     run_test prefill test_cuda_prefill
     run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0
+    grep -h "launches of the fused" "$out"/model-*.txt 2>/dev/null
     grep -h "vs token path\|sequences vs alone\|timing" "$out"/prefill.txt "$out"/batch.txt "$out"/attn.txt \
         "$out"/dn.txt 2>/dev/null | head -12
 }
@@ -103,7 +106,7 @@ do_ab() {
                 -n 32 -P $P -r 1 --json 2>/dev/null | grep "x$P" | grep -o '"tokens_per_s": [0-9.]*')"
         done
     done
-    for v in NONE LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_PDL_ALL=1 LILAC_CUDA_NORM_ROUTER=0 LILAC_CUDA_DN_CONV=1; do # decode's switches, tg128
+    for v in NONE LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1 LILAC_CUDA_PDL_ALL=1 LILAC_CUDA_NORM_ROUTER=0 LILAC_CUDA_DN_CONV=1; do # decode's switches, tg128
         echo "tg128 $v: $(env "${v/NONE/LILAC_NONE=1}" $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 \
             -r 2 --json 2>/dev/null | grep -o '"tokens_per_s": [0-9.]*')"
     done

@@ -112,8 +112,15 @@ typedef struct lilac_cuda_moe {
     float eps;
 } lilac_cuda_moe;
 int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s);
-/* How many times lilac_cuda_moe_fused launched its kernel (tests: that the fused path, not its fallback, ran). */
-long lilac_cuda_moe_fused_launches(void);
+/* y = W . x for one token and, in the same kernel, the causal depthwise conv that follows a DeltaNet qkv
+ * product (lilac_cuda_conv_step's arithmetic on y, conv_state advanced; channels = W->rows): opt-in
+ * LILAC_CUDA_QKV_CONV=1. 0 when launched, -1 when it does not take the type or alignment (Q4_K and Q5_K
+ * 16-byte aligned, Q6_K, Q8_0). */
+int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, float *conv_state, const float *conv_w,
+                           int K, float *conv_out, lilac_cuda_stream *s);
+/* How many times a fused kernel was launched (tests: that the fused path, not its fallback, ran). */
+enum { LILAC_CUDA_FUSED_MOE, LILAC_CUDA_FUSED_QKV_CONV, LILAC_CUDA_FUSED_KINDS };
+long lilac_cuda_fused_launches(int kind);
 
 /* out[c] = value c of row r of W, c < cols (dev): an embedding lookup with r read on the device from *r_dev. */
 void lilac_cuda_get_row(const lilac_cuda_mat *W, const int32_t *r_dev, float *out, lilac_cuda_stream *s);

@@ -650,7 +650,31 @@ struct MV {
     long long row_tiles, items; /* items = slots x row tiles */
     int n_tok, lpr_log2, ut, n_ct;
     int acc; /* y += product (a residual add) instead of y = product */
+    /* conv_out set (one token, no idx): row c of y is also channel c of a causal depthwise conv of conv_k
+     * taps (k_conv_step's arithmetic): conv_out[c] = silu(taps . (state, y[c])), the state shifted */
+    float *conv_state, *conv_out;
+    const float *conv_w;
+    int conv_k;
 };
+
+/* Channel c of the conv after a product (MV's conv_out): k_conv_step's sums in its order, on the value the
+ * product just wrote. */
+__device__ __forceinline__ void conv_epilogue(const MV &p, long long c, float in)
+{
+    const long long C = p.rows;
+    const int K = p.conv_k;
+    const float *wc = p.conv_w + (size_t)c * K;
+    float *st = p.conv_state;
+    float s = 0;
+    for (int i = 0; i < K - 1; i++)
+        s += wc[i] * st[(size_t)i * C + c];
+    s += wc[K - 1] * in;
+    for (int i = 0; i + 1 < K - 1; i++)
+        st[(size_t)i * C + c] = st[(size_t)(i + 1) * C + c];
+    if (K > 1)
+        st[(size_t)(K - 2) * C + c] = in;
+    p.conv_out[c] = s / (1.0f + expf(-s));
+}
 
 /* The SwiGLU activation as cuda_ops.cu's k_swiglu computes it (the same bits). */
 __device__ __forceinline__ float glu(float g, float u) { return g / (1.0f + expf(-g)) * u; }
@@ -730,7 +754,7 @@ constexpr int cfg_max_tokens(int type) { return type == LILAC_Q5_K || type == LI
  * the offsets are subtracted per run of 16 or 32 values. Errors are a few
  * float32 roundings of sums of |terms|; results differ from the CPU's
  * float32 dot only in summation order. */
-template <int TYPE, bool A16, int R, int T, bool FUSED>
+template <int TYPE, bool A16, int R, int T, bool FUSED, bool CONV = false>
 __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx, int nbx, int by, int nby)
 {
     using UT = Unit<TYPE>;
@@ -818,6 +842,8 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
                     if (sub == 0 && ok[r] && t < nt) {
                         float *yp = yb + (t0 + t) * p.y_tok + row0 + r;
                         *yp = p.acc ? *yp + v : v;
+                        if (CONV)
+                            conv_epilogue(p, row0 + r, v);
                     }
                 }
         }
@@ -835,6 +861,17 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv(const 
         TRACE_WAITED(LILAC_TK_MV);
     }
     mv_block<TYPE, A16, R, T, false>(p, p.idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
+    TRACE_END(LILAC_TK_MV);
+}
+
+/* One token's product with the conv after it (MV's conv_out): the DeltaNet qkv product and its conv step
+ * in one kernel. */
+template <int TYPE, bool A16>
+__global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, 1)) k_mv_conv(const MV p)
+{
+    TRACE_START(LILAC_TK_MV);
+    griddep_launch_dependents();
+    mv_block<TYPE, A16, cfg_rows, 1, false, true>(p, nullptr, blockIdx.x, gridDim.x, 0, 1);
     TRACE_END(LILAC_TK_MV);
 }
 
@@ -977,11 +1014,11 @@ template <int TYPE, int T> int mv_shape(MV &p, int slots, long long cap)
     return (int)sizeof(float) * T * p.ut * (UT::VPU + 4 + UT::NRUN);
 }
 
-template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int slots)
+/* KERN (k_mv or k_mv_conv, T tokens a pass) over the grid that fits, in mv_shape's shape. */
+template <int TYPE, int T, auto KERN> void launch_shaped(MV p, cudaStream_t st, int slots)
 {
-    constexpr int R = cfg_rows;
     using UT = Unit<TYPE>;
-    auto kern = k_mv<TYPE, A16, R, T>;
+    auto kern = KERN;
     const int U = (int)(p.cols / UT::VPU);
     const int ut = U < TILE_VALUES / T / UT::VPU ? U : TILE_VALUES / T / UT::VPU; /* mv_shape's, for the occupancy */
     const int smem = (int)sizeof(float) * T * ut * (UT::VPU + 4 + UT::NRUN);
@@ -1010,6 +1047,11 @@ template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int
     long long gy = ntc > 1 && (long long)grid < 2 * cap ? (2 * cap + grid - 1) / grid : 1;
     gy = gy > ntc ? ntc : gy > 65535 ? 65535 : gy;
     launch_dependent(kern, dim3(grid, (unsigned)gy), dim3(NTHREADS), (size_t)smem, st, p);
+}
+
+template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int slots)
+{
+    launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows, T>>(p, st, slots);
 }
 
 template <int TYPE, bool A16> void launch_t(const MV &p, cudaStream_t st, int slots)
@@ -1490,7 +1532,44 @@ void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, cons
     matvec(W, expert_stride, idx, k, x, W && x_stride ? W->cols : 0, y, 1, S(s), x2, accumulate);
 }
 
-static std::atomic<long> g_moe_fused_launches;
+static std::atomic<long> g_fused_launches[LILAC_CUDA_FUSED_KINDS];
+
+long lilac_cuda_fused_launches(int kind)
+{
+    return kind >= 0 && kind < LILAC_CUDA_FUSED_KINDS ? g_fused_launches[kind].load(std::memory_order_relaxed) : 0;
+}
+
+int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, float *conv_state, const float *conv_w,
+                           int K, float *conv_out, lilac_cuda_stream *s)
+{
+    int blck, bsz;
+    if (!W || !W->data || !x || !y || !conv_state || !conv_w || !conv_out || K < 1 || W->rows < 1 ||
+        !block_of(W->type, &blck, &bsz) || W->cols % blck || W->row_bytes < (size_t)(W->cols / blck) * (size_t)bsz)
+        return -1;
+    MV p = mv_params(W, 0, nullptr, false, x, nullptr, 0, y, 1, 0);
+    p.conv_state = conv_state, p.conv_out = conv_out, p.conv_w = conv_w, p.conv_k = K;
+    const uintptr_t al = reinterpret_cast<uintptr_t>(W->data) | W->row_bytes;
+    const cudaStream_t st = S(s);
+    if (al & 1)
+        return -1;
+    switch (W->type) {
+    case LILAC_Q4_K:
+        if (al & 15)
+            return -1;
+        launch_shaped<LILAC_Q4_K, 1, k_mv_conv<LILAC_Q4_K, true>>(p, st, 1);
+        break;
+    case LILAC_Q5_K:
+        if (al & 15)
+            return -1;
+        launch_shaped<LILAC_Q5_K, 1, k_mv_conv<LILAC_Q5_K, true>>(p, st, 1);
+        break;
+    case LILAC_Q6_K: launch_shaped<LILAC_Q6_K, 1, k_mv_conv<LILAC_Q6_K, false>>(p, st, 1); break;
+    case LILAC_Q8_0: launch_shaped<LILAC_Q8_0, 1, k_mv_conv<LILAC_Q8_0, false>>(p, st, 1); break;
+    default: return -1;
+    }
+    g_fused_launches[LILAC_CUDA_FUSED_QKV_CONV].fetch_add(1, std::memory_order_relaxed);
+    return 0;
+}
 
 int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s)
 {
@@ -1642,11 +1721,9 @@ int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s)
         failed = 1;
         return -1;
     }
-    g_moe_fused_launches.fetch_add(1, std::memory_order_relaxed);
+    g_fused_launches[LILAC_CUDA_FUSED_MOE].fetch_add(1, std::memory_order_relaxed);
     return 0;
 }
-
-long lilac_cuda_moe_fused_launches(void) { return g_moe_fused_launches.load(std::memory_order_relaxed); }
 
 void lilac_cuda_get_row(const lilac_cuda_mat *W, const int32_t *r_dev, float *out, lilac_cuda_stream *s)
 {
