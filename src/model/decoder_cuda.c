@@ -496,15 +496,13 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             OP("matvec", lilac_cuda_matvec(&cl->ssm_alpha, cm->xn, cm->a, 1, aux));
             OP("matvec", lilac_cuda_matvec(&cl->ssm_beta, cm->xn, cm->b, 1, aux));
             int tiled = m->w.ssm_v_tiled, K = hp->ssm_conv_kernel;
-            /* LILAC_CUDA_DN_CONV=1: the conv and the step in one kernel (measured slower: 263 against 269).
-             * LILAC_CUDA_QKV_CONV=1: the conv in the qkv product's kernel (lilac_cuda_matvec_conv; not yet run
-             * on a GPU). */
-            static int dn_conv = -1, qkv_conv = -1;
-            if (dn_conv < 0)
-                dn_conv = lilac_env_switch("LILAC_CUDA_DN_CONV", false);
+            /* LILAC_CUDA_QKV_CONV=1: the conv in the qkv product's kernel (lilac_cuda_matvec_conv; not yet run
+             * on a GPU). The conv inside the DeltaNet kernel instead (a block a key head) was measured slower,
+             * 263 against 269 tok/s, and removed. */
+            static int qkv_conv = -1;
             if (qkv_conv < 0)
                 qkv_conv = lilac_env_switch("LILAC_CUDA_QKV_CONV", false);
-            bool conv_done = qkv_conv && !dn_conv &&
+            bool conv_done = qkv_conv &&
                              !lilac_cuda_matvec_conv(&cl->ssm_qkv, cm->xn, cm->qkv, cs->conv[il], cl->ssm_conv, K,
                                                      cm->conv, s);
             if (conv_done && g_trace == 1)
@@ -512,23 +510,16 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             if (!conv_done)
                 OP("matvec", lilac_cuda_matvec(&cl->ssm_qkv, cm->xn, cm->qkv, 1, s));
             lilac_cuda_fork(aux, s, cm->ev[1]);
-            if (!dn_conv ||
-                lilac_cuda_deltanet_conv_fused(cm->qkv, cs->conv[il], cl->ssm_conv, K, cm->a, cm->b, cl->ssm_a,
-                                               cl->ssm_dt, cs->ssm[il], cm->o, cm->z, cl->ssm_norm, nk, nv, dk, dv,
-                                               tiled, eps, s)) {
-                if (!conv_done)
-                    OP("conv_step", lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, K, s));
-                if (lilac_cuda_deltanet_fused(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
-                                              cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s)) { /* other shapes: */
-                    if (g_trace == 1)
-                        trace_name("pf_deltanet", "");
-                    lilac_cuda_pf_deltanet(cm->conv, C, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o,
-                                           cm->z, cl->ssm_norm, nk, nv, dk, dv, tiled, eps, 1, s);
-                } else if (g_trace == 1) {
-                    trace_name("deltanet", "");
-                }
+            if (!conv_done)
+                OP("conv_step", lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, K, s));
+            if (lilac_cuda_deltanet_fused(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
+                                          cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s)) { /* other shapes: */
+                if (g_trace == 1)
+                    trace_name("pf_deltanet", "");
+                lilac_cuda_pf_deltanet(cm->conv, C, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
+                                       cl->ssm_norm, nk, nv, dk, dv, tiled, eps, 1, s);
             } else if (g_trace == 1) {
-                trace_name("dn_conv_fused", "");
+                trace_name("deltanet", "");
             }
             wout = &cl->ssm_out, xout = cm->o;
         }

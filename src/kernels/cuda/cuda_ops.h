@@ -65,12 +65,6 @@ void lilac_cuda_norm_rope_kv(float *q, const float *q_norm, int q_step, int nh, 
 int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, const float *b, const float *ssm_a,
                               const float *ssm_dt, float *S, float *o, const float *z, const float *norm_w, int nk,
                               int nv, int dk, int dv, int tiled, float eps, lilac_cuda_stream *s);
-/* lilac_cuda_conv_step and lilac_cuda_deltanet_fused in one kernel (a block a key head); -1 (nothing launched)
- * for shapes it does not take. */
-int lilac_cuda_deltanet_conv_fused(const float *qkv, float *conv_state, const float *conv_w, int K, const float *a,
-                                   const float *b, const float *ssm_a, const float *ssm_dt, float *S, float *o,
-                                   const float *z, const float *norm_w, int nk, int nv, int dk, int dv, int tiled,
-                                   float eps, lilac_cuda_stream *s);
 /* Batched decode: row t (of n) is one token of its own sequence, at position pos[t] (dev), with that sequence's
  * state from the pointer arrays (dev, n entries); activations [n][width] as lilac_cuda_pf_*. */
 void lilac_cuda_norm_rope_kv_rows(float *q, const float *q_norm, int q_step, long long q_tok, int nh, float *k,
