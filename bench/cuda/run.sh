@@ -100,7 +100,7 @@ do_ab() {
     echo "LILAC_CUDA_DN_CHUNK=0: $(LILAC_CUDA_DN_CHUNK=0 $T "$build/lilac" bench -m "$synth" --backend cuda -p 512 -n 0 \
         -r 2 --json 2>/dev/null | grep -o '"tokens_per_s": [0-9.]*')"
     for P in 8 64; do # batched decode as a graph a row count (opt-in)
-        for v in NONE LILAC_CUDA_BATCH_GRAPH=1 LILAC_CUDA_MMA=0; do
+        for v in NONE LILAC_CUDA_BATCH_GRAPH=1 LILAC_CUDA_MV_T8=1 LILAC_CUDA_MMA=0; do
             echo "tg32x$P $v: $(env "${v/NONE/LILAC_NONE=1}" $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 \
                 -n 32 -P $P -r 1 --json 2>/dev/null | grep "x$P" | grep -o '"tokens_per_s": [0-9.]*')"
         done

@@ -1054,13 +1054,23 @@ template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int
     launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows, T>>(p, st, slots);
 }
 
+/* LILAC_CUDA_MV_T8=1: 8 tokens a pass for every type (cfg_max_tokens' 4 was chosen on prefill chunks; an
+ * 8-sequence batched step reads its Q4_K matrices twice at 4, and they were ~40 % of that step). */
+bool mv_t8()
+{
+    static int on = -1;
+    if (on < 0)
+        on = lilac_env_switch("LILAC_CUDA_MV_T8", false);
+    return on;
+}
+
 template <int TYPE, bool A16> void launch_t(const MV &p, cudaStream_t st, int slots)
 {
     if (p.n_tok == 1)
         launch_fast<TYPE, A16, 1>(p, st, slots);
     else if (p.n_tok == 2)
         launch_fast<TYPE, A16, 2>(p, st, slots);
-    else if (p.n_tok <= 4 || cfg_max_tokens(TYPE) == 4)
+    else if (p.n_tok <= 4 || (cfg_max_tokens(TYPE) == 4 && !mv_t8()))
         launch_fast<TYPE, A16, 4>(p, st, slots);
     else
         launch_fast<TYPE, A16, 8>(p, st, slots);
