@@ -25,6 +25,8 @@ else
     echo "no nsys on this machine"
 fi
 LILAC_CUDA_TIMING=1 "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n "$n" -r 1 2>&1 | tail -30
+# the batched step's sections (P sequences; "pf ..." rows of the same table), each synchronized
+LILAC_CUDA_TIMING=1 "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 8 -r 1 -P "${P:-64}" 2>&1 | grep "cuda op pf"
 # the kernels' own timeline of one step (the 8th): the whole table in trace.txt, its head and totals here
 LILAC_CUDA_TRACE=1 LILAC_CUDA_TRACE_FILE="$out/trace.txt" \
     "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 16 -r 1 >"$out/trace.log" 2>&1 ||

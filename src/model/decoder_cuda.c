@@ -369,9 +369,10 @@ lilac_status lilac_cuda_seq_copy(lilac_model *m, lilac_cuda_seq *dst, const lila
  * printed when the model is freed (a profile without a profiler). */
 #include <time.h>
 static int g_timing = -1;
-static double g_op_s[32];
-static long g_op_n[32];
-static const char *g_op_name[32];
+#define N_OPS 64
+static double g_op_s[N_OPS];
+static long g_op_n[N_OPS];
+static const char *g_op_name[N_OPS];
 static double now_s(void)
 {
     struct timespec ts;
@@ -382,11 +383,27 @@ static double now_s(void)
 static void op_time(const char *name, double s)
 {
     int i = 0;
-    while (i < 31 && g_op_name[i] && strcmp(g_op_name[i], name) != 0)
+    while (i < N_OPS - 1 && g_op_name[i] && strcmp(g_op_name[i], name) != 0)
         i++;
     g_op_name[i] = name;
     g_op_s[i] += s;
     g_op_n[i]++;
+}
+
+/* The prefill's and the batched step's sections (decoder_cuda_prefill.c) in the same table: with
+ * LILAC_CUDA_TIMING=1, the stream synchronized and the seconds since *t counted against name, *t moved on. */
+void lilac_cuda_op_mark(lilac_cuda_stream *s, const char *name, double *t)
+{
+    if (g_timing < 0)
+        g_timing = lilac_env_switch("LILAC_CUDA_TIMING", false);
+    if (g_timing != 1)
+        return;
+    char m[8];
+    lilac_cuda_sync(s, m, sizeof m);
+    const double now = now_s();
+    if (name)
+        op_time(name, now - *t);
+    *t = now;
 }
 
 /* LILAC_CUDA_TRACE=1: one replayed step (the TRACE_STEP-th call of
@@ -443,9 +460,9 @@ static void timing_report(void)
     if (g_timing != 1)
         return;
     double total = 0;
-    for (int i = 0; i < 32; i++)
+    for (int i = 0; i < N_OPS; i++)
         total += g_op_s[i];
-    for (int i = 0; i < 32; i++)
+    for (int i = 0; i < N_OPS; i++)
         if (g_op_n[i])
             fprintf(stderr, "cuda op %-12s %8ld calls %9.3f ms %5.1f %%  %7.2f us/call\n", g_op_name[i], g_op_n[i],
                     g_op_s[i] * 1e3, 100 * g_op_s[i] / total, g_op_s[i] / g_op_n[i] * 1e6);

@@ -134,6 +134,8 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
         below = e && atoi(e) > 0 ? atoi(e) : lilac_cuda_mma_min_pairs();
     }
     bool by_pair = nt < below && lilac_env_switch("LILAC_CUDA_PAIRS", true);
+    double t_ = 0; /* LILAC_CUDA_TIMING=1: the sections below timed (lilac_cuda_op_mark) */
+    lilac_cuda_op_mark(s, NULL, &t_);
     lilac_cuda_get_rows(&cm->tok_embd, pf->tok, nt, pf->x, s);
     for (int il = 0; il < hp->n_layer; il++) {
         const cuda_layer *cl = &cm->layers[il];
@@ -142,6 +144,7 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
             lilac_cuda_matvec(&cl->wq, pf->xn, pf->qg, nt, s);
             lilac_cuda_matvec(&cl->wk, pf->xn, pf->kb, nt, s);
             lilac_cuda_matvec(&cl->wv, pf->xn, pf->vb, nt, s);
+            lilac_cuda_op_mark(s, "pf norm+qkv", &t_);
             if (rows) { /* each row against its own sequence's cache */
                 float **kp = rows->ptrs + (size_t)(4 * il) * PF_BATCH, **vp = kp + PF_BATCH;
                 lilac_cuda_norm_rope_kv_rows(pf->qg, cl->q_norm, q_step, (long long)nh * q_step, nh, pf->kb, pf->vb,
@@ -151,6 +154,7 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
                                               pf->att, pf->att_part, hp->attn_output_gate, nt, s))
                     return lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA batched decode: attention with %d heads of %d",
                                       nh, hd);
+                lilac_cuda_op_mark(s, "pf attention", &t_);
                 lilac_cuda_matvec(&cl->wo, pf->att, pf->tmp, nt, s);
                 goto ffn;
             }
@@ -165,12 +169,14 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
             if (lilac_cuda_pf_attention(pf->qg, q_step, (long long)nh * q_step, cs->k[il], cs->v[il], nh, nkv, hd, pos0,
                                         nt, pf->att, hp->attn_output_gate, s))
                 return lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA prefill: attention with head size %d", hd);
+            lilac_cuda_op_mark(s, "pf attention", &t_);
             lilac_cuda_matvec(&cl->wo, pf->att, pf->tmp, nt, s);
         } else {
             lilac_cuda_matvec(&cl->ssm_qkv, pf->xn, pf->qkv, nt, s);
             lilac_cuda_matvec(&cl->ssm_z, pf->xn, pf->z, nt, s);
             lilac_cuda_matvec(&cl->ssm_alpha, pf->xn, pf->a, nt, s);
             lilac_cuda_matvec(&cl->ssm_beta, pf->xn, pf->b, nt, s);
+            lilac_cuda_op_mark(s, "pf norm+qkv", &t_);
             if (rows) { /* each row with its own sequence's conv and recurrent state */
                 float **cp = rows->ptrs + (size_t)(4 * il + 2) * PF_BATCH, **sp = cp + PF_BATCH;
                 lilac_cuda_conv_step_rows(pf->qkv, cp, cl->ssm_conv, pf->conv, C, hp->ssm_conv_kernel, nt, s);
@@ -178,20 +184,24 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
                                              cl->ssm_norm, nk, nv, dk, dv, m->w.ssm_v_tiled, hp->norm_eps, nt, s))
                     return lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA batched decode: DeltaNet heads of %d x %d", dk,
                                       dv);
+                lilac_cuda_op_mark(s, "pf deltanet", &t_);
                 lilac_cuda_matvec(&cl->ssm_out, pf->o, pf->tmp, nt, s);
                 goto ffn;
             }
             lilac_cuda_pf_conv(pf->qkv, cs->conv[il], cl->ssm_conv, pf->conv, C, hp->ssm_conv_kernel, nt, s);
             lilac_cuda_pf_deltanet(pf->conv, C, pf->a, pf->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], pf->o, pf->z,
                                    cl->ssm_norm, nk, nv, dk, dv, m->w.ssm_v_tiled, hp->norm_eps, nt, s);
+            lilac_cuda_op_mark(s, "pf deltanet", &t_);
             lilac_cuda_matvec(&cl->ssm_out, pf->o, pf->tmp, nt, s);
         }
     ffn:
         lilac_cuda_add(pf->x, pf->tmp, nt * E, s);
+        lilac_cuda_op_mark(s, "pf out", &t_);
         lilac_cuda_rmsnorm(pf->x, cl->post_norm, pf->xn, nt, E, hp->norm_eps, s);
         /* routed experts: route, group the (token, expert) pairs by expert, the products per group */
         lilac_cuda_matvec(&cl->router, pf->xn, pf->rl, nt, s);
         lilac_cuda_pf_topk(pf->rl, NE, k, hp->norm_topk, nt, pf->idx, pf->rw, s);
+        lilac_cuda_op_mark(s, "pf norm+route", &t_);
         float *ubuf = pf->gbuf + (size_t)nt * k * ff;
         if (by_pair) {
             /* each (token, expert) pair a slot of the token step's expert product, over pf->ex as its x rows:
@@ -220,15 +230,18 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
             lilac_cuda_matvec_grouped(&cl->exp_down, cl->down_stride, NE, pf->offsets, NULL, 0, nt, nt * k, pf->gbuf,
                                       ff, pf->ex, s);
         }
+        lilac_cuda_op_mark(s, by_pair ? "pf experts (pairs)" : "pf experts (grouped)", &t_);
         bool shared = hp->shared_ff > 0;
         if (shared) {
             lilac_cuda_matvec(&cl->sh_gate, pf->xn, pf->shg, nt, s);
             lilac_cuda_matvec(&cl->sh_up, pf->xn, pf->shu, nt, s);
             lilac_cuda_swiglu(pf->shg, pf->shu, nt * hp->shared_ff, s);
             lilac_cuda_matvec(&cl->sh_down, pf->shg, pf->sho, nt, s);
+            lilac_cuda_op_mark(s, "pf shared expert", &t_);
         }
         lilac_cuda_pf_moe_sum(pf->x, pf->ex, pf->rw, pf->tok_pair, k, shared ? pf->sho : NULL, cl->sh_gate_inp, pf->xn,
                               E, nt, s);
+        lilac_cuda_op_mark(s, "pf sum", &t_);
     }
     lilac_cuda_rmsnorm(pf->x, cm->output_norm, pf->xn, nt, E, hp->norm_eps, s);
     return LILAC_OK;
@@ -314,8 +327,8 @@ static lilac_status forward_batch(lilac_model *m, int nt, const pf_rows *rows, l
     lilac_cuda_model *cm = m->cuda;
     struct cuda_prefill *pf = cm->pf;
     static int use = -1;
-    if (use < 0)
-        use = lilac_env_switch("LILAC_CUDA_BATCH_GRAPH", false);
+    if (use < 0) /* LILAC_CUDA_TIMING=1 synchronizes between the sections: no capture then */
+        use = lilac_env_switch("LILAC_CUDA_BATCH_GRAPH", false) && !lilac_env_switch("LILAC_CUDA_TIMING", false);
     if (!use || pf->bgraph_failed || nt < 1 || nt > PF_BATCH)
         return forward(m, NULL, nt, 0, rows, err);
     unsigned gen = lilac_cuda_mma_scratch_gen(cm->stream);
@@ -382,6 +395,8 @@ lilac_status lilac_cuda_decode_batch(lilac_model *m, lilac_seq *const *seqs, con
     st = LILAC_OK;
     for (int off = 0; !st && off < n; off += PF_BATCH) {
         int nt = n - off < PF_BATCH ? n - off : PF_BATCH;
+        double t_ = 0; /* LILAC_CUDA_TIMING=1: the step's parts timed (lilac_cuda_op_mark) */
+        lilac_cuda_op_mark(cm->stream, NULL, &t_);
         memset(ptrs, 0, (size_t)L * 4 * PF_BATCH * sizeof *ptrs);
         for (int t = 0; t < nt; t++) {
             lilac_cuda_seq *cs = seqs[off + t]->cuda;
@@ -398,8 +413,10 @@ lilac_status lilac_cuda_decode_batch(lilac_model *m, lilac_seq *const *seqs, con
             break;
         }
         pf_rows rows = {pf->pos, pf->ptrs};
+        lilac_cuda_op_mark(cm->stream, "pf upload", &t_);
         if ((st = forward_batch(m, nt, &rows, err)))
             break;
+        lilac_cuda_op_mark(cm->stream, NULL, &t_);
         /* the logits of the rows that want them, PF_LOGIT_ROWS rows a product */
         for (int r0 = 0; !st && r0 < nt; r0 += PF_LOGIT_ROWS) {
             int rn = nt - r0 < PF_LOGIT_ROWS ? nt - r0 : PF_LOGIT_ROWS;
@@ -423,6 +440,7 @@ lilac_status lilac_cuda_decode_batch(lilac_model *m, lilac_seq *const *seqs, con
                 }
             }
         }
+        lilac_cuda_op_mark(cm->stream, "pf logits+download", &t_);
         if (!st && lilac_cuda_sync(cm->stream, msg, sizeof msg))
             st = lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA batched decode: %s", msg);
         if (!st)
