@@ -1654,7 +1654,14 @@ int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s)
         failed = 1;
         return -1;
     }
-    const long long grid = (long long)per_sm * dev_sm_count();
+    /* LILAC_CUDA_MOE_FUSED_PER_SM=N: at most N blocks a multiprocessor (fewer blocks: cheaper barriers, fewer
+     * warps hiding the weights' latency; for measuring) */
+    static int cap_sm = -1;
+    if (cap_sm < 0) {
+        const char *e = getenv("LILAC_CUDA_MOE_FUSED_PER_SM");
+        cap_sm = e && atoi(e) > 0 ? atoi(e) : 0;
+    }
+    const long long grid = (long long)(cap_sm && cap_sm < per_sm ? cap_sm : per_sm) * dev_sm_count();
     const int slots[5] = {2 * a->k, 1, 1, a->k, 1};
     for (int i = 0; i < 5; i++)
         (void)mf_shape(q[i], slots[i], grid);
