@@ -3,7 +3,7 @@
 # machine (an H200 here). Everything it writes goes under OUT (default
 # ./cuda-out): the build log, the test output, and bench JSON lines.
 #
-#   bench/cuda/run.sh [build|test|synth|bench|ab|sanitize|all]...
+#   bench/cuda/run.sh [build|test|synth|bench|ab|fused|sanitize|all]...
 #
 # Fixtures: $LILAC_FIXTURES (a copy of ../shared/fixtures, or the subset
 # bench/cuda/pack-fixtures.sh makes in .devfix). Libraries the machine lacks:
@@ -113,6 +113,18 @@ do_ab() {
     done
 }
 
+# The decode fusions against the chain, tg128 in one run each (needs build and synth): which of them pays,
+# and the fused kernel's blocks a multiprocessor.
+do_fused() {
+    local T="timeout ${BENCH_TIMEOUT:-120}" v
+    for v in LILAC_NONE=1 LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1 "LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1" \
+        "LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1 LILAC_CUDA_MOE_FUSED_PER_SM=1"; do
+        # shellcheck disable=SC2086 # v is one or more VAR=VALUE words
+        echo "tg128 $v: $(env $v $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 -r 2 --json 2>&1 |
+            grep -o '"tokens_per_s": [0-9.]*\|rror.*')"
+    done
+}
+
 # compute-sanitizer memcheck and racecheck over the CUDA tests (the issue's
 # bar), each bounded so that a slow tool cannot eat the session's device
 # time.
@@ -139,7 +151,8 @@ for s in "${steps[@]}"; do
     bench) do_bench ;;
     sanitize) do_sanitize ;;
     ab) do_ab ;;
+    fused) do_fused ;;
     all) do_build && do_test && do_synth && do_bench ;;
-    *) echo "usage: $0 [build|test|synth|bench|ab|sanitize|all]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [build|test|synth|bench|ab|fused|sanitize|all]..." >&2; exit 2 ;;
     esac
 done
