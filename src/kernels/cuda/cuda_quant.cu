@@ -1631,7 +1631,7 @@ int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s)
         kern = k_moe_fused<LILAC_Q4_K, true, LILAC_Q6_K, false, LILAC_Q4_K, true>, which = 3;
     else
         return -1;
-    static int per_sm_of[4], attr[4];
+    static int per_sm_of[4], smem_of[4], attr[4];
     if (!attr[which]) {
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_MAX);
         attr[which] = 1;
@@ -1646,6 +1646,9 @@ int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s)
         const int b = mf_shape(t, 1, 1);
         smem = b > smem ? b : smem;
     }
+    if (smem > smem_of[which]) /* the occupancy at the most shared memory asked for so far */
+        per_sm = 0, smem_of[which] = smem;
+    smem = smem_of[which];
     if (!per_sm && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NTHREADS, (size_t)smem) !=
                         cudaSuccess ||
                     per_sm < 1)) {
