@@ -14,6 +14,11 @@
 #include "kernels/cpu/quantize.h"
 #include "kernels/cuda/cuda.h"
 #include "testutil.h"
+#include "util/env.h"
+
+/* LILAC_CUDA_TEST_QUICK=1 (bench/cuda/run.sh sanitize: compute-sanitizer's instrumented runs are slow): a case
+ * of each kernel path, not their spread. */
+static inline bool ct_quick(void) { return lilac_env_switch("LILAC_CUDA_TEST_QUICK", false); }
 
 /* The generator's state: each test seeds it (ct_rng = ...) before drawing. */
 static uint64_t ct_rng = 0x9E3779B97F4A7C15ull;

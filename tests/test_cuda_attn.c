@@ -19,7 +19,7 @@
  * 256, 512 tokens after 3584 (informative).
  *
  * Without a usable CUDA device it skips (exit 77), unless
- * LILAC_REQUIRE_CUDA=1. LILAC_CUDA_ATTN_QUICK=1 runs a few cases and no
+ * LILAC_REQUIRE_CUDA=1. LILAC_CUDA_TEST_QUICK=1 runs a few cases and no
  * timing (for compute-sanitizer). */
 #include <math.h>
 #include <stdint.h>
@@ -288,8 +288,7 @@ int main(void)
     ct_rng = 0x2545F4914F6CDD1Dull;
     ct_require_cuda(msg, sizeof msg);
 #ifdef LILAC_CUDA
-    const char *qe = getenv("LILAC_CUDA_ATTN_QUICK");
-    const int quick = qe && *qe == '1';
+    const bool quick = ct_quick();
     static const int HD[] = {128, 256};
     static const int HEADS[][2] = {{16, 2}, {8, 8}, {16, 4}, {12, 4}};
     static const int N[] = {1, 7, 64, 100, 512};

@@ -9,6 +9,7 @@
 #include "kernels/cuda/cuda.h"
 #include "model/decoder_cuda_int.h"
 #include "models.h"
+#include "util/env.h"
 
 enum { MAXSEQ = 64, STEPS = 8 };
 
@@ -135,7 +136,7 @@ int main(void)
     const char *fx = tu_require_fixtures();
     unsetenv("LILAC_CUDA_BATCH"); /* the default: batched */
     /* LILAC_CUDA_TEST_QUICK=1 (the sanitizers' slow runs): 5 and 64 sequences of the Q4_K_M file only */
-    const int quick = getenv("LILAC_CUDA_TEST_QUICK") != NULL;
+    const bool quick = lilac_env_switch("LILAC_CUDA_TEST_QUICK", false);
     if (!quick) {
         run(fx, "tiny-qwen35moe", "gguf/model-bf16.gguf", 5);
         run(fx, "tiny-qwen3moe", "gguf/model-bf16.gguf", 5);

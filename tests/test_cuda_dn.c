@@ -17,7 +17,7 @@
  * of both forms at 128 x 128, 32 heads, 512 tokens (informative).
  *
  * Without a usable CUDA device it skips (exit 77), unless
- * LILAC_REQUIRE_CUDA=1. LILAC_CUDA_ATTN_QUICK=1 (the sanitizer runs') runs a
+ * LILAC_REQUIRE_CUDA=1. LILAC_CUDA_TEST_QUICK=1 (the sanitizer runs') runs a
  * few cases and no timing. */
 #include <math.h>
 #include <stdint.h>
@@ -325,8 +325,7 @@ int main(void)
     ct_rng = 0x6A09E667F3BCC909ull;
     ct_require_cuda(msg, sizeof msg);
 #ifdef LILAC_CUDA
-    const char *qe = getenv("LILAC_CUDA_ATTN_QUICK");
-    const int quick = qe && *qe == '1';
+    const bool quick = ct_quick();
     static const int N[] = {1, 7, 64, 65, 200, 512};
     /* dk, dv, nk, nv, tiled, taken */
     static const int SH[][6] = {

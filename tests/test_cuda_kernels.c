@@ -269,8 +269,7 @@ static void test_type(int ti)
     const int type = TYPES[ti];
     const int64_t COLS[] = {256, 512, 2048, 4096}, ROWS[] = {1, 7, 333, 2048};
     const int NTOK[] = {1, 2, 5, 16};
-    /* LILAC_CUDA_TEST_QUICK=1 (the sanitizers' slow runs): the shapes of every kernel path, not their spread */
-    const int quick = getenv("LILAC_CUDA_TEST_QUICK") != NULL;
+    const bool quick = ct_quick(); /* the shapes of every kernel path */
     tmat m;
     for (int ci = 0; ci < 4; ci++)
         for (int ri = 0; ri < 4; ri++) {

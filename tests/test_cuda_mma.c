@@ -347,9 +347,7 @@ static void test_type(int ti)
 {
     const int type = TYPES[ti];
     const int all[] = {1, 16, 17, 64, 100}, big[] = {512}, few[] = {16, 33};
-    /* LILAC_CUDA_MMA_QUICK=1 (the sanitizers, whose instrumented runs are slow): a case of each path */
-    const char *q = getenv("LILAC_CUDA_MMA_QUICK");
-    const bool quick = q && *q == '1';
+    const bool quick = ct_quick(); /* a case of each path */
     test_dense(ti, 256, 256, lilac_dtype_row_bytes(type, 256), 0, 0, all, 5, "packed rows");
     if (quick) {
         test_dense(ti, 200, 1024, lilac_dtype_row_bytes(type, 1024), 2, 0, few, 2, "data 2 bytes past 16-alignment");

@@ -134,8 +134,7 @@ do_sanitize() {
     # SAN_TOOLS, SAN_TESTS: a subset (racecheck needs minutes a test: split it over calls)
     for tool in ${SAN_TOOLS:-memcheck racecheck}; do
         for t in ${SAN_TESTS:-test_cuda_kernels test_cuda_mma test_cuda_attn test_cuda_dn test_cuda_model test_cuda_prefill test_cuda_batch}; do
-            LILAC_REQUIRE_CUDA=1 LILAC_CUDA_GRAPH=0 LILAC_CUDA_ATTN_QUICK=1 LILAC_CUDA_MMA_QUICK=1 \
-                LILAC_CUDA_TEST_QUICK=1 LILAC_CUDA_NO_BENCH=1 timeout "${SAN_TIMEOUT:-60}" \
+            LILAC_REQUIRE_CUDA=1 LILAC_CUDA_GRAPH=0 LILAC_CUDA_TEST_QUICK=1 LILAC_CUDA_NO_BENCH=1 timeout "${SAN_TIMEOUT:-60}" \
                 "$cs" --tool $tool --error-exitcode 3 \
                 "$build/tests/$t" >"$out/san-$tool-$t.txt" 2>&1
             echo "$tool $t: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/san-$tool-$t.txt" | tail -1)"
