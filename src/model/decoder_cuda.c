@@ -446,13 +446,10 @@ static void trace_name(const char *op, const char *call)
     do {                                                                                                       \
         if (g_trace == 1)                                                                                      \
             trace_name(name, #call);                                                                           \
-        double t0_ = g_timing ? now_s() : 0;                                                                   \
+        double t0_ = 0;                                                                                        \
+        lilac_cuda_op_mark(s, NULL, &t0_);                                                                     \
         call;                                                                                                  \
-        if (g_timing) {                                                                                        \
-            char m_[8];                                                                                        \
-            lilac_cuda_sync(s, m_, sizeof m_);                                                                 \
-            op_time(name, now_s() - t0_);                                                                      \
-        }                                                                                                      \
+        lilac_cuda_op_mark(s, name, &t0_);                                                                     \
     } while (0)
 
 static void timing_report(void)

@@ -212,20 +212,20 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
             lilac_cuda_matvec_experts(&cl->exp_gate, cl->gate_stride, pf->idx, nt * k, pf->ex, 1, pf->gbuf, s);
             lilac_cuda_matvec_experts(&cl->exp_up, cl->up_stride, pf->idx, nt * k, pf->ex, 1, ubuf, s);
             lilac_cuda_matvec_fused(&cl->exp_down, cl->down_stride, pf->idx, nt * k, pf->gbuf, ubuf, 1, pf->ex, 0, s);
-        } else if (cl->gu_fused && gu_one) {
-            /* up expert e is gate expert NE + e of the one allocation: 2 NE experts, their outputs gate then up
-             * (the pairs in all are nt k: topk names k valid experts a token) */
-            lilac_cuda_pf_moe_group_gu(pf->idx, nt, k, NE, pf->offsets, pf->pair_tok, pf->tok_pair, s);
-            lilac_cuda_matvec_grouped(&cl->exp_gate, cl->gate_stride, 2 * NE, pf->offsets, pf->pair_tok, nt, nt,
-                                      2 * nt * k, pf->xn, E, pf->gbuf, s);
         } else {
-            lilac_cuda_pf_moe_group(pf->idx, nt, k, NE, pf->offsets, pf->pair_tok, pf->tok_pair, s);
-            lilac_cuda_matvec_grouped(&cl->exp_gate, cl->gate_stride, NE, pf->offsets, pf->pair_tok, nt, nt, nt * k,
-                                      pf->xn, E, pf->gbuf, s);
-            lilac_cuda_matvec_grouped(&cl->exp_up, cl->up_stride, NE, pf->offsets, pf->pair_tok, nt, nt, nt * k, pf->xn,
-                                      E, ubuf, s);
-        }
-        if (!by_pair) {
+            if (cl->gu_fused && gu_one) {
+                /* up expert e is gate expert NE + e of the one allocation: 2 NE experts, their outputs gate then
+                 * up (the pairs in all are nt k: topk names k valid experts a token) */
+                lilac_cuda_pf_moe_group_gu(pf->idx, nt, k, NE, pf->offsets, pf->pair_tok, pf->tok_pair, s);
+                lilac_cuda_matvec_grouped(&cl->exp_gate, cl->gate_stride, 2 * NE, pf->offsets, pf->pair_tok, nt, nt,
+                                          2 * nt * k, pf->xn, E, pf->gbuf, s);
+            } else {
+                lilac_cuda_pf_moe_group(pf->idx, nt, k, NE, pf->offsets, pf->pair_tok, pf->tok_pair, s);
+                lilac_cuda_matvec_grouped(&cl->exp_gate, cl->gate_stride, NE, pf->offsets, pf->pair_tok, nt, nt,
+                                          nt * k, pf->xn, E, pf->gbuf, s);
+                lilac_cuda_matvec_grouped(&cl->exp_up, cl->up_stride, NE, pf->offsets, pf->pair_tok, nt, nt, nt * k,
+                                          pf->xn, E, ubuf, s);
+            }
             lilac_cuda_swiglu(pf->gbuf, ubuf, nt * k * ff, s);
             lilac_cuda_matvec_grouped(&cl->exp_down, cl->down_stride, NE, pf->offsets, NULL, 0, nt, nt * k, pf->gbuf,
                                       ff, pf->ex, s);

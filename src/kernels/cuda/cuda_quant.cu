@@ -984,6 +984,19 @@ int floor_log2(long long v)
 
 /* launch_fast's shape of the product over a grid of cap blocks (lanes a row, column tiles, row tiles, items);
  * the shared memory a block needs for it. */
+/* Units of x a column tile of a T-token product holds, and the shared memory that takes (x and its run sums). */
+template <int TYPE, int T> int mv_tile_units(long long cols)
+{
+    using UT = Unit<TYPE>;
+    const int U = (int)(cols / UT::VPU);
+    return U < TILE_VALUES / T / UT::VPU ? U : TILE_VALUES / T / UT::VPU;
+}
+template <int TYPE, int T> int mv_smem(long long cols)
+{
+    using UT = Unit<TYPE>;
+    return (int)sizeof(float) * T * mv_tile_units<TYPE, T>(cols) * (UT::VPU + 4 + UT::NRUN);
+}
+
 template <int TYPE, int T> int mv_shape(MV &p, int slots, long long cap)
 {
     using UT = Unit<TYPE>;
@@ -996,7 +1009,7 @@ template <int TYPE, int T> int mv_shape(MV &p, int slots, long long cap)
     int lpr = U / 8;
     lpr = lpr < (U < 4 ? U : 4) ? (U < 4 ? U : 4) : lpr > 32 ? 32 : lpr;
     lpr = 1 << floor_log2(lpr);
-    p.ut = U < TILE_VALUES / T / UT::VPU ? U : TILE_VALUES / T / UT::VPU;
+    p.ut = mv_tile_units<TYPE, T>(p.cols);
     p.n_ct = (U + p.ut - 1) / p.ut;
     /* A small matrix (an expert, a 2048-wide projection) has too few row
      * tiles to keep the device busy at 8 units a lane: then more lanes a row
@@ -1011,17 +1024,14 @@ template <int TYPE, int T> int mv_shape(MV &p, int slots, long long cap)
     p.lpr_log2 = floor_log2(lpr);
     p.row_tiles = tiles(lpr) / slots;
     p.items = p.row_tiles * slots;
-    return (int)sizeof(float) * T * p.ut * (UT::VPU + 4 + UT::NRUN);
+    return mv_smem<TYPE, T>(p.cols);
 }
 
 /* KERN (k_mv or k_mv_conv, T tokens a pass) over the grid that fits, in mv_shape's shape. */
 template <int TYPE, int T, auto KERN> void launch_shaped(MV p, cudaStream_t st, int slots)
 {
-    using UT = Unit<TYPE>;
     auto kern = KERN;
-    const int U = (int)(p.cols / UT::VPU);
-    const int ut = U < TILE_VALUES / T / UT::VPU ? U : TILE_VALUES / T / UT::VPU; /* mv_shape's, for the occupancy */
-    const int smem = (int)sizeof(float) * T * ut * (UT::VPU + 4 + UT::NRUN);
+    const int smem = mv_smem<TYPE, T>(p.cols); /* before the grid: the occupancy depends on it */
 
     static std::atomic<int> attr_set{0};
     if (!attr_set.load(std::memory_order_relaxed)) {
@@ -1079,11 +1089,11 @@ template <int TYPE, bool A16> void launch_t(const MV &p, cudaStream_t st, int sl
 /* ------------------------------------------------------------------ */
 /* The decode step's MoE half in one kernel (lilac_cuda_moe_fused) */
 
-/* A product of k_moe_fused: mv_block's parameters, its type and alignment; routed: idx is the block's routing. */
+/* A product of k_moe_fused: mv_block's parameters, its type and alignment. */
 struct MFP {
     MV p;
     int type;
-    bool a16, routed;
+    bool a16;
 };
 constexpr int MF_ROUTE = 64; /* idx and w entries a block keeps (2k slots, the k weights and the shared gate) */
 
@@ -1200,26 +1210,30 @@ MV mv_params(const lilac_cuda_mat *W, size_t stride, const int32_t *idx, bool sl
     return p;
 }
 
-/* A product of lilac_cuda_moe as mv_block takes it; false where k_moe_fused has no body for the type or
- * alignment. */
-bool mf_product(MFP &q, const lilac_cuda_mat *W, size_t stride, bool routed, int slots, const float *x,
-                const float *x2, long long x_slot, float *y)
+/* W has weights, a type with a CUDA kernel, whole blocks a row and rows at least that long. */
+bool mat_ok(const lilac_cuda_mat *W)
 {
     int blck, bsz;
-    if (!W || !W->data || !block_of(W->type, &blck, &bsz) || W->rows < 1 || W->cols % blck ||
-        W->row_bytes < (size_t)(W->cols / blck) * (size_t)bsz)
+    return W && W->data && block_of(W->type, &blck, &bsz) && W->rows >= 1 && W->cols % blck == 0 &&
+           W->row_bytes >= (size_t)(W->cols / blck) * (size_t)bsz;
+}
+
+/* A product of lilac_cuda_moe as mv_block takes it; false where k_moe_fused has no body for the type or
+ * alignment. */
+bool mf_product(MFP &q, const lilac_cuda_mat *W, size_t stride, bool routed, const float *x,
+                const float *x2, long long x_slot, float *y)
+{
+    if (!mat_ok(W))
         return false;
     const uintptr_t al = reinterpret_cast<uintptr_t>(W->data) | W->row_bytes | stride;
     q = MFP{};
     q.type = W->type;
     q.a16 = (al & 15) == 0 && (W->type == LILAC_Q4_K || W->type == LILAC_Q5_K);
-    q.routed = routed;
     if ((al & 1) || !(W->type == LILAC_Q4_K || W->type == LILAC_Q5_K || W->type == LILAC_Q6_K ||
                       W->type == LILAC_Q8_0))
         return false;
     /* idx: the block's own, given in the kernel (routed: y rows a slot apart) */
     q.p = mv_params(W, stride, nullptr, routed, x, x2, x_slot, y, 1, 0);
-    (void)slots;
     return true;
 }
 
@@ -1552,9 +1566,7 @@ long lilac_cuda_fused_launches(int kind)
 int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, float *conv_state, const float *conv_w,
                            int K, float *conv_out, lilac_cuda_stream *s)
 {
-    int blck, bsz;
-    if (!W || !W->data || !x || !y || !conv_state || !conv_w || !conv_out || K < 1 || W->rows < 1 ||
-        !block_of(W->type, &blck, &bsz) || W->cols % blck || W->row_bytes < (size_t)(W->cols / blck) * (size_t)bsz)
+    if (!mat_ok(W) || !x || !y || !conv_state || !conv_w || !conv_out || K < 1)
         return -1;
     MV p = mv_params(W, 0, nullptr, false, x, nullptr, 0, y, 1, 0);
     p.conv_state = conv_state, p.conv_out = conv_out, p.conv_w = conv_w, p.conv_k = K;
@@ -1597,17 +1609,17 @@ int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s)
     const bool shared = a->sh_gate && a->sh_up && a->sh_down && a->sh_gate_inp;
     const long long ff = a->gate->rows;
     MFP q[5]; /* routed gate+up, shared gate, shared up, routed down, shared down */
-    bool ok = mf_product(q[0], a->gate, a->gate_stride, true, 2 * a->k, a->xn, nullptr, 0, a->gbuf) &&
-              mf_product(q[3], a->down, a->down_stride, true, a->k, a->gbuf, a->gbuf + (size_t)a->k * ff, ff, a->ex);
+    bool ok = mf_product(q[0], a->gate, a->gate_stride, true, a->xn, nullptr, 0, a->gbuf) &&
+              mf_product(q[3], a->down, a->down_stride, true, a->gbuf, a->gbuf + (size_t)a->k * ff, ff, a->ex);
     if (shared)
-        ok = ok && mf_product(q[1], a->sh_gate, 0, false, 1, a->xn, nullptr, 0, a->shg) &&
-             mf_product(q[2], a->sh_up, 0, false, 1, a->xn, nullptr, 0, a->shu) &&
-             mf_product(q[4], a->sh_down, 0, false, 1, a->shg, a->shu, 0, a->sho);
+        ok = ok && mf_product(q[1], a->sh_gate, 0, false, a->xn, nullptr, 0, a->shg) &&
+             mf_product(q[2], a->sh_up, 0, false, a->xn, nullptr, 0, a->shu) &&
+             mf_product(q[4], a->sh_down, 0, false, a->shg, a->shu, 0, a->sho);
     else
         q[1] = q[2] = q[0], q[4] = q[3]; /* not run: their types only pick the instantiation */
     MFP qo{};
     if (has_out)
-        ok = ok && mf_product(qo, a->out, 0, false, 1, a->out_x, nullptr, 0, a->x) && a->out->rows == a->n_embd;
+        ok = ok && mf_product(qo, a->out, 0, false, a->out_x, nullptr, 0, a->x) && a->out->rows == a->n_embd;
     if (!ok || a->gate->cols != a->n_embd || a->down->rows != a->n_embd || a->down->cols != ff)
         return -1;
     qo.p.acc = 1;
