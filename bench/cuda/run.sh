@@ -55,7 +55,9 @@ do_test() {
     run_test mma-old-paths test_cuda_mma LILAC_CUDA_MMA_W8=0 LILAC_CUDA_MMA_XROWS=0
     run_test attn test_cuda_attn
     run_test dn test_cuda_dn
+    run_test route test_cuda_route
     run_test model test_cuda_model
+    run_test model-route-tail test_cuda_model LILAC_CUDA_ROUTE_TAIL=1
     run_test model-apart test_cuda_model LILAC_CUDA_NORM_ROUTER=0 LILAC_CUDA_PDL_ALL=1
     run_test model-moe-fused test_cuda_model LILAC_CUDA_MOE_FUSED=1
     run_test model-qkv-conv test_cuda_model LILAC_CUDA_QKV_CONV=1
@@ -107,7 +109,8 @@ do_ab() {
                 -n 32 -P $P -r 1 --json 2>/dev/null | grep "x$P" | grep -o '"tokens_per_s": [0-9.]*')"
         done
     done
-    for v in NONE LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1 LILAC_CUDA_PDL_ALL=1 LILAC_CUDA_NORM_ROUTER=0; do # decode's switches, tg128
+    for v in NONE LILAC_CUDA_ROUTE_TAIL=1 LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1 LILAC_CUDA_PDL_ALL=1 \
+        LILAC_CUDA_NORM_ROUTER=0; do # decode's switches, tg128
         echo "tg128 $v: $(env "${v/NONE/LILAC_NONE=1}" $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 \
             -r 2 --json 2>/dev/null | grep -o '"tokens_per_s": [0-9.]*')"
     done
@@ -133,7 +136,7 @@ do_sanitize() {
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     # SAN_TOOLS, SAN_TESTS: a subset (racecheck needs minutes a test: split it over calls)
     for tool in ${SAN_TOOLS:-memcheck racecheck}; do
-        for t in ${SAN_TESTS:-test_cuda_kernels test_cuda_mma test_cuda_attn test_cuda_dn test_cuda_model test_cuda_prefill test_cuda_batch}; do
+        for t in ${SAN_TESTS:-test_cuda_kernels test_cuda_mma test_cuda_attn test_cuda_dn test_cuda_route test_cuda_model test_cuda_prefill test_cuda_batch}; do
             LILAC_REQUIRE_CUDA=1 LILAC_CUDA_GRAPH=0 LILAC_CUDA_TEST_QUICK=1 LILAC_CUDA_NO_BENCH=1 timeout "${SAN_TIMEOUT:-60}" \
                 "$cs" --tool $tool --error-exitcode 3 \
                 "$build/tests/$t" >"$out/san-$tool-$t.txt" 2>&1

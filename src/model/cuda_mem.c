@@ -50,27 +50,24 @@ uint64_t lilac_cuda_decode_sizes(const lilac_hparams *hp, size_t *bytes)
         E * f,                                                    /* x */
         E * f,                                                    /* xn */
         E * f,                                                    /* tmp */
-        nh * hd * 2 * f,                                          /* qg: q, then the gate */
-        nh * hd * f,                                              /* kb */
+        (nh * hd * 2 + nh * hd) * f,                              /* qg: q and its gate, then k (kb) */
         nh * hd * f,                                              /* vb */
         nh * hd * f,                                              /* att */
-        (C + 1) * f,                                              /* qkv */
+        (C + nvd) * f,                                            /* qkv, then z: one product may write both */
         (C + 1) * f,                                              /* conv */
-        nvd * f,                                                  /* z */
-        nv * f,                                                   /* a */
-        nv * f,                                                   /* b */
+        2 * nv * f,                                               /* a, then b */
         nvd * f,                                                  /* o */
-        (size_t)hp->n_expert * f,                                 /* rl */
+        ((size_t)hp->n_expert + 1) * f,                           /* rl: the router's logits, the shared gate's */
         (k + 1) * f,                                              /* rw */
         2 * k * ff * f,                                           /* gbuf: gate, then up outputs */
         k * E * f,                                                /* ex */
-        sff * f,                                                  /* shg */
-        sff * f,                                                  /* shu */
+        2 * sff * f,                                              /* shg, then shu */
         E * f,                                                    /* sho */
         (size_t)hp->n_vocab * f,                                  /* logits */
         lilac_cuda_att_part_floats(hp->n_head, hp->head_dim) * f, /* att_part */
         2 * sizeof(int32_t),                                      /* tok: the token, its position */
         2 * k * sizeof(int32_t),                                  /* idx */
+        sizeof(unsigned),                                         /* count */
     };
     return fill(b, LILAC_CUDA_DEC_NBUF, bytes);
 }

@@ -30,10 +30,10 @@ lilac_cuda_seq_sizes lilac_cuda_seq_sizes_of(const lilac_hparams *hp, int n_ctx)
 /* Conv channels of a DeltaNet layer: q, k (k_heads x k_dim each) and v (v_heads x v_dim). */
 size_t lilac_cuda_conv_channels(const lilac_hparams *hp);
 
-/* The one-token step's activation buffers (lilac_cuda_model_new), bytes each in the order x, xn, tmp, qg, kb,
- * vb, att, qkv, conv, z, a, b, o, rl, rw, gbuf, ex, shg, shu, sho, logits, att_part, tok, idx; bytes may be
- * NULL. Returns their sum. */
-#define LILAC_CUDA_DEC_NBUF 24
+/* The one-token step's activation buffers (lilac_cuda_model_new), bytes each in the order x, xn, tmp, qg (then
+ * kb), vb, att, qkv (then z), conv, a (then b), o, rl, rw, gbuf, ex, shg (then shu), sho, logits, att_part, tok, idx,
+ * count; bytes may be NULL. Returns their sum. */
+#define LILAC_CUDA_DEC_NBUF 21
 uint64_t lilac_cuda_decode_sizes(const lilac_hparams *hp, size_t *bytes);
 
 /* The prefill's and batched decode's chunk buffers (decoder_cuda_prefill.c's pf_alloc, at the first prompt of

@@ -77,6 +77,53 @@ static lilac_status up_mat(lilac_cuda_model *cm, const lilac_mat *w, lilac_cuda_
     return st;
 }
 
+/* a and b, of the same type and row length, one after the other in one allocation (*joined: both, for one
+ * product over the same input); otherwise apart (joined->data NULL). */
+static lilac_status up_joined(lilac_cuda_model *cm, const lilac_mat *a, const lilac_mat *b, lilac_cuda_mat *oa,
+                              lilac_cuda_mat *ob, lilac_cuda_mat *joined, lilac_error *err)
+{
+    memset(joined, 0, sizeof *joined);
+    if (!a->data || !b->data || a->type != b->type || a->cols != b->cols || a->row_bytes != b->row_bytes ||
+        !lilac_cuda_type_supported(a->type)) {
+        lilac_status st = up_mat(cm, a, oa, err);
+        return st ? st : up_mat(cm, b, ob, err);
+    }
+    const size_t ba = (size_t)a->rows * a->row_bytes, bb = (size_t)b->rows * b->row_bytes;
+    uint8_t *d;
+    char msg[256];
+    lilac_status st = lilac_cuda_model_alloc(cm, (void **)&d, ba + bb, err);
+    if (!st && (lilac_cuda_upload(d, a->data, ba, msg, sizeof msg) ||
+                lilac_cuda_upload(d + ba, b->data, bb, msg, sizeof msg)))
+        st = cuda_err(err, "upload", msg);
+    if (!st) {
+        *oa = (lilac_cuda_mat){d, a->type, a->rows, a->cols, a->row_bytes};
+        *ob = (lilac_cuda_mat){d + ba, b->type, b->rows, b->cols, b->row_bytes};
+        *joined = (lilac_cuda_mat){d, a->type, a->rows + b->rows, a->cols, a->row_bytes};
+    }
+    return st;
+}
+
+/* The router, and where the model has a shared expert with an F32 router, its gate_inp (E floats) as one more
+ * row: the norm+router kernel computes the shared gate's dot with the router's (*gate_row set). out keeps the
+ * router's own rows, for the other paths. */
+static lilac_status up_router(lilac_cuda_model *cm, const lilac_mat *w, const float *gate_inp, lilac_cuda_mat *out,
+                              bool *gate_row, lilac_error *err)
+{
+    *gate_row = false;
+    if (!gate_inp || w->type != LILAC_F32 || !w->data || w->row_bytes != (size_t)w->cols * sizeof(float))
+        return up_mat(cm, w, out, err);
+    size_t bytes = (size_t)w->rows * w->row_bytes;
+    void *d;
+    char msg[256];
+    lilac_status st = lilac_cuda_model_alloc(cm, &d, bytes + w->row_bytes, err);
+    if (!st && (lilac_cuda_upload(d, w->data, bytes, msg, sizeof msg) ||
+                lilac_cuda_upload((uint8_t *)d + bytes, gate_inp, w->row_bytes, msg, sizeof msg)))
+        st = cuda_err(err, "upload", msg);
+    if (!st)
+        *out = (lilac_cuda_mat){d, w->type, w->rows, w->cols, w->row_bytes}, *gate_row = true;
+    return st;
+}
+
 /* The n experts one after another at d, whatever their host layout. */
 static lilac_status up_expert_run(uint8_t *d, const lilac_mat *e, int n, size_t one, lilac_error *err)
 {
@@ -176,9 +223,7 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
             st = up_floats(cm, lw->post_norm, (size_t)E, &cl->post_norm, err);
         if (!st && hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
             if (!st)
-                st = up_mat(cm, &lw->wq, &cl->wq, err);
-            if (!st)
-                st = up_mat(cm, &lw->wk, &cl->wk, err);
+                st = up_joined(cm, &lw->wq, &lw->wk, &cl->wq, &cl->wk, &cl->wqk, err);
             if (!st)
                 st = up_mat(cm, &lw->wv, &cl->wv, err);
             if (!st)
@@ -189,13 +234,9 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
                 st = up_floats(cm, lw->k_norm, (size_t)hp->head_dim, &cl->k_norm, err);
         } else if (!st) {
             if (!st)
-                st = up_mat(cm, &lw->ssm_qkv, &cl->ssm_qkv, err);
+                st = up_joined(cm, &lw->ssm_qkv, &lw->ssm_z, &cl->ssm_qkv, &cl->ssm_z, &cl->ssm_qkvz, err);
             if (!st)
-                st = up_mat(cm, &lw->ssm_z, &cl->ssm_z, err);
-            if (!st)
-                st = up_mat(cm, &lw->ssm_alpha, &cl->ssm_alpha, err);
-            if (!st)
-                st = up_mat(cm, &lw->ssm_beta, &cl->ssm_beta, err);
+                st = up_joined(cm, &lw->ssm_alpha, &lw->ssm_beta, &cl->ssm_alpha, &cl->ssm_beta, &cl->ssm_ab, err);
             if (!st)
                 st = up_mat(cm, &lw->ssm_out, &cl->ssm_out, err);
             if (!st)
@@ -208,7 +249,8 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
                 st = up_floats(cm, lw->ssm_norm, (size_t)hp->ssm_v_dim, &cl->ssm_norm, err);
         }
         if (!st)
-            st = up_mat(cm, &lw->router, &cl->router, err);
+            st = up_router(cm, &lw->router, hp->shared_ff > 0 ? lw->sh_gate_inp : NULL, &cl->router,
+                           &cl->router_gate_row, err);
         cl->gu_fused = same_layout(lw->exp_gate, lw->exp_up);
         if (!st && cl->gu_fused) {
             st = up_experts(cm, lw->exp_gate, lw->exp_up, hp->n_expert, &cl->exp_gate, &cl->exp_up, &cl->gate_stride,
@@ -222,9 +264,7 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
         if (!st)
             st = up_experts(cm, lw->exp_down, NULL, hp->n_expert, &cl->exp_down, NULL, &cl->down_stride, err);
         if (!st && hp->shared_ff > 0) {
-            st = up_mat(cm, &lw->sh_gate, &cl->sh_gate, err);
-            if (!st)
-                st = up_mat(cm, &lw->sh_up, &cl->sh_up, err);
+            st = up_joined(cm, &lw->sh_gate, &lw->sh_up, &cl->sh_gate, &cl->sh_up, &cl->sh_gu, err);
             if (!st)
                 st = up_mat(cm, &lw->sh_down, &cl->sh_down, err);
             if (!st)
@@ -234,18 +274,25 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
     /* activations of one token: sizes from cuda_mem.c's table, in its order */
     size_t k = (size_t)hp->n_expert_used, ff = (size_t)hp->expert_ff;
     void **bufs[LILAC_CUDA_DEC_NBUF] = {
-        (void **)&cm->x,  (void **)&cm->xn,   (void **)&cm->tmp, (void **)&cm->qg,     (void **)&cm->kb,
-        (void **)&cm->vb, (void **)&cm->att,  (void **)&cm->qkv, (void **)&cm->conv,   (void **)&cm->z,
-        (void **)&cm->a,  (void **)&cm->b,    (void **)&cm->o,   (void **)&cm->rl,     (void **)&cm->rw,
-        (void **)&cm->gbuf, (void **)&cm->ex, (void **)&cm->shg, (void **)&cm->shu,    (void **)&cm->sho,
-        (void **)&cm->logits, (void **)&cm->att_part, (void **)&cm->tok, (void **)&cm->idx,
+        (void **)&cm->x,  (void **)&cm->xn,   (void **)&cm->tmp, (void **)&cm->qg,     (void **)&cm->vb,
+        (void **)&cm->att, (void **)&cm->qkv, (void **)&cm->conv, (void **)&cm->a,     (void **)&cm->o,
+        (void **)&cm->rl,     (void **)&cm->rw,
+        (void **)&cm->gbuf, (void **)&cm->ex, (void **)&cm->shg, (void **)&cm->sho,
+        (void **)&cm->logits, (void **)&cm->att_part, (void **)&cm->tok, (void **)&cm->idx, (void **)&cm->count,
     };
     size_t sizes[LILAC_CUDA_DEC_NBUF];
     lilac_cuda_decode_sizes(hp, sizes);
     for (size_t i = 0; !st && i < LILAC_CUDA_DEC_NBUF; i++)
         st = lilac_cuda_model_alloc(cm, bufs[i], sizes[i], err);
-    if (!st)
-        cm->ubuf = cm->gbuf + k * ff; /* right after the gate outputs: one product writes both */
+    if (!st) { /* each right after the other: one product writes both (up_joined) */
+        cm->ubuf = cm->gbuf + k * ff;
+        cm->kb = cm->qg + (size_t)hp->n_head * hp->head_dim * (hp->attn_output_gate ? 2 : 1);
+        cm->z = cm->qkv + C;
+        cm->b = cm->a + hp->ssm_v_heads;
+        cm->shu = cm->shg + (hp->shared_ff > 0 ? hp->shared_ff : 1);
+    }
+    if (!st && lilac_cuda_memset(cm->count, 0, sizeof *cm->count, cm->stream))
+        st = lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA: clearing a counter failed");
     if (!st && lilac_cuda_host_alloc((void **)&cm->logits_host, (size_t)hp->n_vocab * sizeof(float)))
         cm->logits_host = NULL; /* then straight into the caller's memory, slower */
     if (st) {
@@ -494,9 +541,11 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         const float *xout;
         lilac_cuda_fork(s, aux, cm->ev[0]);
         if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
-            OP("matvec", lilac_cuda_matvec(&cl->wk, cm->xn, cm->kb, 1, aux));
+            /* q (with its gate) and k in one product where they share a type: k lands at kb, right after q */
+            if (!cl->wqk.data)
+                OP("matvec", lilac_cuda_matvec(&cl->wk, cm->xn, cm->kb, 1, aux));
             OP("matvec", lilac_cuda_matvec(&cl->wv, cm->xn, cm->vb, 1, aux));
-            OP("matvec", lilac_cuda_matvec(&cl->wq, cm->xn, cm->qg, 1, s));
+            OP("matvec", lilac_cuda_matvec(cl->wqk.data ? &cl->wqk : &cl->wq, cm->xn, cm->qg, 1, s));
             lilac_cuda_fork(aux, s, cm->ev[1]);
             OP("norm_rope_kv", lilac_cuda_norm_rope_kv(cm->qg, cl->q_norm, q_step, nh, cm->kb, cm->vb, cl->k_norm,
                                                        cs->k[il], cs->v[il], nkv, hd, hp->rope_dims, pos,
@@ -506,23 +555,31 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
                    cs->n_ctx, cm->att_part, hp->attn_output_gate, s));
             wout = &cl->wo, xout = cm->att;
         } else {
-            OP("matvec", lilac_cuda_matvec(&cl->ssm_z, cm->xn, cm->z, 1, aux));
-            OP("matvec", lilac_cuda_matvec(&cl->ssm_alpha, cm->xn, cm->a, 1, aux));
-            OP("matvec", lilac_cuda_matvec(&cl->ssm_beta, cm->xn, cm->b, 1, aux));
             int tiled = m->w.ssm_v_tiled, K = hp->ssm_conv_kernel;
-            /* LILAC_CUDA_QKV_CONV=1: the conv in the qkv product's kernel (lilac_cuda_matvec_conv; not yet run
-             * on a GPU). The conv inside the DeltaNet kernel instead (a block a key head) was measured slower,
-             * 263 against 269 tok/s, and removed. */
+            /* LILAC_CUDA_QKV_CONV=1: the conv in the qkv product's kernel (lilac_cuda_matvec_conv): tg128 249
+             * against 270 (H200, 2026-11-30). The conv inside the DeltaNet kernel instead (a block a key head)
+             * was measured slower, 263 against 269 tok/s, and removed. */
             static int qkv_conv = -1;
             if (qkv_conv < 0)
                 qkv_conv = lilac_env_switch("LILAC_CUDA_QKV_CONV", false);
+            /* qkv and z in one product where they share a type (z lands right after qkv), alpha and beta in
+             * one on the second branch: two launches on the chain fewer */
+            const bool qkvz = cl->ssm_qkvz.data && !qkv_conv;
+            if (!qkvz)
+                OP("matvec", lilac_cuda_matvec(&cl->ssm_z, cm->xn, cm->z, 1, aux));
+            if (cl->ssm_ab.data) {
+                OP("matvec", lilac_cuda_matvec(&cl->ssm_ab, cm->xn, cm->a, 1, aux));
+            } else {
+                OP("matvec", lilac_cuda_matvec(&cl->ssm_alpha, cm->xn, cm->a, 1, aux));
+                OP("matvec", lilac_cuda_matvec(&cl->ssm_beta, cm->xn, cm->b, 1, aux));
+            }
             bool conv_done = qkv_conv &&
                              !lilac_cuda_matvec_conv(&cl->ssm_qkv, cm->xn, cm->qkv, cs->conv[il], cl->ssm_conv, K,
                                                      cm->conv, s);
             if (conv_done && g_trace == 1)
                 trace_name("matvec", "");
             if (!conv_done)
-                OP("matvec", lilac_cuda_matvec(&cl->ssm_qkv, cm->xn, cm->qkv, 1, s));
+                OP("matvec", lilac_cuda_matvec(qkvz ? &cl->ssm_qkvz : &cl->ssm_qkv, cm->xn, cm->qkv, 1, s));
             lilac_cuda_fork(aux, s, cm->ev[1]);
             if (!conv_done)
                 OP("conv_step", lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, K, s));
@@ -567,10 +624,23 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         static int norm_router = -1;
         if (norm_router < 0)
             norm_router = lilac_env_switch("LILAC_CUDA_NORM_ROUTER", true);
+        /* LILAC_CUDA_ROUTE_TAIL=1: the routing at its end, by its last block, where the router holds the shared
+         * gate's row too (or there is no shared expert), instead of the route kernel. Slower while the shared
+         * expert runs on the second branch, which then starts after the routing: tg128 267 against 281 (H200,
+         * 2026-11-30). */
+        static int route_tail = -1;
+        if (route_tail < 0)
+            route_tail = lilac_env_switch("LILAC_CUDA_ROUTE_TAIL", false);
+        const lilac_cuda_route_args ra = {
+            .E = hp->n_expert, .k = k, .norm = hp->norm_topk, .up_offset = cl->gu_fused ? hp->n_expert : 0,
+            .shared_row = shared, .idx = cm->idx, .w = cm->rw, .count = cm->count,
+        };
+        const bool tail = route_tail && (!shared || cl->router_gate_row);
         bool routed = norm_router && cl->router.type == LILAC_F32 &&
                       !lilac_cuda_norm_router(cm->x, cl->post_norm, cm->xn, cl->router.data,
-                                              (long long)(cl->router.row_bytes / sizeof(float)), (int)cl->router.rows,
-                                              cm->rl, E, eps, s);
+                                              (long long)(cl->router.row_bytes / sizeof(float)),
+                                              (int)cl->router.rows + (tail && shared), cm->rl, E, eps,
+                                              tail ? &ra : NULL, s);
         if (routed && g_trace == 1)
             trace_name("norm_router", "");
         if (!routed)
@@ -578,16 +648,22 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         /* x += moe(xn): the shared expert on the second branch, the routed ones on the main */
         if (shared) {
             lilac_cuda_fork(s, aux, cm->ev[0]);
-            OP("matvec", lilac_cuda_matvec(&cl->sh_gate, cm->xn, cm->shg, 1, aux));
-            OP("matvec", lilac_cuda_matvec(&cl->sh_up, cm->xn, cm->shu, 1, aux));
+            if (cl->sh_gu.data) { /* gate and up in one product: up lands at shu, right after the gate */
+                OP("matvec", lilac_cuda_matvec(&cl->sh_gu, cm->xn, cm->shg, 1, aux));
+            } else {
+                OP("matvec", lilac_cuda_matvec(&cl->sh_gate, cm->xn, cm->shg, 1, aux));
+                OP("matvec", lilac_cuda_matvec(&cl->sh_up, cm->xn, cm->shu, 1, aux));
+            }
             OP("matvec",
                lilac_cuda_matvec_fused(&cl->sh_down, 0, NULL, 1, cm->shg, cm->shu, 0, cm->sho, 0, aux));
         }
         /* the routing takes the shared expert's gate too */
         if (!routed)
             OP("matvec", lilac_cuda_matvec(&cl->router, cm->xn, cm->rl, 1, s));
-        OP("route", lilac_cuda_route(cm->rl, hp->n_expert, k, hp->norm_topk, cm->idx, cm->rw,
-                                     cl->gu_fused ? hp->n_expert : 0, shared ? cl->sh_gate_inp : NULL, cm->xn, E, s));
+        if (!routed || !tail)
+            OP("route", lilac_cuda_route(cm->rl, hp->n_expert, k, hp->norm_topk, cm->idx, cm->rw,
+                                         cl->gu_fused ? hp->n_expert : 0, shared ? cl->sh_gate_inp : NULL, cm->xn, E,
+                                         s));
         if (cl->gu_fused) { /* gate and up of the k experts: 2k slots of one product */
             OP("matvec_experts",
                lilac_cuda_matvec_experts(&cl->exp_gate, cl->gate_stride, cm->idx, 2 * k, cm->xn, 0, cm->gbuf, s));

@@ -13,11 +13,15 @@ typedef struct cuda_layer {
     float *attn_norm, *post_norm, *q_norm, *k_norm;
     lilac_cuda_mat wq, wk, wv, wo;
     lilac_cuda_mat ssm_qkv, ssm_z, ssm_alpha, ssm_beta, ssm_out;
+    /* where the two have one type (up_joined): one allocation, wq's rows then wk's (and so on), as one matrix
+     * for one product; the views above into it. data NULL: apart. */
+    lilac_cuda_mat wqk, ssm_qkvz, ssm_ab, sh_gu;
     float *ssm_conv, *ssm_a, *ssm_dt, *ssm_norm;
     lilac_cuda_mat router, exp_gate, exp_up, exp_down, sh_gate, sh_up, sh_down;
     size_t gate_stride, up_stride, down_stride;
     float *sh_gate_inp;
     bool gu_fused; /* up expert e stored at gate expert n_expert + e: one product for both */
+    bool router_gate_row; /* the shared expert's gate_inp stored as the router's row n_expert (up_router) */
 } cuda_layer;
 
 struct lilac_cuda_model {
@@ -35,6 +39,7 @@ struct lilac_cuda_model {
     float *x, *xn, *tmp, *qg, *kb, *vb, *att, *qkv, *conv, *z, *a, *b, *o, *rl, *rw, *gbuf, *ubuf, *ex, *shg, *shu,
         *sho, *logits, *att_part;
     int32_t *tok, *idx; /* tok[0]: the token, tok[1]: its position */
+    unsigned *count;    /* the norm+router kernel's blocks done (lilac_cuda_route_args) */
     float *logits_host; /* pinned (host), n_vocab: the logits' way down */
     char device[160];
     struct cuda_prefill *pf; /* the prefill's activations (decoder_cuda_prefill.c), allocated at its first use */

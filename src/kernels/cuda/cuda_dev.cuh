@@ -225,6 +225,116 @@ static __device__ void dev_route(const float *logits, int E, int k, int norm, in
         w[k] = gsh;
 }
 
+/* dev_route's choice by one warp (no block barrier: the last block of k_norm_router runs it): the softmax by
+ * shuffles; each lane sorts its PER experts (a higher probability first, or an equal one at the lower index:
+ * dev_route's ranks, the CPU's order), then k rounds of the warp's argmax over the lanes' heads, the winning
+ * lane dropping its head; the chosen listed in index order by ballots and their weights summed in that order.
+ * With gsh_logit set, w[k] = sigmoid(*gsh_logit) (the shared expert's gate, computed as a router row).
+ * E <= 32 PER, k <= 32; every lane of the warp calls it. */
+template <int PER>
+static __device__ void dev_route_warp_t(const float *logits, int E, int k, int norm, int32_t *idx, float *w,
+                                        int up_offset, const float *gsh_logit)
+{
+    __shared__ int rsel[32];
+    __shared__ float rselw[32];
+    const int lane = threadIdx.x & 31;
+    float p[PER];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < PER; j++) { /* every load in flight at once */
+        const int e = lane + 32 * j;
+        p[j] = e < E ? __ldcg(logits + e) : -INFINITY;
+    }
+#pragma unroll
+    for (int j = 0; j < PER; j++)
+        mx = fmaxf(mx, p[j]);
+    mx = warp_max(mx);
+    float sum = 0;
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        p[j] = lane + 32 * j < E ? expf(p[j] - mx) : 0.0f;
+        sum += p[j];
+    }
+    sum = warp_sum(sum);
+    float v[PER]; /* the lane's candidates, sorted: NaN and absent ones below every probability */
+    int ix[PER];
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        p[j] /= sum;
+        v[j] = lane + 32 * j < E && p[j] == p[j] ? p[j] : -1.0f;
+        ix[j] = lane + 32 * j;
+    }
+#pragma unroll
+    for (int a = 0; a < PER - 1; a++)
+#pragma unroll
+        for (int j = 0; j < PER - 1 - a; j++)
+            if (v[j + 1] > v[j] || (v[j + 1] == v[j] && ix[j + 1] < ix[j])) {
+                const float tv = v[j];
+                const int ti = ix[j];
+                v[j] = v[j + 1], ix[j] = ix[j + 1], v[j + 1] = tv, ix[j + 1] = ti;
+            }
+    unsigned taken = 0; /* bit j: expert lane + 32 j chosen */
+    int cnt = 0;
+    for (; cnt < k; cnt++) {
+        float bv = v[0];
+        int bi = ix[0];
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi))
+                bv = ov, bi = oi;
+        }
+        if (bv < 0.0f) /* only NaN left */
+            break;
+        if ((bi & 31) == lane) {
+            taken |= 1u << (bi >> 5);
+#pragma unroll
+            for (int j = 0; j < PER - 1; j++)
+                v[j] = v[j + 1], ix[j] = ix[j + 1];
+            v[PER - 1] = -2.0f;
+        }
+    }
+    int at = 0;
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const bool f = (taken >> j) & 1u;
+        const unsigned bal = __ballot_sync(0xffffffffu, f);
+        if (f) {
+            const int i = at + __popc(bal & ((1u << lane) - 1u));
+            rsel[i] = lane + 32 * j, rselw[i] = p[j];
+        }
+        at += __popc(bal);
+    }
+    __syncwarp();
+    float tot = 0;
+    if (lane == 0) {
+        for (int i = cnt; i < k; i++) /* only with NaN logits: still valid experts */
+            rsel[i] = i % E, rselw[i] = 0.0f;
+        for (int i = 0; i < k; i++) /* in expert-index order, as the CPU adds them */
+            tot += rselw[i];
+    }
+    __syncwarp();
+    tot = __shfl_sync(0xffffffffu, tot, 0);
+    if (lane < k) {
+        idx[lane] = rsel[lane];
+        if (up_offset > 0)
+            idx[k + lane] = rsel[lane] + up_offset;
+        w[lane] = norm ? rselw[lane] / tot : rselw[lane];
+    }
+    if (lane == 0 && gsh_logit)
+        w[k] = sigmoidf_(__ldcg(gsh_logit));
+}
+
+/* dev_route_warp_t for E experts: 8 a lane up to 256 (the target model's), else up to ROUTE_EMAX. */
+static __device__ __forceinline__ void dev_route_warp(const float *logits, int E, int k, int norm, int32_t *idx,
+                                                      float *w, int up_offset, const float *gsh_logit)
+{
+    if (E <= 256)
+        dev_route_warp_t<8>(logits, E, k, norm, idx, w, up_offset, gsh_logit);
+    else
+        dev_route_warp_t<ROUTE_EMAX / 32>(logits, E, k, norm, idx, w, up_offset, gsh_logit);
+}
+
 /* The post-attention norm and a float32 router (k_norm_router; k_moe_fused's first phase): every block
  * computes the norm itself into shared memory (dev_rmsnorm with the block's threads: with 256, k_rmsnorm's
  * bits), block vb == 0 writes xn, and warp w of block vb takes router rows (vb + nvb i) NR_WARPS + w,
@@ -299,22 +409,41 @@ static __device__ void dev_moe_sum_norm(float *__restrict__ x, const float *__re
 #pragma unroll
         for (int j = 0; j < DEV_NR; j++)
             o[j] = 0.0f;
-        for (int i = 0; i < k; i++) { // expert by expert, as the CPU adds them; DEV_NR loads in flight
-            const float wi = ws[i];
+        float xv[DEV_NR], sv[DEV_NR]; /* loaded first: in flight with the experts' first loads */
 #pragma unroll
-            for (int j = 0; j < DEV_NR; j++) {
-                const int e = threadIdx.x + j * nb;
-                if (e < E)
-                    o[j] += wi * __ldcg(ex + (size_t)i * E + e);
-            }
+        for (int j = 0; j < DEV_NR; j++) {
+            const int e = threadIdx.x + j * nb;
+            xv[j] = e < E ? __ldcg(x + e) : 0.0f;
+            sv[j] = e < E && sh ? __ldcg(sh + e) : 0.0f;
+        }
+        // expert by expert, as the CPU adds them; 4 experts' loads in flight (one L2 round trip each was most
+        // of this kernel's time)
+        constexpr int SN_EXP = 4;
+        for (int i0 = 0; i0 < k; i0 += SN_EXP) {
+            float v[SN_EXP][DEV_NR];
+#pragma unroll
+            for (int ii = 0; ii < SN_EXP; ii++)
+#pragma unroll
+                for (int j = 0; j < DEV_NR; j++) {
+                    const int e = threadIdx.x + j * nb;
+                    v[ii][j] = i0 + ii < k && e < E ? __ldcg(ex + (size_t)(i0 + ii) * E + e) : 0.0f;
+                }
+#pragma unroll
+            for (int ii = 0; ii < SN_EXP; ii++)
+                if (i0 + ii < k) {
+                    const float wi = ws[i0 + ii];
+#pragma unroll
+                    for (int j = 0; j < DEV_NR; j++)
+                        o[j] += wi * v[ii][j];
+                }
         }
 #pragma unroll
         for (int j = 0; j < DEV_NR; j++) {
             const int e = threadIdx.x + j * nb;
             if (e < E) {
                 if (sh)
-                    o[j] += ws[64] * __ldcg(sh + e);
-                o[j] += __ldcg(x + e);
+                    o[j] += ws[64] * sv[j];
+                o[j] += xv[j];
                 x[e] = o[j];
                 ss += o[j] * o[j];
             }

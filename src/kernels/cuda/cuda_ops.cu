@@ -59,14 +59,22 @@ extern "C" int lilac_cuda_capture_end(lilac_cuda_stream *s, void **exec)
 {
     cudaGraph_t g = NULL;
     *exec = NULL;
-    if (cudaStreamEndCapture(CS(s), &g) != cudaSuccess || !g) {
+    static int told; /* once a process: the step then runs kernel by kernel, slower but the same */
+    cudaError_t st = cudaStreamEndCapture(CS(s), &g);
+    if (st != cudaSuccess || !g) {
+        if (!told++)
+            fprintf(stderr, "cuda: the decode step could not be captured as a graph (%s); kernel by kernel\n",
+                    cudaGetErrorString(st));
         cudaGetLastError();
         return -1;
     }
     cudaGraphExec_t e = NULL;
-    cudaError_t st = cudaGraphInstantiate(&e, g, 0);
+    st = cudaGraphInstantiate(&e, g, 0);
     cudaGraphDestroy(g);
     if (st != cudaSuccess) {
+        if (!told++)
+            fprintf(stderr, "cuda: the decode step's graph could not be instantiated (%s); kernel by kernel\n",
+                    cudaGetErrorString(st));
         cudaGetLastError();
         return -1;
     }
@@ -500,26 +508,49 @@ extern "C" int lilac_cuda_route(const float *logits, int E, int k, int norm, int
 // The post-attention norm and a float32 router in one kernel (one kernel
 // boundary less on the step's critical path): dev_norm_router over the grid,
 // each warp's first NR_PF float4 of its router row in flight before the kernel
-// that writes x has finished.
+// that writes x has finished. With r.idx set, the last block to finish routes
+// (dev_route_warp): the route kernel's launch, and its wait, off the chain.
 __global__ void __launch_bounds__(32 * NR_WARPS) k_norm_router(const float *x, const float *norm_w, float *xn,
                                                                const float *W, long long row_floats, int n_exp,
-                                                               float *logits, int n, float eps)
+                                                               float *logits, int n, float eps,
+                                                               const lilac_cuda_route_args r)
 {
     TRACE_START(LILAC_TK_NORM_ROUTER);
     griddep_launch_dependents();
     dev_norm_router<true>(x, norm_w, xn, W, row_floats, n_exp, logits, n, eps, blockIdx.x, gridDim.x);
+    if (r.idx) {
+        __shared__ bool last;
+        __threadfence(); /* this block's logits, before it counts itself done */
+        __syncthreads();
+        if (threadIdx.x == 0)
+            last = atomicAdd(r.count, 1u) == gridDim.x - 1;
+        __syncthreads();
+        if (last && threadIdx.x < 32) {
+            __threadfence(); /* the other blocks' logits: read from L2 (__ldcg) after their fences */
+            dev_route_warp(logits, r.E, r.k, r.norm, r.idx, r.w, r.up_offset, r.shared_row ? logits + r.E : nullptr);
+            if (threadIdx.x == 0)
+                atomicExch(r.count, 0u); /* zero for the next launch (a graph replays this one) */
+        }
+    }
     TRACE_END(LILAC_TK_NORM_ROUTER);
 }
 
 extern "C" int lilac_cuda_norm_router(const float *x, const float *norm_w, float *xn, const float *W,
                                       long long row_floats, int n_exp, float *logits, int n, float eps,
-                                      lilac_cuda_stream *s)
+                                      const lilac_cuda_route_args *route, lilac_cuda_stream *s)
 {
     if (n < 4 || n % 4 || row_floats % 4 || reinterpret_cast<uintptr_t>(W) % 16 || n_exp < 1 ||
         (size_t)n * sizeof(float) > 48 * 1024)
         return -1;
+    lilac_cuda_route_args r = {};
+    if (route) {
+        r = *route;
+        if (r.E > ROUTE_EMAX || r.k > 32 || r.k < 1 || r.k > r.E || !r.idx || !r.w || !r.count ||
+            n_exp != r.E + (r.shared_row ? 1 : 0))
+            return -1;
+    }
     launch_dependent(k_norm_router, dim3((unsigned)((n_exp + NR_WARPS - 1) / NR_WARPS)), dim3(32 * NR_WARPS),
-                     (size_t)n * sizeof(float), CS(s), x, norm_w, xn, W, row_floats, n_exp, logits, n, eps);
+                     (size_t)n * sizeof(float), CS(s), x, norm_w, xn, W, row_floats, n_exp, logits, n, eps, r);
     return 0;
 }
 
@@ -537,7 +568,9 @@ extern "C" void lilac_cuda_moe_sum_norm(float *x, const float *ex, const float *
                                         const float *gsh, const float *norm_w, float *xn, int E, float eps,
                                         lilac_cuda_stream *s)
 {
-    launch_pdl(k_moe_sum_norm, dim3(1), dim3(1024), 0, CS(s), x, ex, w, k, sh, gsh, norm_w, xn, E, eps);
+    /* 256 threads: DEV_NR values each for E <= 2048, every load of an expert's group in flight at once */
+    launch_pdl(k_moe_sum_norm, dim3(1), dim3(E <= DEV_NR * 256 ? 256 : 1024), 0, CS(s), x, ex, w, k, sh, gsh, norm_w,
+               xn, E, eps);
 }
 
 // Blocks [0, nh): q head b, RMSNorm and rotary; blocks [nh, nh + nkv): k

@@ -45,11 +45,22 @@ void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, void *ev);
  * or k > 32. */
 int lilac_cuda_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
                      const float *gate_inp, const float *xn, int n_embd, lilac_cuda_stream *s);
+/* The routing lilac_cuda_norm_router can end with (its last block, one warp: no kernel of its own on the
+ * step's chain): lilac_cuda_route's over logits[0, E), with the shared expert's gate w[k] = sigmoid(logits[E])
+ * when shared_row (the router given E + 1 rows: its own, then the shared expert's gate_inp). count: device
+ * memory, zero before the first launch (the last block sets it back). */
+typedef struct lilac_cuda_route_args {
+    int E, k, norm, up_offset, shared_row;
+    int32_t *idx;
+    float *w;
+    unsigned *count;
+} lilac_cuda_route_args;
 /* xn = RMSNorm(x) * norm_w and logits[r] = W[r] . xn for a float32 router W (n_exp rows of row_floats floats) in
- * one kernel; -1 (nothing launched) for a shape it does not take (n or rows not a multiple of 4 floats, W not
- * 16-byte aligned). */
+ * one kernel, then the routing when route is set; -1 (nothing launched) for a shape it does not take (n or rows
+ * not a multiple of 4 floats, W not 16-byte aligned, a routing lilac_cuda_route would refuse). */
 int lilac_cuda_norm_router(const float *x, const float *norm_w, float *xn, const float *W, long long row_floats,
-                           int n_exp, float *logits, int n, float eps, lilac_cuda_stream *s);
+                           int n_exp, float *logits, int n, float eps, const lilac_cuda_route_args *route,
+                           lilac_cuda_stream *s);
 /* x += sum_i w[i] ex[i] (+ *gsh sh); then xn = RMSNorm(x) * norm_w when norm_w is set. */
 void lilac_cuda_moe_sum_norm(float *x, const float *ex, const float *w, int k, const float *sh, const float *gsh,
                              const float *norm_w, float *xn, int E, float eps, lilac_cuda_stream *s);

@@ -1748,7 +1748,10 @@ int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s)
     at[0].val.cooperative = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    if (cudaLaunchKernelEx(&cfg, kern, f) != cudaSuccess) {
+    const cudaError_t st = cudaLaunchKernelEx(&cfg, kern, f);
+    if (st != cudaSuccess) {
+        fprintf(stderr, "cuda: the fused MoE kernel's cooperative launch failed (%s); the kernel chain from now\n",
+                cudaGetErrorString(st));
         (void)cudaGetLastError();
         failed = 1;
         return -1;

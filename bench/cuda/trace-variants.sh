@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One decode step's timeline (LILAC_CUDA_TRACE=1) under each of the given
+# switch sets, for comparing a fusion with the chain it replaces: per set, the
+# step's summary and the rows of layer 4 (a DeltaNet layer past the first
+# attention one). Whole tables in OUT/trace-N.txt. Needs run.sh build, synth.
+#
+#   bench/cuda/trace-variants.sh "LILAC_NONE=1" "LILAC_CUDA_MOE_FUSED=1" ...
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${OUT:-$root/cuda-out}
+build=${BUILD:-$root/build-cuda}
+synth=${SYNTH:-/tmp/qwen3.6-35b-a3b-Q4_K_M.gguf}
+mkdir -p "$out"
+i=0
+for v in "$@"; do
+    i=$((i + 1))
+    f=$out/trace-$i.txt
+    echo "== $v"
+    # shellcheck disable=SC2086 # v is one or more VAR=VALUE words
+    env $v LILAC_CUDA_TRACE=1 LILAC_CUDA_TRACE_FILE="$f" timeout "${TRACE_TIMEOUT:-90}" \
+        "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 16 -r 1 >"$out/trace-$i.log" 2>&1 ||
+        { echo "run failed:"; tail -5 "$out/trace-$i.log"; }
+    grep -h '^cuda:' "$out/trace-$i.log" | head -3
+    if [ -s "$f" ]; then
+        grep '^cuda trace: call\|^cuda trace: step\|^cuda trace: .* launches,' "$f"
+        awk '$2 == 4' "$f" | cut -c1-110
+    else
+        echo "no trace table"
+    fi
+done

@@ -1,0 +1,187 @@
+/* test_cuda_route: the decode step's routing done by the last block of the
+ * norm+router kernel (lilac_cuda_norm_router with lilac_cuda_route_args,
+ * dev_route_warp) against a float64 oracle on the CPU over the kernel's own
+ * logits, and against the route kernel (lilac_cuda_route) on them:
+ * - experts 8, 60, 256, 512 (the most either takes); k 1, 2, 8 and 32;
+ *   weights renormalized or not; the shared expert's gate as the router's
+ *   extra row or none; gate and up slots (up_offset) or gate only;
+ * - ties: duplicated router rows give equal logits, which both kernels and
+ *   the CPU order by the lower expert index;
+ * - the kernel launched three times in a row (its counter must be back to
+ *   zero for each launch, as a replayed graph needs);
+ * - NaN logits: still k valid experts (what the expert products read).
+ * Bounds: the chosen experts and their order exactly; weights within 1e-6
+ * of the oracle's (relative to the largest); the shared gate within 1e-6.
+ *
+ * Without a usable CUDA device it skips (exit 77), unless
+ * LILAC_REQUIRE_CUDA=1. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cudatest.h"
+#include "kernels/cuda/cuda.h"
+
+#ifdef LILAC_CUDA
+#include "kernels/cuda/cuda_ops.h"
+
+static void *dmalloc(size_t bytes)
+{
+    void *d = NULL;
+    char msg[256];
+    if (lilac_cuda_malloc(&d, bytes, msg, sizeof msg)) {
+        fprintf(stderr, "cuda malloc: %s\n", msg);
+        exit(1);
+    }
+    return d;
+}
+
+static void up(void *d, const void *h, size_t bytes)
+{
+    char msg[256];
+    if (lilac_cuda_upload(d, h, bytes, msg, sizeof msg)) {
+        fprintf(stderr, "cuda upload: %s\n", msg);
+        exit(1);
+    }
+}
+
+static void down(void *h, const void *d, size_t bytes)
+{
+    char msg[256];
+    if (lilac_cuda_download(h, d, bytes, NULL, msg, sizeof msg)) {
+        fprintf(stderr, "cuda download: %s\n", msg);
+        exit(1);
+    }
+}
+
+/* The CPU's routing over logits (src/model/decoder.c's order): softmax, the k largest (ties to the lower
+ * index) listed in index order, weights renormalized when norm. */
+static void oracle(const float *lg, int E, int k, int norm, int *idx, double *w)
+{
+    double mx = -INFINITY, sum = 0;
+    double *p = malloc((size_t)E * sizeof *p);
+    char *chosen = calloc((size_t)E, 1);
+    for (int e = 0; e < E; e++)
+        mx = lg[e] > mx ? lg[e] : mx;
+    for (int e = 0; e < E; e++)
+        sum += p[e] = exp((double)lg[e] - mx);
+    for (int r = 0; r < k; r++) {
+        int b = -1;
+        for (int e = 0; e < E; e++)
+            if (!chosen[e] && (b < 0 || lg[e] > lg[b])) /* the logits' order is the probabilities' */
+                b = e;
+        chosen[b] = 1;
+    }
+    double tot = 0;
+    for (int e = 0, i = 0; e < E; e++)
+        if (chosen[e])
+            idx[i] = e, w[i] = p[e] / sum, tot += w[i], i++;
+    for (int i = 0; norm && i < k; i++)
+        w[i] /= tot;
+    free(p);
+    free(chosen);
+}
+
+static double worst_w;
+
+static void test_case(int E, int k, int norm, int shared, int gu, int nan_logits)
+{
+    const int n = 64, R = E + shared, reps = 3;
+    float *x = malloc(sizeof(float) * n), *nw = malloc(sizeof(float) * n), *W = malloc(sizeof(float) * R * n);
+    float *lg = malloc(sizeof(float) * R), *w = malloc(sizeof(float) * (k + 1)), *w2 = malloc(sizeof(float) * (k + 1));
+    int32_t *idx = malloc(sizeof(int32_t) * 2 * k), *idx2 = malloc(sizeof(int32_t) * 2 * k);
+    int *oi = malloc(sizeof(int) * k);
+    double *ow = malloc(sizeof(double) * k);
+    for (int i = 0; i < n; i++)
+        nw[i] = 0.5f + (float)rnd_unit();
+    for (int i = 0; i < R * n; i++)
+        W[i] = rnd_sym() * 0.3f;
+    for (int r = 1; r + 2 < E; r += 7) /* ties: row r + 2 a copy of row r */
+        memcpy(W + (size_t)(r + 2) * n, W + (size_t)r * n, sizeof(float) * n);
+    float *dx = dmalloc(sizeof(float) * n), *dnw = dmalloc(sizeof(float) * n), *dxn = dmalloc(sizeof(float) * n);
+    float *dW = dmalloc(sizeof(float) * R * n), *dlg = dmalloc(sizeof(float) * R);
+    float *dw = dmalloc(sizeof(float) * (k + 1)), *dw2 = dmalloc(sizeof(float) * (k + 1));
+    int32_t *didx = dmalloc(sizeof(int32_t) * 2 * k), *didx2 = dmalloc(sizeof(int32_t) * 2 * k);
+    unsigned *dcount = dmalloc(sizeof(unsigned));
+    lilac_cuda_memset(dcount, 0, sizeof(unsigned), NULL);
+    up(dnw, nw, sizeof(float) * n);
+    up(dW, W, sizeof(float) * R * n);
+    const int up_offset = gu ? E : 0;
+    const lilac_cuda_route_args ra = {E, k, norm, up_offset, shared, didx, dw, dcount};
+    char what[160];
+    snprintf(what, sizeof what, "E %d k %d norm %d shared %d gu %d%s", E, k, norm, shared, gu,
+             nan_logits ? " NaN" : "");
+    for (int rep = 0; rep < reps; rep++) {
+        for (int i = 0; i < n; i++)
+            x[i] = nan_logits ? NAN : rnd_normal();
+        up(dx, x, sizeof(float) * n);
+        int rc = lilac_cuda_norm_router(dx, dnw, dxn, dW, n, R, dlg, n, 1e-6f, &ra, NULL);
+        CHECKF(rc == 0, "%s: the norm+router kernel takes the routing", what);
+        if (rc)
+            break;
+        down(lg, dlg, sizeof(float) * R);
+        down(idx, didx, sizeof(int32_t) * 2 * k);
+        down(w, dw, sizeof(float) * (k + 1));
+        const char *m = check_msg();
+        CHECKF(!m, "%s: %s", what, m ? m : "");
+        if (nan_logits) { /* nothing to order: k experts in range (what the products then read) */
+            int ok = 1;
+            for (int i = 0; i < k; i++)
+                ok &= idx[i] >= 0 && idx[i] < E && (!gu || idx[k + i] == idx[i] + up_offset);
+            CHECKF(ok, "%s: valid experts", what);
+            continue;
+        }
+        /* the route kernel on the same logits, with the shared gate from gate_inp . xn */
+        rc = lilac_cuda_route(dlg, E, k, norm, didx2, dw2, up_offset, shared ? dW + (size_t)E * n : NULL, dxn, n,
+                              NULL);
+        CHECKF(rc == 0, "%s: the route kernel runs", what);
+        down(idx2, didx2, sizeof(int32_t) * 2 * k);
+        down(w2, dw2, sizeof(float) * (k + 1));
+        oracle(lg, E, k, norm, oi, ow);
+        int same = 1, same2 = 1;
+        double dmax = 0, wmax = 0, d2 = 0;
+        for (int i = 0; i < k; i++) {
+            same &= idx[i] == oi[i] && (!gu || idx[k + i] == oi[i] + up_offset);
+            same2 &= idx[i] == idx2[i] && (!gu || idx[k + i] == idx2[k + i]);
+            dmax = fmax(dmax, fabs(w[i] - ow[i]));
+            d2 = fmax(d2, fabs((double)w[i] - w2[i]));
+            wmax = fmax(wmax, fabs(ow[i]));
+        }
+        CHECKF(same, "%s (launch %d): the experts chosen or their order differ from the CPU's", what, rep);
+        CHECKF(same2, "%s (launch %d): the experts differ from the route kernel's", what, rep);
+        CHECKF(dmax <= 1e-6 * wmax && d2 <= 1e-6 * wmax, "%s: weights off by %.3g (route kernel %.3g) of %.3g", what,
+               dmax, d2, wmax);
+        worst_w = fmax(worst_w, dmax / wmax);
+        if (shared) {
+            const double g = 1 / (1 + exp(-(double)lg[E]));
+            CHECKF(fabs(w[k] - g) <= 1e-6 && fabs(w[k] - w2[k]) <= 1e-6, "%s: shared gate %.7f, %.7f, oracle %.7f",
+                   what, w[k], w2[k], g);
+        }
+    }
+    free(x), free(nw), free(W), free(lg), free(w), free(w2), free(idx), free(idx2), free(oi), free(ow);
+    lilac_cuda_free(dx), lilac_cuda_free(dnw), lilac_cuda_free(dxn), lilac_cuda_free(dW), lilac_cuda_free(dlg);
+    lilac_cuda_free(dw), lilac_cuda_free(dw2), lilac_cuda_free(didx), lilac_cuda_free(didx2), lilac_cuda_free(dcount);
+}
+#endif
+
+int main(void)
+{
+    char msg[512];
+    ct_rng = 0xBB67AE8584CAA73Bull;
+    ct_require_cuda(msg, sizeof msg);
+#ifdef LILAC_CUDA
+    static const int EK[][2] = {{8, 1}, {8, 2}, {60, 8}, {256, 8}, {256, 1}, {256, 32}, {512, 8}, {512, 32}};
+    int cases = 0;
+    for (size_t i = 0; i < sizeof EK / sizeof EK[0]; i++)
+        for (int v = 0; v < 8; v++, cases++)
+            test_case(EK[i][0], EK[i][1], v & 1, (v >> 1) & 1, (v >> 2) & 1, 0);
+    test_case(256, 8, 1, 1, 1, 1);
+    test_case(8, 2, 0, 0, 0, 1);
+    printf("%d cases of 3 launches; worst weight error %.3g of the largest\n", cases, worst_w);
+#else
+    SKIP("built without CUDA");
+#endif
+    TEST_END();
+}
