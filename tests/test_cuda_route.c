@@ -1,4 +1,4 @@
-/* test_cuda_route: the decode step's routing done by the last block of the
+/* test_cuda_route: the decode step's MoE glue kernels. The routing done by the last block of the
  * norm+router kernel (lilac_cuda_norm_router with lilac_cuda_route_args,
  * dev_route_warp) against a float64 oracle on the CPU over the kernel's own
  * logits, and against the route kernel (lilac_cuda_route) on them:
@@ -12,6 +12,8 @@
  * - NaN logits: still k valid experts (what the expert products read).
  * Bounds: the chosen experts and their order exactly; weights within 1e-6
  * of the oracle's (relative to the largest); the shared gate within 1e-6.
+ * Then the experts' weighted sum and the next norm over a grid of blocks
+ * against the one-block kernel (test_sum).
  *
  * Without a usable CUDA device it skips (exit 77), unless
  * LILAC_REQUIRE_CUDA=1. */
@@ -164,6 +166,50 @@ static void test_case(int E, int k, int norm, int shared, int gu, int nan_logits
     lilac_cuda_free(dx), lilac_cuda_free(dnw), lilac_cuda_free(dxn), lilac_cuda_free(dW), lilac_cuda_free(dlg);
     lilac_cuda_free(dw), lilac_cuda_free(dw2), lilac_cuda_free(didx), lilac_cuda_free(didx2), lilac_cuda_free(dcount);
 }
+
+/* The experts' weighted sum into x and the next norm over a grid of blocks (lilac_cuda_moe_sum_norm_grid)
+ * against the one-block kernel: x bit for bit, xn within 1e-6 of its largest value, three launches in a row
+ * (the counter back to zero each time). */
+static void test_sum(int E, int k, int shared)
+{
+    const size_t nx = (size_t)E, nex = (size_t)k * E;
+    float *x = malloc(sizeof(float) * nx), *ex = malloc(sizeof(float) * nex), *sh = malloc(sizeof(float) * nx);
+    float *w = malloc(sizeof(float) * (k + 1)), *nw = malloc(sizeof(float) * nx);
+    float *x1 = malloc(sizeof(float) * nx), *x2 = malloc(sizeof(float) * nx), *n1 = malloc(sizeof(float) * nx),
+          *n2 = malloc(sizeof(float) * nx);
+    for (size_t i = 0; i < nx; i++)
+        x[i] = rnd_normal(), sh[i] = rnd_normal(), nw[i] = 0.5f + (float)rnd_unit();
+    for (size_t i = 0; i < nex; i++)
+        ex[i] = rnd_normal();
+    for (int i = 0; i <= k; i++)
+        w[i] = (float)rnd_unit();
+    float *dx1 = dmalloc(sizeof(float) * nx), *dx2 = dmalloc(sizeof(float) * nx), *dex = dmalloc(sizeof(float) * nex);
+    float *dsh = dmalloc(sizeof(float) * nx), *dw = dmalloc(sizeof(float) * (k + 1)), *dnw = dmalloc(sizeof(float) * nx);
+    float *dn1 = dmalloc(sizeof(float) * nx), *dn2 = dmalloc(sizeof(float) * nx), *dpart = dmalloc(sizeof(float) * 64);
+    unsigned *dcount = dmalloc(sizeof(unsigned));
+    lilac_cuda_memset(dcount, 0, sizeof(unsigned), NULL);
+    up(dx1, x, sizeof(float) * nx), up(dx2, x, sizeof(float) * nx), up(dex, ex, sizeof(float) * nex);
+    up(dsh, sh, sizeof(float) * nx), up(dw, w, sizeof(float) * (k + 1)), up(dnw, nw, sizeof(float) * nx);
+    int ok = 1;
+    double dn = 0, mn = 0;
+    for (int rep = 0; rep < 3; rep++) { /* x accumulates: each launch adds the experts again */
+        lilac_cuda_moe_sum_norm(dx1, dex, dw, k, shared ? dsh : NULL, dw + k, dnw, dn1, E, 1e-6f, NULL);
+        ok &= lilac_cuda_moe_sum_norm_grid(dx2, dex, dw, k, shared ? dsh : NULL, dw + k, dnw, dn2, E, 1e-6f, dpart,
+                                           dcount, NULL) == 0;
+        down(x1, dx1, sizeof(float) * nx), down(x2, dx2, sizeof(float) * nx);
+        down(n1, dn1, sizeof(float) * nx), down(n2, dn2, sizeof(float) * nx);
+        ok &= !memcmp(x1, x2, sizeof(float) * nx);
+        for (size_t i = 0; i < nx; i++)
+            dn = fmax(dn, fabs(n1[i] - n2[i])), mn = fmax(mn, fabs(n1[i]));
+    }
+    const char *m = check_msg();
+    CHECKF(!m, "sum E %d k %d: %s", E, k, m ? m : "");
+    CHECKF(ok, "sum E %d k %d shared %d: x differs from the one-block kernel's", E, k, shared);
+    CHECKF(dn <= 1e-6 * mn, "sum E %d k %d shared %d: xn off by %.3g of %.3g", E, k, shared, dn, mn);
+    free(x), free(ex), free(sh), free(w), free(nw), free(x1), free(x2), free(n1), free(n2);
+    lilac_cuda_free(dx1), lilac_cuda_free(dx2), lilac_cuda_free(dex), lilac_cuda_free(dsh), lilac_cuda_free(dw);
+    lilac_cuda_free(dnw), lilac_cuda_free(dn1), lilac_cuda_free(dn2), lilac_cuda_free(dpart), lilac_cuda_free(dcount);
+}
 #endif
 
 int main(void)
@@ -180,6 +226,10 @@ int main(void)
     test_case(256, 8, 1, 1, 1, 1);
     test_case(8, 2, 0, 0, 0, 1);
     printf("%d cases of 3 launches; worst weight error %.3g of the largest\n", cases, worst_w);
+    static const int SK[][2] = {{2048, 8}, {256, 2}, {100, 1}, {4096, 9}, {2048, 0}};
+    for (size_t i = 0; i < sizeof SK / sizeof SK[0]; i++)
+        for (int shared = 0; shared < 2; shared++)
+            test_sum(SK[i][0], SK[i][1], shared);
 #else
     SKIP("built without CUDA");
 #endif

@@ -67,7 +67,8 @@ uint64_t lilac_cuda_decode_sizes(const lilac_hparams *hp, size_t *bytes)
         lilac_cuda_att_part_floats(hp->n_head, hp->head_dim) * f, /* att_part */
         2 * sizeof(int32_t),                                      /* tok: the token, its position */
         2 * k * sizeof(int32_t),                                  /* idx */
-        sizeof(unsigned),                                         /* count */
+        2 * sizeof(unsigned),                                     /* count: the route's, the sum's */
+        64 * f,                                                   /* part: the sum's blocks' squares */
     };
     return fill(b, LILAC_CUDA_DEC_NBUF, bytes);
 }

@@ -279,6 +279,7 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
         (void **)&cm->rl,     (void **)&cm->rw,
         (void **)&cm->gbuf, (void **)&cm->ex, (void **)&cm->shg, (void **)&cm->sho,
         (void **)&cm->logits, (void **)&cm->att_part, (void **)&cm->tok, (void **)&cm->idx, (void **)&cm->count,
+        (void **)&cm->part,
     };
     size_t sizes[LILAC_CUDA_DEC_NBUF];
     lilac_cuda_decode_sizes(hp, sizes);
@@ -291,7 +292,7 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
         cm->b = cm->a + hp->ssm_v_heads;
         cm->shu = cm->shg + (hp->shared_ff > 0 ? hp->shared_ff : 1);
     }
-    if (!st && lilac_cuda_memset(cm->count, 0, sizeof *cm->count, cm->stream))
+    if (!st && lilac_cuda_memset(cm->count, 0, 2 * sizeof *cm->count, cm->stream))
         st = lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA: clearing a counter failed");
     if (!st && lilac_cuda_host_alloc((void **)&cm->logits_host, (size_t)hp->n_vocab * sizeof(float)))
         cm->logits_host = NULL; /* then straight into the caller's memory, slower */
@@ -678,8 +679,16 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         OP("matvec_experts", lilac_cuda_matvec_fused(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
                                                      1, cm->ex, 0, s));
         /* x += the experts' sum, and the next layer's input norm (the output norm after the last layer) */
-        OP("moe_sum_norm", lilac_cuda_moe_sum_norm(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL, cm->rw + k,
-                                                   next_norm, cm->xn, E, eps, s));
+        /* over a grid of blocks (LILAC_CUDA_SUM_GRID=0: one block) */
+        static int sum_grid = -1;
+        if (sum_grid < 0)
+            sum_grid = lilac_env_switch("LILAC_CUDA_SUM_GRID", true);
+        if (!sum_grid || lilac_cuda_moe_sum_norm_grid(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL, cm->rw + k,
+                                                      next_norm, cm->xn, E, eps, cm->part, cm->count + 1, s))
+            OP("moe_sum_norm", lilac_cuda_moe_sum_norm(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL,
+                                                       cm->rw + k, next_norm, cm->xn, E, eps, s));
+        else if (g_trace == 1)
+            trace_name("moe_sum_norm", "");
     }
 }
 

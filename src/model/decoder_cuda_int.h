@@ -39,7 +39,8 @@ struct lilac_cuda_model {
     float *x, *xn, *tmp, *qg, *kb, *vb, *att, *qkv, *conv, *z, *a, *b, *o, *rl, *rw, *gbuf, *ubuf, *ex, *shg, *shu,
         *sho, *logits, *att_part;
     int32_t *tok, *idx; /* tok[0]: the token, tok[1]: its position */
-    unsigned *count;    /* the norm+router kernel's blocks done (lilac_cuda_route_args) */
+    unsigned *count;    /* [0] the norm+router kernel's blocks done (lilac_cuda_route_args), [1] the sum's */
+    float *part;        /* the grid sum's blocks' sums of squares (lilac_cuda_moe_sum_norm_grid) */
     float *logits_host; /* pinned (host), n_vocab: the logits' way down */
     char device[160];
     struct cuda_prefill *pf; /* the prefill's activations (decoder_cuda_prefill.c), allocated at its first use */

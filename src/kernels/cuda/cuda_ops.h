@@ -61,6 +61,12 @@ typedef struct lilac_cuda_route_args {
 int lilac_cuda_norm_router(const float *x, const float *norm_w, float *xn, const float *W, long long row_floats,
                            int n_exp, float *logits, int n, float eps, const lilac_cuda_route_args *route,
                            lilac_cuda_stream *s);
+/* The same over a grid of blocks (x bit for bit the same; the norm's sum of squares in another order): part
+ * holds E / 256 floats (device), count one unsigned (device, zero before the first launch; each launch leaves it
+ * zero). -1 (nothing launched) for E over 64 x 256. */
+int lilac_cuda_moe_sum_norm_grid(float *x, const float *ex, const float *w, int k, const float *sh,
+                                 const float *gsh, const float *norm_w, float *xn, int E, float eps, float *part,
+                                 unsigned *count, lilac_cuda_stream *s);
 /* x += sum_i w[i] ex[i] (+ *gsh sh); then xn = RMSNorm(x) * norm_w when norm_w is set. */
 void lilac_cuda_moe_sum_norm(float *x, const float *ex, const float *w, int k, const float *sh, const float *gsh,
                              const float *norm_w, float *xn, int E, float eps, lilac_cuda_stream *s);
