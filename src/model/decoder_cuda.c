@@ -513,6 +513,59 @@ static void timing_report(void)
                     g_op_s[i] * 1e3, 100 * g_op_s[i] / total, g_op_s[i] / g_op_n[i] * 1e6);
 }
 
+static void pf_add(lilac_cuda_l2_prefetch *pf, const lilac_cuda_mat *w)
+{
+    if (w && w->data && pf->n_range < LILAC_CUDA_PF_RANGES) {
+        pf->range[pf->n_range] = w->data;
+        pf->bytes[pf->n_range++] = (size_t)w->rows * w->row_bytes;
+    }
+}
+
+/* What layer il's route kernel pulls into L2 under LILAC_CUDA_L2_PREFETCH=1: the layer's chosen experts (gate
+ * and up, down), then the next layer's products in the order the step runs them. */
+static void step_prefetch(const lilac_model *m, int il, lilac_cuda_l2_prefetch *pf)
+{
+    const lilac_cuda_model *cm = m->cuda;
+    const cuda_layer *cl = &cm->layers[il];
+    const int k = m->hp.n_expert_used;
+    memset(pf, 0, sizeof *pf);
+    pf->gate = cl->exp_gate.data, pf->gate_stride = cl->gate_stride;
+    pf->gate_bytes = (size_t)cl->exp_gate.rows * cl->exp_gate.row_bytes;
+    pf->gate_slots = cl->gu_fused ? 2 * k : k;
+    pf->down = cl->exp_down.data, pf->down_stride = cl->down_stride;
+    pf->down_bytes = (size_t)cl->exp_down.rows * cl->exp_down.row_bytes;
+    if (il + 1 >= cm->n_layer)
+        return;
+    const cuda_layer *nx = &cm->layers[il + 1];
+    if (m->hp.layer_kind[il + 1] == LILAC_LAYER_ATTENTION) {
+        if (nx->wqk.data) {
+            pf_add(pf, &nx->wqk);
+        } else {
+            pf_add(pf, &nx->wq);
+            pf_add(pf, &nx->wk);
+        }
+        pf_add(pf, &nx->wv);
+        pf_add(pf, &nx->wo);
+    } else {
+        if (nx->ssm_qkvz.data) {
+            pf_add(pf, &nx->ssm_qkvz);
+        } else {
+            pf_add(pf, &nx->ssm_qkv);
+            pf_add(pf, &nx->ssm_z);
+        }
+        if (nx->ssm_ab.data) {
+            pf_add(pf, &nx->ssm_ab);
+        } else {
+            pf_add(pf, &nx->ssm_alpha);
+            pf_add(pf, &nx->ssm_beta);
+        }
+        pf_add(pf, &nx->ssm_out);
+    }
+    pf_add(pf, &nx->router);
+    pf_add(pf, nx->sh_gu.data ? &nx->sh_gu : &nx->sh_gate);
+    pf_add(pf, &nx->sh_down);
+}
+
 /* One token at position pos; logits to cm->logits. */
 static void step(lilac_model *m, lilac_cuda_seq *cs)
 {
@@ -661,10 +714,18 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         /* the routing takes the shared expert's gate too */
         if (!routed)
             OP("matvec", lilac_cuda_matvec(&cl->router, cm->xn, cm->rl, 1, s));
+        /* LILAC_CUDA_L2_PREFETCH=1: the route kernel then pulls this layer's chosen experts and the next
+         * layer's dense weights into L2 (step_prefetch; not yet measured) */
+        static int l2_prefetch = -1;
+        if (l2_prefetch < 0)
+            l2_prefetch = lilac_env_switch("LILAC_CUDA_L2_PREFETCH", false);
+        lilac_cuda_l2_prefetch pfl;
+        if (l2_prefetch)
+            step_prefetch(m, il, &pfl);
         if (!routed || !tail)
-            OP("route", lilac_cuda_route(cm->rl, hp->n_expert, k, hp->norm_topk, cm->idx, cm->rw,
-                                         cl->gu_fused ? hp->n_expert : 0, shared ? cl->sh_gate_inp : NULL, cm->xn, E,
-                                         s));
+            OP("route", lilac_cuda_route_prefetch(cm->rl, hp->n_expert, k, hp->norm_topk, cm->idx, cm->rw,
+                                                  cl->gu_fused ? hp->n_expert : 0, shared ? cl->sh_gate_inp : NULL,
+                                                  cm->xn, E, l2_prefetch ? &pfl : NULL, s));
         if (cl->gu_fused) { /* gate and up of the k experts: 2k slots of one product */
             OP("matvec_experts",
                lilac_cuda_matvec_experts(&cl->exp_gate, cl->gate_stride, cm->idx, 2 * k, cm->xn, 0, cm->gbuf, s));

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Why a decode-step kernel takes what it takes: ncu on one launch each of the
+# named kernels (default: the single-block steps on the step's chain), with
+# its cycles, clock, and where its warps stall (the WarpStateStats section:
+# "No Instruction" is the instruction cache, "Long Scoreboard" memory,
+# "Barrier" __syncthreads, "Short Scoreboard" shared memory and MUFU).
+# The graph is off (one kernel a launch); launch-skip past the warm-up.
+# Needs run.sh build and synth first; writes OUT/ncu-KERNEL.txt.
+#
+#   bench/cuda/ncu-kernels.sh [KERNEL...]     (env: SKIP=300, plus any LILAC_CUDA_* switches)
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${OUT:-$root/cuda-out}
+build=${BUILD:-$root/build-cuda}
+synth=${SYNTH:-/tmp/qwen3.6-35b-a3b-Q4_K_M.gguf}
+ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
+[ -n "$ncu" ] || { echo "no ncu on this machine"; exit 1; }
+mkdir -p "$out"
+kernels=("$@")
+[ ${#kernels[@]} -eq 0 ] && kernels=(k_route k_moe_sum_norm_grid k_norm_router k_conv_step k_dn_fused)
+# the share of the warps' cycles each stall reason takes
+stalls=no_instruction,long_scoreboard,short_scoreboard,barrier,membar,wait,math_pipe_throttle,lg_throttle,branch_resolving,dispatch_stall,drain,sleeping,selected,not_selected,mio_throttle,imc_miss
+metrics=$(echo "$stalls" | tr ',' '\n' | sed 's/.*/smsp__warps_issue_stalled_&_per_warp_active.pct/' | paste -sd,)
+for k in "${kernels[@]}"; do
+    f=$out/ncu-$k.txt
+    LILAC_CUDA_GRAPH=0 timeout "${NCU_TIMEOUT:-150}" "$ncu" --kernel-name "$k" --launch-skip "${SKIP:-300}" \
+        --launch-count 1 --section SpeedOfLight --section WarpStateStats --section LaunchStats \
+        --section InstructionStats --metrics "$metrics" "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 16 -r 1 >"$f" 2>&1
+    echo "== $k (rc=$?)"
+    grep -E "SM Frequency|Elapsed Cycles|Duration|Warp Cycles Per Issued|Executed Instructions  |Registers Per|Block Size|Grid Size" "$f" |
+        sed 's/  */ /g' | head -12
+    # the stall reasons, largest first
+    grep -E "smsp__warps_issue_stalled_" "$f" | sed 's/  */ /g; s/smsp__warps_issue_stalled_//; s/_per_warp_active.pct//' |
+        sort -k3 -g -r | head -6
+done
