@@ -11,7 +11,9 @@
  *   zero for each launch, as a replayed graph needs);
  * - NaN logits: still k valid experts (what the expert products read);
  * - the route kernel with L2 prefetches after it (lilac_cuda_route_prefetch):
- *   the same results, no device error.
+ *   the same results, no device error;
+ * - all of it with the route kernel's ranks in one pass and in two stages
+ *   (LILAC_CUDA_ROUTE_STAGED=1).
  * Bounds: the chosen experts and their order exactly; weights within 1e-6
  * of the oracle's (relative to the largest); the shared gate within 1e-6.
  * Then the experts' weighted sum and the next norm over a grid of blocks
@@ -246,11 +248,16 @@ int main(void)
 #ifdef LILAC_CUDA
     static const int EK[][2] = {{8, 1}, {8, 2}, {60, 8}, {256, 8}, {256, 1}, {256, 32}, {512, 8}, {512, 32}};
     int cases = 0;
-    for (size_t i = 0; i < sizeof EK / sizeof EK[0]; i++)
-        for (int v = 0; v < 8; v++, cases++)
-            test_case(EK[i][0], EK[i][1], v & 1, (v >> 1) & 1, (v >> 2) & 1, 0);
-    test_case(256, 8, 1, 1, 1, 1);
-    test_case(8, 2, 0, 0, 0, 1);
+    /* the route kernel's ranks as one pass, then in two stages (LILAC_CUDA_ROUTE_STAGED=1, read at each call) */
+    for (int staged = 0; staged < 2; staged++) {
+        setenv("LILAC_CUDA_ROUTE_STAGED", staged ? "1" : "0", 1);
+        for (size_t i = 0; i < sizeof EK / sizeof EK[0]; i++)
+            for (int v = 0; v < 8; v++, cases++)
+                test_case(EK[i][0], EK[i][1], v & 1, (v >> 1) & 1, (v >> 2) & 1, 0);
+        test_case(256, 8, 1, 1, 1, 1);
+        test_case(8, 2, 0, 0, 0, 1);
+    }
+    unsetenv("LILAC_CUDA_ROUTE_STAGED");
     printf("%d cases of 3 launches; worst weight error %.3g of the largest\n", cases, worst_w);
     static const int SK[][2] = {{2048, 8}, {256, 2}, {100, 1}, {4096, 9}, {2048, 0}};
     for (size_t i = 0; i < sizeof SK / sizeof SK[0]; i++)

@@ -59,6 +59,7 @@ do_test() {
     run_test model test_cuda_model
     run_test model-route-tail test_cuda_model LILAC_CUDA_ROUTE_TAIL=1
     run_test model-l2-prefetch test_cuda_model LILAC_CUDA_L2_PREFETCH=1
+    run_test model-route-staged test_cuda_model LILAC_CUDA_ROUTE_STAGED=1
     run_test model-apart test_cuda_model LILAC_CUDA_NORM_ROUTER=0 LILAC_CUDA_PDL_ALL=1 LILAC_CUDA_SUM_GRID=0
     run_test model-moe-fused test_cuda_model LILAC_CUDA_MOE_FUSED=1
     run_test model-qkv-conv test_cuda_model LILAC_CUDA_QKV_CONV=1
@@ -110,7 +111,7 @@ do_ab() {
                 -n 32 -P $P -r 1 --json 2>/dev/null | grep "x$P" | grep -o '"tokens_per_s": [0-9.]*')"
         done
     done
-    for v in NONE LILAC_CUDA_L2_PREFETCH=1 LILAC_CUDA_ROUTE_TAIL=1 LILAC_CUDA_SUM_GRID=0 LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1 LILAC_CUDA_PDL_ALL=1 \
+    for v in NONE LILAC_CUDA_L2_PREFETCH=1 LILAC_CUDA_ROUTE_STAGED=1 LILAC_CUDA_ROUTE_TAIL=1 LILAC_CUDA_SUM_GRID=0 LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1 LILAC_CUDA_PDL_ALL=1 \
         LILAC_CUDA_NORM_ROUTER=0; do # decode's switches, tg128
         echo "tg128 $v: $(env "${v/NONE/LILAC_NONE=1}" $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 \
             -r 2 --json 2>/dev/null | grep -o '"tokens_per_s": [0-9.]*')"
@@ -121,7 +122,8 @@ do_ab() {
 # and the fused kernel's blocks a multiprocessor.
 do_fused() {
     local T="timeout ${BENCH_TIMEOUT:-120}" v
-    for v in LILAC_NONE=1 LILAC_CUDA_L2_PREFETCH=1 LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1 \
+    for v in LILAC_NONE=1 LILAC_CUDA_L2_PREFETCH=1 LILAC_CUDA_ROUTE_STAGED=1 \
+        "LILAC_CUDA_ROUTE_STAGED=1 LILAC_CUDA_L2_PREFETCH=1" LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1 \
         "LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1" \
         "LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1 LILAC_CUDA_MOE_FUSED_PER_SM=1"; do
         # shellcheck disable=SC2086 # v is one or more VAR=VALUE words

@@ -148,14 +148,65 @@ static __device__ void dev_norm_rope(float *x, const float *w, int hd, int rot, 
     }
 }
 
+#define ROUTE_EMAX 512 /* experts dev_route and dev_route_warp take */
+
+/* dev_route's ranks in two stages (LILAC_CUDA_ROUTE_STAGED=1; one pass over all E for every expert is 256
+ * dependent shared loads a thread, most of k_route's ~24k cycles in ncu): each warp's 32 experts of a round
+ * ranked among themselves by shuffles, those under k kept as candidates; then each candidate ranked among the
+ * candidates. The same choice: every expert of the overall top k has fewer than k above it in its group (so
+ * is a candidate) and among the candidates; any other expert has all k of them above it among the
+ * candidates. Sets chosen[e] for every e < E; every thread of the block calls it. */
+static __device__ void dev_route_staged(const float *pr, int E, int k, unsigned char *chosen)
+{
+    const int nb = blockDim.x;
+    __shared__ int ncand;
+    __shared__ int cand[ROUTE_EMAX];
+    __shared__ float candp[ROUTE_EMAX];
+    if (threadIdx.x == 0)
+        ncand = 0;
+    for (int e = threadIdx.x; e < E; e += nb)
+        chosen[e] = 0;
+    __syncthreads();
+    const int lane0 = threadIdx.x & ~31;
+    for (int e0 = 0; e0 < E; e0 += nb) { /* the same trip count in every thread: whole warps shuffle */
+        const int e = e0 + (int)threadIdx.x;
+        const float pe = e < E ? pr[e] : 0.0f;
+        int before = 0;
+#pragma unroll 8
+        for (int src = 0; src < 32; src++) {
+            const float pj = __shfl_sync(0xffffffffu, pe, src);
+            const int j = e0 + lane0 + src;
+            before += j < E && (pj > pe || (pj == pe && j < e));
+        }
+        if (e < E && before < k) {
+            const int at = atomicAdd(&ncand, 1);
+            cand[at] = e, candp[at] = pe;
+        }
+    }
+    __syncthreads();
+    const int nc = ncand;
+    for (int c = threadIdx.x; c < nc; c += nb) {
+        const int e = cand[c];
+        const float pe = candp[c];
+        int before = 0;
+#pragma unroll 4
+        for (int i = 0; i < nc; i++) {
+            const float pj = candp[i];
+            const int j = cand[i];
+            before += pj > pe || (pj == pe && j < e);
+        }
+        chosen[e] = before < k;
+    }
+    __syncthreads();
+}
+
 // lilac_cuda_route (cuda_ops.h) by one block: the softmax by block
 // reductions, then every expert's rank at once (how many experts come
 // before it: a higher probability, or an equal one at a lower index, the
 // order of k rounds of argmax), the chosen ones listed in index order by
 // ballots. Sequential rounds in one warp were most of the step's routing time.
-#define ROUTE_EMAX 512
 static __device__ void dev_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
-                                 const float *gate_inp, const float *xn, int n_embd)
+                                 const float *gate_inp, const float *xn, int n_embd, bool staged = false)
 {
     __shared__ float pr[ROUTE_EMAX];
     __shared__ unsigned char chosen[ROUTE_EMAX];
@@ -184,16 +235,20 @@ static __device__ void dev_route(const float *logits, int E, int k, int norm, in
     for (int e = threadIdx.x; e < E; e += nb)
         pr[e] /= sum;
     __syncthreads();
-    for (int e = threadIdx.x; e < E; e += nb) {
-        const float pe = pr[e];
-        int before = 0;
-        for (int j = 0; j < E; j++) {
-            const float pj = pr[j];
-            before += pj > pe || (pj == pe && j < e);
+    if (!staged) {
+        for (int e = threadIdx.x; e < E; e += nb) {
+            const float pe = pr[e];
+            int before = 0;
+            for (int j = 0; j < E; j++) {
+                const float pj = pr[j];
+                before += pj > pe || (pj == pe && j < e);
+            }
+            chosen[e] = before < k;
         }
-        chosen[e] = before < k;
+        __syncthreads();
+    } else {
+        dev_route_staged(pr, E, k, chosen);
     }
-    __syncthreads();
     if (threadIdx.x >= 32)
         return;
     const int lane = threadIdx.x;

@@ -6,6 +6,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_dev.cuh"
@@ -527,12 +529,13 @@ static __device__ void dev_l2_prefetch(const lilac_cuda_l2_prefetch &pf, const i
 }
 
 __global__ void k_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
-                        const float *gate_inp, const float *xn, int n_embd, const lilac_cuda_l2_prefetch pf)
+                        const float *gate_inp, const float *xn, int n_embd, const lilac_cuda_l2_prefetch pf,
+                        int staged)
 {
     TRACE_START(LILAC_TK_ROUTE);
     griddep_launch_dependents();
     griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
-    dev_route(logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd);
+    dev_route(logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd, staged != 0);
     if (pf.gate || pf.down || pf.n_range)
         dev_l2_prefetch(pf, idx, k);
     TRACE_END(LILAC_TK_ROUTE);
@@ -551,7 +554,12 @@ extern "C" int lilac_cuda_route_prefetch(const float *logits, int E, int k, int 
             (p.gate_slots > k && up_offset <= 0))
             return -1;
     }
-    launch_pdl(k_route, dim3(1), dim3(256), 0, CS(s), logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd, p);
+    /* LILAC_CUDA_ROUTE_STAGED=1: the ranks in two stages (dev_route_staged; not yet run on a GPU). Read at each
+     * call: the host calls this only while capturing the step's graph or running without one. */
+    const char *st = getenv("LILAC_CUDA_ROUTE_STAGED");
+    const int staged = st && !strcmp(st, "1");
+    launch_pdl(k_route, dim3(1), dim3(256), 0, CS(s), logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd, p,
+               staged);
     return 0;
 }
 
