@@ -85,6 +85,36 @@ static inline void fill_matrix(int type, int64_t rows, int64_t cols, size_t row_
     free(tmp);
 }
 
+/* Device memory and copies for the kernel tests: a failure ends the test (exit 1) with CUDA's message. */
+static inline void *ct_dmalloc(size_t bytes)
+{
+    void *d = NULL;
+    char msg[256];
+    if (lilac_cuda_malloc(&d, bytes, msg, sizeof msg)) {
+        fprintf(stderr, "cuda malloc: %s\n", msg);
+        exit(1);
+    }
+    return d;
+}
+
+static inline void ct_up(void *d, const void *h, size_t bytes)
+{
+    char msg[256];
+    if (lilac_cuda_upload(d, h, bytes, msg, sizeof msg)) {
+        fprintf(stderr, "cuda upload: %s\n", msg);
+        exit(1);
+    }
+}
+
+static inline void ct_down(void *h, const void *d, size_t bytes)
+{
+    char msg[256];
+    if (lilac_cuda_download(h, d, bytes, NULL, msg, sizeof msg)) {
+        fprintf(stderr, "cuda download: %s\n", msg);
+        exit(1);
+    }
+}
+
 /* The first refused call or device error since the last check, or NULL. */
 static inline const char *check_msg(void)
 {

@@ -35,36 +35,6 @@
 
 #define REL 2e-5
 
-
-static void *dmalloc(size_t bytes)
-{
-    void *d = NULL;
-    char msg[256];
-    if (lilac_cuda_malloc(&d, bytes, msg, sizeof msg)) {
-        fprintf(stderr, "cuda malloc: %s\n", msg);
-        exit(1);
-    }
-    return d;
-}
-
-static void up(void *d, const void *h, size_t bytes)
-{
-    char msg[256];
-    if (lilac_cuda_upload(d, h, bytes, msg, sizeof msg)) {
-        fprintf(stderr, "cuda upload: %s\n", msg);
-        exit(1);
-    }
-}
-
-static void down(void *h, const void *d, size_t bytes)
-{
-    char msg[256];
-    if (lilac_cuda_download(h, d, bytes, NULL, msg, sizeof msg)) {
-        fprintf(stderr, "cuda download: %s\n", msg);
-        exit(1);
-    }
-}
-
 typedef struct {
     int dk, dv, nk, nv, tiled, n, C;
     float *conv, *a, *b, *ssm_a, *ssm_dt, *S0, *z, *w; /* host inputs */
@@ -100,19 +70,19 @@ static void case_new(dcase *c, int dk, int dv, int nk, int nv, int tiled, int n)
     for (int i = 0; i < dv; i++)
         c->w[i] = 1 + 0.1f * rnd_sym();
     /* the output buffer with a guard after it */
-    c->dconv = dmalloc(nc * sizeof(float));
-    c->da = dmalloc(ng * sizeof(float));
-    c->db = dmalloc(ng * sizeof(float));
-    c->dssm_a = dmalloc(nv * sizeof(float));
-    c->dssm_dt = dmalloc(nv * sizeof(float));
-    c->dS = dmalloc(ns * sizeof(float));
-    c->do_ = dmalloc((no + 1024) * sizeof(float));
-    c->dz = dmalloc(no * sizeof(float));
-    c->dw = dmalloc(dv * sizeof(float));
-    up(c->dssm_a, c->ssm_a, nv * sizeof(float));
-    up(c->dssm_dt, c->ssm_dt, nv * sizeof(float));
-    up(c->dz, c->z, no * sizeof(float));
-    up(c->dw, c->w, dv * sizeof(float));
+    c->dconv = ct_dmalloc(nc * sizeof(float));
+    c->da = ct_dmalloc(ng * sizeof(float));
+    c->db = ct_dmalloc(ng * sizeof(float));
+    c->dssm_a = ct_dmalloc(nv * sizeof(float));
+    c->dssm_dt = ct_dmalloc(nv * sizeof(float));
+    c->dS = ct_dmalloc(ns * sizeof(float));
+    c->do_ = ct_dmalloc((no + 1024) * sizeof(float));
+    c->dz = ct_dmalloc(no * sizeof(float));
+    c->dw = ct_dmalloc(dv * sizeof(float));
+    ct_up(c->dssm_a, c->ssm_a, nv * sizeof(float));
+    ct_up(c->dssm_dt, c->ssm_dt, nv * sizeof(float));
+    ct_up(c->dz, c->z, no * sizeof(float));
+    ct_up(c->dw, c->w, dv * sizeof(float));
 }
 
 static void case_free(dcase *c)
@@ -127,10 +97,10 @@ static void case_free(dcase *c)
 static void reset(const dcase *c)
 {
     const size_t nc = (size_t)c->n * c->C, ng = (size_t)c->n * c->nv, no = (size_t)c->n * c->nv * c->dv;
-    up(c->dconv, c->conv, nc * sizeof(float));
-    up(c->da, c->a, ng * sizeof(float));
-    up(c->db, c->b, ng * sizeof(float));
-    up(c->dS, c->S0, (size_t)c->nv * c->dk * c->dv * sizeof(float));
+    ct_up(c->dconv, c->conv, nc * sizeof(float));
+    ct_up(c->da, c->a, ng * sizeof(float));
+    ct_up(c->db, c->b, ng * sizeof(float));
+    ct_up(c->dS, c->S0, (size_t)c->nv * c->dk * c->dv * sizeof(float));
     lilac_cuda_memset(c->do_, 0xFF, (no + 1024) * sizeof(float), NULL);
 }
 
@@ -143,10 +113,10 @@ static int run_form(const dcase *c, int chunked, int normed, float *o, float *S)
                                                  1e-6f, c->n, chunked, NULL);
     const char *m = check_msg();
     CHECKF(m == NULL, "dk %d dv %d n %d chunked %d: %s", c->dk, c->dv, c->n, chunked, m ? m : "");
-    down(o, c->do_, (size_t)c->n * c->nv * c->dv * sizeof(float));
-    down(S, c->dS, (size_t)c->nv * c->dk * c->dv * sizeof(float));
+    ct_down(o, c->do_, (size_t)c->n * c->nv * c->dv * sizeof(float));
+    ct_down(S, c->dS, (size_t)c->nv * c->dk * c->dv * sizeof(float));
     float guard[1024];
-    down(guard, c->do_ + (size_t)c->n * c->nv * c->dv, sizeof guard);
+    ct_down(guard, c->do_ + (size_t)c->n * c->nv * c->dv, sizeof guard);
     for (int i = 0; i < 1024; i++) {
         uint32_t u;
         memcpy(&u, &guard[i], 4);
@@ -277,8 +247,8 @@ static void test_env(void)
                            c.dv, c.tiled, 1e-6f, c.n, NULL);
     const char *m = check_msg();
     CHECKF(m == NULL, "lilac_cuda_pf_deltanet: %s", m ? m : "");
-    down(o2, c.do_, no * sizeof(float));
-    down(S2, c.dS, ns * sizeof(float));
+    ct_down(o2, c.do_, no * sizeof(float));
+    ct_down(S2, c.dS, ns * sizeof(float));
     CHECKF(memcmp(o1, o2, no * sizeof(float)) == 0 && memcmp(S1, S2, ns * sizeof(float)) == 0,
            "LILAC_CUDA_DN_CHUNK=1: lilac_cuda_pf_deltanet differs from the chunked form");
     printf("LILAC_CUDA_DN_CHUNK=1 lilac_cuda_pf_deltanet (gated norm): the chunked form's bits\n");

@@ -33,35 +33,6 @@
 #ifdef LILAC_CUDA
 #include "kernels/cuda/cuda_ops.h"
 
-static void *dmalloc(size_t bytes)
-{
-    void *d = NULL;
-    char msg[256];
-    if (lilac_cuda_malloc(&d, bytes, msg, sizeof msg)) {
-        fprintf(stderr, "cuda malloc: %s\n", msg);
-        exit(1);
-    }
-    return d;
-}
-
-static void up(void *d, const void *h, size_t bytes)
-{
-    char msg[256];
-    if (lilac_cuda_upload(d, h, bytes, msg, sizeof msg)) {
-        fprintf(stderr, "cuda upload: %s\n", msg);
-        exit(1);
-    }
-}
-
-static void down(void *h, const void *d, size_t bytes)
-{
-    char msg[256];
-    if (lilac_cuda_download(h, d, bytes, NULL, msg, sizeof msg)) {
-        fprintf(stderr, "cuda download: %s\n", msg);
-        exit(1);
-    }
-}
-
 /* The CPU's routing over logits (src/model/decoder.c's order): softmax, the k largest (ties to the lower
  * index) listed in index order, weights renormalized when norm. */
 static void oracle(const float *lg, int E, int k, int norm, int *idx, double *w)
@@ -106,17 +77,17 @@ static void test_case(int E, int k, int norm, int shared, int gu, int nan_logits
         W[i] = rnd_sym() * 0.3f;
     for (int r = 1; r + 2 < E; r += 7) /* ties: row r + 2 a copy of row r */
         memcpy(W + (size_t)(r + 2) * n, W + (size_t)r * n, sizeof(float) * n);
-    float *dx = dmalloc(sizeof(float) * n), *dnw = dmalloc(sizeof(float) * n), *dxn = dmalloc(sizeof(float) * n);
-    float *dW = dmalloc(sizeof(float) * R * n), *dlg = dmalloc(sizeof(float) * R);
-    float *dw = dmalloc(sizeof(float) * (k + 1)), *dw2 = dmalloc(sizeof(float) * (k + 1));
-    int32_t *didx = dmalloc(sizeof(int32_t) * 2 * k), *didx2 = dmalloc(sizeof(int32_t) * 2 * k);
-    unsigned *dcount = dmalloc(sizeof(unsigned));
-    float *dw3 = dmalloc(sizeof(float) * (k + 1));
-    int32_t *didx3 = dmalloc(sizeof(int32_t) * 2 * k);
-    uint8_t *dbig = dmalloc((size_t)(2 * E + 1) * 256);
+    float *dx = ct_dmalloc(sizeof(float) * n), *dnw = ct_dmalloc(sizeof(float) * n), *dxn = ct_dmalloc(sizeof(float) * n);
+    float *dW = ct_dmalloc(sizeof(float) * R * n), *dlg = ct_dmalloc(sizeof(float) * R);
+    float *dw = ct_dmalloc(sizeof(float) * (k + 1)), *dw2 = ct_dmalloc(sizeof(float) * (k + 1));
+    int32_t *didx = ct_dmalloc(sizeof(int32_t) * 2 * k), *didx2 = ct_dmalloc(sizeof(int32_t) * 2 * k);
+    unsigned *dcount = ct_dmalloc(sizeof(unsigned));
+    float *dw3 = ct_dmalloc(sizeof(float) * (k + 1));
+    int32_t *didx3 = ct_dmalloc(sizeof(int32_t) * 2 * k);
+    uint8_t *dbig = ct_dmalloc((size_t)(2 * E + 1) * 256);
     lilac_cuda_memset(dcount, 0, sizeof(unsigned), NULL);
-    up(dnw, nw, sizeof(float) * n);
-    up(dW, W, sizeof(float) * R * n);
+    ct_up(dnw, nw, sizeof(float) * n);
+    ct_up(dW, W, sizeof(float) * R * n);
     const int up_offset = gu ? E : 0;
     const lilac_cuda_route_args ra = {E, k, norm, up_offset, shared, didx, dw, dcount};
     char what[160];
@@ -125,14 +96,14 @@ static void test_case(int E, int k, int norm, int shared, int gu, int nan_logits
     for (int rep = 0; rep < reps; rep++) {
         for (int i = 0; i < n; i++)
             x[i] = nan_logits ? NAN : rnd_normal();
-        up(dx, x, sizeof(float) * n);
+        ct_up(dx, x, sizeof(float) * n);
         int rc = lilac_cuda_norm_router(dx, dnw, dxn, dW, n, R, dlg, n, 1e-6f, &ra, NULL);
         CHECKF(rc == 0, "%s: the norm+router kernel takes the routing", what);
         if (rc)
             break;
-        down(lg, dlg, sizeof(float) * R);
-        down(idx, didx, sizeof(int32_t) * 2 * k);
-        down(w, dw, sizeof(float) * (k + 1));
+        ct_down(lg, dlg, sizeof(float) * R);
+        ct_down(idx, didx, sizeof(int32_t) * 2 * k);
+        ct_down(w, dw, sizeof(float) * (k + 1));
         const char *m = check_msg();
         CHECKF(!m, "%s: %s", what, m ? m : "");
         if (nan_logits) { /* nothing to order: k experts in range (what the products then read) */
@@ -146,8 +117,8 @@ static void test_case(int E, int k, int norm, int shared, int gu, int nan_logits
         rc = lilac_cuda_route(dlg, E, k, norm, didx2, dw2, up_offset, shared ? dW + (size_t)E * n : NULL, dxn, n,
                               NULL);
         CHECKF(rc == 0, "%s: the route kernel runs", what);
-        down(idx2, didx2, sizeof(int32_t) * 2 * k);
-        down(w2, dw2, sizeof(float) * (k + 1));
+        ct_down(idx2, didx2, sizeof(int32_t) * 2 * k);
+        ct_down(w2, dw2, sizeof(float) * (k + 1));
         /* the same with L2 prefetches after it (a hint: the same results, no fault): 256-byte "experts" of
          * a scratch allocation, all of it, and a range neither starting nor ending on 16 bytes */
         const lilac_cuda_l2_prefetch pf = {
@@ -160,8 +131,8 @@ static void test_case(int E, int k, int norm, int shared, int gu, int nan_logits
         CHECKF(rc == 0, "%s: the route kernel with prefetches runs", what);
         int32_t *idx3 = malloc(sizeof(int32_t) * 2 * k);
         float *w3 = malloc(sizeof(float) * (k + 1));
-        down(idx3, didx3, sizeof(int32_t) * 2 * k);
-        down(w3, dw3, sizeof(float) * (k + 1));
+        ct_down(idx3, didx3, sizeof(int32_t) * 2 * k);
+        ct_down(w3, dw3, sizeof(float) * (k + 1));
         m = check_msg();
         CHECKF(!m, "%s: with prefetches: %s", what, m ? m : "");
         CHECKF(!memcmp(idx3, idx2, sizeof(int32_t) * (gu ? 2 * k : k)) &&
@@ -211,21 +182,21 @@ static void test_sum(int E, int k, int shared)
         ex[i] = rnd_normal();
     for (int i = 0; i <= k; i++)
         w[i] = (float)rnd_unit();
-    float *dx1 = dmalloc(sizeof(float) * nx), *dx2 = dmalloc(sizeof(float) * nx), *dex = dmalloc(sizeof(float) * nex);
-    float *dsh = dmalloc(sizeof(float) * nx), *dw = dmalloc(sizeof(float) * (k + 1)), *dnw = dmalloc(sizeof(float) * nx);
-    float *dn1 = dmalloc(sizeof(float) * nx), *dn2 = dmalloc(sizeof(float) * nx), *dpart = dmalloc(sizeof(float) * 64);
-    unsigned *dcount = dmalloc(sizeof(unsigned));
+    float *dx1 = ct_dmalloc(sizeof(float) * nx), *dx2 = ct_dmalloc(sizeof(float) * nx), *dex = ct_dmalloc(sizeof(float) * nex);
+    float *dsh = ct_dmalloc(sizeof(float) * nx), *dw = ct_dmalloc(sizeof(float) * (k + 1)), *dnw = ct_dmalloc(sizeof(float) * nx);
+    float *dn1 = ct_dmalloc(sizeof(float) * nx), *dn2 = ct_dmalloc(sizeof(float) * nx), *dpart = ct_dmalloc(sizeof(float) * 64);
+    unsigned *dcount = ct_dmalloc(sizeof(unsigned));
     lilac_cuda_memset(dcount, 0, sizeof(unsigned), NULL);
-    up(dx1, x, sizeof(float) * nx), up(dx2, x, sizeof(float) * nx), up(dex, ex, sizeof(float) * nex);
-    up(dsh, sh, sizeof(float) * nx), up(dw, w, sizeof(float) * (k + 1)), up(dnw, nw, sizeof(float) * nx);
+    ct_up(dx1, x, sizeof(float) * nx), ct_up(dx2, x, sizeof(float) * nx), ct_up(dex, ex, sizeof(float) * nex);
+    ct_up(dsh, sh, sizeof(float) * nx), ct_up(dw, w, sizeof(float) * (k + 1)), ct_up(dnw, nw, sizeof(float) * nx);
     int ok = 1;
     double dn = 0, mn = 0;
     for (int rep = 0; rep < 3; rep++) { /* x accumulates: each launch adds the experts again */
         lilac_cuda_moe_sum_norm(dx1, dex, dw, k, shared ? dsh : NULL, dw + k, dnw, dn1, E, 1e-6f, NULL);
         ok &= lilac_cuda_moe_sum_norm_grid(dx2, dex, dw, k, shared ? dsh : NULL, dw + k, dnw, dn2, E, 1e-6f, dpart,
                                            dcount, NULL) == 0;
-        down(x1, dx1, sizeof(float) * nx), down(x2, dx2, sizeof(float) * nx);
-        down(n1, dn1, sizeof(float) * nx), down(n2, dn2, sizeof(float) * nx);
+        ct_down(x1, dx1, sizeof(float) * nx), ct_down(x2, dx2, sizeof(float) * nx);
+        ct_down(n1, dn1, sizeof(float) * nx), ct_down(n2, dn2, sizeof(float) * nx);
         ok &= !memcmp(x1, x2, sizeof(float) * nx);
         for (size_t i = 0; i < nx; i++)
             dn = fmax(dn, fabs(n1[i] - n2[i])), mn = fmax(mn, fabs(n1[i]));

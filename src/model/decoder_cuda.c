@@ -521,6 +521,18 @@ static void pf_add(lilac_cuda_l2_prefetch *pf, const lilac_cuda_mat *w)
     }
 }
 
+/* joined where up_joined made it, else its two parts */
+static void pf_add_pair(lilac_cuda_l2_prefetch *pf, const lilac_cuda_mat *joined, const lilac_cuda_mat *a,
+                        const lilac_cuda_mat *b)
+{
+    if (joined->data) {
+        pf_add(pf, joined);
+    } else {
+        pf_add(pf, a);
+        pf_add(pf, b);
+    }
+}
+
 /* What layer il's route kernel pulls into L2 under LILAC_CUDA_L2_PREFETCH=1: the layer's chosen experts (gate
  * and up, down), then the next layer's products in the order the step runs them. */
 static void step_prefetch(const lilac_model *m, int il, lilac_cuda_l2_prefetch *pf)
@@ -538,31 +550,16 @@ static void step_prefetch(const lilac_model *m, int il, lilac_cuda_l2_prefetch *
         return;
     const cuda_layer *nx = &cm->layers[il + 1];
     if (m->hp.layer_kind[il + 1] == LILAC_LAYER_ATTENTION) {
-        if (nx->wqk.data) {
-            pf_add(pf, &nx->wqk);
-        } else {
-            pf_add(pf, &nx->wq);
-            pf_add(pf, &nx->wk);
-        }
+        pf_add_pair(pf, &nx->wqk, &nx->wq, &nx->wk);
         pf_add(pf, &nx->wv);
         pf_add(pf, &nx->wo);
     } else {
-        if (nx->ssm_qkvz.data) {
-            pf_add(pf, &nx->ssm_qkvz);
-        } else {
-            pf_add(pf, &nx->ssm_qkv);
-            pf_add(pf, &nx->ssm_z);
-        }
-        if (nx->ssm_ab.data) {
-            pf_add(pf, &nx->ssm_ab);
-        } else {
-            pf_add(pf, &nx->ssm_alpha);
-            pf_add(pf, &nx->ssm_beta);
-        }
+        pf_add_pair(pf, &nx->ssm_qkvz, &nx->ssm_qkv, &nx->ssm_z);
+        pf_add_pair(pf, &nx->ssm_ab, &nx->ssm_alpha, &nx->ssm_beta);
         pf_add(pf, &nx->ssm_out);
     }
     pf_add(pf, &nx->router);
-    pf_add(pf, nx->sh_gu.data ? &nx->sh_gu : &nx->sh_gate);
+    pf_add_pair(pf, &nx->sh_gu, &nx->sh_gate, &nx->sh_up);
     pf_add(pf, &nx->sh_down);
 }
 

@@ -150,6 +150,34 @@ static __device__ void dev_norm_rope(float *x, const float *w, int hd, int rot, 
 
 #define ROUTE_EMAX 512 /* experts dev_route and dev_route_warp take */
 
+/* The routing's end, by one warp: sel/selw (shared) hold the first min(cnt, k) chosen experts in index order
+ * and their probabilities; the rest filled with valid experts of weight 0 (only with NaN logits), the weights
+ * summed in index order as the CPU adds them, and idx (with the up slots at up_offset), w and w[k] = gate
+ * written. */
+static __device__ void dev_route_write(int *sel, float *selw, int cnt, int E, int k, int norm, int32_t *idx,
+                                       float *w, int up_offset, bool has_gate, float gate)
+{
+    const int lane = threadIdx.x & 31;
+    __syncwarp();
+    float tot = 0;
+    if (lane == 0) {
+        for (int i = cnt; i < k; i++)
+            sel[i] = i % E, selw[i] = 0.0f;
+        for (int i = 0; i < k; i++)
+            tot += selw[i];
+    }
+    __syncwarp();
+    tot = __shfl_sync(0xffffffffu, tot, 0);
+    if (lane < k) {
+        idx[lane] = sel[lane];
+        if (up_offset > 0)
+            idx[k + lane] = sel[lane] + up_offset;
+        w[lane] = norm ? selw[lane] / tot : selw[lane];
+    }
+    if (lane == 0 && has_gate)
+        w[k] = gate;
+}
+
 /* dev_route's ranks in two stages (LILAC_CUDA_ROUTE_STAGED=1; one pass over all E for every expert is 256
  * dependent shared loads a thread, most of k_route's ~24k cycles in ncu): each warp's 32 experts of a round
  * ranked among themselves by shuffles, those under k kept as candidates; then each candidate ranked among the
@@ -261,23 +289,7 @@ static __device__ void dev_route(const float *logits, int E, int k, int norm, in
             sel[at] = base + lane, selw[at] = pr[base + lane];
         cnt += __popc(bal);
     }
-    if (lane == 0)
-        for (int i = cnt; i < k; i++) // only with NaN logits: still valid experts
-            sel[i] = i % E, selw[i] = 0.0f;
-    __syncwarp();
-    float tot = 0;
-    if (lane == 0)
-        for (int i = 0; i < k; i++) // in expert-index order, as the CPU adds them
-            tot += selw[i];
-    tot = __shfl_sync(0xffffffffu, tot, 0);
-    if (lane < k) {
-        idx[lane] = sel[lane];
-        if (up_offset > 0)
-            idx[k + lane] = sel[lane] + up_offset;
-        w[lane] = norm ? selw[lane] / tot : selw[lane];
-    }
-    if (lane == 0 && gate_inp)
-        w[k] = gsh;
+    dev_route_write(sel, selw, cnt, E, k, norm, idx, w, up_offset, gate_inp != nullptr, gsh);
 }
 
 /* dev_route's choice by one warp (no block barrier: the last block of k_norm_router runs it): the softmax by
@@ -360,24 +372,8 @@ static __device__ void dev_route_warp_t(const float *logits, int E, int k, int n
         }
         at += __popc(bal);
     }
-    __syncwarp();
-    float tot = 0;
-    if (lane == 0) {
-        for (int i = cnt; i < k; i++) /* only with NaN logits: still valid experts */
-            rsel[i] = i % E, rselw[i] = 0.0f;
-        for (int i = 0; i < k; i++) /* in expert-index order, as the CPU adds them */
-            tot += rselw[i];
-    }
-    __syncwarp();
-    tot = __shfl_sync(0xffffffffu, tot, 0);
-    if (lane < k) {
-        idx[lane] = rsel[lane];
-        if (up_offset > 0)
-            idx[k + lane] = rsel[lane] + up_offset;
-        w[lane] = norm ? rselw[lane] / tot : rselw[lane];
-    }
-    if (lane == 0 && gsh_logit)
-        w[k] = sigmoidf_(__ldcg(gsh_logit));
+    dev_route_write(rsel, rselw, at, E, k, norm, idx, w, up_offset, gsh_logit != nullptr,
+                    gsh_logit ? sigmoidf_(__ldcg(gsh_logit)) : 0.0f);
 }
 
 /* dev_route_warp_t for E experts: 8 a lane up to 256 (the target model's), else up to ROUTE_EMAX. */
