@@ -1,6 +1,6 @@
 /* test_cuda_route: the decode step's MoE glue kernels. The routing done by the last block of the
- * norm+router kernel (lilac_cuda_norm_router with lilac_cuda_route_args,
- * dev_route_warp) against a float64 oracle on the CPU over the kernel's own
+ * norm+router kernel (lilac_cuda_norm_router with lilac_cuda_route_args:
+ * dev_route with the staged ranks) against a float64 oracle on the CPU over the kernel's own
  * logits, and against the route kernel (lilac_cuda_route) on them:
  * - experts 8, 60, 256, 512 (the most either takes); k 1, 2, 8 and 32;
  *   weights renormalized or not; the shared expert's gate as the router's

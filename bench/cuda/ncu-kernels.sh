@@ -7,7 +7,9 @@
 # The graph is off (one kernel a launch); launch-skip past the warm-up.
 # Needs run.sh build and synth first; writes OUT/ncu-KERNEL.txt.
 #
-#   bench/cuda/ncu-kernels.sh [KERNEL...]     (env: SKIP=300, plus any LILAC_CUDA_* switches)
+#   bench/cuda/ncu-kernels.sh [KERNEL[:SKIP]...]   (SKIP: launches of it passed over, default $SKIP or 300;
+#                                                    env: any LILAC_CUDA_* switches)
+# e.g. k_mv:1200 for a product some steps in (k_mv runs ~10 shapes a layer: vary SKIP by one to walk them).
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${OUT:-$root/cuda-out}
@@ -17,18 +19,20 @@ ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 [ -n "$ncu" ] || { echo "no ncu on this machine"; exit 1; }
 mkdir -p "$out"
 kernels=("$@")
-[ ${#kernels[@]} -eq 0 ] && kernels=(k_route k_moe_sum_norm_grid k_norm_router k_conv_step k_dn_fused)
+[ ${#kernels[@]} -eq 0 ] && kernels=(k_route k_moe_sum_norm_grid k_norm_router k_conv_step k_dn_fused k_mv:1200 k_mv:1201)
 # the share of the warps' cycles each stall reason takes
 stalls=no_instruction,long_scoreboard,short_scoreboard,barrier,membar,wait,math_pipe_throttle,lg_throttle,branch_resolving,dispatch_stall,drain,sleeping,selected,not_selected,mio_throttle,imc_miss
 metrics=$(echo "$stalls" | tr ',' '\n' | sed 's/.*/smsp__warps_issue_stalled_&_per_warp_active.pct/' | paste -sd,)
-for k in "${kernels[@]}"; do
-    f=$out/ncu-$k.txt
-    LILAC_CUDA_GRAPH=0 timeout "${NCU_TIMEOUT:-150}" "$ncu" --kernel-name "$k" --launch-skip "${SKIP:-300}" \
+for ks in "${kernels[@]}"; do
+    k=${ks%%:*} skip=${SKIP:-300}
+    [ "$k" != "$ks" ] && skip=${ks#*:}
+    f=$out/ncu-$k-$skip.txt
+    LILAC_CUDA_GRAPH=0 timeout "${NCU_TIMEOUT:-150}" "$ncu" --kernel-name "$k" --launch-skip "$skip" \
         --launch-count 1 --section SpeedOfLight --section WarpStateStats --section LaunchStats \
         --section InstructionStats --metrics "$metrics" "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 16 -r 1 >"$f" 2>&1
-    echo "== $k (rc=$?)"
-    grep -E "SM Frequency|Elapsed Cycles|Duration|Warp Cycles Per Issued|Executed Instructions  |Registers Per|Block Size|Grid Size" "$f" |
-        sed 's/  */ /g' | head -12
+    echo "== $k, launch $skip (rc=$?)"
+    grep -E "SM Frequency|Elapsed Cycles|Duration|DRAM Throughput|Memory Throughput|Warp Cycles Per Issued|Executed Instructions  |Registers Per|Block Size|Grid Size" "$f" |
+        sed 's/  */ /g' | head -14
     # the stall reasons, largest first
     grep -E "smsp__warps_issue_stalled_" "$f" | sed 's/  */ /g; s/smsp__warps_issue_stalled_//; s/_per_warp_active.pct//' |
         sort -k3 -g -r | head -6

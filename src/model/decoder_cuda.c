@@ -676,9 +676,9 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         if (norm_router < 0)
             norm_router = lilac_env_switch("LILAC_CUDA_NORM_ROUTER", true);
         /* LILAC_CUDA_ROUTE_TAIL=1: the routing at its end, by its last block, where the router holds the shared
-         * gate's row too (or there is no shared expert), instead of the route kernel. Slower while the shared
-         * expert runs on the second branch, which then starts after the routing: tg128 267 against 281 (H200,
-         * 2026-11-30). */
+         * gate's row too (or there is no shared expert), instead of the route kernel. With one warp routing
+         * (since replaced by the block's staged ranks, not yet measured) it was slower, the shared expert's
+         * branch starting after the routing: tg128 267 against 281 (H200, 2026-11-30). */
         static int route_tail = -1;
         if (route_tail < 0)
             route_tail = lilac_env_switch("LILAC_CUDA_ROUTE_TAIL", false);

@@ -148,7 +148,7 @@ static __device__ void dev_norm_rope(float *x, const float *w, int hd, int rot, 
     }
 }
 
-#define ROUTE_EMAX 512 /* experts dev_route and dev_route_warp take */
+#define ROUTE_EMAX 512 /* experts dev_route takes */
 
 /* The routing's end, by one warp: sel/selw (shared) hold the first min(cnt, k) chosen experts in index order
  * and their probabilities; the rest filled with valid experts of weight 0 (only with NaN logits), the weights
@@ -234,7 +234,8 @@ static __device__ void dev_route_staged(const float *pr, int E, int k, unsigned 
 // order of k rounds of argmax), the chosen ones listed in index order by
 // ballots. Sequential rounds in one warp were most of the step's routing time.
 static __device__ void dev_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
-                                 const float *gate_inp, const float *xn, int n_embd, bool staged = false)
+                                 const float *gate_inp, const float *xn, int n_embd, bool staged = false,
+                                 const float *gsh_logit = nullptr)
 {
     __shared__ float pr[ROUTE_EMAX];
     __shared__ unsigned char chosen[ROUTE_EMAX];
@@ -248,6 +249,8 @@ static __device__ void dev_route(const float *logits, int E, int k, int norm, in
         for (int i = threadIdx.x; i < n_embd; i += nb)
             d += gate_inp[i] * __ldcg(xn + i);
         gsh = sigmoidf_(block_sum(d));
+    } else if (gsh_logit) { /* the gate's dot computed as one more router row (k_norm_router's) */
+        gsh = sigmoidf_(__ldcg(gsh_logit));
     }
     float mx = -INFINITY;
     for (int e = threadIdx.x; e < E; e += nb)
@@ -289,101 +292,7 @@ static __device__ void dev_route(const float *logits, int E, int k, int norm, in
             sel[at] = base + lane, selw[at] = pr[base + lane];
         cnt += __popc(bal);
     }
-    dev_route_write(sel, selw, cnt, E, k, norm, idx, w, up_offset, gate_inp != nullptr, gsh);
-}
-
-/* dev_route's choice by one warp (no block barrier: the last block of k_norm_router runs it): the softmax by
- * shuffles; each lane sorts its PER experts (a higher probability first, or an equal one at the lower index:
- * dev_route's ranks, the CPU's order), then k rounds of the warp's argmax over the lanes' heads, the winning
- * lane dropping its head; the chosen listed in index order by ballots and their weights summed in that order.
- * With gsh_logit set, w[k] = sigmoid(*gsh_logit) (the shared expert's gate, computed as a router row).
- * E <= 32 PER, k <= 32; every lane of the warp calls it. */
-template <int PER>
-static __device__ void dev_route_warp_t(const float *logits, int E, int k, int norm, int32_t *idx, float *w,
-                                        int up_offset, const float *gsh_logit)
-{
-    __shared__ int rsel[32];
-    __shared__ float rselw[32];
-    const int lane = threadIdx.x & 31;
-    float p[PER];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < PER; j++) { /* every load in flight at once */
-        const int e = lane + 32 * j;
-        p[j] = e < E ? __ldcg(logits + e) : -INFINITY;
-    }
-#pragma unroll
-    for (int j = 0; j < PER; j++)
-        mx = fmaxf(mx, p[j]);
-    mx = warp_max(mx);
-    float sum = 0;
-#pragma unroll
-    for (int j = 0; j < PER; j++) {
-        p[j] = lane + 32 * j < E ? expf(p[j] - mx) : 0.0f;
-        sum += p[j];
-    }
-    sum = warp_sum(sum);
-    float v[PER]; /* the lane's candidates, sorted: NaN and absent ones below every probability */
-    int ix[PER];
-#pragma unroll
-    for (int j = 0; j < PER; j++) {
-        p[j] /= sum;
-        v[j] = lane + 32 * j < E && p[j] == p[j] ? p[j] : -1.0f;
-        ix[j] = lane + 32 * j;
-    }
-#pragma unroll
-    for (int a = 0; a < PER - 1; a++)
-#pragma unroll
-        for (int j = 0; j < PER - 1 - a; j++)
-            if (v[j + 1] > v[j] || (v[j + 1] == v[j] && ix[j + 1] < ix[j])) {
-                const float tv = v[j];
-                const int ti = ix[j];
-                v[j] = v[j + 1], ix[j] = ix[j + 1], v[j + 1] = tv, ix[j + 1] = ti;
-            }
-    unsigned taken = 0; /* bit j: expert lane + 32 j chosen */
-    int cnt = 0;
-    for (; cnt < k; cnt++) {
-        float bv = v[0];
-        int bi = ix[0];
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > bv || (ov == bv && oi < bi))
-                bv = ov, bi = oi;
-        }
-        if (bv < 0.0f) /* only NaN left */
-            break;
-        if ((bi & 31) == lane) {
-            taken |= 1u << (bi >> 5);
-#pragma unroll
-            for (int j = 0; j < PER - 1; j++)
-                v[j] = v[j + 1], ix[j] = ix[j + 1];
-            v[PER - 1] = -2.0f;
-        }
-    }
-    int at = 0;
-#pragma unroll
-    for (int j = 0; j < PER; j++) {
-        const bool f = (taken >> j) & 1u;
-        const unsigned bal = __ballot_sync(0xffffffffu, f);
-        if (f) {
-            const int i = at + __popc(bal & ((1u << lane) - 1u));
-            rsel[i] = lane + 32 * j, rselw[i] = p[j];
-        }
-        at += __popc(bal);
-    }
-    dev_route_write(rsel, rselw, at, E, k, norm, idx, w, up_offset, gsh_logit != nullptr,
-                    gsh_logit ? sigmoidf_(__ldcg(gsh_logit)) : 0.0f);
-}
-
-/* dev_route_warp_t for E experts: 8 a lane up to 256 (the target model's), else up to ROUTE_EMAX. */
-static __device__ __forceinline__ void dev_route_warp(const float *logits, int E, int k, int norm, int32_t *idx,
-                                                      float *w, int up_offset, const float *gsh_logit)
-{
-    if (E <= 256)
-        dev_route_warp_t<8>(logits, E, k, norm, idx, w, up_offset, gsh_logit);
-    else
-        dev_route_warp_t<ROUTE_EMAX / 32>(logits, E, k, norm, idx, w, up_offset, gsh_logit);
+    dev_route_write(sel, selw, cnt, E, k, norm, idx, w, up_offset, gate_inp || gsh_logit, gsh);
 }
 
 /* The post-attention norm and a float32 router (k_norm_router; k_moe_fused's first phase): every block

@@ -573,7 +573,7 @@ extern "C" int lilac_cuda_route(const float *logits, int E, int k, int norm, int
 // boundary less on the step's critical path): dev_norm_router over the grid,
 // each warp's first NR_PF float4 of its router row in flight before the kernel
 // that writes x has finished. With r.idx set, the last block to finish routes
-// (dev_route_warp): the route kernel's launch, and its wait, off the chain.
+// (dev_route with the staged ranks): the route kernel's launch, and its wait, off the chain.
 __global__ void __launch_bounds__(32 * NR_WARPS) k_norm_router(const float *x, const float *norm_w, float *xn,
                                                                const float *W, long long row_floats, int n_exp,
                                                                float *logits, int n, float eps,
@@ -589,9 +589,10 @@ __global__ void __launch_bounds__(32 * NR_WARPS) k_norm_router(const float *x, c
         if (threadIdx.x == 0)
             last = atomicAdd(r.count, 1u) == gridDim.x - 1;
         __syncthreads();
-        if (last && threadIdx.x < 32) {
+        if (last) { /* the whole block: dev_route's block reductions */
             __threadfence(); /* the other blocks' logits: read from L2 (__ldcg) after their fences */
-            dev_route_warp(logits, r.E, r.k, r.norm, r.idx, r.w, r.up_offset, r.shared_row ? logits + r.E : nullptr);
+            dev_route(logits, r.E, r.k, r.norm, r.idx, r.w, r.up_offset, nullptr, nullptr, 0, true,
+                      r.shared_row ? logits + r.E : nullptr);
             if (threadIdx.x == 0)
                 atomicExch(r.count, 0u); /* zero for the next launch (a graph replays this one) */
         }
