@@ -155,6 +155,8 @@ int main(void)
     int32_t *toks = NULL;
     int n = 0, V = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (!tu_model_wanted(cases[i].model))
+            continue;
         if (!meta_of || strcmp(meta_of, cases[i].model) != 0) {
             char p[4096];
             bool fits = snprintf(p, sizeof p, "%s/%s/golden/meta.json", fx, cases[i].model) < (int)sizeof p;

@@ -56,6 +56,25 @@ static inline const char *tu_fixtures(void)
     return NULL;
 }
 
+/* LILAC_TEST_MODELS=a,b (the GPU machine's runs, which carry one fixture model's files at a time): whether the
+ * fixture model `name` is one of them; unset or empty: every model. A model left out is said, not passed over. */
+static inline int tu_model_wanted(const char *name)
+{
+    const char *list = getenv("LILAC_TEST_MODELS");
+    if (!list || !*list)
+        return 1;
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n))
+            return 1;
+        p += len + (e != NULL);
+    }
+    printf("LILAC_TEST_MODELS=%s: %s left out\n", list, name);
+    return 0;
+}
+
 /* The fixtures directory, or skip the test saying why. */
 static inline const char *tu_require_fixtures(void)
 {

@@ -3,7 +3,7 @@
 # machine (an H200 here). Everything it writes goes under OUT (default
 # ./cuda-out): the build log, the test output, and bench JSON lines.
 #
-#   bench/cuda/run.sh [build|test|synth|bench|ab|fused|sanitize|all]...
+#   bench/cuda/run.sh [build|test|synth|bench|ab|fused|sanitize|suite|all]...
 #
 # Fixtures: $LILAC_FIXTURES (a copy of ../shared/fixtures, or the subset
 # bench/cuda/pack-fixtures.sh makes in .devfix). Libraries the machine lacks:
@@ -132,6 +132,22 @@ do_fused() {
     done
 }
 
+# The CPU suite's golden tests with the backend forced to CUDA (the issue's "the golden tests pass on the GPU
+# with the CPU's bounds"), over the fixtures carried: one pack at a time (pack-fixtures.sh --suite PACK), with
+# LILAC_TEST_MODELS naming its model, e.g.
+#   LILAC_FIXTURES=$PWD/.devfix-golden-35 LILAC_TEST_MODELS=tiny-qwen35moe bash bench/cuda/run.sh build suite
+# (carry .devfix-golden-35 and .deps).
+do_suite() {
+    local t
+    for t in ${SUITE_TESTS:-test_golden test_quant_models}; do
+        LILAC_BACKEND=cuda timeout "${TEST_TIMEOUT:-300}" "$build/tests/$t" >"$out/suite-$t.txt" 2>&1
+        echo "$t (backend cuda, ${LILAC_TEST_MODELS:-every model}): rc=$? $(grep -E 'checks, [0-9]+ failed|SKIP' \
+            "$out/suite-$t.txt" | tail -1)"
+        grep -E 'FAIL|rror' "$out/suite-$t.txt" | head -8
+        grep -E 'vs golden|vs transformers|mean KL|decode vs prefill' "$out/suite-$t.txt" | head -12
+    done
+}
+
 # compute-sanitizer memcheck and racecheck over the CUDA tests (the issue's
 # bar), each bounded so that a slow tool cannot eat the session's device
 # time.
@@ -156,9 +172,10 @@ for s in "${steps[@]}"; do
     synth) do_synth ;;
     bench) do_bench ;;
     sanitize) do_sanitize ;;
+    suite) do_suite ;;
     ab) do_ab ;;
     fused) do_fused ;;
     all) do_build && do_test && do_synth && do_bench ;;
-    *) echo "usage: $0 [build|test|synth|bench|ab|fused|sanitize|all]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [build|test|synth|bench|ab|fused|sanitize|suite|all]..." >&2; exit 2 ;;
     esac
 done
