@@ -231,8 +231,10 @@ static __device__ void dev_route_staged(const float *pr, int E, int k, unsigned 
 // lilac_cuda_route (cuda_ops.h) by one block: the softmax by block
 // reductions, then every expert's rank at once (how many experts come
 // before it: a higher probability, or an equal one at a lower index, the
-// order of k rounds of argmax), the chosen ones listed in index order by
-// ballots. Sequential rounds in one warp were most of the step's routing time.
+// order of k rounds of argmax; staged: dev_route_staged), the chosen ones
+// listed in index order by ballots. Sequential rounds in one warp were most
+// of the step's routing time. The shared expert's gate from gate_inp . xn,
+// or from its logit computed elsewhere (gsh_logit: k_norm_router's extra row).
 static __device__ void dev_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
                                  const float *gate_inp, const float *xn, int n_embd, bool staged = false,
                                  const float *gsh_logit = nullptr)
