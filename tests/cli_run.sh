@@ -33,6 +33,10 @@ check "speeds reported on stderr" grep -q "tok/s" "$tmp/stderr"
 "$lilac" bench -m "$fx/tiny-qwen35moe/gguf/model-Q4_K_M.gguf" -p 0 -n 2 -P 5 -r 1 --check-greedy 8 --json >"$tmp/g" 2>&1
 check "bench --check-greedy exits 0" test $? -eq 0
 check "bench --check-greedy: 0 of 5 sequences differ" grep -q '"test": "greedy_x5", "parallel": 5, "tokens": 8, "sequences_differing": 0' "$tmp/g"
+# the logits batch against alone after the prompt and the first token: 0 on the CPU (bit for bit), float32
+# rounding apart on the GPU
+check "bench --check-greedy: logits batch vs alone within 1e-4" awk -F'"logits_rel_diff_(prompt|step1)": ' \
+    '/greedy_x5/ { n = split($0, _, "logits_rel_diff_"); if (n != 3) exit 1; if ($2 + 0 > 1e-4 || $3 + 0 > 1e-4) exit 1; ok = 1 } END { exit !ok }' "$tmp/g"
 
 for seed in 5 5 6; do
     "$lilac" run -m "$model" -p "Tell me about ünïcödé, 日本語 and emoji 🦙" -n 40 --seed $seed --temp 1.2 \

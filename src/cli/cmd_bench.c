@@ -192,7 +192,21 @@ static float top2_gap(const float *x, int n)
  * tokens greedily in one batch, then alone; how many sequences' tokens
  * differ. At a difference, the gap between the two best logits alone says
  * whether it was a near tie (where float32 rounding in another summation
- * order may pick the other token) or an error. */
+ * order may pick the other token) or an error. The logits' largest
+ * difference, batch against alone, after the prompt and after the first
+ * decoded token (max over the sequences of max|d| / max|logit|) says how
+ * far one step's rounding moves them: a difference found steps later with
+ * a gap far above that has grown through the steps, or is an error. */
+static float rel_diff(const float *a, const float *ref, int n)
+{
+    float d = 0, mx = 0;
+    for (int i = 0; i < n; i++) {
+        d = fabsf(a[i] - ref[i]) > d ? fabsf(a[i] - ref[i]) : d;
+        mx = fabsf(ref[i]) > mx ? fabsf(ref[i]) : mx;
+    }
+    return mx > 0 ? d / mx : d;
+}
+
 static int greedy_check(lilac_model *m, const bench_opts *o)
 {
     const int P = o->parallel, G = o->check_greedy, NP = 8, V = lilac_model_hparams(m)->n_vocab;
@@ -201,13 +215,15 @@ static int greedy_check(lilac_model *m, const bench_opts *o)
     int32_t *prompt = malloc(sizeof(int32_t) * (size_t)P * NP), *tb = malloc(sizeof(int32_t) * (size_t)P * G);
     int32_t *ta = malloc(sizeof(int32_t) * (size_t)G);
     float *lg = malloc(sizeof(float) * (size_t)V);
+    /* the batch's logits after the prompt and after the first token, for the comparison with each alone */
+    float *lb = malloc(sizeof(float) * (size_t)V * P * 2);
     lilac_batch *b = NULL;
     lilac_seq *one = NULL;
     lilac_error err;
     uint64_t rng = 777;
     int rc = 1, differ = 0, first_step = -1;
-    float gap = 0;
-    if (!s || !it || !prompt || !tb || !ta || !lg) {
+    float gap = 0, rel[2] = {0, 0};
+    if (!s || !it || !prompt || !tb || !ta || !lg || !lb) {
         cli_fail("%s", "out of memory");
         goto done;
     }
@@ -224,8 +240,11 @@ static int greedy_check(lilac_model *m, const bench_opts *o)
                       : (lilac_batch_item){s[i], prompt + (size_t)i * NP, NP, true};
         if (lilac_batch_eval(b, it, P, &err))
             goto fail;
-        for (int i = 0; i < P; i++)
+        for (int i = 0; i < P; i++) {
             tb[(size_t)i * G + k] = lilac_argmax(lilac_batch_logits(b, i), V);
+            if (k < 2)
+                memcpy(lb + ((size_t)k * P + i) * V, lilac_batch_logits(b, i), sizeof(float) * (size_t)V);
+        }
     }
     for (int i = 0; i < P; i++) {
         lilac_eval_opts eo = {.logits_mode = LILAC_LOGITS_LAST, .logits = lg};
@@ -235,6 +254,10 @@ static int greedy_check(lilac_model *m, const bench_opts *o)
             if (k && lilac_seq_eval(one, &ta[k - 1], 1, &eo, &err))
                 goto fail;
             ta[k] = lilac_argmax(lg, V);
+            if (k < 2) {
+                const float r = rel_diff(lb + ((size_t)k * P + i) * V, lg, V);
+                rel[k] = r > rel[k] ? r : rel[k];
+            }
             if (ta[k] != tb[(size_t)i * G + k]) {
                 if (!differ++ || k < first_step)
                     first_step = k, gap = top2_gap(lg, V);
@@ -246,13 +269,17 @@ static int greedy_check(lilac_model *m, const bench_opts *o)
     }
     if (o->json)
         printf("{\"test\": \"greedy_x%d\", \"parallel\": %d, \"tokens\": %d, \"sequences_differing\": %d, "
-               "\"first_difference_step\": %d, \"top2_gap_there\": %.6g}\n",
-               P, P, G, differ, first_step, differ ? gap : 0.0);
+               "\"first_difference_step\": %d, \"top2_gap_there\": %.6g, \"logits_rel_diff_prompt\": %.3g, "
+               "\"logits_rel_diff_step1\": %.3g}\n",
+               P, P, G, differ, first_step, differ ? gap : 0.0, rel[0], G > 1 ? rel[1] : 0.0);
     else if (differ)
         printf("greedy check: %d of %d sequences differ from their batch-1 tokens (first at step %d, where the two "
                "best logits alone were %.3g apart)\n", differ, P, first_step, gap);
     else
         printf("greedy check: all %d sequences' %d greedy tokens equal their batch-1 tokens\n", P, G);
+    if (!o->json)
+        printf("greedy check: logits batch vs alone, max|d|/max|logit|: %.3g after the prompt, %.3g after the "
+               "first token\n", rel[0], G > 1 ? rel[1] : 0.0);
     fflush(stdout);
     rc = 0;
     goto done;
@@ -263,7 +290,7 @@ done:
     for (int i = 0; s && i < P; i++)
         lilac_seq_free(s[i]);
     lilac_batch_free(b);
-    free(s), free(it), free(prompt), free(tb), free(ta), free(lg);
+    free(s), free(it), free(prompt), free(tb), free(ta), free(lg), free(lb);
     return rc;
 }
 
