@@ -32,7 +32,11 @@ static void run(const char *fx, const tcase *c)
     CHECKF(!strcmp(lilac_model_backend(g), "cuda"), "%s runs on %s", path, lilac_model_backend(g));
     int V = lilac_model_hparams(g)->n_vocab;
     float *gold = tu_read_f32(gp, (size_t)n * V);
-    float *lg = tm_logits(g, toks, n, c->step, NULL), *lc = tm_logits(cpu, toks, n, 0, NULL);
+    /* the residual stream too where the prompt goes in one call (the prefill's): each layer's against the CPU's */
+    const int E = lilac_model_hparams(g)->n_embd, L1 = lilac_model_hparams(g)->n_layer + 1;
+    float *hg = c->step ? NULL : malloc(sizeof(float) * (size_t)L1 * n * E);
+    float *hc = c->step ? NULL : malloc(sizeof(float) * (size_t)L1 * n * E);
+    float *lg = tm_logits(g, toks, n, c->step, hg), *lc = tm_logits(cpu, toks, n, 0, hc);
     CHECKF(gold && lg && lc, "%s: golden %s, CUDA and CPU logits", path, c->golden);
     if (gold && lg && lc) {
         char what[8300];
@@ -41,6 +45,15 @@ static void run(const char *fx, const tcase *c)
         float dc = tm_max_diff(lg, lc, (size_t)n * V), mc = tm_max_abs(lc, (size_t)n * V);
         printf("%s: CUDA vs CPU precise: max|d|/max|logit| %.3e\n", what, dc / mc);
         CHECKF(dc <= 1e-4 * mc, "%s: CUDA and CPU precise differ by %.3e of max|logit|", path, dc / mc);
+        double worst = 0;
+        for (int l = 0; hg && hc && l < L1; l++) {
+            const size_t o = (size_t)l * n * E;
+            const float d = tm_max_diff(hg + o, hc + o, (size_t)n * E), mx = tm_max_abs(hc + o, (size_t)n * E);
+            worst = d / mx > worst ? d / mx : worst;
+            CHECKF(d <= 1e-4 * mx, "%s: residual stream %d, CUDA against CPU: %.3e of its largest", what, l, d / mx);
+        }
+        if (hg && hc)
+            printf("%s: residual stream, %d rows a token, CUDA vs CPU: max|d|/max %.3e\n", what, L1, worst);
     }
     if (c->rel > 0 && prompt && cont && nc > 0) { /* the golden continuation is the unquantized model's */
         int32_t *out = malloc((size_t)nc * sizeof *out);
@@ -51,7 +64,7 @@ static void run(const char *fx, const tcase *c)
         CHECKF(same == nc, "%s: CUDA greedy continuation departs at token %d of %d", path, same, nc);
         free(out);
     }
-    free(gold), free(lg), free(lc);
+    free(gold), free(lg), free(lc), free(hg), free(hc);
 done:
     lilac_model_free(g);
     lilac_model_free(cpu);

@@ -850,9 +850,13 @@ lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const l
     lilac_cuda_model *cm = m->cuda;
     int V = m->hp.n_vocab;
     char msg[256];
-    if (opts->hidden)
-        return lilac_fail(err, LILAC_E_UNSUPPORTED, "the CUDA backend does not write the residual stream (--hidden)");
-    if (lilac_cuda_prefill_wanted(s, n)) /* decoder_cuda_prefill.c: the chunk's tokens through each layer together */
+    /* decoder_cuda_prefill.c: the chunk's tokens through each layer together; the residual stream (hidden)
+     * only there, for any n */
+    if (opts->hidden && !lilac_cuda_prefill_takes(s))
+        return lilac_fail(err, LILAC_E_UNSUPPORTED,
+                          "the CUDA backend writes the residual stream (--hidden) only where its prefill takes the "
+                          "model's shapes; --backend cpu for this one");
+    if (lilac_cuda_prefill_wanted(s, n) || opts->hidden)
         return lilac_cuda_prefill(s, tokens, n, opts, err);
     for (int i = 0; i < n; i++) {
         double t0 = g_timing == 1 ? now_s() : 0;

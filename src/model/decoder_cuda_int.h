@@ -64,6 +64,8 @@ struct lilac_seq;
 /* decoder_cuda_prefill.c: whether n tokens go through lilac_cuda_prefill (n > 1, shapes its kernels take, not
  * turned off by LILAC_CUDA_PREFILL=0), and the tokens through it in chunks, as lilac_cuda_eval answers. */
 bool lilac_cuda_prefill_wanted(const struct lilac_seq *s, int n);
+/* Whether the model's shapes are ones the prefill kernels take (for any token count). */
+bool lilac_cuda_prefill_takes(const struct lilac_seq *s);
 /* One token for each of n sequences in one step (batched decode: the weights read once for all), logits[i]
  * (V floats, NULL: not wanted) filled; each sequence's position advances. lilac_cuda_decode_batch_wanted: n > 1,
  * not turned off (LILAC_CUDA_BATCH=0) and shapes its kernels take. */

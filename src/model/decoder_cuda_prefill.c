@@ -65,10 +65,11 @@ static int chunk_tokens(void)
 
 bool lilac_cuda_prefill_wanted(const lilac_seq *s, int n)
 {
-    if (n < 2)
-        return false;
-    if (!lilac_env_switch("LILAC_CUDA_PREFILL", true))
-        return false;
+    return n >= 2 && lilac_env_switch("LILAC_CUDA_PREFILL", true) && lilac_cuda_prefill_takes(s);
+}
+
+bool lilac_cuda_prefill_takes(const lilac_seq *s)
+{
     const lilac_hparams *hp = &s->m->hp;
     bool attn = false;
     for (int il = 0; il < hp->n_layer; il++)
@@ -115,8 +116,27 @@ static lilac_status pf_alloc(lilac_model *m, lilac_error *err)
 
 /* The chunk's nt tokens (in pf->tok) at positions pos0 .. of cs, or with rows one token of each row's own
  * sequence: the final-normed rows to pf->xn. */
+/* Where a prefill writes the residual stream (lilac_eval_opts.hidden, the CPU decoder's layout): row l of
+ * token t at h + (l n_total + off + t) E: the embeddings, each layer's output but the last, the final norm's. */
+typedef struct pf_hidden {
+    float *h;
+    int n_total, off;
+} pf_hidden;
+
+/* The chunk's nt rows of src (device) as row l of the residual stream (hid set; a download: synchronous). */
+static lilac_status hidden_put(const lilac_model *m, const pf_hidden *hid, int l, const float *src, int nt,
+                               lilac_error *err)
+{
+    char msg[256];
+    const size_t E = (size_t)m->hp.n_embd;
+    if (hid && lilac_cuda_download(hid->h + ((size_t)l * hid->n_total + hid->off) * E, src, nt * E * sizeof(float),
+                                   m->cuda->stream, msg, sizeof msg))
+        return lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA prefill: the residual stream: %s", msg);
+    return LILAC_OK;
+}
+
 static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0, const pf_rows *rows,
-                            lilac_error *err)
+                            const pf_hidden *hid, lilac_error *err)
 {
     lilac_cuda_model *cm = m->cuda;
     struct cuda_prefill *pf = cm->pf;
@@ -137,7 +157,8 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
     double t_ = 0; /* LILAC_CUDA_TIMING=1: the sections below timed (lilac_cuda_op_mark) */
     lilac_cuda_op_mark(s, NULL, &t_);
     lilac_cuda_get_rows(&cm->tok_embd, pf->tok, nt, pf->x, s);
-    for (int il = 0; il < hp->n_layer; il++) {
+    lilac_status st = hidden_put(m, hid, 0, pf->x, nt, err);
+    for (int il = 0; !st && il < hp->n_layer; il++) {
         const cuda_layer *cl = &cm->layers[il];
         lilac_cuda_rmsnorm(pf->x, cl->attn_norm, pf->xn, nt, E, hp->norm_eps, s);
         if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
@@ -242,9 +263,11 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
         lilac_cuda_pf_moe_sum(pf->x, pf->ex, pf->rw, pf->tok_pair, k, shared ? pf->sho : NULL, cl->sh_gate_inp, pf->xn,
                               E, nt, s);
         lilac_cuda_op_mark(s, "pf sum", &t_);
+        if (il < hp->n_layer - 1)
+            st = hidden_put(m, hid, il + 1, pf->x, nt, err);
     }
     lilac_cuda_rmsnorm(pf->x, cm->output_norm, pf->xn, nt, E, hp->norm_eps, s);
-    return LILAC_OK;
+    return st ? st : hidden_put(m, hid, hp->n_layer, pf->xn, nt, err);
 }
 
 /* Launch errors: refused products (lilac_cuda_check) and CUDA's own. */
@@ -265,8 +288,6 @@ lilac_status lilac_cuda_prefill(lilac_seq *s, const int32_t *tokens, int n, cons
     const lilac_hparams *hp = &m->hp;
     int V = hp->n_vocab, E = hp->n_embd;
     char msg[256];
-    if (opts->hidden)
-        return lilac_fail(err, LILAC_E_UNSUPPORTED, "the CUDA backend does not write the residual stream (--hidden)");
     if (n < 1 || n > cs->n_ctx - s->pos)
         return lilac_fail(err, LILAC_E_RANGE, "%d tokens do not fit: the sequence holds %d of its %d-token context", n,
                           s->pos, cs->n_ctx);
@@ -279,7 +300,8 @@ lilac_status lilac_cuda_prefill(lilac_seq *s, const int32_t *tokens, int n, cons
         int nt = n - off < chunk ? n - off : chunk;
         if (lilac_cuda_upload_async(pf->tok, tokens + off, (size_t)nt * sizeof(int32_t), cm->stream))
             return lilac_fail(err, LILAC_E_INTERNAL, "CUDA prefill: uploading the tokens failed");
-        if ((st = forward(m, cs, nt, s->pos, NULL, err)))
+        const pf_hidden hid = {opts->hidden, n, off};
+        if ((st = forward(m, cs, nt, s->pos, NULL, opts->hidden ? &hid : NULL, err)))
             return st;
         if (opts->logits_mode == LILAC_LOGITS_ALL) {
             for (int r0 = 0; r0 < nt; r0 += PF_LOGIT_ROWS) {
@@ -330,7 +352,7 @@ static lilac_status forward_batch(lilac_model *m, int nt, const pf_rows *rows, l
     if (use < 0) /* LILAC_CUDA_TIMING=1 synchronizes between the sections: no capture then */
         use = lilac_env_switch("LILAC_CUDA_BATCH_GRAPH", false) && !lilac_env_switch("LILAC_CUDA_TIMING", false);
     if (!use || pf->bgraph_failed || nt < 1 || nt > PF_BATCH)
-        return forward(m, NULL, nt, 0, rows, err);
+        return forward(m, NULL, nt, 0, rows, NULL, err);
     unsigned gen = lilac_cuda_mma_scratch_gen(cm->stream);
     if (pf->bgraph[nt] && pf->bgen[nt] != gen) {
         lilac_cuda_graph_free(pf->bgraph[nt]);
@@ -340,13 +362,13 @@ static lilac_status forward_batch(lilac_model *m, int nt, const pf_rows *rows, l
     if (!pf->bgraph[nt]) {
         if (!pf->bseen[nt]) {
             pf->bseen[nt] = true;
-            return forward(m, NULL, nt, 0, rows, err);
+            return forward(m, NULL, nt, 0, rows, NULL, err);
         }
         if (lilac_cuda_capture_begin(cm->stream)) {
             pf->bgraph_failed = true;
-            return forward(m, NULL, nt, 0, rows, err);
+            return forward(m, NULL, nt, 0, rows, NULL, err);
         }
-        lilac_status st = forward(m, NULL, nt, 0, rows, err);
+        lilac_status st = forward(m, NULL, nt, 0, rows, NULL, err);
         void *g = NULL;
         int bad = lilac_cuda_capture_end(cm->stream, &g);
         if (st || bad || lilac_cuda_mma_scratch_gen(cm->stream) != gen) { /* nothing ran: plainly, from now on */
@@ -354,14 +376,14 @@ static lilac_status forward_batch(lilac_model *m, int nt, const pf_rows *rows, l
             lilac_cuda_graph_free(g);
             (void)lilac_cuda_check(why, sizeof why); /* a refusal under capture is no error of the step */
             pf->bgraph_failed = true;
-            return forward(m, NULL, nt, 0, rows, err);
+            return forward(m, NULL, nt, 0, rows, NULL, err);
         }
         pf->bgraph[nt] = g;
         pf->bgen[nt] = gen;
     }
     if (lilac_cuda_graph_launch(pf->bgraph[nt], cm->stream)) {
         pf->bgraph_failed = true;
-        return forward(m, NULL, nt, 0, rows, err);
+        return forward(m, NULL, nt, 0, rows, NULL, err);
     }
     return LILAC_OK;
 }
