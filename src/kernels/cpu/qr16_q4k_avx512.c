@@ -54,6 +54,7 @@ QR16_INLINE void qr16_q4k(const block_q4_Kx16 *blk, const lilac_qx *x, int nt, i
         const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)b->dmin));
 
         __m512 a[LILAC_QR16_NT];
+#pragma GCC unroll 8
         for (int t = 0; t < nt; t++)
             a[t] = _mm512_setzero_ps();
 #pragma GCC unroll 8
@@ -64,6 +65,7 @@ QR16_INLINE void qr16_q4k(const block_q4_Kx16 *blk, const lilac_qx *x, int nt, i
                 wl[p] = _mm512_and_si512(v, m4);
                 wh[p] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
             }
+#pragma GCC unroll 8 /* every token's sum in a register: rolled, a[] lived on the stack */
             for (int t = 0; t < nt; t++) {
                 const int8_t *xh = x[t].hi + 256 * i + 32 * g, *xl = x[t].lo + 256 * i + 32 * g;
                 __m512i H = _mm512_setzero_si512(), L = _mm512_setzero_si512();
