@@ -3,7 +3,7 @@
 # machine (an H200 here). Everything it writes goes under OUT (default
 # ./cuda-out): the build log, the test output, and bench JSON lines.
 #
-#   bench/cuda/run.sh [build|test|synth|bench|ab|fused|sanitize|suite|all]...
+#   bench/cuda/run.sh [build|test|synth|bench|ab|fused|pdl|sanitize|suite|all]...
 #
 # Fixtures: $LILAC_FIXTURES (a copy of ../shared/fixtures, or the subset
 # bench/cuda/pack-fixtures.sh makes in .devfix). Libraries the machine lacks:
@@ -60,6 +60,7 @@ do_test() {
     run_test model-route-tail test_cuda_model LILAC_CUDA_ROUTE_TAIL=1
     run_test model-l2-prefetch test_cuda_model LILAC_CUDA_L2_PREFETCH=1
     run_test model-route-staged test_cuda_model LILAC_CUDA_ROUTE_STAGED=1
+    run_test model-pdl-set test_cuda_model LILAC_CUDA_PDL_SET=route,attention,combine,rope,sum,conv,rmsnorm
     run_test model-apart test_cuda_model LILAC_CUDA_NORM_ROUTER=0 LILAC_CUDA_PDL_ALL=1 LILAC_CUDA_SUM_GRID=0
     run_test model-moe-fused test_cuda_model LILAC_CUDA_MOE_FUSED=1
     run_test model-qkv-conv test_cuda_model LILAC_CUDA_QKV_CONV=1
@@ -148,6 +149,16 @@ do_suite() {
     done
 }
 
+# tg128 with each small kernel class launched dependent alone (LILAC_CUDA_PDL_SET; all of them at once was
+# slower: 234 against 258), against none, in one run each. Needs build and synth.
+do_pdl() {
+    local T="timeout ${BENCH_TIMEOUT:-120}" v
+    for v in NONE route attention,combine,rope sum conv rmsnorm route,attention,combine,rope; do
+        echo "tg128 LILAC_CUDA_PDL_SET=$v: $(LILAC_CUDA_PDL_SET=${v/NONE/} $T "$build/lilac" bench -m "$synth" \
+            --backend cuda -p 0 -n 128 -r 2 --json 2>&1 | grep -o '"tokens_per_s": [0-9.]*\|rror.*')"
+    done
+}
+
 # compute-sanitizer memcheck and racecheck over the CUDA tests (the issue's
 # bar), each bounded so that a slow tool cannot eat the session's device
 # time.
@@ -173,9 +184,10 @@ for s in "${steps[@]}"; do
     bench) do_bench ;;
     sanitize) do_sanitize ;;
     suite) do_suite ;;
+    pdl) do_pdl ;;
     ab) do_ab ;;
     fused) do_fused ;;
     all) do_build && do_test && do_synth && do_bench ;;
-    *) echo "usage: $0 [build|test|synth|bench|ab|fused|sanitize|suite|all]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [build|test|synth|bench|ab|fused|pdl|sanitize|suite|all]..." >&2; exit 2 ;;
     esac
 done

@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <atomic>
 
@@ -460,21 +462,51 @@ static void launch_dependent(void (*kern)(Exp...), dim3 grid, dim3 block, size_t
     cudaLaunchKernelEx(&cfg, kern, static_cast<Act &&>(args)...);
 }
 
-/* LILAC_CUDA_PDL_ALL=1: launch_dependent for the decode step's small kernels as well (norms, routing, conv,
- * rotary, attention, the expert sum), which wait at their first line. Off by default: measured on the H200,
- * tg128 234 tok/s with it against 258 without (one run, 2026-11-30): the early-launched blocks hold SMs the
- * products before them want. */
-static bool pdl_all()
+/* The decode step's small kernels that launch_pdl may launch dependent (they wait at their first line). */
+enum {
+    PDL_RMSNORM = 1,
+    PDL_ATTN = 2,
+    PDL_COMBINE = 4,
+    PDL_CONV = 8,
+    PDL_ROUTE = 16,
+    PDL_SUM = 32,
+    PDL_ROPE = 64,
+};
+
+/* Which of them launch dependent: LILAC_CUDA_PDL_ALL=1 all; LILAC_CUDA_PDL_SET=names (rmsnorm, attention,
+ * combine, conv, route, sum, rope, comma-separated) those. None by default: measured on the H200, tg128 234
+ * tok/s with all against 258 without (one run, 2026-11-30): the early-launched blocks hold SMs the products
+ * before them want. The set is for finding the ones that pay alone (a kernel after a small one, not after a
+ * product, holds nothing a product wants). */
+static unsigned pdl_set()
 {
-    static int on = -1;
-    if (on < 0)
-        on = lilac_env_switch("LILAC_CUDA_PDL_ALL", false);
-    return on;
+    static int set = -1;
+    if (set < 0) {
+        static const struct {
+            const char *name;
+            int bit;
+        } names[] = {{"rmsnorm", PDL_RMSNORM}, {"attention", PDL_ATTN}, {"combine", PDL_COMBINE},
+                     {"conv", PDL_CONV},       {"route", PDL_ROUTE},    {"sum", PDL_SUM},
+                     {"rope", PDL_ROPE}};
+        int v = lilac_env_switch("LILAC_CUDA_PDL_ALL", false) ? 0x7f : 0;
+        const char *e = getenv("LILAC_CUDA_PDL_SET");
+        for (const char *p = e; p && *p;) {
+            const char *c = strchr(p, ',');
+            const size_t len = c ? (size_t)(c - p) : strlen(p);
+            for (const auto &n : names)
+                if (strlen(n.name) == len && !strncmp(p, n.name, len))
+                    v |= n.bit;
+            p += len + (c != nullptr);
+        }
+        set = v;
+    }
+    return (unsigned)set;
 }
 template <typename... Exp, typename... Act>
-static void launch_pdl(void (*kern)(Exp...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, Act &&...args)
+static void launch_pdl(unsigned cls, void (*kern)(Exp...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                       Act &&...args)
 {
-    if (pdl_all())
+    if (pdl_set() & cls)
         launch_dependent(kern, grid, block, smem, st, static_cast<Act &&>(args)...);
     else
         kern<<<grid, block, smem, st>>>(static_cast<Act &&>(args)...);

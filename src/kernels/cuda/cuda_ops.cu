@@ -34,7 +34,7 @@ __global__ void k_rmsnorm(const float *x, const float *w, float *y, int n, float
 extern "C" void lilac_cuda_rmsnorm(const float *x, const float *w, float *y, int rows, int n, float eps,
                                    lilac_cuda_stream *s)
 {
-    launch_pdl(k_rmsnorm, dim3(rows), dim3(256), 0, CS(s), x, w, y, n, eps);
+    launch_pdl(PDL_RMSNORM, k_rmsnorm, dim3(rows), dim3(256), 0, CS(s), x, w, y, n, eps);
 }
 
 __global__ void k_add(float *x, const float *y, int n)
@@ -327,12 +327,12 @@ extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K,
 {
     const int G = n_head / n_head_kv;
     if (attention_gqa_takes(n_head, n_head_kv, hd))
-        launch_pdl(k_attention_gqa, dim3(n_head_kv, ATT_SPLIT), dim3(256), 0, CS(s), q, q_step, 0LL, K, V,
+        launch_pdl(PDL_ATTN, k_attention_gqa, dim3(n_head_kv, ATT_SPLIT), dim3(256), 0, CS(s), q, q_step, 0LL, K, V,
                    (float *const *)NULL, (float *const *)NULL, pos, n_head_kv * hd, hd, G, part, 0LL, (int)ATT_SPLIT);
     else
         k_attention_part<<<dim3(n_head, ATT_SPLIT), 256, (size_t)hd * sizeof(float), CS(s)>>>(
             q, q_step, K, V, pos, n_head_kv * hd, hd, G, scratch, scratch_stride, part);
-    launch_pdl(k_attention_combine, dim3(n_head), dim3(256), 0, CS(s), q, q_step, 0LL, hd, (const float *)part, 0LL,
+    launch_pdl(PDL_COMBINE, k_attention_combine, dim3(n_head), dim3(256), 0, CS(s), q, q_step, 0LL, hd, (const float *)part, 0LL,
                out, 0LL, gated, pos, (int)ATT_SPLIT);
 }
 
@@ -390,7 +390,7 @@ __global__ void k_conv_step(const float *in, float *state, const float *w, float
 extern "C" void lilac_cuda_conv_step(const float *in, float *state, const float *w, float *out, int C, int K,
                                      lilac_cuda_stream *s)
 {
-    launch_pdl(k_conv_step, dim3((C + 255) / 256), dim3(256), 0, CS(s), in, state, w, out, C, K,
+    launch_pdl(PDL_CONV, k_conv_step, dim3((C + 255) / 256), dim3(256), 0, CS(s), in, state, w, out, C, K,
                (float *const *)NULL);
 }
 
@@ -558,7 +558,7 @@ extern "C" int lilac_cuda_route_prefetch(const float *logits, int E, int k, int 
      * call: the host calls this only while capturing the step's graph or running without one. */
     const char *st = getenv("LILAC_CUDA_ROUTE_STAGED");
     const int staged = st && !strcmp(st, "1");
-    launch_pdl(k_route, dim3(1), dim3(256), 0, CS(s), logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd, p,
+    launch_pdl(PDL_ROUTE, k_route, dim3(1), dim3(256), 0, CS(s), logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd, p,
                staged);
     return 0;
 }
@@ -700,7 +700,7 @@ extern "C" int lilac_cuda_moe_sum_norm_grid(float *x, const float *ex, const flo
     const int nb = (E + SNG_T - 1) / SNG_T;
     if (E < 1 || nb > SNG_MAXB || k < 0 || !part || !count)
         return -1;
-    launch_pdl(k_moe_sum_norm_grid, dim3((unsigned)nb), dim3(SNG_T), 0, CS(s), x, ex, w, k, sh, gsh, norm_w, xn, E,
+    launch_pdl(PDL_SUM, k_moe_sum_norm_grid, dim3((unsigned)nb), dim3(SNG_T), 0, CS(s), x, ex, w, k, sh, gsh, norm_w, xn, E,
                eps, part, count);
     return 0;
 }
@@ -710,7 +710,7 @@ extern "C" void lilac_cuda_moe_sum_norm(float *x, const float *ex, const float *
                                         lilac_cuda_stream *s)
 {
     /* 256 threads: DEV_NR values each for E <= 2048, every load of an expert's group in flight at once */
-    launch_pdl(k_moe_sum_norm, dim3(1), dim3(E <= DEV_NR * 256 ? 256 : 1024), 0, CS(s), x, ex, w, k, sh, gsh, norm_w,
+    launch_pdl(PDL_SUM, k_moe_sum_norm, dim3(1), dim3(E <= DEV_NR * 256 ? 256 : 1024), 0, CS(s), x, ex, w, k, sh, gsh, norm_w,
                xn, E, eps);
 }
 
@@ -749,7 +749,7 @@ extern "C" void lilac_cuda_norm_rope_kv(float *q, const float *q_norm, int q_ste
                                         const float *k_norm, float *K, float *V, int nkv, int hd, int rot,
                                         const int *pos, float theta, float eps, lilac_cuda_stream *s)
 {
-    launch_pdl(k_norm_rope_kv, dim3(nh + nkv), dim3(128), 0, CS(s), q, q_norm, q_step, nh, k, v, k_norm, K, V, nkv, hd,
+    launch_pdl(PDL_ROPE, k_norm_rope_kv, dim3(nh + nkv), dim3(128), 0, CS(s), q, q_norm, q_step, nh, k, v, k_norm, K, V, nkv, hd,
                rot, pos, theta, eps, 0LL, 0LL, (float *const *)NULL, (float *const *)NULL);
 }
 
