@@ -11,13 +11,10 @@
 #                                                    env: any LILAC_CUDA_* switches)
 # e.g. k_mv:1200 for a product some steps in (k_mv runs ~10 shapes a layer: vary SKIP by one to walk them).
 set -u
-root=$(cd "$(dirname "$0")/../.." && pwd)
-out=${OUT:-$root/cuda-out}
-build=${BUILD:-$root/build-cuda}
-synth=${SYNTH:-/tmp/qwen3.6-35b-a3b-Q4_K_M.gguf}
+# shellcheck source=bench/cuda/common.sh
+. "$(dirname "$0")/common.sh"
 ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 [ -n "$ncu" ] || { echo "no ncu on this machine"; exit 1; }
-mkdir -p "$out"
 kernels=("$@")
 [ ${#kernels[@]} -eq 0 ] && kernels=(k_route k_moe_sum_norm_grid k_norm_router k_conv_step k_dn_fused k_mv:1200 k_mv:1201)
 # the share of the warps' cycles each stall reason takes

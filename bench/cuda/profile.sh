@@ -9,12 +9,9 @@
 #
 #   bench/cuda/profile.sh [TOKENS]
 set -u
-root=$(cd "$(dirname "$0")/../.." && pwd)
-out=${OUT:-$root/cuda-out}
-build=${BUILD:-$root/build-cuda}
-synth=${SYNTH:-/tmp/qwen3.6-35b-a3b-Q4_K_M.gguf}
+# shellcheck source=bench/cuda/common.sh
+. "$(dirname "$0")/common.sh"
 n=${1:-64}
-mkdir -p "$out"
 nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
 if [ -n "$nsys" ]; then
     "$nsys" profile -t cuda --cuda-graph-trace=node -o "$out/decode" -f true \

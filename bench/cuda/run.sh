@@ -11,17 +11,8 @@
 #   run(command="LILAC_FIXTURES=$PWD/.devfix bash bench/cuda/run.sh all", carry=[".devfix", ".deps"]) The 35B-A3B synthetic file is made on
 # the machine itself (lilac synth, about a minute), at $SYNTH.
 set -u
-root=$(cd "$(dirname "$0")/../.." && pwd)
-out=${OUT:-$root/cuda-out}
-build=${BUILD:-$root/build-cuda}
-synth=${SYNTH:-/tmp/qwen3.6-35b-a3b-Q4_K_M.gguf}
-mkdir -p "$out"
-# libraries carried in .deps (bench/cuda/deps.sh) where the machine lacks them
-if [ -d "$root/.deps/usr" ] && ! pkg-config --exists jansson libpcre2-8 libutf8proc 2>/dev/null; then
-    d=$root/.deps/usr
-    sed -i "s|^prefix=.*|prefix=$d|" "$d"/lib/x86_64-linux-gnu/pkgconfig/*.pc
-    export PKG_CONFIG_PATH=$d/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$d/lib/x86_64-linux-gnu
-fi
+# shellcheck source=bench/cuda/common.sh
+. "$(dirname "$0")/common.sh"
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(all)
 

@@ -6,11 +6,8 @@
 #
 #   bench/cuda/trace-variants.sh "LILAC_NONE=1" "LILAC_CUDA_MOE_FUSED=1" ...
 set -u
-root=$(cd "$(dirname "$0")/../.." && pwd)
-out=${OUT:-$root/cuda-out}
-build=${BUILD:-$root/build-cuda}
-synth=${SYNTH:-/tmp/qwen3.6-35b-a3b-Q4_K_M.gguf}
-mkdir -p "$out"
+# shellcheck source=bench/cuda/common.sh
+. "$(dirname "$0")/common.sh"
 i=0
 for v in "$@"; do
     i=$((i + 1))

@@ -1,0 +1,17 @@
+# Sourced by the bench/cuda scripts: the paths they share, each overridable from the environment.
+#   root   the source tree
+#   out    where the scripts write (OUT, default ./cuda-out; created)
+#   build  the CUDA build (BUILD, default ./build-cuda)
+#   synth  the 35B-A3B synthetic file (SYNTH; run.sh synth makes it)
+# and the libraries carried in .deps (bench/cuda/deps.sh) where the machine lacks them.
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+out=${OUT:-$root/cuda-out}
+build=${BUILD:-$root/build-cuda}
+synth=${SYNTH:-/tmp/qwen3.6-35b-a3b-Q4_K_M.gguf}
+mkdir -p "$out"
+# libraries carried in .deps (bench/cuda/deps.sh) where the machine lacks them
+if [ -d "$root/.deps/usr" ] && ! pkg-config --exists jansson libpcre2-8 libutf8proc 2>/dev/null; then
+    d=$root/.deps/usr
+    sed -i "s|^prefix=.*|prefix=$d|" "$d"/lib/x86_64-linux-gnu/pkgconfig/*.pc
+    export PKG_CONFIG_PATH=$d/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$d/lib/x86_64-linux-gnu
+fi
