@@ -32,6 +32,7 @@
 
 #ifdef LILAC_CUDA
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_sizes.h"
 
 /* The CPU's routing over logits (src/model/decoder.c's order): softmax, the k largest (ties to the lower
  * index) listed in index order, weights renormalized when norm. */
@@ -77,7 +78,8 @@ static void test_case(int E, int k, int norm, int shared, int gu, int nan_logits
         W[i] = rnd_sym() * 0.3f;
     for (int r = 1; r + 2 < E; r += 7) /* ties: row r + 2 a copy of row r */
         memcpy(W + (size_t)(r + 2) * n, W + (size_t)r * n, sizeof(float) * n);
-    float *dx = ct_dmalloc(sizeof(float) * n), *dnw = ct_dmalloc(sizeof(float) * n), *dxn = ct_dmalloc(sizeof(float) * n);
+    float *dx = ct_dmalloc(sizeof(float) * n), *dnw = ct_dmalloc(sizeof(float) * n);
+    float *dxn = ct_dmalloc(sizeof(float) * n);
     float *dW = ct_dmalloc(sizeof(float) * R * n), *dlg = ct_dmalloc(sizeof(float) * R);
     float *dw = ct_dmalloc(sizeof(float) * (k + 1)), *dw2 = ct_dmalloc(sizeof(float) * (k + 1));
     int32_t *didx = ct_dmalloc(sizeof(int32_t) * 2 * k), *didx2 = ct_dmalloc(sizeof(int32_t) * 2 * k);
@@ -182,9 +184,11 @@ static void test_sum(int E, int k, int shared)
         ex[i] = rnd_normal();
     for (int i = 0; i <= k; i++)
         w[i] = (float)rnd_unit();
-    float *dx1 = ct_dmalloc(sizeof(float) * nx), *dx2 = ct_dmalloc(sizeof(float) * nx), *dex = ct_dmalloc(sizeof(float) * nex);
-    float *dsh = ct_dmalloc(sizeof(float) * nx), *dw = ct_dmalloc(sizeof(float) * (k + 1)), *dnw = ct_dmalloc(sizeof(float) * nx);
-    float *dn1 = ct_dmalloc(sizeof(float) * nx), *dn2 = ct_dmalloc(sizeof(float) * nx), *dpart = ct_dmalloc(sizeof(float) * 64);
+    float *dx1 = ct_dmalloc(sizeof(float) * nx), *dx2 = ct_dmalloc(sizeof(float) * nx);
+    float *dex = ct_dmalloc(sizeof(float) * nex), *dsh = ct_dmalloc(sizeof(float) * nx);
+    float *dw = ct_dmalloc(sizeof(float) * (k + 1)), *dnw = ct_dmalloc(sizeof(float) * nx);
+    float *dn1 = ct_dmalloc(sizeof(float) * nx), *dn2 = ct_dmalloc(sizeof(float) * nx);
+    float *dpart = ct_dmalloc(sizeof(float) * LILAC_CUDA_SUM_GRID_MAXB);
     unsigned *dcount = ct_dmalloc(sizeof(unsigned));
     lilac_cuda_memset(dcount, 0, sizeof(unsigned), NULL);
     ct_up(dx1, x, sizeof(float) * nx), ct_up(dx2, x, sizeof(float) * nx), ct_up(dex, ex, sizeof(float) * nex);

@@ -103,25 +103,28 @@ do_ab() {
                 -n 32 -P $P -r 1 --json 2>/dev/null | grep "x$P" | grep -o '"tokens_per_s": [0-9.]*')"
         done
     done
-    for v in NONE LILAC_CUDA_L2_PREFETCH=1 LILAC_CUDA_ROUTE_STAGED=1 LILAC_CUDA_ROUTE_TAIL=1 LILAC_CUDA_SUM_GRID=0 LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1 LILAC_CUDA_PDL_ALL=1 \
-        LILAC_CUDA_NORM_ROUTER=0; do # decode's switches, tg128
-        echo "tg128 $v: $(env "${v/NONE/LILAC_NONE=1}" $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 \
-            -r 2 --json 2>/dev/null | grep -o '"tokens_per_s": [0-9.]*')"
-    done
+    # decode's switches of the default path, tg128 (the opt-in fusions and prefetches: fused)
+    tg128_each LILAC_NONE=1 LILAC_CUDA_ROUTE_TAIL=1 LILAC_CUDA_SUM_GRID=0 LILAC_CUDA_PDL_ALL=1 \
+        LILAC_CUDA_NORM_ROUTER=0
 }
 
-# The decode fusions against the chain, tg128 in one run each (needs build and synth): which of them pays,
-# and the fused kernel's blocks a multiprocessor.
-do_fused() {
+# tg128 with each set of VAR=VALUE words given, one run each (needs build and synth): tokens/s or the error.
+tg128_each() {
     local T="timeout ${BENCH_TIMEOUT:-120}" v
-    for v in LILAC_NONE=1 LILAC_CUDA_L2_PREFETCH=1 LILAC_CUDA_ROUTE_STAGED=1 \
-        "LILAC_CUDA_ROUTE_STAGED=1 LILAC_CUDA_L2_PREFETCH=1" LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1 \
-        "LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1" \
-        "LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1 LILAC_CUDA_MOE_FUSED_PER_SM=1"; do
+    for v in "$@"; do
         # shellcheck disable=SC2086 # v is one or more VAR=VALUE words
         echo "tg128 $v: $(env $v $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 -r 2 --json 2>&1 |
             grep -o '"tokens_per_s": [0-9.]*\|rror.*')"
     done
+}
+
+# The decode's opt-in fusions and prefetches against the chain: which of them pays, and the fused kernel's
+# blocks a multiprocessor.
+do_fused() {
+    tg128_each LILAC_NONE=1 LILAC_CUDA_L2_PREFETCH=1 LILAC_CUDA_ROUTE_STAGED=1 \
+        "LILAC_CUDA_ROUTE_STAGED=1 LILAC_CUDA_L2_PREFETCH=1" LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1 \
+        "LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1" \
+        "LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1 LILAC_CUDA_MOE_FUSED_PER_SM=1"
 }
 
 # The CPU suite's golden tests with the backend forced to CUDA (the issue's "the golden tests pass on the GPU
@@ -141,13 +144,11 @@ do_suite() {
 }
 
 # tg128 with each small kernel class launched dependent alone (LILAC_CUDA_PDL_SET; all of them at once was
-# slower: 234 against 258), against none, in one run each. Needs build and synth.
+# slower: 234 against 258), against none.
 do_pdl() {
-    local T="timeout ${BENCH_TIMEOUT:-120}" v
-    for v in NONE route attention,combine,rope sum conv rmsnorm route,attention,combine,rope; do
-        echo "tg128 LILAC_CUDA_PDL_SET=$v: $(LILAC_CUDA_PDL_SET=${v/NONE/} $T "$build/lilac" bench -m "$synth" \
-            --backend cuda -p 0 -n 128 -r 2 --json 2>&1 | grep -o '"tokens_per_s": [0-9.]*\|rror.*')"
-    done
+    tg128_each LILAC_NONE=1 LILAC_CUDA_PDL_SET=route LILAC_CUDA_PDL_SET=attention,combine,rope \
+        LILAC_CUDA_PDL_SET=sum LILAC_CUDA_PDL_SET=conv LILAC_CUDA_PDL_SET=rmsnorm \
+        LILAC_CUDA_PDL_SET=route,attention,combine,rope
 }
 
 # compute-sanitizer memcheck and racecheck over the CUDA tests (the issue's

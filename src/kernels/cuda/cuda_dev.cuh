@@ -299,6 +299,26 @@ static __device__ void dev_route(const float *logits, int E, int k, int norm, in
     dev_route_write(sel, selw, cnt, E, k, norm, idx, w, up_offset, gate_inp || gsh_logit, gsh);
 }
 
+/* The last-block pattern of a grid that ends with one block's work over every block's results: each block's
+ * writes fenced (every thread's), then counted in *count; true, for the whole block, in the block that arrives
+ * last, which may then read them all (__ldcg). That block sets the count back to zero (a replayed graph
+ * launches the kernel again); *count is zero before the first launch. */
+static __device__ __forceinline__ bool dev_last_block(unsigned *count)
+{
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(count, 1u) == gridDim.x - 1;
+        if (last)
+            atomicExch(count, 0u);
+    }
+    __syncthreads();
+    if (last)
+        __threadfence(); /* the other blocks' writes, after their fences */
+    return last;
+}
+
 /* The post-attention norm and a float32 router (k_norm_router; k_moe_fused's first phase): every block
  * computes the norm itself into shared memory (dev_rmsnorm with the block's threads: with 256, k_rmsnorm's
  * bits), block vb == 0 writes xn, and warp w of block vb takes router rows (vb + nvb i) NR_WARPS + w,

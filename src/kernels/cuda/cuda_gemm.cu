@@ -15,6 +15,7 @@
 
 #include "format/dtype.h"
 #include "kernels/cuda/cuda.h"
+#include "kernels/cuda/cuda_dev.cuh"
 #include "util/env.h"
 
 namespace {
@@ -111,16 +112,8 @@ void launch(const uint8_t *w, size_t row_bytes, int rows, int K, const float *x,
 template <int TYPE>
 void launch_t(const uint8_t *w, size_t row_bytes, int rows, int K, const float *x, int n, float *y, cudaStream_t st)
 {
-    static int sms; /* the first device's count serves all: it only picks a tile size */
-    if (!sms) {
-        int dev = 0, n = 0;
-        sms = cudaGetDevice(&dev) == cudaSuccess &&
-                      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0
-                  ? n
-                  : 132;
-    }
     const long long big = (long long)((rows + 63) / 64) * ((n + 63) / 64);
-    if (big >= sms)
+    if (big >= dev_sm_count())
         launch<TYPE, 4>(w, row_bytes, rows, K, x, n, y, st);
     else
         launch<TYPE, 2>(w, row_bytes, rows, K, x, n, y, st);

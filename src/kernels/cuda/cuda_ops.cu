@@ -327,13 +327,14 @@ extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K,
 {
     const int G = n_head / n_head_kv;
     if (attention_gqa_takes(n_head, n_head_kv, hd))
-        launch_pdl(PDL_ATTN, k_attention_gqa, dim3(n_head_kv, ATT_SPLIT), dim3(256), 0, CS(s), q, q_step, 0LL, K, V,
-                   (float *const *)NULL, (float *const *)NULL, pos, n_head_kv * hd, hd, G, part, 0LL, (int)ATT_SPLIT);
+        launch_pdl(PDL_ATTN, k_attention_gqa, dim3(n_head_kv, ATT_SPLIT), dim3(256), 0, CS(s), q, q_step, 0LL, K,
+                   V, (float *const *)NULL, (float *const *)NULL, pos, n_head_kv * hd, hd, G, part, 0LL,
+                   (int)ATT_SPLIT);
     else
         k_attention_part<<<dim3(n_head, ATT_SPLIT), 256, (size_t)hd * sizeof(float), CS(s)>>>(
             q, q_step, K, V, pos, n_head_kv * hd, hd, G, scratch, scratch_stride, part);
-    launch_pdl(PDL_COMBINE, k_attention_combine, dim3(n_head), dim3(256), 0, CS(s), q, q_step, 0LL, hd, (const float *)part, 0LL,
-               out, 0LL, gated, pos, (int)ATT_SPLIT);
+    launch_pdl(PDL_COMBINE, k_attention_combine, dim3(n_head), dim3(256), 0, CS(s), q, q_step, 0LL, hd,
+               (const float *)part, 0LL, out, 0LL, gated, pos, (int)ATT_SPLIT);
 }
 
 extern "C" size_t lilac_cuda_attention_rows_part_floats(int n_head, int hd, int n)
@@ -483,11 +484,6 @@ extern "C" void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, 
     cudaStreamWaitEvent(CS(to), (cudaEvent_t)ev, 0);
 }
 
-// The router's softmax, top-k and weights (the CPU's choice and order), the
-// ranks of all experts at once (dev_route; E <= 512, k <= 32). With
-// up_offset > 0, idx[k + i] = idx[i] + up_offset as well (the up matrices
-// stored after the gate ones: one product over 2k slots). With gate_inp,
-// w[k] = sigmoid(gate_inp . xn) (the shared expert's gate).
 // One bulk prefetch into L2 (Hopper's copy engine: one instruction for the whole piece, no registers held).
 // p is rounded down and the end of the piece down to 16 bytes, as the instruction needs.
 static __device__ __forceinline__ void l2_prefetch(const void *p, size_t bytes)
@@ -528,6 +524,11 @@ static __device__ void dev_l2_prefetch(const lilac_cuda_l2_prefetch &pf, const i
         l2_prefetch_range(pf.range[i], pf.bytes[i]);
 }
 
+// The router's softmax, top-k and weights (the CPU's choice and order), the
+// ranks of all experts at once (dev_route; E <= 512, k <= 32). With
+// up_offset > 0, idx[k + i] = idx[i] + up_offset as well (the up matrices
+// stored after the gate ones: one product over 2k slots). With gate_inp,
+// w[k] = sigmoid(gate_inp . xn) (the shared expert's gate).
 __global__ void k_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
                         const float *gate_inp, const float *xn, int n_embd, const lilac_cuda_l2_prefetch pf,
                         int staged)
@@ -558,8 +559,8 @@ extern "C" int lilac_cuda_route_prefetch(const float *logits, int E, int k, int 
      * call: the host calls this only while capturing the step's graph or running without one. */
     const char *st = getenv("LILAC_CUDA_ROUTE_STAGED");
     const int staged = st && !strcmp(st, "1");
-    launch_pdl(PDL_ROUTE, k_route, dim3(1), dim3(256), 0, CS(s), logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd, p,
-               staged);
+    launch_pdl(PDL_ROUTE, k_route, dim3(1), dim3(256), 0, CS(s), logits, E, k, norm, idx, w, up_offset, gate_inp, xn,
+               n_embd, p, staged);
     return 0;
 }
 
@@ -582,21 +583,9 @@ __global__ void __launch_bounds__(32 * NR_WARPS) k_norm_router(const float *x, c
     TRACE_START(LILAC_TK_NORM_ROUTER);
     griddep_launch_dependents();
     dev_norm_router<true>(x, norm_w, xn, W, row_floats, n_exp, logits, n, eps, blockIdx.x, gridDim.x);
-    if (r.idx) {
-        __shared__ bool last;
-        __threadfence(); /* this block's logits, before it counts itself done */
-        __syncthreads();
-        if (threadIdx.x == 0)
-            last = atomicAdd(r.count, 1u) == gridDim.x - 1;
-        __syncthreads();
-        if (last) { /* the whole block: dev_route's block reductions */
-            __threadfence(); /* the other blocks' logits: read from L2 (__ldcg) after their fences */
-            dev_route(logits, r.E, r.k, r.norm, r.idx, r.w, r.up_offset, nullptr, nullptr, 0, true,
-                      r.shared_row ? logits + r.E : nullptr);
-            if (threadIdx.x == 0)
-                atomicExch(r.count, 0u); /* zero for the next launch (a graph replays this one) */
-        }
-    }
+    if (r.idx && dev_last_block(r.count)) /* the whole block: dev_route's block reductions */
+        dev_route(logits, r.E, r.k, r.norm, r.idx, r.w, r.up_offset, nullptr, nullptr, 0, true,
+                  r.shared_row ? logits + r.E : nullptr);
     TRACE_END(LILAC_TK_NORM_ROUTER);
 }
 
@@ -635,8 +624,8 @@ __global__ void __launch_bounds__(1024)
 // waiting on its own chain of loads and reductions (17k cycles at 1.5 GHz, ncu). Each block sums its values
 // (dev_moe_sum_norm's order: the experts by index, the shared one, then x) and its part of the squares; the
 // last block to finish adds the parts in block order and writes xn.
-#define SNG_T 256
-#define SNG_MAXB 64
+#define SNG_T LILAC_CUDA_SUM_GRID_T
+#define SNG_MAXB LILAC_CUDA_SUM_GRID_MAXB /* cuda_sizes.h: the plan sizes the part buffer by it */
 __global__ void __launch_bounds__(SNG_T) k_moe_sum_norm_grid(float *x, const float *ex, const float *w, int k,
                                                              const float *sh, const float *gsh,
                                                              const float *norm_w, float *xn, int E, float eps,
@@ -672,23 +661,15 @@ __global__ void __launch_bounds__(SNG_T) k_moe_sum_norm_grid(float *x, const flo
         return;
     }
     const float ss = block_sum(e < E ? o * o : 0.0f);
-    __shared__ bool last;
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0)
         part[blockIdx.x] = ss;
-        __threadfence(); /* x and the part, before this block counts itself done */
-        last = atomicAdd(count, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (last) {
-        __threadfence();
+    if (dev_last_block(count)) {
         float t = 0;
         for (unsigned b = 0; b < gridDim.x; b++) /* the parts in block order: the same sum every run */
             t += __ldcg(part + b);
         const float r = rsqrtf(t / E + eps);
         for (int i = threadIdx.x; i < E; i += SNG_T)
             xn[i] = __ldcg(x + i) * r * norm_w[i];
-        if (threadIdx.x == 0)
-            atomicExch(count, 0u); /* zero for the next launch (a graph replays this one) */
     }
     TRACE_END(LILAC_TK_MOE_SUM_NORM);
 }
@@ -700,8 +681,8 @@ extern "C" int lilac_cuda_moe_sum_norm_grid(float *x, const float *ex, const flo
     const int nb = (E + SNG_T - 1) / SNG_T;
     if (E < 1 || nb > SNG_MAXB || k < 0 || !part || !count)
         return -1;
-    launch_pdl(PDL_SUM, k_moe_sum_norm_grid, dim3((unsigned)nb), dim3(SNG_T), 0, CS(s), x, ex, w, k, sh, gsh, norm_w, xn, E,
-               eps, part, count);
+    launch_pdl(PDL_SUM, k_moe_sum_norm_grid, dim3((unsigned)nb), dim3(SNG_T), 0, CS(s), x, ex, w, k, sh, gsh, norm_w,
+               xn, E, eps, part, count);
     return 0;
 }
 
@@ -710,8 +691,8 @@ extern "C" void lilac_cuda_moe_sum_norm(float *x, const float *ex, const float *
                                         lilac_cuda_stream *s)
 {
     /* 256 threads: DEV_NR values each for E <= 2048, every load of an expert's group in flight at once */
-    launch_pdl(PDL_SUM, k_moe_sum_norm, dim3(1), dim3(E <= DEV_NR * 256 ? 256 : 1024), 0, CS(s), x, ex, w, k, sh, gsh, norm_w,
-               xn, E, eps);
+    launch_pdl(PDL_SUM, k_moe_sum_norm, dim3(1), dim3(E <= DEV_NR * 256 ? 256 : 1024), 0, CS(s), x, ex, w, k, sh,
+               gsh, norm_w, xn, E, eps);
 }
 
 // Blocks [0, nh): q head b, RMSNorm and rotary; blocks [nh, nh + nkv): k
@@ -749,8 +730,8 @@ extern "C" void lilac_cuda_norm_rope_kv(float *q, const float *q_norm, int q_ste
                                         const float *k_norm, float *K, float *V, int nkv, int hd, int rot,
                                         const int *pos, float theta, float eps, lilac_cuda_stream *s)
 {
-    launch_pdl(PDL_ROPE, k_norm_rope_kv, dim3(nh + nkv), dim3(128), 0, CS(s), q, q_norm, q_step, nh, k, v, k_norm, K, V, nkv, hd,
-               rot, pos, theta, eps, 0LL, 0LL, (float *const *)NULL, (float *const *)NULL);
+    launch_pdl(PDL_ROPE, k_norm_rope_kv, dim3(nh + nkv), dim3(128), 0, CS(s), q, q_norm, q_step, nh, k, v, k_norm, K,
+               V, nkv, hd, rot, pos, theta, eps, 0LL, 0LL, (float *const *)NULL, (float *const *)NULL);
 }
 
 extern "C" void lilac_cuda_norm_rope_kv_rows(float *q, const float *q_norm, int q_step, long long q_tok, int nh,

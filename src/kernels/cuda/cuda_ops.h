@@ -64,10 +64,10 @@ typedef struct lilac_cuda_l2_prefetch {
 int lilac_cuda_route_prefetch(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
                               const float *gate_inp, const float *xn, int n_embd, const lilac_cuda_l2_prefetch *pf,
                               lilac_cuda_stream *s);
-/* The routing lilac_cuda_norm_router can end with (its last block, one warp: no kernel of its own on the
- * step's chain): lilac_cuda_route's over logits[0, E), with the shared expert's gate w[k] = sigmoid(logits[E])
- * when shared_row (the router given E + 1 rows: its own, then the shared expert's gate_inp). count: device
- * memory, zero before the first launch (the last block sets it back). */
+/* The routing lilac_cuda_norm_router can end with (by its last block, dev_route with the staged ranks: no
+ * kernel of its own on the step's chain): lilac_cuda_route's over logits[0, E), with the shared expert's gate
+ * w[k] = sigmoid(logits[E]) when shared_row (the router given E + 1 rows: its own, then the shared expert's
+ * gate_inp). count: device memory, zero before the first launch (the last block sets it back). */
 typedef struct lilac_cuda_route_args {
     int E, k, norm, up_offset, shared_row;
     int32_t *idx;
@@ -81,8 +81,9 @@ int lilac_cuda_norm_router(const float *x, const float *norm_w, float *xn, const
                            int n_exp, float *logits, int n, float eps, const lilac_cuda_route_args *route,
                            lilac_cuda_stream *s);
 /* The same over a grid of blocks (x bit for bit the same; the norm's sum of squares in another order): part
- * holds E / 256 floats (device), count one unsigned (device, zero before the first launch; each launch leaves it
- * zero). -1 (nothing launched) for E over 64 x 256. */
+ * holds a float a block of LILAC_CUDA_SUM_GRID_T values (device), count one unsigned (device, zero before the
+ * first launch; each launch leaves it zero). -1 (nothing launched) for E over LILAC_CUDA_SUM_GRID_MAXB blocks
+ * (cuda_sizes.h). */
 int lilac_cuda_moe_sum_norm_grid(float *x, const float *ex, const float *w, int k, const float *sh,
                                  const float *gsh, const float *norm_w, float *xn, int E, float eps, float *part,
                                  unsigned *count, lilac_cuda_stream *s);

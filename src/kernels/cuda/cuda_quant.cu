@@ -982,8 +982,6 @@ int floor_log2(long long v)
     return l;
 }
 
-/* launch_fast's shape of the product over a grid of cap blocks (lanes a row, column tiles, row tiles, items);
- * the shared memory a block needs for it. */
 /* Units of x a column tile of a T-token product holds, and the shared memory that takes (x and its run sums). */
 template <int TYPE, int T> int mv_tile_units(long long cols)
 {
@@ -997,6 +995,8 @@ template <int TYPE, int T> int mv_smem(long long cols)
     return (int)sizeof(float) * T * mv_tile_units<TYPE, T>(cols) * (UT::VPU + 4 + UT::NRUN);
 }
 
+/* launch_fast's shape of the product over a grid of cap blocks (lanes a row, column tiles, row tiles, items);
+ * the shared memory a block needs for it. */
 template <int TYPE, int T> int mv_shape(MV &p, int slots, long long cap)
 {
     using UT = Unit<TYPE>;

@@ -22,6 +22,11 @@ static inline size_t lilac_cuda_att_rows_part_floats(int n_head, int hd, int n)
     return (size_t)n * (size_t)n_head * LILAC_CUDA_ATT_SPLIT_ROWS * (size_t)(hd + 2);
 }
 
+/* The decode step's expert sum over a grid (lilac_cuda_moe_sum_norm_grid): values a block, and the most blocks,
+ * whose sums of squares its part buffer holds. */
+#define LILAC_CUDA_SUM_GRID_T 256
+#define LILAC_CUDA_SUM_GRID_MAXB 64
+
 /* The tensor-core products' scratch (cuda_mma.cu's xq_get): for n rows of K columns, the digits
  * (LILAC_CUDA_XQ_BLOCK bytes a row and 32 columns), a float sum a block (the array padded to 256
  * bytes), an int exponent a row. One buffer a stream, grown to the largest request, in whole MiB. */
