@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Why a decode-step kernel takes what it takes: ncu on one launch each of the
 # named kernels (default: the single-block steps on the step's chain), with
-# its cycles, clock, and where its warps stall (the WarpStateStats section:
+# its cycles, clock, and where its warps stall (cycles between two issues a warp spends stalled for each reason:
 # "No Instruction" is the instruction cache, "Long Scoreboard" memory,
 # "Barrier" __syncthreads, "Short Scoreboard" shared memory and MUFU).
 # The graph is off (one kernel a launch); launch-skip past the warm-up.
@@ -19,7 +19,7 @@ kernels=("$@")
 [ ${#kernels[@]} -eq 0 ] && kernels=(k_route k_moe_sum_norm_grid k_norm_router k_conv_step k_dn_fused k_mv:1200 k_mv:1201)
 # the share of the warps' cycles each stall reason takes
 stalls=no_instruction,long_scoreboard,short_scoreboard,barrier,membar,wait,math_pipe_throttle,lg_throttle,branch_resolving,dispatch_stall,drain,sleeping,selected,not_selected,mio_throttle,imc_miss
-metrics=$(echo "$stalls" | tr ',' '\n' | sed 's/.*/smsp__warps_issue_stalled_&_per_warp_active.pct/' | paste -sd,)
+metrics=$(echo "$stalls" | tr ',' '\n' | sed 's/.*/smsp__average_warps_issue_stalled_&_per_issue_active.ratio/' | paste -sd,)
 for ks in "${kernels[@]}"; do
     k=${ks%%:*} skip=${SKIP:-300}
     [ "$k" != "$ks" ] && skip=${ks#*:}
@@ -31,6 +31,6 @@ for ks in "${kernels[@]}"; do
     grep -E "SM Frequency|Elapsed Cycles|Duration|DRAM Throughput|Memory Throughput|Warp Cycles Per Issued|Executed Instructions  |Registers Per|Block Size|Grid Size" "$f" |
         sed 's/  */ /g' | head -14
     # the stall reasons, largest first
-    grep -E "smsp__warps_issue_stalled_" "$f" | sed 's/  */ /g; s/smsp__warps_issue_stalled_//; s/_per_warp_active.pct//' |
+    grep -E "smsp__average_warps_issue_stalled_" "$f" | sed 's/  */ /g; s/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' |
         sort -k3 -g -r | head -6
 done

@@ -3,7 +3,7 @@
 # machine (an H200 here). Everything it writes goes under OUT (default
 # ./cuda-out): the build log, the test output, and bench JSON lines.
 #
-#   bench/cuda/run.sh [build|test|synth|bench|ab|fused|pdl|sanitize|suite|all]...
+#   bench/cuda/run.sh [build|test|synth|bench|ab|abold|fused|pdl|sanitize|suite|all]...
 #
 # Fixtures: $LILAC_FIXTURES (a copy of ../shared/fixtures, or the subset
 # bench/cuda/pack-fixtures.sh makes in .devfix). Libraries the machine lacks:
@@ -42,12 +42,17 @@ do_test() {
     # a kernel that hangs must not eat the session's device time: every test under a timeout
     run_test kernels test_cuda_kernels
     run_test kernels-t8 test_cuda_kernels LILAC_CUDA_MV_T8=1 LILAC_CUDA_NO_BENCH=1
+    # a few blocks, each with several items: mv_block's prefetch across items (and without it)
+    run_test kernels-grid5 test_cuda_kernels LILAC_CUDA_MV_GRID_MAX=5 LILAC_CUDA_NO_BENCH=1
+    run_test kernels-grid5-nochain test_cuda_kernels LILAC_CUDA_MV_GRID_MAX=5 LILAC_CUDA_MV_CHAIN=0 LILAC_CUDA_NO_BENCH=1
     run_test mma test_cuda_mma
     run_test mma-old-paths test_cuda_mma LILAC_CUDA_MMA_W8=0 LILAC_CUDA_MMA_XROWS=0
     run_test attn test_cuda_attn
     run_test dn test_cuda_dn
     run_test route test_cuda_route
     run_test model test_cuda_model
+    run_test model-grid5 test_cuda_model LILAC_CUDA_MV_GRID_MAX=5
+    run_test model-no-idx-ready test_cuda_model LILAC_CUDA_MV_IDX_READY=0 LILAC_CUDA_MV_CHAIN=0
     run_test model-route-tail test_cuda_model LILAC_CUDA_ROUTE_TAIL=1
     run_test model-l2-prefetch test_cuda_model LILAC_CUDA_L2_PREFETCH=1
     run_test model-route-staged test_cuda_model LILAC_CUDA_ROUTE_STAGED=1
@@ -82,6 +87,26 @@ do_bench() {
     for P in 8 32 64; do # batched decode, and each sequence's greedy tokens against its own alone
         $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 64 -P $P -r 1 --check-greedy 16 --json 2>&1 |
             tee -a "$out/bench.jsonl"
+    done
+}
+
+# tg128 of this tree against an older one, alternated on one machine (H200s differ by up to 15 %): the older
+# tree as a tar in .ab/old.tar (carried), e.g. `mkdir -p .ab && git archive -o .ab/old.tar HEAD` before
+# the change; built into /tmp/lilac-old (lilac alone). AB_VARIANTS: switch sets for this tree's runs, ';' apart.
+do_abold() {
+    local T="timeout ${BENCH_TIMEOUT:-120}" old=/tmp/lilac-old i v
+    [ -f "$root/.ab/old.tar" ] || { echo "abold: no .ab/old.tar"; return 1; }
+    if [ ! -x "$old/b/lilac" ]; then
+        mkdir -p "$old" && tar -xf "$root/.ab/old.tar" -C "$old" &&
+            cmake -S "$old" -B "$old/b" -DCMAKE_BUILD_TYPE=Release >"$out/old-configure.log" 2>&1 &&
+            cmake --build "$old/b" -j"$(nproc)" --target lilac >"$out/old-build.log" 2>&1 ||
+            { echo "abold: the old tree did not build (old-build.log)"; tail -3 "$out/old-build.log"; return 1; }
+    fi
+    for i in 1 2; do
+        echo "tg128 old: $($T "$old/b/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 -r 2 --json 2>&1 |
+            grep -o '"tokens_per_s": [0-9.]*\|rror.*')"
+        IFS=';' read -ra v <<<"${AB_VARIANTS:-}"
+        tg128_each LILAC_NONE=1 "${v[@]}"
     done
 }
 
@@ -179,7 +204,8 @@ for s in "${steps[@]}"; do
     pdl) do_pdl ;;
     ab) do_ab ;;
     fused) do_fused ;;
+    abold) do_abold ;;
     all) do_build && do_test && do_synth && do_bench ;;
-    *) echo "usage: $0 [build|test|synth|bench|ab|fused|pdl|sanitize|suite|all]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [build|test|synth|bench|ab|abold|fused|pdl|sanitize|suite|all]..." >&2; exit 2 ;;
     esac
 done
