@@ -91,14 +91,14 @@ do_bench() {
 }
 
 # tg128 of this tree against an older one, alternated on one machine (H200s differ by up to 15 %): the older
-# tree as a tar in .ab/old.tar (carried), e.g. `mkdir -p .ab && git archive -o .ab/old.tar HEAD` before
+# tree as a tar in .ab/old.tar (carried), e.g. `mkdir -p .ab && git archive -o .ab/old.tar HEAD CMakeLists.txt src include` before
 # the change; built into /tmp/lilac-old (lilac alone). AB_VARIANTS: switch sets for this tree's runs, ';' apart.
 do_abold() {
     local T="timeout ${BENCH_TIMEOUT:-120}" old=/tmp/lilac-old i v
     [ -f "$root/.ab/old.tar" ] || { echo "abold: no .ab/old.tar"; return 1; }
     if [ ! -x "$old/b/lilac" ]; then
         mkdir -p "$old" && tar -xf "$root/.ab/old.tar" -C "$old" &&
-            cmake -S "$old" -B "$old/b" -DCMAKE_BUILD_TYPE=Release >"$out/old-configure.log" 2>&1 &&
+            cmake -S "$old" -B "$old/b" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF >"$out/old-configure.log" 2>&1 &&
             cmake --build "$old/b" -j"$(nproc)" --target lilac >"$out/old-build.log" 2>&1 ||
             { echo "abold: the old tree did not build (old-build.log)"; tail -3 "$out/old-build.log"; return 1; }
     fi
