@@ -186,7 +186,7 @@ static void test_experts(int ti, int type, int64_t rows, int64_t cols, int x_str
             for (int64_t i = 0; i < K * rows; i++)
                 y[i] = Y0;
             lilac_cuda_upload(dy, y, sizeof(float) * (size_t)(K * rows), msg, sizeof msg);
-            lilac_cuda_matvec_fused(&m, stride, didx, K, dx, dx2, x_stride, dy, LILAC_CUDA_MV_ACC, NULL);
+            lilac_cuda_matvec_fused(&m, stride, didx, K, dx, dx2, x_stride, dy, 1, NULL);
         } else {
             lilac_cuda_memset(dy, 0xFF, sizeof(float) * (size_t)(K * rows), NULL);
             lilac_cuda_matvec_experts(&m, stride, didx, K, dx, x_stride, dy, NULL);

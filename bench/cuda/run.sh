@@ -42,17 +42,12 @@ do_test() {
     # a kernel that hangs must not eat the session's device time: every test under a timeout
     run_test kernels test_cuda_kernels
     run_test kernels-t8 test_cuda_kernels LILAC_CUDA_MV_T8=1 LILAC_CUDA_NO_BENCH=1
-    # a few blocks, each with several items: mv_block's prefetch across items (and without it)
-    run_test kernels-grid5 test_cuda_kernels LILAC_CUDA_MV_GRID_MAX=5 LILAC_CUDA_NO_BENCH=1
-    run_test kernels-grid5-nochain test_cuda_kernels LILAC_CUDA_MV_GRID_MAX=5 LILAC_CUDA_MV_CHAIN=0 LILAC_CUDA_NO_BENCH=1
     run_test mma test_cuda_mma
     run_test mma-old-paths test_cuda_mma LILAC_CUDA_MMA_W8=0 LILAC_CUDA_MMA_XROWS=0
     run_test attn test_cuda_attn
     run_test dn test_cuda_dn
     run_test route test_cuda_route
     run_test model test_cuda_model
-    run_test model-grid5 test_cuda_model LILAC_CUDA_MV_GRID_MAX=5
-    run_test model-no-idx-ready test_cuda_model LILAC_CUDA_MV_IDX_READY=0 LILAC_CUDA_MV_CHAIN=0
     run_test model-route-tail test_cuda_model LILAC_CUDA_ROUTE_TAIL=1
     run_test model-l2-prefetch test_cuda_model LILAC_CUDA_L2_PREFETCH=1
     run_test model-route-staged test_cuda_model LILAC_CUDA_ROUTE_STAGED=1

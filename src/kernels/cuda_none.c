@@ -97,10 +97,10 @@ void lilac_cuda_matvec_experts(const lilac_cuda_mat *W, size_t expert_stride, co
 }
 
 void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
-                             const float *x, const float *x2, int x_stride, float *y, int flags,
+                             const float *x, const float *x2, int x_stride, float *y, int accumulate,
                              lilac_cuda_stream *s)
 {
-    (void)W, (void)expert_stride, (void)idx, (void)k, (void)x, (void)x2, (void)x_stride, (void)y, (void)flags,
+    (void)W, (void)expert_stride, (void)idx, (void)k, (void)x, (void)x2, (void)x_stride, (void)y, (void)accumulate,
         (void)s;
 }
 

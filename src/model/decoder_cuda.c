@@ -669,7 +669,7 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
                 continue;
             }
         }
-        OP("matvec", lilac_cuda_matvec_fused(wout, 0, NULL, 1, xout, NULL, 0, cm->x, LILAC_CUDA_MV_ACC, s));
+        OP("matvec", lilac_cuda_matvec_fused(wout, 0, NULL, 1, xout, NULL, 0, cm->x, 1, s));
         /* the norm and a float32 router in one kernel: tg128 245 against 234 tok/s apart (H200, 2026-11-30);
          * LILAC_CUDA_NORM_ROUTER=0: apart */
         static int norm_router = -1;
@@ -734,13 +734,8 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         }
         if (shared)
             lilac_cuda_fork(aux, s, cm->ev[1]);
-        /* the gate and up product just before, over the same idx, lets the down product start early
-         * (LILAC_CUDA_MV_IDX_READY=0: only once it ends) */
-        static int idx_ready = -1;
-        if (idx_ready < 0)
-            idx_ready = lilac_env_switch("LILAC_CUDA_MV_IDX_READY", true);
         OP("matvec_experts", lilac_cuda_matvec_fused(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
-                                                     1, cm->ex, idx_ready ? LILAC_CUDA_MV_IDX_READY : 0, s));
+                                                     1, cm->ex, 0, s));
         /* x += the experts' sum, and the next layer's input norm (the output norm after the last layer) */
         /* over a grid of blocks (LILAC_CUDA_SUM_GRID=0: one block) */
         static int sum_grid = -1;

@@ -13,9 +13,6 @@ extern "C" {
  * default, on when set to "1". Callers read it once and keep the answer. */
 bool lilac_env_switch(const char *name, bool dflt);
 
-/* Setting `name` as a whole number in [lo, hi]; dflt when unset or not one. */
-long lilac_env_int(const char *name, long dflt, long lo, long hi);
-
 #ifdef __cplusplus
 }
 #endif

@@ -81,15 +81,10 @@ void lilac_cuda_matvec_experts(const lilac_cuda_mat *W, size_t expert_stride, co
 /* The one-token product with the step's neighbours folded in: as
  * lilac_cuda_matvec_experts (idx set, k slots) or lilac_cuda_matvec (idx
  * NULL, k = 1), where the input is silu(x) * x2 elementwise when x2 is set
- * (the SwiGLU of a gate and an up product; x2 laid out as x). flags:
- * LILAC_CUDA_MV_ACC: y += the product (a residual add) instead of y = it;
- * LILAC_CUDA_MV_IDX_READY: the launch before this one on s is a product over
- * the same idx (which lets this one start only once idx is written), so that
- * this one reads idx, and starts loading its weights, before that product
- * ends. */
-enum { LILAC_CUDA_MV_ACC = 1, LILAC_CUDA_MV_IDX_READY = 2 };
+ * (the SwiGLU of a gate and an up product; x2 laid out as x), and y += the
+ * product when accumulate is set (a residual add) instead of y = it. */
 void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
-                             const float *x, const float *x2, int x_stride, float *y, int flags,
+                             const float *x, const float *x2, int x_stride, float *y, int accumulate,
                              lilac_cuda_stream *s);
 
 /* The decode step's MoE half for one token in one cooperative kernel (LILAC_CUDA_MOE_FUSED=1): optionally

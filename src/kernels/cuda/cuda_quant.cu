@@ -30,7 +30,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdarg>
@@ -651,10 +650,6 @@ struct MV {
     long long row_tiles, items; /* items = slots x row tiles */
     int n_tok, lpr_log2, ut, n_ct;
     int acc; /* y += product (a residual add) instead of y = product */
-    /* idx was complete before the kernel before this one let it start (LILAC_CUDA_MV_IDX_READY: that kernel is
-     * a k_mv over the same idx, which waits for them first): read before griddep_wait */
-    int idx_ready;
-    int chain; /* mv_block's prefetch across items (LILAC_CUDA_MV_CHAIN=0: off) */
     /* conv_out set (one token, no idx): row c of y is also channel c of a causal depthwise conv of conv_k
      * taps (k_conv_step's arithmetic): conv_out[c] = silu(taps . (state, y[c])), the state shifted */
     float *conv_state, *conv_out;
@@ -730,20 +725,6 @@ __device__ __forceinline__ void load_rows(const uint8_t *const (&rowp)[R], const
     }
 }
 
-/* load_rows for R rows row_bytes apart from row, the first n of them rows of the matrix. */
-template <int TYPE, bool A16, int R>
-__device__ __forceinline__ void load_next(const uint8_t *row, size_t row_bytes, int n, int u,
-                                          typename Unit<TYPE>::Pay (&p)[R])
-{
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        if (r < n)
-            Unit<TYPE>::template load<A16>(row + (size_t)r * row_bytes, u, p[r]);
-        else
-            p[r] = {};
-    }
-}
-
 /* The launch shape of k_mv, from timings on an H200 (test_cuda_kernels' bench lines). Rows a lane: 2. The
  * blocks a multiprocessor must hold, i.e. a register cap: at one token the kernel waits on memory and wants
  * warps more than registers (3 blocks for the byte-aligned Q8_0/Q4_0, 2 for the rest); up to 4 tokens 2
@@ -772,7 +753,16 @@ constexpr int cfg_max_tokens(int type) { return type == LILAC_Q5_K || type == LI
  * Accuracy: every product is exact and each FFMA rounds once, in float32;
  * the offsets are subtracted per run of 16 or 32 values. Errors are a few
  * float32 roundings of sums of |terms|; results differ from the CPU's
- * float32 dot only in summation order. */
+ * float32 dot only in summation order.
+ *
+ * Measured and dropped (H200, tg128 of the 35B-A3B Q4_K_M file, alternated
+ * against this code on one machine, 2026-11-30): a lane's last unit of an
+ * item prefetching its first unit of the block's next item, with the down
+ * product reading the expert indices before its wait (the products over
+ * idx waiting before they let the next kernel start): 274 against 284 tok/s,
+ * 278 with the prefetch off (registers: the 5- and 6-bit bodies spilled);
+ * lanes a row capped at 8 or 16: 249 and 269; tiles aimed at 1 or 4 a
+ * resident block instead of 2: no change. */
 template <int TYPE, bool A16, int R, int T, bool FUSED, bool CONV = false>
 __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx, int nbx, int by, int nby)
 {
@@ -793,46 +783,23 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
 
     const long long it0 = p.items * bx / nbx, it1 = p.items * (bx + 1) / nbx;
     long long loaded = -1;
-    /* Item `it`: the first of the R rows a lane's group takes, and its address. */
-    auto item_row0 = [&](long long it, const uint8_t *&row) {
-        const long long slot = it / p.row_tiles, rt = it - slot * p.row_tiles;
-        /* FUSED, idx_ready: idx written earlier in this kernel or two kernels back: from L2 */
-        const uint8_t *W =
-            p.w + (idx ? (size_t)(FUSED || p.idx_ready ? __ldcg(idx + slot) : __ldg(idx + slot)) * p.expert_stride
-                       : 0);
-        const long long row0 = rt * rpt + warp * rpw + grp * R;
-        row = W + (size_t)row0 * p.row_bytes;
-        return row0;
-    };
-    /* With one column tile, a lane's last unit of an item issues the loads of its first unit of the block's
-     * next item (into `a` by the end of the item), so that the item's reduction, store and x load overlap
-     * them: at one token a lane often has one or two units a row, and the items followed one another with
-     * the whole memory latency each. */
-    const bool chain = T == 1 && !FUSED && p.chain && p.n_ct == 1; /* more tokens or fused: too many registers */
-    bool have_next = false; /* `a` holds this item's first unit already */
     /* by of nby: a group of token chunks (launch_fast splits the tokens when the rows alone give too few blocks) */
     const int tc0 = (int)((long long)ntc * by / nby), tc1 = (int)((long long)ntc * (by + 1) / nby);
     for (int tc = tc0; tc < tc1; tc++) { /* token chunks outermost: x stays put while the block's rows go by */
         const int t0 = tc * T, nt = min(T, p.n_tok - t0);
-        typename UT::Pay a[R], b[R];
         for (long long it = it0; it < it1; it++) {
-            const long long slot = it / p.row_tiles;
-            const uint8_t *row;
-            const long long row0 = item_row0(it, row);
+            const long long slot = it / p.row_tiles, rt = it - slot * p.row_tiles;
+            /* FUSED: idx written earlier in this kernel, not through the read-only cache */
+            const uint8_t *W =
+                p.w + (idx ? (size_t)(FUSED ? __ldcg(idx + slot) : __ldg(idx + slot)) * p.expert_stride : 0);
+            const long long row0 = rt * rpt + warp * rpw + grp * R;
             const uint8_t *rowp[R];
             bool ok[R];
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 ok[r] = row0 + r < p.rows;
-                rowp[r] = row + (size_t)r * p.row_bytes;
+                rowp[r] = W + (size_t)(row0 + r) * p.row_bytes;
             }
-            /* the next item's first row and how many of its R are rows, where this item's last units prefetch
-             * its first unit (two registers and one, not R addresses: k_mv is at its register cap) */
-            const bool pf = chain && it + 1 < it1;
-            const uint8_t *nrow = nullptr;
-            int nrows = 0;
-            if (pf)
-                nrows = (int)min((long long)R, p.rows - item_row0(it + 1, nrow));
             const float *xb = p.x + slot * p.x_slot, *x2b = p.x2 ? p.x2 + slot * p.x_slot : nullptr;
             float *yb = p.y + slot * p.y_slot;
             float tot[R][T];
@@ -846,10 +813,10 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
                 const long long key = ((p.x_slot ? slot : 0) * ntc + tc) * p.n_ct + ct;
                 /* the first weights in flight before x is loaded (and, launched
                  * dependent, before the kernel that writes x has finished) */
+                typename UT::Pay a[R], b[R];
                 int u = u0 + sub;
-                if (!have_next && u < u1)
+                if (u < u1)
                     load_rows<TYPE, A16, R>(rowp, ok, u, a);
-                have_next = false;
                 if (key != loaded) { /* the same for the whole block */
                     if (!FUSED && loaded < 0) {
                         griddep_wait();
@@ -859,13 +826,10 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
                     load_x<UT, T, FUSED>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0, u1, xs, XS, ss, SS);
                     loaded = key;
                 }
-                bool in_b = false; /* the next item's first unit went to b */
                 while (u < u1) { /* two steps an iteration so that a and b swap roles without copies */
                     int un = u + lpr;
                     if (un < u1)
                         load_rows<TYPE, A16, R>(rowp, ok, un, b);
-                    else if (pf)
-                        load_next<TYPE, A16, R>(nrow, p.row_bytes, nrows, sub, b), in_b = true;
                     UT::template dot<R, T>(a, xs + (u - u0) * US, XS, ss + (u - u0) * NRUN, SS, u, nt, tot);
                     u = un;
                     if (u >= u1)
@@ -873,17 +837,8 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
                     un = u + lpr;
                     if (un < u1)
                         load_rows<TYPE, A16, R>(rowp, ok, un, a);
-                    else if (pf)
-                        load_next<TYPE, A16, R>(nrow, p.row_bytes, nrows, sub, a);
                     UT::template dot<R, T>(b, xs + (u - u0) * US, XS, ss + (u - u0) * NRUN, SS, u, nt, tot);
                     u = un;
-                }
-                if (pf) {
-                    if (in_b)
-#pragma unroll
-                        for (int r = 0; r < R; r++)
-                            a[r] = b[r];
-                    have_next = true;
                 }
             }
 #pragma unroll
@@ -909,14 +864,11 @@ template <int TYPE, bool A16, int R, int T>
 __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv(const MV p)
 {
     TRACE_START(LILAC_TK_MV);
-    /* The expert indices come from the kernel before: wait for it, and only then let the next kernel start,
-     * so that a product after this one over the same indices (idx_ready) may read them at once and have its
-     * weights in flight while this one ends. */
-    if (p.idx && !p.idx_ready) {
+    griddep_launch_dependents();
+    if (p.idx) { /* the expert indices come from the kernel before */
         griddep_wait();
         TRACE_WAITED(LILAC_TK_MV);
     }
-    griddep_launch_dependents();
     mv_block<TYPE, A16, R, T, false>(p, p.idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
     TRACE_END(LILAC_TK_MV);
 }
@@ -1076,11 +1028,7 @@ template <int TYPE, int T> int mv_shape(MV &p, int slots, long long cap)
         const long long rpt = (long long)NWARPS * R * (32 >> floor_log2(l));
         return (p.rows + rpt - 1) / rpt * slots;
     };
-    /* LILAC_CUDA_MV_LPR_MAX, LILAC_CUDA_MV_TILES: the most lanes a row, and the tiles a resident block
-     * aimed at (for measuring the shape) */
-    static const int lpr_max = (int)lilac_env_int("LILAC_CUDA_MV_LPR_MAX", 32, 1, 32);
-    static const int tiles_per = (int)lilac_env_int("LILAC_CUDA_MV_TILES", 2, 1, 64);
-    while (lpr < lpr_max && 2 * lpr <= U && tiles(lpr) < tiles_per * cap)
+    while (lpr < 32 && 2 * lpr <= U && tiles(lpr) < 2 * cap)
         lpr *= 2;
     p.lpr_log2 = floor_log2(lpr);
     p.row_tiles = tiles(lpr) / slots;
@@ -1109,10 +1057,7 @@ template <int TYPE, int T, auto KERN> void launch_shaped(MV p, cudaStream_t st, 
             per_sm = 1;
         occ[kib].store(per_sm, std::memory_order_relaxed);
     }
-    /* LILAC_CUDA_MV_GRID_MAX: fewer blocks, so that each takes several items (the tests' cover of the
-     * prefetch across items, which the small matrices of the tests would not reach) */
-    static const long long grid_max = lilac_env_int("LILAC_CUDA_MV_GRID_MAX", 1L << 30, 1, 1L << 30);
-    const long long cap = std::min((long long)per_sm * dev_sm_count(), grid_max);
+    const long long cap = (long long)per_sm * dev_sm_count();
     mv_shape<TYPE, T>(p, slots, cap);
     const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
     /* Many tokens over few row tiles (a prefill chunk through a narrow matrix): the token chunks split over
@@ -1271,8 +1216,6 @@ MV mv_params(const lilac_cuda_mat *W, size_t stride, const int32_t *idx, bool sl
     p.y_tok = W->rows;
     p.y_slot = slotted ? W->rows : 0;
     p.n_tok = n_tok;
-    static const int chain = lilac_env_switch("LILAC_CUDA_MV_CHAIN", true);
-    p.chain = chain;
     return p;
 }
 
@@ -1316,8 +1259,7 @@ int mf_shape(MFP &q, int slots, long long cap)
 
 /* Check W and run the product of `slots` slots. */
 void matvec(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int slots, const float *x,
-            long long x_slot, float *y, int n_tok, cudaStream_t st, const float *x2 = nullptr, int acc = 0,
-            bool idx_ready = false)
+            long long x_slot, float *y, int n_tok, cudaStream_t st, const float *x2 = nullptr, int acc = 0)
 {
     int blck, bsz;
     if (!W || !x || !y) {
@@ -1341,7 +1283,6 @@ void matvec(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, i
         return;
     }
     MV p = mv_params(W, expert_stride, idx, idx != nullptr, x, x2, x_slot, y, n_tok, acc);
-    p.idx_ready = idx_ready;
 
     /* The fast kernel reads 16-byte chunks: quantized rows need 2-aligned
      * blocks; K-quants go without the realignment when every block is
@@ -1608,7 +1549,7 @@ void lilac_cuda_matvec_experts(const lilac_cuda_mat *W, size_t expert_stride, co
 }
 
 void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
-                             const float *x, const float *x2, int x_stride, float *y, int flags,
+                             const float *x, const float *x2, int x_stride, float *y, int accumulate,
                              lilac_cuda_stream *s)
 {
     if (!idx && k != 1) {
@@ -1621,8 +1562,7 @@ void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, cons
     }
     if (k <= 0)
         return;
-    matvec(W, expert_stride, idx, k, x, W && x_stride ? W->cols : 0, y, 1, S(s), x2, flags & LILAC_CUDA_MV_ACC,
-           idx && (flags & LILAC_CUDA_MV_IDX_READY));
+    matvec(W, expert_stride, idx, k, x, W && x_stride ? W->cols : 0, y, 1, S(s), x2, accumulate);
 }
 
 static std::atomic<long> g_fused_launches[LILAC_CUDA_FUSED_KINDS];
