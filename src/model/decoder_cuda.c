@@ -712,7 +712,8 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         if (!routed)
             OP("matvec", lilac_cuda_matvec(&cl->router, cm->xn, cm->rl, 1, s));
         /* LILAC_CUDA_L2_PREFETCH=1: the route kernel then pulls this layer's chosen experts and the next
-         * layer's dense weights into L2 (step_prefetch; not yet measured) */
+         * layer's dense weights into L2 (step_prefetch). Much slower: tg128 108 against 284 (H200,
+         * 2026-11-30; the single-block route kernel issuing hundreds of 64 KiB bulk prefetches a layer) */
         static int l2_prefetch = -1;
         if (l2_prefetch < 0)
             l2_prefetch = lilac_env_switch("LILAC_CUDA_L2_PREFETCH", false);

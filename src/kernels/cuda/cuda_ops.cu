@@ -555,7 +555,8 @@ extern "C" int lilac_cuda_route_prefetch(const float *logits, int E, int k, int 
             (p.gate_slots > k && up_offset <= 0))
             return -1;
     }
-    /* LILAC_CUDA_ROUTE_STAGED=1: the ranks in two stages (dev_route_staged; not yet run on a GPU). Read at each
+    /* LILAC_CUDA_ROUTE_STAGED=1: the ranks in two stages (dev_route_staged): tests pass, tg128 284.3 against
+     * 284.4 (H200, 2026-11-30): the ranking is not what the kernel waits on. Read at each
      * call: the host calls this only while capturing the step's graph or running without one. */
     const char *st = getenv("LILAC_CUDA_ROUTE_STAGED");
     const int staged = st && !strcmp(st, "1");
