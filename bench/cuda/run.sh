@@ -3,7 +3,7 @@
 # machine (an H200 here). Everything it writes goes under OUT (default
 # ./cuda-out): the build log, the test output, and bench JSON lines.
 #
-#   bench/cuda/run.sh [build|test|synth|bench|ab|abold|fused|pdl|sanitize|suite|all]...
+#   bench/cuda/run.sh [build|test|synth|bench|ab|abold|tg|fused|pdl|sanitize|suite|all]...
 #
 # Fixtures: $LILAC_FIXTURES (a copy of ../shared/fixtures, or the subset
 # bench/cuda/pack-fixtures.sh makes in .devfix). Libraries the machine lacks:
@@ -85,6 +85,7 @@ do_bench() {
     done
 }
 
+# (tg: tg128 under each switch set of TG_VARIANTS, ';' apart.)
 # tg128 of this tree against an older one, alternated on one machine (H200s differ by up to 15 %): the older
 # tree as a tar in .ab/old.tar (carried), e.g. `mkdir -p .ab && git archive -o .ab/old.tar HEAD CMakeLists.txt src include` before
 # the change; built into /tmp/lilac-old (lilac alone). AB_VARIANTS: switch sets for this tree's runs, ';' apart.
@@ -200,7 +201,8 @@ for s in "${steps[@]}"; do
     ab) do_ab ;;
     fused) do_fused ;;
     abold) do_abold ;;
+    tg) IFS=';' read -ra tv <<<"${TG_VARIANTS:-LILAC_NONE=1}" && tg128_each "${tv[@]}" ;;
     all) do_build && do_test && do_synth && do_bench ;;
-    *) echo "usage: $0 [build|test|synth|bench|ab|abold|fused|pdl|sanitize|suite|all]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [build|test|synth|bench|ab|abold|tg|fused|pdl|sanitize|suite|all]..." >&2; exit 2 ;;
     esac
 done
