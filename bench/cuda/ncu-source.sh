@@ -16,7 +16,7 @@ for ks in "${kernels[@]}"; do
     [ "$k" != "$ks" ] && skip=${ks#*:}
     rep=$out/src-$k-$skip
     LILAC_CUDA_GRAPH=0 timeout "${NCU_TIMEOUT:-150}" "$ncu" -f -o "$rep" --kernel-name "$k" --launch-skip "$skip" \
-        --launch-count 1 --section SourceCounters --section WarpStateStats --section SpeedOfLight \
+        --launch-count 1 --warp-sampling-interval 0 --section SourceCounters --section WarpStateStats --section SpeedOfLight \
         "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 16 -r 1 >"$rep.log" 2>&1
     echo "== $k, launch $skip (rc=$?)"
     "$ncu" -i "$rep.ncu-rep" --page source --csv --print-source sass >"$out/sass-$k-$skip.csv" 2>&1 ||
