@@ -13,7 +13,7 @@
  * - the route kernel with L2 prefetches after it (lilac_cuda_route_prefetch):
  *   the same results, no device error;
  * - all of it with the route kernel's ranks in one pass and in two stages
- *   (LILAC_CUDA_ROUTE_STAGED=1).
+ *   (LILAC_CUDA_ROUTE_STAGED=0 and 1).
  * Bounds: the chosen experts and their order exactly; weights within 1e-6
  * of the oracle's (relative to the largest); the shared gate within 1e-6.
  * Then the experts' weighted sum and the next norm over a grid of blocks

@@ -180,7 +180,7 @@ static __device__ void dev_route_write(int *sel, float *selw, int cnt, int E, in
         w[k] = gate;
 }
 
-/* dev_route's ranks in two stages (LILAC_CUDA_ROUTE_STAGED=1; one pass over all E for every expert is 256
+/* dev_route's ranks in two stages (the default; LILAC_CUDA_ROUTE_STAGED=0: one pass over all E for every expert, 256
  * dependent shared loads a thread, most of k_route's ~24k cycles in ncu): each warp's 32 experts of a round
  * ranked among themselves by shuffles, those under k kept as candidates; then each candidate ranked among the
  * candidates. The same choice: every expert of the overall top k has fewer than k above it in its group (so
