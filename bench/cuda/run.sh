@@ -48,6 +48,7 @@ do_test() {
     run_test dn test_cuda_dn
     run_test route test_cuda_route
     run_test model test_cuda_model
+    run_test model-down-sum test_cuda_model LILAC_CUDA_DOWN_SUM=1
     run_test model-route-tail test_cuda_model LILAC_CUDA_ROUTE_TAIL=1
     run_test model-l2-prefetch test_cuda_model LILAC_CUDA_L2_PREFETCH=1
     run_test model-route-one-pass test_cuda_model LILAC_CUDA_ROUTE_STAGED=0
@@ -145,7 +146,7 @@ do_fused() {
     tg128_each LILAC_NONE=1 LILAC_CUDA_L2_PREFETCH=1 LILAC_CUDA_ROUTE_STAGED=1 \
         "LILAC_CUDA_ROUTE_STAGED=1 LILAC_CUDA_L2_PREFETCH=1" LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1 \
         "LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1" \
-        "LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1 LILAC_CUDA_MOE_FUSED_PER_SM=1"
+        "LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1 LILAC_CUDA_MOE_FUSED_PER_SM=1" LILAC_CUDA_DOWN_SUM=1
 }
 
 # The CPU suite's golden tests with the backend forced to CUDA (the issue's "the golden tests pass on the GPU

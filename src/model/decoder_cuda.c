@@ -735,6 +735,18 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         }
         if (shared)
             lilac_cuda_fork(aux, s, cm->ev[1]);
+        /* LILAC_CUDA_DOWN_SUM=1: the down products, their sum into x and the next norm in one kernel (x and xn
+         * the same bits as the pair below; not yet run on a GPU) */
+        static int down_sum = -1;
+        if (down_sum < 0)
+            down_sum = lilac_env_switch("LILAC_CUDA_DOWN_SUM", false);
+        if (down_sum && !lilac_cuda_moe_down_sum(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
+                                                 cm->rw, shared ? cm->sho : NULL, cm->x, next_norm, cm->xn, eps,
+                                                 cm->count + 1, s)) {
+            if (g_trace == 1)
+                trace_name("matvec_experts", "");
+            continue;
+        }
         OP("matvec_experts", lilac_cuda_matvec_fused(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
                                                      1, cm->ex, 0, s));
         /* x += the experts' sum, and the next layer's input norm (the output norm after the last layer) */

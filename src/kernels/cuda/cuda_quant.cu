@@ -884,6 +884,147 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, 1)) k_mv_conv(c
     TRACE_END(LILAC_TK_MV);
 }
 
+/* The routed experts' down products, their weighted sum with the shared expert's output, the residual add and
+ * the next layer's input norm, in one kernel (LILAC_CUDA_DOWN_SUM=1): the down product (k_mv) and the sum
+ * (k_moe_sum_norm_grid) with the launch between them and the sum's own chain of L2 round trips gone.
+ *
+ * A block takes rpb rows of every slot: warp w slot w (w + NWARPS, ...), its lane groups the rows and its
+ * lanes the units exactly as k_mv's with the same lanes a row (p.lpr_log2 from mv_shape: the same sums in the
+ * same order, so each product is k_mv's bit for bit). Then a thread a row adds the slots' products in slot
+ * order, the shared expert's and x, as k_moe_sum_norm_grid does; the last block to finish takes the squares
+ * in 256-value blocks in that kernel's order and writes xn: x and xn are that kernel's bits. */
+struct DS {
+    MV p; /* the down product of k slots: idx, x (gate) and x2 (up) a slot apart, rows = n_embd */
+    int k;
+    const float *w;      /* k routing weights, then the shared expert's gate (w[k]) where sh is set */
+    const float *sh;     /* the shared expert's output, or NULL */
+    float *x;            /* the residual stream: x += the sum */
+    const float *norm_w; /* the next norm: xn = RMSNorm(x) * norm_w (NULL: no norm) */
+    float *xn;
+    float eps;
+    unsigned *count; /* dev_last_block's counter (zero between launches) */
+};
+constexpr int DS_T = 256; /* k_moe_sum_norm_grid's block (LILAC_CUDA_SUM_GRID_T): its squares' order */
+static_assert(NTHREADS == DS_T, "k_mv_down_sum's norm repeats k_moe_sum_norm_grid's 256-thread block sums");
+
+template <int TYPE, bool A16>
+__global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, 1)) k_mv_down_sum(const DS d)
+{
+    using UT = Unit<TYPE>;
+    constexpr int VPU = UT::VPU, NRUN = UT::NRUN, US = VPU + 4, NR = VPU / 16, R = cfg_rows;
+    TRACE_START(LILAC_TK_MV);
+    griddep_launch_dependents();
+    griddep_wait(); /* idx, the inputs, the weights and x all come from the kernels before */
+    TRACE_WAITED(LILAC_TK_MV);
+    const MV &p = d.p;
+    extern __shared__ float4 smem4[];
+    const int U = (int)(p.cols / VPU), XS = U * US, SS = U * NRUN, nruns = U * NR;
+    float *const xs = reinterpret_cast<float *>(smem4); /* [k][U][US]: load_x's layout a slot */
+    float *const ss = xs + d.k * XS;                    /* [k][U][NRUN] */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lpr = 1 << p.lpr_log2, sub = lane & (lpr - 1), grp = lane >> p.lpr_log2;
+    const int rpb = R << (5 - p.lpr_log2);
+    float *const ys = ss + d.k * SS; /* [k][rpb] */
+    const long long row0 = (long long)blockIdx.x * rpb + grp * R;
+
+    /* the warp's first slot's first weights in flight while x loads */
+    typename UT::Pay a[R], b[R];
+    const uint8_t *rowp[R];
+    bool ok[R];
+    auto slot_rows = [&](int slot) {
+        const uint8_t *W = p.w + (size_t)__ldg(p.idx + slot) * p.expert_stride;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            ok[r] = row0 + r < p.rows;
+            rowp[r] = W + (size_t)(row0 + r) * p.row_bytes;
+        }
+    };
+    if (warp < d.k) {
+        slot_rows(warp);
+        if (sub < U)
+            load_rows<TYPE, A16, R>(rowp, ok, sub, a);
+    }
+    /* every slot's input, silu(gate) * up, as load_x writes it (its values, sums and scaling) */
+    for (int i = threadIdx.x; i < d.k * nruns; i += NTHREADS) {
+        const int slot = i / nruns, run = i - slot * nruns, u = run / NR, rr = run - u * NR;
+        const long long off = slot * p.x_slot + UT::vcol(u * VPU + 16 * rr);
+        float4 *dst = reinterpret_cast<float4 *>(xs + slot * XS + u * US + 16 * rr);
+        float v[16], sum = 0.f;
+#pragma unroll
+        for (int c = 0; c < 16; c++) {
+            v[c] = glu(p.x[off + c], p.x2[off + c]);
+            sum += v[c];
+            v[c] *= __int_as_float((127 + 64 - UT::xshift(16 * rr + c)) << 23);
+        }
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+            dst[c] = make_float4(v[4 * c], v[4 * c + 1], v[4 * c + 2], v[4 * c + 3]);
+        if (NRUN)
+            ss[slot * SS + run] = sum;
+    }
+    __syncthreads();
+    for (int slot = warp; slot < d.k; slot += NWARPS) {
+        if (slot != warp) {
+            slot_rows(slot);
+            if (sub < U)
+                load_rows<TYPE, A16, R>(rowp, ok, sub, a);
+        }
+        const float *xsl = xs + slot * XS, *ssl = ss + slot * SS;
+        float tot[R][1];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            tot[r][0] = 0.f;
+        int u = sub;
+        while (u < U) { /* mv_block's loop: two steps an iteration, a and b swapping roles */
+            int un = u + lpr;
+            if (un < U)
+                load_rows<TYPE, A16, R>(rowp, ok, un, b);
+            UT::template dot<R, 1>(a, xsl + u * US, XS, ssl + u * NRUN, SS, u, 1, tot);
+            u = un;
+            if (u >= U)
+                break;
+            un = u + lpr;
+            if (un < U)
+                load_rows<TYPE, A16, R>(rowp, ok, un, a);
+            UT::template dot<R, 1>(b, xsl + u * US, XS, ssl + u * NRUN, SS, u, 1, tot);
+            u = un;
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float v = tot[r][0];
+            for (int o = lpr >> 1; o; o >>= 1)
+                v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (sub == 0)
+                ys[slot * rpb + grp * R + r] = v;
+        }
+    }
+    __syncthreads();
+    /* k_moe_sum_norm_grid's sum for the block's rows */
+    const long long e = (long long)blockIdx.x * rpb + threadIdx.x;
+    if (threadIdx.x < rpb && e < p.rows) {
+        float o = 0.0f;
+        for (int i = 0; i < d.k; i++)
+            o += __ldcg(d.w + i) * ys[i * rpb + threadIdx.x];
+        if (d.sh)
+            o += __ldcg(d.w + d.k) * __ldcg(d.sh + e);
+        o += __ldcg(d.x + e);
+        d.x[e] = o;
+    }
+    if (d.norm_w && dev_last_block(d.count)) {
+        const int E = (int)p.rows;
+        float t = 0;
+        for (int b0 = 0; b0 < E; b0 += DS_T) { /* that kernel's parts: a 256-value block's sum each, in order */
+            const int i = b0 + threadIdx.x;
+            const float v = i < E ? __ldcg(d.x + i) : 0.0f;
+            t += block_sum(i < E ? v * v : 0.0f);
+        }
+        const float r = rsqrtf(t / E + d.eps);
+        for (int i = threadIdx.x; i < E; i += NTHREADS)
+            d.xn[i] = __ldcg(d.x + i) * r * d.norm_w[i];
+    }
+    TRACE_END(LILAC_TK_MV);
+}
+
 /* The scalar fallback, for layouts the fast kernel does not take (float
  * rows not a multiple of 16 values or not 16-byte aligned, odd addresses):
  * a warp a row, values dequantized one by one. */
@@ -1036,11 +1177,12 @@ template <int TYPE, int T> int mv_shape(MV &p, int slots, long long cap)
     return mv_smem<TYPE, T>(p.cols);
 }
 
-/* KERN (k_mv or k_mv_conv, T tokens a pass) over the grid that fits, in mv_shape's shape. */
-template <int TYPE, int T, auto KERN> void launch_shaped(MV p, cudaStream_t st, int slots)
+/* The blocks of KERN (k_mv or k_mv_conv, T tokens a pass) the device holds at once with the shared memory of
+ * a product of `cols` columns: launch_shaped's persistent grid, and the cap mv_shape shapes it by. */
+template <int TYPE, int T, auto KERN> long long mv_grid_cap(long long cols)
 {
     auto kern = KERN;
-    const int smem = mv_smem<TYPE, T>(p.cols); /* before the grid: the occupancy depends on it */
+    const int smem = mv_smem<TYPE, T>(cols); /* the occupancy depends on it */
 
     static std::atomic<int> attr_set{0};
     if (!attr_set.load(std::memory_order_relaxed)) {
@@ -1057,7 +1199,15 @@ template <int TYPE, int T, auto KERN> void launch_shaped(MV p, cudaStream_t st, 
             per_sm = 1;
         occ[kib].store(per_sm, std::memory_order_relaxed);
     }
-    const long long cap = (long long)per_sm * dev_sm_count();
+    return (long long)per_sm * dev_sm_count();
+}
+
+/* KERN (k_mv or k_mv_conv, T tokens a pass) over the grid that fits, in mv_shape's shape. */
+template <int TYPE, int T, auto KERN> void launch_shaped(MV p, cudaStream_t st, int slots)
+{
+    auto kern = KERN;
+    const int smem = mv_smem<TYPE, T>(p.cols);
+    const long long cap = mv_grid_cap<TYPE, T, KERN>(p.cols);
     mv_shape<TYPE, T>(p, slots, cap);
     const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
     /* Many tokens over few row tiles (a prefill chunk through a narrow matrix): the token chunks split over
@@ -1071,6 +1221,29 @@ template <int TYPE, int T, auto KERN> void launch_shaped(MV p, cudaStream_t st, 
 template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int slots)
 {
     launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows, T>>(p, st, slots);
+}
+
+/* k_mv_down_sum over rows / rpb blocks, lanes a row as launch_fast gives the k-slot product (its cap: k_mv's
+ * grid); -1 where x of every slot does not fit the shared memory. */
+template <int TYPE, bool A16> int launch_down_sum(DS d, cudaStream_t st)
+{
+    using UT = Unit<TYPE>;
+    MV &p = d.p;
+    if (p.cols > TILE_VALUES) /* k_mv would take column tiles: other sums */
+        return -1;
+    mv_shape<TYPE, 1>(p, d.k, mv_grid_cap<TYPE, 1, k_mv<TYPE, A16, cfg_rows, 1>>(p.cols));
+    const int U = (int)(p.cols / UT::VPU), rpb = cfg_rows << (5 - p.lpr_log2);
+    const long long smem = (long long)sizeof(float) * d.k * (U * (UT::VPU + 4 + UT::NRUN) + rpb);
+    if (smem > SMEM_MAX)
+        return -1;
+    auto kern = k_mv_down_sum<TYPE, A16>;
+    static std::atomic<int> attr_set{0};
+    if (!attr_set.load(std::memory_order_relaxed)) {
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_MAX);
+        attr_set.store(1, std::memory_order_relaxed);
+    }
+    launch_dependent(kern, dim3((unsigned)((p.rows + rpb - 1) / rpb)), dim3(NTHREADS), (size_t)smem, st, d);
+    return 0;
 }
 
 /* LILAC_CUDA_MV_T8=1: 8 tokens a pass for every type (cfg_max_tokens' 4 was chosen on prefill chunks; an
@@ -1600,6 +1773,37 @@ int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, fl
     }
     g_fused_launches[LILAC_CUDA_FUSED_QKV_CONV].fetch_add(1, std::memory_order_relaxed);
     return 0;
+}
+
+int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t stride, const int32_t *idx, int k, const float *g,
+                            const float *u, const float *w, const float *sh, float *x, const float *norm_w,
+                            float *xn, float eps, unsigned *count, lilac_cuda_stream *s)
+{
+    if (!mat_ok(W) || !idx || k < 1 || k > 64 || !g || !u || !w || !x || !count || (norm_w && !xn) ||
+        W->rows > INT32_MAX)
+        return -1;
+    DS d{};
+    d.p = mv_params(W, stride, idx, true, g, u, W->cols, nullptr, 1, 0);
+    d.k = k, d.w = w, d.sh = sh, d.x = x, d.norm_w = norm_w, d.xn = xn, d.eps = eps, d.count = count;
+    const uintptr_t al = reinterpret_cast<uintptr_t>(W->data) | W->row_bytes | stride;
+    const cudaStream_t st = S(s);
+    int rc = -1;
+    if (!(al & 1))
+        switch (W->type) {
+        case LILAC_Q4_K:
+            rc = al & 15 ? launch_down_sum<LILAC_Q4_K, false>(d, st) : launch_down_sum<LILAC_Q4_K, true>(d, st);
+            break;
+        case LILAC_Q5_K:
+            rc = al & 15 ? launch_down_sum<LILAC_Q5_K, false>(d, st) : launch_down_sum<LILAC_Q5_K, true>(d, st);
+            break;
+        case LILAC_Q6_K: rc = launch_down_sum<LILAC_Q6_K, false>(d, st); break;
+        case LILAC_Q8_0: rc = launch_down_sum<LILAC_Q8_0, false>(d, st); break;
+        case LILAC_Q4_0: rc = launch_down_sum<LILAC_Q4_0, false>(d, st); break;
+        default: break;
+        }
+    if (!rc)
+        g_fused_launches[LILAC_CUDA_FUSED_DOWN_SUM].fetch_add(1, std::memory_order_relaxed);
+    return rc;
 }
 
 int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s)
