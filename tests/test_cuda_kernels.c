@@ -147,6 +147,20 @@ static void test_matvec(int ti, const tmat *m, int n_tok, const char *layout)
     free(y);
 }
 
+/* n experts of rows x cols of type, stride bytes apart (*host), and their values (*deq, n x rows x cols);
+ * odd experts from the quantizer's gaussian mode. The caller frees both. */
+static void experts_make(int type, int64_t rows, int64_t cols, size_t stride, int n, uint8_t **host, float **deq)
+{
+    const size_t rb = lilac_dtype_row_bytes(type, cols);
+    *host = malloc(stride * (size_t)n);
+    *deq = malloc(sizeof(float) * (size_t)(n * rows * cols));
+    for (int e = 0; e < n; e++) {
+        fill_matrix(type, rows, cols, rb, e & 1, *host + e * stride);
+        for (int64_t r = 0; r < rows; r++)
+            lilac_row_to_f32(type, *host + e * stride + r * rb, *deq + (e * rows + r) * cols, cols);
+    }
+}
+
 /* k experts of one layer, stored expert_stride apart, idx with repeats.
  * fused: through lilac_cuda_matvec_fused with the input silu(x) * x2 and
  * the product added to y's previous contents. */
@@ -158,13 +172,9 @@ static void test_experts(int ti, int type, int64_t rows, int64_t cols, int x_str
     snprintf(what, sizeof what, "%s experts %d of %d, %lld x %lld, x_stride %d%s", tname(type), K, N_EXP,
              (long long)rows, (long long)cols, x_stride, fused ? ", fused SwiGLU input and y +=" : "");
     const size_t rb = lilac_dtype_row_bytes(type, cols), stride = (size_t)rows * rb + 64;
-    uint8_t *host = malloc(stride * N_EXP);
-    float *deq = malloc(sizeof(float) * (size_t)(N_EXP * rows * cols));
-    for (int e = 0; e < N_EXP; e++) {
-        fill_matrix(type, rows, cols, rb, e & 1, host + e * stride);
-        for (int64_t r = 0; r < rows; r++)
-            lilac_row_to_f32(type, host + e * stride + r * rb, deq + (e * rows + r) * cols, cols);
-    }
+    uint8_t *host;
+    float *deq;
+    experts_make(type, rows, cols, stride, N_EXP, &host, &deq);
     const int nxr = x_stride ? K : 1;
     float *x = malloc(sizeof(float) * (size_t)(nxr * cols)), *y = malloc(sizeof(float) * (size_t)(K * rows));
     float *x2 = malloc(sizeof(float) * (size_t)(nxr * cols)), *xe = malloc(sizeof(float) * (size_t)(nxr * cols));
@@ -356,13 +366,9 @@ static void test_down_sum(int type, int64_t E, int64_t ff, int shared)
     snprintf(what, sizeof what, "%s down+sum %d of %d experts, %lld x %lld%s", tname(type), K, N_EXP, (long long)E,
              (long long)ff, shared ? ", shared expert" : "");
     const size_t rb = lilac_dtype_row_bytes(type, ff), stride = (size_t)E * rb;
-    uint8_t *host = malloc(stride * N_EXP);
-    float *deq = malloc(sizeof(float) * (size_t)(N_EXP * E * ff));
-    for (int e = 0; e < N_EXP; e++) {
-        fill_matrix(type, E, ff, rb, e & 1, host + e * stride);
-        for (int64_t r = 0; r < E; r++)
-            lilac_row_to_f32(type, host + e * stride + r * rb, deq + (e * E + r) * ff, ff);
-    }
+    uint8_t *host;
+    float *deq;
+    experts_make(type, E, ff, stride, N_EXP, &host, &deq);
     const size_t nin = (size_t)K * (size_t)ff;
     float *g = malloc(sizeof(float) * nin), *u = malloc(sizeof(float) * nin), *w = malloc(sizeof(float) * (K + 1));
     float *x0 = malloc(sizeof(float) * (size_t)E), *sh = malloc(sizeof(float) * (size_t)E);

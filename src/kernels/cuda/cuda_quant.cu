@@ -725,6 +725,40 @@ __device__ __forceinline__ void load_rows(const uint8_t *const (&rowp)[R], const
     }
 }
 
+/* A lane's units u, u + lpr, ... < u1 of its R rows into tot (x of units u0.. in xs/ss), the first one's loads
+ * already in a, each next unit's loads issued before the current one is computed: two steps an iteration, so
+ * that a and b swap roles without copies. k_mv and k_mv_down_sum share it: the same sums in the same order. */
+template <int TYPE, bool A16, int R, int T>
+__device__ __forceinline__ void mv_units(const uint8_t *const (&rowp)[R], const bool (&ok)[R], int u, int u0, int u1,
+                                         int lpr, typename Unit<TYPE>::Pay (&a)[R], typename Unit<TYPE>::Pay (&b)[R],
+                                         const float *xs, int XS, const float *ss, int SS, int nt, float (&tot)[R][T])
+{
+    using UT = Unit<TYPE>;
+    constexpr int US = UT::VPU + 4, NRUN = UT::NRUN;
+    while (u < u1) {
+        int un = u + lpr;
+        if (un < u1)
+            load_rows<TYPE, A16, R>(rowp, ok, un, b);
+        UT::template dot<R, T>(a, xs + (u - u0) * US, XS, ss + (u - u0) * NRUN, SS, u, nt, tot);
+        u = un;
+        if (u >= u1)
+            break;
+        un = u + lpr;
+        if (un < u1)
+            load_rows<TYPE, A16, R>(rowp, ok, un, a);
+        UT::template dot<R, T>(b, xs + (u - u0) * US, XS, ss + (u - u0) * NRUN, SS, u, nt, tot);
+        u = un;
+    }
+}
+
+/* The sum of v over a row's lpr lanes (a power of two), in every one of them. */
+__device__ __forceinline__ float lanes_sum(float v, int lpr)
+{
+    for (int o = lpr >> 1; o; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
 /* The launch shape of k_mv, from timings on an H200 (test_cuda_kernels' bench lines). Rows a lane: 2. The
  * blocks a multiprocessor must hold, i.e. a register cap: at one token the kernel waits on memory and wants
  * warps more than registers (3 blocks for the byte-aligned Q8_0/Q4_0, 2 for the rest); up to 4 tokens 2
@@ -826,28 +860,13 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
                     load_x<UT, T, FUSED>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0, u1, xs, XS, ss, SS);
                     loaded = key;
                 }
-                while (u < u1) { /* two steps an iteration so that a and b swap roles without copies */
-                    int un = u + lpr;
-                    if (un < u1)
-                        load_rows<TYPE, A16, R>(rowp, ok, un, b);
-                    UT::template dot<R, T>(a, xs + (u - u0) * US, XS, ss + (u - u0) * NRUN, SS, u, nt, tot);
-                    u = un;
-                    if (u >= u1)
-                        break;
-                    un = u + lpr;
-                    if (un < u1)
-                        load_rows<TYPE, A16, R>(rowp, ok, un, a);
-                    UT::template dot<R, T>(b, xs + (u - u0) * US, XS, ss + (u - u0) * NRUN, SS, u, nt, tot);
-                    u = un;
-                }
+                mv_units<TYPE, A16, R, T>(rowp, ok, u, u0, u1, lpr, a, b, xs, XS, ss, SS, nt, tot);
             }
 #pragma unroll
             for (int r = 0; r < R; r++)
 #pragma unroll
                 for (int t = 0; t < T; t++) {
-                    float v = tot[r][t];
-                    for (int o = lpr >> 1; o; o >>= 1)
-                        v += __shfl_xor_sync(0xffffffffu, v, o);
+                    const float v = lanes_sum(tot[r][t], lpr);
                     if (sub == 0 && ok[r] && t < nt) {
                         float *yp = yb + (t0 + t) * p.y_tok + row0 + r;
                         *yp = p.acc ? *yp + v : v;
@@ -969,31 +988,14 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, 1)) k_mv_down_s
             if (sub < U)
                 load_rows<TYPE, A16, R>(rowp, ok, sub, a);
         }
-        const float *xsl = xs + slot * XS, *ssl = ss + slot * SS;
         float tot[R][1];
 #pragma unroll
         for (int r = 0; r < R; r++)
             tot[r][0] = 0.f;
-        int u = sub;
-        while (u < U) { /* mv_block's loop: two steps an iteration, a and b swapping roles */
-            int un = u + lpr;
-            if (un < U)
-                load_rows<TYPE, A16, R>(rowp, ok, un, b);
-            UT::template dot<R, 1>(a, xsl + u * US, XS, ssl + u * NRUN, SS, u, 1, tot);
-            u = un;
-            if (u >= U)
-                break;
-            un = u + lpr;
-            if (un < U)
-                load_rows<TYPE, A16, R>(rowp, ok, un, a);
-            UT::template dot<R, 1>(b, xsl + u * US, XS, ssl + u * NRUN, SS, u, 1, tot);
-            u = un;
-        }
+        mv_units<TYPE, A16, R, 1>(rowp, ok, sub, 0, U, lpr, a, b, xs + slot * XS, XS, ss + slot * SS, SS, 1, tot);
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            float v = tot[r][0];
-            for (int o = lpr >> 1; o; o >>= 1)
-                v += __shfl_xor_sync(0xffffffffu, v, o);
+            const float v = lanes_sum(tot[r][0], lpr);
             if (sub == 0)
                 ys[slot * rpb + grp * R + r] = v;
         }
