@@ -727,7 +727,8 @@ __device__ __forceinline__ void load_rows(const uint8_t *const (&rowp)[R], const
 
 /* A lane's units u, u + lpr, ... < u1 of its R rows into tot (x of units u0.. in xs/ss), the first one's loads
  * already in a, each next unit's loads issued before the current one is computed: two steps an iteration, so
- * that a and b swap roles without copies. k_mv and k_mv_down_sum share it: the same sums in the same order. */
+ * that a and b swap roles without copies. k_mv, k_mv_grouped and k_mv_down_sum share it (the same sums in the
+ * same order). */
 template <int TYPE, bool A16, int R, int T>
 __device__ __forceinline__ void mv_units(const uint8_t *const (&rowp)[R], const bool (&ok)[R], int u, int u0, int u1,
                                          int lpr, typename Unit<TYPE>::Pay (&a)[R], typename Unit<TYPE>::Pay (&b)[R],
@@ -2160,20 +2161,7 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv_groupe
                     int u = u0 + sub;
                     if (u < u1)
                         load_rows<TYPE, A16, R>(rowp, ok, u, a);
-                    while (u < u1) {
-                        int un = u + lpr;
-                        if (un < u1)
-                            load_rows<TYPE, A16, R>(rowp, ok, un, b);
-                        UT::template dot<R, T>(a, xs + (u - u0) * US, XS, ss + (u - u0) * NRUN, SS, u, nt, tot);
-                        u = un;
-                        if (u >= u1)
-                            break;
-                        un = u + lpr;
-                        if (un < u1)
-                            load_rows<TYPE, A16, R>(rowp, ok, un, a);
-                        UT::template dot<R, T>(b, xs + (u - u0) * US, XS, ss + (u - u0) * NRUN, SS, u, nt, tot);
-                        u = un;
-                    }
+                    mv_units<TYPE, A16, R, T>(rowp, ok, u, u0, u1, lpr, a, b, xs, XS, ss, SS, nt, tot);
                 }
 #pragma unroll
                 for (int r = 0; r < R; r++)
