@@ -682,14 +682,15 @@ __device__ __forceinline__ float glu(float g, float u) { return g / (1.0f + expf
 /* x[t][u0 * VPU ..) of nt tokens (the rest zero) into shared memory, value
  * i of unit u at u * (VPU + 4) + i times 2^(64 - xshift(i)) (the 16-byte
  * pad puts adjacent lanes' float4 reads in different banks), and the sums
- * of x over each run of 16 values. A thread a run. */
+ * of x over each run of 16 values. A thread a run. n: the rows of x (tokens,
+ * or k_mv_down_sum's slots) the shared memory holds, T unless given. */
 template <class UT, int T, bool CG = false>
 __device__ void load_x(const float *x, const float *x2, long long x_tok, int nt, int u0, int u1, float *xs, int XS,
-                       float *ss, int SS)
+                       float *ss, int SS, int n = T)
 {
     constexpr int VPU = UT::VPU, US = VPU + 4, NR = VPU / 16;
     const int nruns = (u1 - u0) * NR;
-    for (int i = threadIdx.x; i < T * nruns; i += NTHREADS) {
+    for (int i = threadIdx.x; i < n * nruns; i += NTHREADS) {
         const int t = i / nruns, run = i - t * nruns, u = run / NR, rr = run - u * NR;
         const long long off = (long long)u0 * VPU + t * x_tok + UT::vcol(u * VPU + 16 * rr);
         const float *src = x + off, *src2 = x2 ? x2 + off : nullptr; /* a run's 16 columns are adjacent */
@@ -931,14 +932,14 @@ template <int TYPE, bool A16>
 __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, 1)) k_mv_down_sum(const DS d)
 {
     using UT = Unit<TYPE>;
-    constexpr int VPU = UT::VPU, NRUN = UT::NRUN, US = VPU + 4, NR = VPU / 16, R = cfg_rows;
+    constexpr int VPU = UT::VPU, NRUN = UT::NRUN, US = VPU + 4, R = cfg_rows;
     TRACE_START(LILAC_TK_MV);
     griddep_launch_dependents();
     griddep_wait(); /* idx, the inputs, the weights and x all come from the kernels before */
     TRACE_WAITED(LILAC_TK_MV);
     const MV &p = d.p;
     extern __shared__ float4 smem4[];
-    const int U = (int)(p.cols / VPU), XS = U * US, SS = U * NRUN, nruns = U * NR;
+    const int U = (int)(p.cols / VPU), XS = U * US, SS = U * NRUN;
     float *const xs = reinterpret_cast<float *>(smem4); /* [k][U][US]: load_x's layout a slot */
     float *const ss = xs + d.k * XS;                    /* [k][U][NRUN] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -964,25 +965,8 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, 1)) k_mv_down_s
         if (sub < U)
             load_rows<TYPE, A16, R>(rowp, ok, sub, a);
     }
-    /* every slot's input, silu(gate) * up, as load_x writes it (its values, sums and scaling) */
-    for (int i = threadIdx.x; i < d.k * nruns; i += NTHREADS) {
-        const int slot = i / nruns, run = i - slot * nruns, u = run / NR, rr = run - u * NR;
-        const long long off = slot * p.x_slot + UT::vcol(u * VPU + 16 * rr);
-        float4 *dst = reinterpret_cast<float4 *>(xs + slot * XS + u * US + 16 * rr);
-        float v[16], sum = 0.f;
-#pragma unroll
-        for (int c = 0; c < 16; c++) {
-            v[c] = glu(p.x[off + c], p.x2[off + c]);
-            sum += v[c];
-            v[c] *= __int_as_float((127 + 64 - UT::xshift(16 * rr + c)) << 23);
-        }
-#pragma unroll
-        for (int c = 0; c < 4; c++)
-            dst[c] = make_float4(v[4 * c], v[4 * c + 1], v[4 * c + 2], v[4 * c + 3]);
-        if (NRUN)
-            ss[slot * SS + run] = sum;
-    }
-    __syncthreads();
+    /* every slot's input, silu(gate) * up: x's rows are the slots */
+    load_x<UT, 1>(p.x, p.x2, p.x_slot, d.k, 0, U, xs, XS, ss, SS, d.k);
     for (int slot = warp; slot < d.k; slot += NWARPS) {
         if (slot != warp) {
             slot_rows(slot);
