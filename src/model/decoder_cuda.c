@@ -77,6 +77,17 @@ static lilac_status up_mat(lilac_cuda_model *cm, const lilac_mat *w, lilac_cuda_
     return st;
 }
 
+/* ba bytes of a, then bb bytes of b, in one allocation of the model (*d). */
+static lilac_status up_two(lilac_cuda_model *cm, const void *a, size_t ba, const void *b, size_t bb, uint8_t **d,
+                           lilac_error *err)
+{
+    char msg[256];
+    lilac_status st = lilac_cuda_model_alloc(cm, (void **)d, ba + bb, err);
+    if (!st && (lilac_cuda_upload(*d, a, ba, msg, sizeof msg) || lilac_cuda_upload(*d + ba, b, bb, msg, sizeof msg)))
+        st = cuda_err(err, "upload", msg);
+    return st;
+}
+
 /* a and b, of the same type and row length, one after the other in one allocation (*joined: both, for one
  * product over the same input); otherwise apart (joined->data NULL). */
 static lilac_status up_joined(lilac_cuda_model *cm, const lilac_mat *a, const lilac_mat *b, lilac_cuda_mat *oa,
@@ -90,11 +101,7 @@ static lilac_status up_joined(lilac_cuda_model *cm, const lilac_mat *a, const li
     }
     const size_t ba = (size_t)a->rows * a->row_bytes, bb = (size_t)b->rows * b->row_bytes;
     uint8_t *d;
-    char msg[256];
-    lilac_status st = lilac_cuda_model_alloc(cm, (void **)&d, ba + bb, err);
-    if (!st && (lilac_cuda_upload(d, a->data, ba, msg, sizeof msg) ||
-                lilac_cuda_upload(d + ba, b->data, bb, msg, sizeof msg)))
-        st = cuda_err(err, "upload", msg);
+    lilac_status st = up_two(cm, a->data, ba, b->data, bb, &d, err);
     if (!st) {
         *oa = (lilac_cuda_mat){d, a->type, a->rows, a->cols, a->row_bytes};
         *ob = (lilac_cuda_mat){d + ba, b->type, b->rows, b->cols, b->row_bytes};
@@ -112,13 +119,8 @@ static lilac_status up_router(lilac_cuda_model *cm, const lilac_mat *w, const fl
     *gate_row = false;
     if (!gate_inp || w->type != LILAC_F32 || !w->data || w->row_bytes != (size_t)w->cols * sizeof(float))
         return up_mat(cm, w, out, err);
-    size_t bytes = (size_t)w->rows * w->row_bytes;
-    void *d;
-    char msg[256];
-    lilac_status st = lilac_cuda_model_alloc(cm, &d, bytes + w->row_bytes, err);
-    if (!st && (lilac_cuda_upload(d, w->data, bytes, msg, sizeof msg) ||
-                lilac_cuda_upload((uint8_t *)d + bytes, gate_inp, w->row_bytes, msg, sizeof msg)))
-        st = cuda_err(err, "upload", msg);
+    uint8_t *d;
+    lilac_status st = up_two(cm, w->data, (size_t)w->rows * w->row_bytes, gate_inp, w->row_bytes, &d, err);
     if (!st)
         *out = (lilac_cuda_mat){d, w->type, w->rows, w->cols, w->row_bytes}, *gate_row = true;
     return st;
@@ -676,9 +678,9 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         if (norm_router < 0)
             norm_router = lilac_env_switch("LILAC_CUDA_NORM_ROUTER", true);
         /* LILAC_CUDA_ROUTE_TAIL=1: the routing at its end, by its last block, where the router holds the shared
-         * gate's row too (or there is no shared expert), instead of the route kernel. With one warp routing
-         * (since replaced by the block's staged ranks, not yet measured) it was slower, the shared expert's
-         * branch starting after the routing: tg128 267 against 281 (H200, 2026-11-30). */
+         * gate's row too (or there is no shared expert), instead of the route kernel. Slower, the shared
+         * expert's branch starting after the routing: tg128 267 against 281 with one warp routing, 275 against
+         * 282 with the block's staged ranks (H200, 2026-11-30). */
         static int route_tail = -1;
         if (route_tail < 0)
             route_tail = lilac_env_switch("LILAC_CUDA_ROUTE_TAIL", false);

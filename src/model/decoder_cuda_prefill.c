@@ -114,8 +114,6 @@ static lilac_status pf_alloc(lilac_model *m, lilac_error *err)
     return LILAC_OK;
 }
 
-/* The chunk's nt tokens (in pf->tok) at positions pos0 .. of cs, or with rows one token of each row's own
- * sequence: the final-normed rows to pf->xn. */
 /* Where a prefill writes the residual stream (lilac_eval_opts.hidden, the CPU decoder's layout): row l of
  * token t at h + (l n_total + off + t) E: the embeddings, each layer's output but the last, the final norm's. */
 typedef struct pf_hidden {
@@ -135,6 +133,8 @@ static lilac_status hidden_put(const lilac_model *m, const pf_hidden *hid, int l
     return LILAC_OK;
 }
 
+/* The chunk's nt tokens (in pf->tok) at positions pos0 .. of cs, or with rows one token of each row's own
+ * sequence: the final-normed rows to pf->xn; with hid, the residual stream's rows of them as well. */
 static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0, const pf_rows *rows,
                             const pf_hidden *hid, lilac_error *err)
 {
