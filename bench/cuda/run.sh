@@ -50,7 +50,6 @@ do_test() {
     run_test model test_cuda_model
     run_test model-down-sum test_cuda_model LILAC_CUDA_DOWN_SUM=1
     run_test model-route-tail test_cuda_model LILAC_CUDA_ROUTE_TAIL=1
-    run_test model-l2-prefetch test_cuda_model LILAC_CUDA_L2_PREFETCH=1
     run_test model-route-one-pass test_cuda_model LILAC_CUDA_ROUTE_STAGED=0
     run_test model-pdl-set test_cuda_model LILAC_CUDA_PDL_SET=route,attention,combine,rope,sum,conv,rmsnorm
     run_test model-apart test_cuda_model LILAC_CUDA_NORM_ROUTER=0 LILAC_CUDA_PDL_ALL=1 LILAC_CUDA_SUM_GRID=0

@@ -515,56 +515,6 @@ static void timing_report(void)
                     g_op_s[i] * 1e3, 100 * g_op_s[i] / total, g_op_s[i] / g_op_n[i] * 1e6);
 }
 
-static void pf_add(lilac_cuda_l2_prefetch *pf, const lilac_cuda_mat *w)
-{
-    if (w && w->data && pf->n_range < LILAC_CUDA_PF_RANGES) {
-        pf->range[pf->n_range] = w->data;
-        pf->bytes[pf->n_range++] = (size_t)w->rows * w->row_bytes;
-    }
-}
-
-/* joined where up_joined made it, else its two parts */
-static void pf_add_pair(lilac_cuda_l2_prefetch *pf, const lilac_cuda_mat *joined, const lilac_cuda_mat *a,
-                        const lilac_cuda_mat *b)
-{
-    if (joined->data) {
-        pf_add(pf, joined);
-    } else {
-        pf_add(pf, a);
-        pf_add(pf, b);
-    }
-}
-
-/* What layer il's route kernel pulls into L2 under LILAC_CUDA_L2_PREFETCH=1: the layer's chosen experts (gate
- * and up, down), then the next layer's products in the order the step runs them. */
-static void step_prefetch(const lilac_model *m, int il, lilac_cuda_l2_prefetch *pf)
-{
-    const lilac_cuda_model *cm = m->cuda;
-    const cuda_layer *cl = &cm->layers[il];
-    const int k = m->hp.n_expert_used;
-    memset(pf, 0, sizeof *pf);
-    pf->gate = cl->exp_gate.data, pf->gate_stride = cl->gate_stride;
-    pf->gate_bytes = (size_t)cl->exp_gate.rows * cl->exp_gate.row_bytes;
-    pf->gate_slots = cl->gu_fused ? 2 * k : k;
-    pf->down = cl->exp_down.data, pf->down_stride = cl->down_stride;
-    pf->down_bytes = (size_t)cl->exp_down.rows * cl->exp_down.row_bytes;
-    if (il + 1 >= cm->n_layer)
-        return;
-    const cuda_layer *nx = &cm->layers[il + 1];
-    if (m->hp.layer_kind[il + 1] == LILAC_LAYER_ATTENTION) {
-        pf_add_pair(pf, &nx->wqk, &nx->wq, &nx->wk);
-        pf_add(pf, &nx->wv);
-        pf_add(pf, &nx->wo);
-    } else {
-        pf_add_pair(pf, &nx->ssm_qkvz, &nx->ssm_qkv, &nx->ssm_z);
-        pf_add_pair(pf, &nx->ssm_ab, &nx->ssm_alpha, &nx->ssm_beta);
-        pf_add(pf, &nx->ssm_out);
-    }
-    pf_add(pf, &nx->router);
-    pf_add_pair(pf, &nx->sh_gu, &nx->sh_gate, &nx->sh_up);
-    pf_add(pf, &nx->sh_down);
-}
-
 /* One token at position pos; logits to cm->logits. */
 static void step(lilac_model *m, lilac_cuda_seq *cs)
 {
@@ -713,19 +663,10 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         /* the routing takes the shared expert's gate too */
         if (!routed)
             OP("matvec", lilac_cuda_matvec(&cl->router, cm->xn, cm->rl, 1, s));
-        /* LILAC_CUDA_L2_PREFETCH=1: the route kernel then pulls this layer's chosen experts and the next
-         * layer's dense weights into L2 (step_prefetch). Much slower: tg128 108 against 284 (H200,
-         * 2026-11-30; the single-block route kernel issuing hundreds of 64 KiB bulk prefetches a layer) */
-        static int l2_prefetch = -1;
-        if (l2_prefetch < 0)
-            l2_prefetch = lilac_env_switch("LILAC_CUDA_L2_PREFETCH", false);
-        lilac_cuda_l2_prefetch pfl;
-        if (l2_prefetch)
-            step_prefetch(m, il, &pfl);
         if (!routed || !tail)
-            OP("route", lilac_cuda_route_prefetch(cm->rl, hp->n_expert, k, hp->norm_topk, cm->idx, cm->rw,
-                                                  cl->gu_fused ? hp->n_expert : 0, shared ? cl->sh_gate_inp : NULL,
-                                                  cm->xn, E, l2_prefetch ? &pfl : NULL, s));
+            OP("route", lilac_cuda_route(cm->rl, hp->n_expert, k, hp->norm_topk, cm->idx, cm->rw,
+                                         cl->gu_fused ? hp->n_expert : 0, shared ? cl->sh_gate_inp : NULL, cm->xn, E,
+                                         s));
         if (cl->gu_fused) { /* gate and up of the k experts: 2k slots of one product */
             OP("matvec_experts",
                lilac_cuda_matvec_experts(&cl->exp_gate, cl->gate_stride, cm->idx, 2 * k, cm->xn, 0, cm->gbuf, s));

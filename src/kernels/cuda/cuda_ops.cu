@@ -484,77 +484,29 @@ extern "C" void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, 
     cudaStreamWaitEvent(CS(to), (cudaEvent_t)ev, 0);
 }
 
-// One bulk prefetch into L2 (Hopper's copy engine: one instruction for the whole piece, no registers held).
-// p is rounded down and the end of the piece down to 16 bytes, as the instruction needs.
-static __device__ __forceinline__ void l2_prefetch(const void *p, size_t bytes)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const uintptr_t a = reinterpret_cast<uintptr_t>(p), lo = a & ~(uintptr_t)15, hi = (a + bytes) & ~(uintptr_t)15;
-    if (hi > lo)
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"((unsigned)(hi - lo)) : "memory");
-#else
-    (void)p, (void)bytes;
-#endif
-}
-
-#define L2PF_PIECE (64u << 10)
-// The pieces of [p, p + bytes) over the block's threads.
-static __device__ void l2_prefetch_range(const void *p, size_t bytes)
-{
-    const size_t n = (bytes + L2PF_PIECE - 1) / L2PF_PIECE;
-    for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const size_t off = i * L2PF_PIECE;
-        l2_prefetch(static_cast<const uint8_t *>(p) + off, bytes - off < L2PF_PIECE ? bytes - off : L2PF_PIECE);
-    }
-}
-
-// After the routing: the chosen experts' matrices and the fixed ranges into L2 (lilac_cuda_l2_prefetch).
-static __device__ void dev_l2_prefetch(const lilac_cuda_l2_prefetch &pf, const int32_t *idx, int k)
-{
-    __syncthreads(); /* warp 0 wrote idx */
-    if (pf.gate)
-        for (int i = 0; i < pf.gate_slots; i++)
-            l2_prefetch_range(static_cast<const uint8_t *>(pf.gate) + (size_t)__ldcg(idx + i) * pf.gate_stride,
-                              pf.gate_bytes);
-    if (pf.down)
-        for (int i = 0; i < k; i++)
-            l2_prefetch_range(static_cast<const uint8_t *>(pf.down) + (size_t)__ldcg(idx + i) * pf.down_stride,
-                              pf.down_bytes);
-    for (int i = 0; i < pf.n_range && i < LILAC_CUDA_PF_RANGES; i++)
-        l2_prefetch_range(pf.range[i], pf.bytes[i]);
-}
-
 // The router's softmax, top-k and weights (the CPU's choice and order), the
 // ranks of all experts at once (dev_route; E <= 512, k <= 32). With
 // up_offset > 0, idx[k + i] = idx[i] + up_offset as well (the up matrices
 // stored after the gate ones: one product over 2k slots). With gate_inp,
 // w[k] = sigmoid(gate_inp . xn) (the shared expert's gate).
 __global__ void k_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
-                        const float *gate_inp, const float *xn, int n_embd, const lilac_cuda_l2_prefetch pf,
-                        int staged)
+                        const float *gate_inp, const float *xn, int n_embd, int staged)
 {
     TRACE_START(LILAC_TK_ROUTE);
     griddep_launch_dependents();
     griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
     dev_route(logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd, staged != 0);
-    if (pf.gate || pf.down || pf.n_range)
-        dev_l2_prefetch(pf, idx, k);
     TRACE_END(LILAC_TK_ROUTE);
 }
 
-extern "C" int lilac_cuda_route_prefetch(const float *logits, int E, int k, int norm, int32_t *idx, float *w,
-                                         int up_offset, const float *gate_inp, const float *xn, int n_embd,
-                                         const lilac_cuda_l2_prefetch *pf, lilac_cuda_stream *s)
+/* Tried and removed (session 8): the route kernel following the routing with bulk L2 prefetches
+ * (cp.async.bulk.prefetch.L2, 64 KiB pieces) of the chosen experts and the next layer's dense weights, for the
+ * latency-bound products after it: tg128 108 against 284 tok/s (H200, 2026-11-30). */
+extern "C" int lilac_cuda_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
+                                const float *gate_inp, const float *xn, int n_embd, lilac_cuda_stream *s)
 {
     if (E > ROUTE_EMAX || k > 32 || k < 1 || k > E)
         return -1;
-    lilac_cuda_l2_prefetch p = {};
-    if (pf) {
-        p = *pf;
-        if (p.n_range < 0 || p.n_range > LILAC_CUDA_PF_RANGES || p.gate_slots < 0 || p.gate_slots > 2 * k ||
-            (p.gate_slots > k && up_offset <= 0))
-            return -1;
-    }
     /* The ranks in two stages (dev_route_staged; LILAC_CUDA_ROUTE_STAGED=0: one pass over all E for each
      * expert, 84 % of the kernel's instructions in ncu): tg128 285.5 and 288.1 against 282.6 and 281.8, the
      * kernel 10.7 us against 11.9 in the trace (H200, 2026-11-30). Read at each call: the host calls this only
@@ -562,14 +514,8 @@ extern "C" int lilac_cuda_route_prefetch(const float *logits, int E, int k, int 
     const char *st = getenv("LILAC_CUDA_ROUTE_STAGED");
     const int staged = !(st && !strcmp(st, "0"));
     launch_pdl(PDL_ROUTE, k_route, dim3(1), dim3(256), 0, CS(s), logits, E, k, norm, idx, w, up_offset, gate_inp, xn,
-               n_embd, p, staged);
+               n_embd, staged);
     return 0;
-}
-
-extern "C" int lilac_cuda_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
-                                const float *gate_inp, const float *xn, int n_embd, lilac_cuda_stream *s)
-{
-    return lilac_cuda_route_prefetch(logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd, NULL, s);
 }
 
 // The post-attention norm and a float32 router in one kernel (one kernel

@@ -45,25 +45,6 @@ void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, void *ev);
  * or k > 32. */
 int lilac_cuda_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
                      const float *gate_inp, const float *xn, int n_embd, lilac_cuda_stream *s);
-/* Weights the route kernel pulls into L2 after the routing (LILAC_CUDA_L2_PREFETCH=1), while the products
- * before them run far below the memory's bandwidth: the chosen experts' matrices (expert idx[i] of gate for
- * i < gate_slots: 2k where the up experts follow at up_offset, k without; of down for i < k), and up to
- * LILAC_CUDA_PF_RANGES fixed ranges (the next layer's dense weights). Bulk prefetches of 64 KiB pieces
- * (cp.async.bulk.prefetch.L2, sm_90); a hint: nothing is read into registers, nothing changes in the results. */
-#define LILAC_CUDA_PF_RANGES 8
-typedef struct lilac_cuda_l2_prefetch {
-    const void *gate, *down;
-    size_t gate_stride, gate_bytes, down_stride, down_bytes;
-    int gate_slots;
-    const void *range[LILAC_CUDA_PF_RANGES];
-    size_t bytes[LILAC_CUDA_PF_RANGES];
-    int n_range;
-} lilac_cuda_l2_prefetch;
-/* lilac_cuda_route, then the prefetches of pf (NULL: none); -1 (nothing launched) where lilac_cuda_route
- * refuses or pf is out of its bounds. */
-int lilac_cuda_route_prefetch(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
-                              const float *gate_inp, const float *xn, int n_embd, const lilac_cuda_l2_prefetch *pf,
-                              lilac_cuda_stream *s);
 /* The routing lilac_cuda_norm_router can end with (by its last block, dev_route with the staged ranks: no
  * kernel of its own on the step's chain): lilac_cuda_route's over logits[0, E), with the shared expert's gate
  * w[k] = sigmoid(logits[E]) when shared_row (the router given E + 1 rows: its own, then the shared expert's
