@@ -13,6 +13,9 @@ extern "C" {
  * default, on when set to "1". Callers read it once and keep the answer. */
 bool lilac_env_switch(const char *name, bool dflt);
 
+/* Whether the comma-separated list (a setting such as "a,b,c"; NULL: empty) holds name. */
+bool lilac_env_list_has(const char *list, const char *name);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,7 +6,6 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include <atomic>
 
@@ -510,14 +509,9 @@ static unsigned pdl_set()
                      {"rope", PDL_ROPE}};
         int v = lilac_env_switch("LILAC_CUDA_PDL_ALL", false) ? 0x7f : 0;
         const char *e = getenv("LILAC_CUDA_PDL_SET");
-        for (const char *p = e; p && *p;) {
-            const char *c = strchr(p, ',');
-            const size_t len = c ? (size_t)(c - p) : strlen(p);
-            for (const auto &n : names)
-                if (strlen(n.name) == len && !strncmp(p, n.name, len))
-                    v |= n.bit;
-            p += len + (c != nullptr);
-        }
+        for (const auto &n : names)
+            if (lilac_env_list_has(e, n.name))
+                v |= n.bit;
         set = v;
     }
     return (unsigned)set;
