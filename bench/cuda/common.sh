@@ -15,3 +15,11 @@ if [ -d "$root/.deps/usr" ] && ! pkg-config --exists jansson libpcre2-8 libutf8p
     sed -i "s|^prefix=.*|prefix=$d|" "$d"/lib/x86_64-linux-gnu/pkgconfig/*.pc
     export PKG_CONFIG_PATH=$d/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$d/lib/x86_64-linux-gnu
 fi
+
+# A CUDA tool's path (ncu, nsys, compute-sanitizer): on PATH, else under /usr/local/cuda*/bin or the other
+# places given (globs); empty where the machine has none.
+cuda_tool() { # NAME [GLOB...]
+    local name=$1
+    shift
+    command -v "$name" || ls /usr/local/cuda*/bin/"$name" "$@" 2>/dev/null | head -1
+}

@@ -13,7 +13,7 @@
 set -u
 # shellcheck source=bench/cuda/common.sh
 . "$(dirname "$0")/common.sh"
-ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
+ncu=$(cuda_tool ncu)
 [ -n "$ncu" ] || { echo "no ncu on this machine"; exit 1; }
 kernels=("$@")
 [ ${#kernels[@]} -eq 0 ] && kernels=(k_route k_moe_sum_norm_grid k_norm_router k_conv_step k_dn_fused k_mv:1200 k_mv:1201)

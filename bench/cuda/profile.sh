@@ -12,7 +12,7 @@ set -u
 # shellcheck source=bench/cuda/common.sh
 . "$(dirname "$0")/common.sh"
 n=${1:-64}
-nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+nsys=$(cuda_tool nsys /opt/nvidia/nsight-systems/*/bin/nsys)
 if [ -n "$nsys" ]; then
     "$nsys" profile -t cuda --cuda-graph-trace=node -o "$out/decode" -f true \
         "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n "$n" -r 1 >"$out/nsys.log" 2>&1

@@ -174,7 +174,8 @@ do_pdl() {
 # time.
 do_sanitize() {
     local cs
-    cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    cs=$(cuda_tool compute-sanitizer)
+    [ -n "$cs" ] || { echo "no compute-sanitizer on this machine"; return 1; }
     # SAN_TOOLS, SAN_TESTS: a subset (racecheck needs minutes a test: split it over calls)
     for tool in ${SAN_TOOLS:-memcheck racecheck}; do
         for t in ${SAN_TESTS:-test_cuda_kernels test_cuda_mma test_cuda_attn test_cuda_dn test_cuda_route test_cuda_model test_cuda_prefill test_cuda_batch}; do
