@@ -275,8 +275,6 @@ out:
     free(out);
 }
 
-static void test_down_sum(int type, int64_t E, int64_t ff, int shared);
-
 static void test_type(int ti)
 {
     const int type = TYPES[ti];
@@ -349,123 +347,6 @@ static void test_type(int ti)
     test_experts(ti, type, 333, 2048, 1, 0);
     test_experts(ti, type, 96, 512, 1, 1);
     test_experts(ti, type, 40, 2048, 0, 1);
-    if (type != LILAC_F32 && type != LILAC_F16 && type != LILAC_BF16) { /* the block types it takes */
-        test_down_sum(type, 2048, 512, 1);
-        test_down_sum(type, 333, 256, 0);
-    }
-}
-
-/* lilac_cuda_moe_down_sum against the pair it replaces (lilac_cuda_matvec_fused of the k slots, then
- * lilac_cuda_moe_sum_norm_grid): x and xn bit for bit, twice in a row (its counter back to zero), and x
- * within 1e-5 of a float64 sum (relative to the sum of magnitudes). */
-static void test_down_sum(int type, int64_t E, int64_t ff, int shared)
-{
-    enum { N_EXP = 16, K = 8 };
-    static const int32_t IDX[K] = {5, 0, 15, 5, 9, 2, 2, 11};
-    char what[256], msg[512];
-    snprintf(what, sizeof what, "%s down+sum %d of %d experts, %lld x %lld%s", tname(type), K, N_EXP, (long long)E,
-             (long long)ff, shared ? ", shared expert" : "");
-    const size_t rb = lilac_dtype_row_bytes(type, ff), stride = (size_t)E * rb;
-    uint8_t *host;
-    float *deq;
-    experts_make(type, E, ff, stride, N_EXP, &host, &deq);
-    const size_t nin = (size_t)K * (size_t)ff;
-    float *g = malloc(sizeof(float) * nin), *u = malloc(sizeof(float) * nin), *w = malloc(sizeof(float) * (K + 1));
-    float *x0 = malloc(sizeof(float) * (size_t)E), *sh = malloc(sizeof(float) * (size_t)E);
-    float *nw = malloc(sizeof(float) * (size_t)E), *out[4];
-    for (int i = 0; i < 4; i++)
-        out[i] = malloc(sizeof(float) * (size_t)E);
-    for (size_t i = 0; i < nin; i++)
-        g[i] = 4 * rnd_sym(), u[i] = rnd_sym();
-    for (int i = 0; i <= K; i++)
-        w[i] = 0.05f + 0.2f * (float)rnd_unit();
-    for (int64_t i = 0; i < E; i++)
-        x0[i] = 2 * rnd_sym(), sh[i] = rnd_sym(), nw[i] = 0.5f + (float)rnd_unit();
-    void *dw = NULL, *didx = NULL, *dcnt = NULL;
-    float *dg = dev_floats(g, nin), *du = dev_floats(u, nin), *drw = dev_floats(w, K + 1);
-    float *dsh = dev_floats(sh, (size_t)E), *dnw = dev_floats(nw, (size_t)E), *dex = dev_floats(NULL, K * (size_t)E);
-    float *dxa = dev_floats(x0, (size_t)E), *dxb = dev_floats(x0, (size_t)E);
-    float *dna = dev_floats(NULL, (size_t)E), *dnb = dev_floats(NULL, (size_t)E), *dpart = dev_floats(NULL, 64);
-    const unsigned zero[2] = {0, 0};
-    if (lilac_cuda_malloc(&dw, stride * N_EXP, msg, sizeof msg) ||
-        lilac_cuda_upload(dw, host, stride * N_EXP, msg, sizeof msg) ||
-        lilac_cuda_malloc(&didx, sizeof IDX, msg, sizeof msg) ||
-        lilac_cuda_upload(didx, IDX, sizeof IDX, msg, sizeof msg) || lilac_cuda_malloc(&dcnt, sizeof zero, msg, sizeof msg) ||
-        lilac_cuda_upload(dcnt, zero, sizeof zero, msg, sizeof msg)) {
-        CHECKF(0, "%s: %s", what, msg);
-        goto out;
-    }
-    if (!dg || !du || !drw || !dsh || !dnw || !dex || !dxa || !dxb || !dna || !dnb || !dpart)
-        goto out;
-    const lilac_cuda_mat m = {.data = dw, .type = type, .rows = E, .cols = ff, .row_bytes = rb};
-    const float eps = 1e-6f;
-    const long before = lilac_cuda_fused_launches(LILAC_CUDA_FUSED_DOWN_SUM);
-    for (int rep = 0; rep < 2; rep++) {
-        lilac_cuda_upload(dxa, x0, sizeof(float) * (size_t)E, msg, sizeof msg);
-        lilac_cuda_upload(dxb, x0, sizeof(float) * (size_t)E, msg, sizeof msg);
-        lilac_cuda_memset(dna, 0xFF, sizeof(float) * (size_t)E, NULL);
-        lilac_cuda_memset(dnb, 0xFF, sizeof(float) * (size_t)E, NULL);
-        lilac_cuda_matvec_fused(&m, stride, didx, K, dg, du, 1, dex, 0, NULL);
-        const int ra = lilac_cuda_moe_sum_norm_grid(dxa, dex, drw, K, shared ? dsh : NULL, drw + K, dnw, dna, (int)E,
-                                                    eps, dpart, (unsigned *)dcnt, NULL);
-        const int rb2 = lilac_cuda_moe_down_sum(&m, stride, didx, K, dg, du, drw, shared ? dsh : NULL, dxb, dnw, dnb,
-                                                eps, (unsigned *)dcnt + 1, NULL);
-        CHECKF(ra == 0 && rb2 == 0, "%s: launches refused (grid sum %d, down+sum %d)", what, ra, rb2);
-        const char *err = check_msg();
-        if (err) {
-            CHECKF(0, "%s: %s", what, err);
-            goto out;
-        }
-        float *const dst[4] = {dxa, dna, dxb, dnb};
-        for (int i = 0; i < 4; i++)
-            if (lilac_cuda_download(out[i], dst[i], sizeof(float) * (size_t)E, NULL, msg, sizeof msg)) {
-                CHECKF(0, "%s: download: %s", what, msg);
-                goto out;
-            }
-        int64_t dx = -1, dn = -1;
-        for (int64_t i = E - 1; i >= 0; i--) {
-            if (memcmp(&out[0][i], &out[2][i], sizeof(float)))
-                dx = i;
-            if (memcmp(&out[1][i], &out[3][i], sizeof(float)))
-                dn = i;
-        }
-        CHECKF(dx < 0, "%s, launch %d: x[%lld] = %.9g, the pair gives %.9g", what, rep + 1, (long long)dx,
-               dx < 0 ? 0.0 : out[2][dx], dx < 0 ? 0.0 : out[0][dx]);
-        CHECKF(dn < 0, "%s, launch %d: xn[%lld] = %.9g, the pair gives %.9g", what, rep + 1, (long long)dn,
-               dn < 0 ? 0.0 : out[3][dn], dn < 0 ? 0.0 : out[1][dn]);
-    }
-    CHECKF(lilac_cuda_fused_launches(LILAC_CUDA_FUSED_DOWN_SUM) == before + 2, "%s: the fused kernel did not run",
-           what);
-    int bad = 0;
-    for (int64_t r = 0; r < E; r++) { /* x against float64 */
-        double want = x0[r], mag = fabs(x0[r]);
-        for (int i = 0; i < K; i++) {
-            const float *wr = deq + ((size_t)IDX[i] * E + r) * ff;
-            double dot = 0, dmag = 0;
-            for (int64_t c = 0; c < ff; c++) {
-                const double a = (double)g[i * ff + c] / (1.0 + exp(-(double)g[i * ff + c])) * u[i * ff + c];
-                dot += wr[c] * a;
-                dmag += fabs(wr[c] * a);
-            }
-            want += w[i] * dot;
-            mag += w[i] * dmag;
-        }
-        if (shared)
-            want += (double)w[K] * sh[r], mag += fabs((double)w[K] * sh[r]);
-        if (!(fabs(out[2][r] - want) <= 1e-5 * mag) && bad++ < 3)
-            CHECKF(0, "%s: x[%lld] = %.9g, float64 %.9g", what, (long long)r, out[2][r], want);
-    }
-    tu_checks++;
-out:
-    lilac_cuda_free(dw);
-    lilac_cuda_free(didx);
-    lilac_cuda_free(dcnt);
-    float *const dev[] = {dg, du, drw, dsh, dnw, dex, dxa, dxb, dna, dnb, dpart};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
-        lilac_cuda_free(dev[i]);
-    for (int i = 0; i < 4; i++)
-        free(out[i]);
-    free(host), free(deq), free(g), free(u), free(w), free(x0), free(sh), free(nw);
 }
 
 /* Refused calls are reported by lilac_cuda_check. */

@@ -112,12 +112,25 @@ static void test_case(int E, int k, int norm, int shared, int gu, int nan_logits
         }
         /* the route kernel on the same logits, with the shared gate from gate_inp . xn */
         rc = lilac_cuda_route(dlg, E, k, norm, didx2, dw2, up_offset, shared ? dW + (size_t)E * n : NULL, dxn, n,
-                              NULL);
+                              NULL, NULL);
         CHECKF(rc == 0, "%s: the route kernel runs", what);
         ct_down(idx2, didx2, sizeof(int32_t) * 2 * k);
         ct_down(w2, dw2, sizeof(float) * (k + 1));
         m = check_msg();
         CHECKF(!m, "%s: the route kernel: %s", what, m ? m : "");
+        if (shared) { /* the gate from its logit (the router's row E, as the decode step gives it): the tail's bits */
+            float *w3 = malloc(sizeof(float) * (k + 1));
+            int32_t *idx3 = malloc(sizeof(int32_t) * 2 * k);
+            lilac_cuda_memset(dw2, 0, sizeof(float) * (k + 1), NULL);
+            rc = lilac_cuda_route(dlg, E, k, norm, didx2, dw2, up_offset, NULL, NULL, 0, dlg + E, NULL);
+            ct_down(idx3, didx2, sizeof(int32_t) * 2 * k);
+            ct_down(w3, dw2, sizeof(float) * (k + 1));
+            m = check_msg();
+            CHECKF(rc == 0 && !m, "%s: the route kernel with the gate's logit: %s", what, m ? m : "");
+            CHECKF(!memcmp(idx3, idx, sizeof(int32_t) * (gu ? 2 : 1) * k) && !memcmp(w3, w, sizeof(float) * (k + 1)),
+                   "%s: the route kernel with the gate's logit differs from the norm+router's routing", what);
+            free(w3), free(idx3);
+        }
         oracle(lg, E, k, norm, oi, ow);
         int same = 1, same2 = 1;
         double dmax = 0, wmax = 0, d2 = 0;

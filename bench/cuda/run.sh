@@ -3,7 +3,7 @@
 # machine (an H200 here). Everything it writes goes under OUT (default
 # ./cuda-out): the build log, the test output, and bench JSON lines.
 #
-#   bench/cuda/run.sh [build|test|synth|bench|ab|abold|tg|fused|pdl|sanitize|suite|all]...
+#   bench/cuda/run.sh [build|test|quick|synth|bench|ab|abold|tg|pdl|sanitize|suite|all|pack]...
 #
 # Fixtures: $LILAC_FIXTURES (a copy of ../shared/fixtures, or the subset
 # bench/cuda/pack-fixtures.sh makes in .devfix). Libraries the machine lacks:
@@ -48,7 +48,6 @@ do_test() {
     run_test dn test_cuda_dn
     run_test route test_cuda_route
     run_test model test_cuda_model
-    run_test model-down-sum test_cuda_model LILAC_CUDA_DOWN_SUM=1
     run_test model-route-tail test_cuda_model LILAC_CUDA_ROUTE_TAIL=1
     run_test model-route-one-pass test_cuda_model LILAC_CUDA_ROUTE_STAGED=0
     run_test model-pdl-set test_cuda_model LILAC_CUDA_PDL_SET=route,attention,combine,rope,sum,conv,rmsnorm
@@ -66,6 +65,17 @@ do_test() {
     grep -h "launches of the fused" "$out"/model-*.txt 2>/dev/null
     grep -h "vs token path\|sequences vs alone\|timing" "$out"/prefill.txt "$out"/batch.txt "$out"/attn.txt \
         "$out"/dn.txt 2>/dev/null | head -12
+}
+
+# The tests a change to the decode step's kernels must pass, without test's variants (a shorter call).
+do_quick() {
+    run_test kernels test_cuda_kernels LILAC_CUDA_NO_BENCH=1
+    run_test route test_cuda_route
+    run_test model test_cuda_model
+    run_test attn test_cuda_attn
+    run_test dn test_cuda_dn
+    run_test batch test_cuda_batch
+    run_test prefill test_cuda_prefill
 }
 
 do_synth() {
@@ -99,12 +109,14 @@ do_abold() {
             { echo "abold: the old tree did not build (old-build.log)"; tail -3 "$out/old-build.log"; return 1; }
     fi
     for i in 1 2; do
-        echo "tg128 old: $($T "$old/b/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 -r 2 --json 2>&1 |
-            grep -o '"tokens_per_s": [0-9.]*\|rror.*')"
+        echo "tg128 old${AB_DEPTH:+ at depth $AB_DEPTH}: $($T "$old/b/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 \
+            -d "${AB_DEPTH:-0}" -r 2 --json 2>&1 | grep -o '"tokens_per_s": [0-9.]*\|rror.*')"
         IFS=';' read -ra v <<<"${AB_VARIANTS:-}"
         tg128_each LILAC_NONE=1 "${v[@]}"
     done
 }
+
+# (AB_DEPTH=N: tg128 after N tokens of context, for abold and tg alike.)
 
 # pp512 with each prefill switch off in turn, against all on (one run each, the same machine): which of them
 # pays. Needs build and synth.
@@ -124,7 +136,7 @@ do_ab() {
                 -n 32 -P $P -r 1 --json 2>/dev/null | grep "x$P" | grep -o '"tokens_per_s": [0-9.]*')"
         done
     done
-    # decode's switches of the default path, tg128 (the opt-in fusions and prefetches: fused)
+    # decode's switches of the default path, tg128 (the opt-in fusions: TG_VARIANTS with the tg step)
     tg128_each LILAC_NONE=1 LILAC_CUDA_ROUTE_TAIL=1 LILAC_CUDA_SUM_GRID=0 LILAC_CUDA_PDL_ALL=1 \
         LILAC_CUDA_NORM_ROUTER=0
 }
@@ -134,15 +146,9 @@ tg128_each() {
     local T="timeout ${BENCH_TIMEOUT:-120}" v
     for v in "$@"; do
         # shellcheck disable=SC2086 # v is one or more VAR=VALUE words
-        echo "tg128 $v: $(env $v $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 -r 2 --json 2>&1 |
-            grep -o '"tokens_per_s": [0-9.]*\|rror.*')"
+        echo "tg128 $v${AB_DEPTH:+ at depth $AB_DEPTH}: $(env $v $T "$build/lilac" bench -m "$synth" --backend cuda \
+            -p 0 -n 128 -d "${AB_DEPTH:-0}" -r 2 --json 2>&1 | grep -o '"tokens_per_s": [0-9.]*\|rror.*')"
     done
-}
-
-# The decode's opt-in fusions against the chain, alternated twice on one machine (the measured ones that did
-# not pay: MOE_FUSED 168, QKV_CONV 261, L2_PREFETCH 108 against 284; session 8).
-do_fused() {
-    tg128_each LILAC_NONE=1 LILAC_CUDA_DOWN_SUM=1 LILAC_NONE=1 LILAC_CUDA_DOWN_SUM=1
 }
 
 # The CPU suite's golden tests with the backend forced to CUDA (the issue's "the golden tests pass on the GPU
@@ -187,20 +193,28 @@ do_sanitize() {
     done
 }
 
+# Everything under OUT into OUT/all.tgz: the device tool brings back at most 8 files (run it last).
+do_pack() {
+    local t
+    t=$(mktemp /tmp/lilac-out.XXXXXX.tgz) && tar -czf "$t" -C "$out" . && find "$out" -mindepth 1 -delete &&
+        mv "$t" "$out/all.tgz" && ls -la "$out/all.tgz"
+}
+
 for s in "${steps[@]}"; do
     case $s in
     build) do_build ;;
     test) do_test ;;
+    quick) do_quick ;;
     synth) do_synth ;;
     bench) do_bench ;;
     sanitize) do_sanitize ;;
     suite) do_suite ;;
     pdl) do_pdl ;;
     ab) do_ab ;;
-    fused) do_fused ;;
     abold) do_abold ;;
+    pack) do_pack ;;
     tg) IFS=';' read -ra tv <<<"${TG_VARIANTS:-LILAC_NONE=1}" && tg128_each "${tv[@]}" ;;
     all) do_build && do_test && do_synth && do_bench ;;
-    *) echo "usage: $0 [build|test|synth|bench|ab|abold|tg|fused|pdl|sanitize|suite|all]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [build|test|quick|synth|bench|ab|abold|tg|pdl|sanitize|suite|all|pack]..." >&2; exit 2 ;;
     esac
 done

@@ -126,15 +126,6 @@ int lilac_cuda_moe_sum_norm_grid(float *x, const float *ex, const float *w, int 
     return -1;
 }
 
-int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t stride, const int32_t *idx, int k, const float *g,
-                            const float *u, const float *w, const float *sh, float *x, const float *norm_w,
-                            float *xn, float eps, unsigned *count, lilac_cuda_stream *s)
-{
-    (void)W, (void)stride, (void)idx, (void)k, (void)g, (void)u, (void)w, (void)sh, (void)x, (void)norm_w, (void)xn,
-        (void)eps, (void)count, (void)s;
-    return -1;
-}
-
 int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, float *conv_state, const float *conv_w,
                            int K, float *conv_out, lilac_cuda_stream *s)
 {

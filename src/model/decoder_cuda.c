@@ -639,10 +639,13 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             .shared_row = shared, .idx = cm->idx, .w = cm->rw, .count = cm->count,
         };
         const bool tail = route_tail && (!shared || cl->router_gate_row);
+        /* the shared expert's gate as the router's row n_expert, where it is stored there: its dot off the
+         * route kernel (which took a third of that kernel's stall samples in ncu) */
+        const bool gate_row = shared && cl->router_gate_row;
         bool routed = norm_router && cl->router.type == LILAC_F32 &&
                       !lilac_cuda_norm_router(cm->x, cl->post_norm, cm->xn, cl->router.data,
                                               (long long)(cl->router.row_bytes / sizeof(float)),
-                                              (int)cl->router.rows + (tail && shared), cm->rl, E, eps,
+                                              (int)cl->router.rows + gate_row, cm->rl, E, eps,
                                               tail ? &ra : NULL, s);
         if (routed && g_trace == 1)
             trace_name("norm_router", "");
@@ -665,8 +668,9 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             OP("matvec", lilac_cuda_matvec(&cl->router, cm->xn, cm->rl, 1, s));
         if (!routed || !tail)
             OP("route", lilac_cuda_route(cm->rl, hp->n_expert, k, hp->norm_topk, cm->idx, cm->rw,
-                                         cl->gu_fused ? hp->n_expert : 0, shared ? cl->sh_gate_inp : NULL, cm->xn, E,
-                                         s));
+                                         cl->gu_fused ? hp->n_expert : 0,
+                                         shared && !(routed && gate_row) ? cl->sh_gate_inp : NULL, cm->xn, E,
+                                         shared && routed && gate_row ? cm->rl + hp->n_expert : NULL, s));
         if (cl->gu_fused) { /* gate and up of the k experts: 2k slots of one product */
             OP("matvec_experts",
                lilac_cuda_matvec_experts(&cl->exp_gate, cl->gate_stride, cm->idx, 2 * k, cm->xn, 0, cm->gbuf, s));
@@ -678,18 +682,6 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         }
         if (shared)
             lilac_cuda_fork(aux, s, cm->ev[1]);
-        /* LILAC_CUDA_DOWN_SUM=1: the down products, their sum into x and the next norm in one kernel (x and xn
-         * the same bits as the pair below; not yet run on a GPU) */
-        static int down_sum = -1;
-        if (down_sum < 0)
-            down_sum = lilac_env_switch("LILAC_CUDA_DOWN_SUM", false);
-        if (down_sum && !lilac_cuda_moe_down_sum(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
-                                                 cm->rw, shared ? cm->sho : NULL, cm->x, next_norm, cm->xn, eps,
-                                                 cm->count + 1, s)) {
-            if (g_trace == 1)
-                trace_name("matvec_experts", "");
-            continue;
-        }
         OP("matvec_experts", lilac_cuda_matvec_fused(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
                                                      1, cm->ex, 0, s));
         /* x += the experts' sum, and the next layer's input norm (the output norm after the last layer) */

@@ -118,18 +118,8 @@ int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s);
  * 16-byte aligned, Q6_K, Q8_0). */
 int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, float *conv_state, const float *conv_w,
                            int K, float *conv_out, lilac_cuda_stream *s);
-/* The decode step's end of a MoE layer for one token in one kernel (opt-in LILAC_CUDA_DOWN_SUM=1): the k
- * routed experts' down products of silu(g) * u (W experts stride bytes apart, idx and g, u as
- * lilac_cuda_matvec_fused with x_stride set), x += their sum weighted by w[0..k), plus w[k] * sh where sh is
- * set (the shared expert), and xn = RMSNorm(x) * norm_w where norm_w is set; x and xn bit for bit those of
- * lilac_cuda_matvec_fused followed by lilac_cuda_moe_sum_norm_grid. count: a device counter, zero before
- * the first call (the kernel leaves it zero). 0 when launched, -1 when it does not take the type, alignment
- * or size (the caller then runs that pair). */
-int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t stride, const int32_t *idx, int k, const float *g,
-                            const float *u, const float *w, const float *sh, float *x, const float *norm_w,
-                            float *xn, float eps, unsigned *count, lilac_cuda_stream *s);
 /* How many times a fused kernel was launched (tests: that the fused path, not its fallback, ran). */
-enum { LILAC_CUDA_FUSED_MOE, LILAC_CUDA_FUSED_QKV_CONV, LILAC_CUDA_FUSED_DOWN_SUM, LILAC_CUDA_FUSED_KINDS };
+enum { LILAC_CUDA_FUSED_MOE, LILAC_CUDA_FUSED_QKV_CONV, LILAC_CUDA_FUSED_KINDS };
 long lilac_cuda_fused_launches(int kind);
 
 /* out[c] = value c of row r of W, c < cols (dev): an embedding lookup with r read on the device from *r_dev. */

@@ -94,6 +94,46 @@ static __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f
  * instead of one L2 round trip after another; longer ones take a loop. */
 #define DEV_NR 8
 
+/* A loop over i < n in steps of N whose loads go one step ahead of their use: load(v, i0) fills v[j] with
+ * value i0 + j (what it likes past n), use(v, i0) takes values i0.. in order. A plain loop (or "#pragma
+ * unroll" over one with an exit test) waits one memory round trip a step; this one about one in all. */
+template <int N, class Load, class Use> static __device__ __forceinline__ void dev_pipelined(int n, Load load, Use use)
+{
+    float cur[N], nxt[N] = {};
+    load(cur, 0);
+    for (int i0 = 0; i0 < n; i0 += N) {
+        if (i0 + N < n)
+            load(nxt, i0 + N);
+        use(cur, i0);
+#pragma unroll
+        for (int j = 0; j < N; j++)
+            cur[j] = nxt[j];
+    }
+}
+
+/* y[i] = x[i] * r * w[i] for i < n by the block, x (written by other blocks) from L2: DEV_NR values a thread
+ * loaded before any is stored (a loop of load, store, load... waits one L2 round trip a value: y may alias x
+ * for all the compiler knows). */
+static __device__ __forceinline__ void dev_scale_store(const float *x, float r, const float *w, float *y, int n)
+{
+    const int nb = blockDim.x;
+    for (int i0 = 0; i0 < n; i0 += DEV_NR * nb) {
+        float xv[DEV_NR], wv[DEV_NR];
+#pragma unroll
+        for (int j = 0; j < DEV_NR; j++) {
+            const int i = i0 + j * nb + threadIdx.x;
+            xv[j] = i < n ? __ldcg(x + i) : 0.0f;
+            wv[j] = i < n ? w[i] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < DEV_NR; j++) {
+            const int i = i0 + j * nb + threadIdx.x;
+            if (i < n)
+                y[i] = xv[j] * r * wv[j];
+        }
+    }
+}
+
 // y = x / sqrt(mean(x^2) + eps) * w (w may be NULL), times silu(gate) when
 // gate is set (the gated norm of a DeltaNet head), by one block. y may be x:
 // a thread writes only what it read.
@@ -103,11 +143,15 @@ static __device__ void dev_rmsnorm(const float *x, const float *w, float *y, int
     const int nb = blockDim.x;
     float ss = 0;
     if (n <= DEV_NR * nb) {
-        float v[DEV_NR];
+        /* w and the gate loaded with x: in the store loop each store (y may be x or alias w for all the
+         * compiler knows) held the next value's load back, one L2 round trip a value */
+        float v[DEV_NR], wv[DEV_NR], gv[DEV_NR];
 #pragma unroll
         for (int j = 0; j < DEV_NR; j++) {
             const int i = threadIdx.x + j * nb;
             v[j] = i < n ? __ldcg(x + i) : 0.0f;
+            wv[j] = i < n && w ? w[i] : 1.0f;
+            gv[j] = i < n && gate ? gate[i] : 0.0f;
         }
 #pragma unroll
         for (int j = 0; j < DEV_NR; j++)
@@ -118,7 +162,7 @@ static __device__ void dev_rmsnorm(const float *x, const float *w, float *y, int
         for (int j = 0; j < DEV_NR; j++) {
             const int i = threadIdx.x + j * nb;
             if (i < n)
-                y[i] = gate ? v[j] * r * (w ? w[i] : 1.0f) * silu(gate[i]) : v[j] * r * (w ? w[i] : 1.0f);
+                y[i] = gate ? v[j] * r * wv[j] * silu(gv[j]) : v[j] * r * wv[j];
         }
         return;
     }
@@ -205,7 +249,7 @@ static __device__ void dev_route_staged(const float *pr, int E, int k, unsigned 
         for (int src = 0; src < 32; src++) {
             const float pj = __shfl_sync(0xffffffffu, pe, src);
             const int j = e0 + lane0 + src;
-            before += j < E && (pj > pe || (pj == pe && j < e));
+            before += (j < E) & ((pj > pe) | ((pj == pe) & (j < e))); /* no branches: whole-warp shuffles */
         }
         if (e < E && before < k) {
             const int at = atomicAdd(&ncand, 1);
@@ -222,7 +266,7 @@ static __device__ void dev_route_staged(const float *pr, int E, int k, unsigned 
         for (int i = 0; i < nc; i++) {
             const float pj = candp[i];
             const int j = cand[i];
-            before += pj > pe || (pj == pe && j < e);
+            before += (pj > pe) | ((pj == pe) & (j < e));
         }
         chosen[e] = before < k;
     }
@@ -245,23 +289,39 @@ static __device__ void dev_route(const float *logits, int E, int k, int norm, in
     __shared__ int sel[32];
     __shared__ float selw[32];
     const int nb = blockDim.x;
-    float gsh = 0;
+    /* the gate's logit and the logits (into pr, read once) loaded first: in flight with the gate's dot */
+    float gsh = !gate_inp && gsh_logit ? __ldcg(gsh_logit) : 0.0f;
+    float mx = -INFINITY;
+    for (int e = threadIdx.x; e < E; e += nb) {
+        const float l = __ldcg(logits + e);
+        pr[e] = l; /* each thread reads back only its own */
+        mx = fmaxf(mx, l);
+    }
     if (gate_inp) { // the shared expert's gate
+        /* DEV_NR values a thread loaded at once: "#pragma unroll" over the strided loop kept its exit test
+         * between the loads, one L2 round trip a value (a third of this kernel's stall samples in ncu) */
         float d = 0;
-#pragma unroll 8
-        for (int i = threadIdx.x; i < n_embd; i += nb)
-            d += gate_inp[i] * __ldcg(xn + i);
+        for (int i0 = 0; i0 < n_embd; i0 += DEV_NR * nb) {
+            float gv[DEV_NR], xv[DEV_NR];
+#pragma unroll
+            for (int j = 0; j < DEV_NR; j++) {
+                const int i = i0 + j * nb + threadIdx.x;
+                gv[j] = i < n_embd ? gate_inp[i] : 0.0f;
+                xv[j] = i < n_embd ? __ldcg(xn + i) : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < DEV_NR; j++)
+                if (i0 + j * nb + (int)threadIdx.x < n_embd)
+                    d += gv[j] * xv[j]; /* in i order, as before */
+        }
         gsh = sigmoidf_(block_sum(d));
     } else if (gsh_logit) { /* the gate's dot computed as one more router row (k_norm_router's) */
-        gsh = sigmoidf_(__ldcg(gsh_logit));
+        gsh = sigmoidf_(gsh);
     }
-    float mx = -INFINITY;
-    for (int e = threadIdx.x; e < E; e += nb)
-        mx = fmaxf(mx, __ldcg(logits + e));
     mx = block_max(mx);
     float sum = 0;
     for (int e = threadIdx.x; e < E; e += nb) {
-        const float v = expf(__ldcg(logits + e) - mx);
+        const float v = expf(pr[e] - mx);
         pr[e] = v;
         sum += v;
     }

@@ -166,6 +166,7 @@ __global__ void k_attention_part(const float *q, int q_step, const float *K, con
 // per query head is k_attention_part's (m, l, o), merged the same way.
 #define ATT_GMAX 8
 #define ATT_DPL 8 /* dims a lane: hd <= 256 */
+#define ATT_VL 8  /* V rows a thread loads at once */
 // Batched (blockIdx.z a row of its own sequence): q, part advanced by the
 // row's strides, K and V from Kp, Vp when given, the position pos_dev[row].
 __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_step, long long q_tok, const float *K,
@@ -190,8 +191,21 @@ __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_ste
     __shared__ float qs[ATT_GMAX][ATT_DPL * 32], sc[ATT_GMAX][ATT_TILE], m_run[ATT_GMAX], l_run[ATT_GMAX],
         alpha[ATT_GMAX];
     const float scale = rsqrtf((float)hd);
-    for (int i = threadIdx.x; i < G * hd; i += blockDim.x)
-        qs[i / hd][i % hd] = q[(size_t)(kvh * G + i / hd) * q_step + i % hd] * scale;
+    /* DEV_NR loads a thread in flight at once (a plain strided loop waits one L2 round trip a value) */
+    for (int i0 = 0; i0 < G * hd; i0 += DEV_NR * (int)blockDim.x) {
+        float qv[DEV_NR];
+#pragma unroll
+        for (int j = 0; j < DEV_NR; j++) {
+            const int i = i0 + j * blockDim.x + threadIdx.x;
+            qv[j] = i < G * hd ? q[(size_t)(kvh * G + i / hd) * q_step + i % hd] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < DEV_NR; j++) {
+            const int i = i0 + j * blockDim.x + threadIdx.x;
+            if (i < G * hd)
+                qs[i / hd][i % hd] = qv[j] * scale;
+        }
+    }
     if (threadIdx.x < G)
         m_run[threadIdx.x] = -INFINITY, l_run[threadIdx.x] = 0.0f;
     float o[ATT_GMAX];
@@ -252,13 +266,23 @@ __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_ste
             for (int g = 0; g < ATT_GMAX; g++)
                 o[g] *= g < G ? alpha[g] : 0.0f;
             const float *vp = V + (size_t)t0 * kvw + koff + d;
-#pragma unroll 8
-            for (int i = 0; i < nt; i++) {
-                const float v = vp[(size_t)i * kvw];
+            /* ATT_VL rows of V a step, the next step's in flight ("#pragma unroll" over i < nt kept its exit
+             * test between the loads: one memory round trip a key) */
+            dev_pipelined<ATT_VL>(
+                nt,
+                [&](float(&v)[ATT_VL], int i0) {
 #pragma unroll
-                for (int g = 0; g < ATT_GMAX; g++)
-                    o[g] += sc[g < G ? g : 0][i] * v;
-            }
+                    for (int j = 0; j < ATT_VL; j++)
+                        v[j] = i0 + j < nt ? vp[(size_t)(i0 + j) * kvw] : 0.0f;
+                },
+                [&](const float(&v)[ATT_VL], int i0) {
+#pragma unroll
+                    for (int j = 0; j < ATT_VL; j++)
+                        if (i0 + j < nt)
+#pragma unroll
+                            for (int g = 0; g < ATT_GMAX; g++)
+                                o[g] += sc[g < G ? g : 0][i0 + j] * v[j];
+                });
         }
         __syncthreads();
     }
@@ -288,23 +312,38 @@ __global__ void k_attention_combine(const float *q, int q_step, long long q_tok,
     int h = blockIdx.x, ns = att_splits(pos_dev[row] + 1, nsplit);
     const float *ph = part + (size_t)h * nsplit * (hd + 2);
     __shared__ float wsp[ATT_SPLIT];
+    /* a range's m and l loaded together */
     float m = threadIdx.x < ns ? ph[(size_t)threadIdx.x * (hd + 2)] : -INFINITY;
+    const float lr = threadIdx.x < ns ? ph[(size_t)threadIdx.x * (hd + 2) + 1] : 0.0f;
     const float M = block_max(m);
     float l = 0;
     if (threadIdx.x < ns) {
         const float wgt = m > -INFINITY ? expf(m - M) : 0.0f;
         wsp[threadIdx.x] = wgt;
-        l = wgt > 0 ? ph[(size_t)threadIdx.x * (hd + 2) + 1] * wgt : 0.0f;
+        l = wgt > 0 ? lr * wgt : 0.0f;
     }
     const float L = block_sum(l);
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        const float gq = gated ? q[(size_t)h * q_step + hd + d] : 0.0f; /* in flight with the parts */
+        /* ATT_VL ranges a step, the next step's in flight ("#pragma unroll" over sp < ns kept its exit test
+         * between the loads: at 8192 keys, 128 ranges, 128 L2 round trips one after another) */
         float o = 0;
-#pragma unroll 8
-        for (int sp = 0; sp < ns; sp++)
-            o += wsp[sp] * ph[(size_t)sp * (hd + 2) + 2 + d];
+        dev_pipelined<ATT_VL>(
+            ns,
+            [&](float(&pv)[ATT_VL], int sp0) {
+#pragma unroll
+                for (int j = 0; j < ATT_VL; j++)
+                    pv[j] = sp0 + j < ns ? ph[(size_t)(sp0 + j) * (hd + 2) + 2 + d] : 0.0f;
+            },
+            [&](const float(&pv)[ATT_VL], int sp0) {
+#pragma unroll
+                for (int j = 0; j < ATT_VL; j++)
+                    if (sp0 + j < ns)
+                        o += wsp[sp0 + j] * pv[j];
+            });
         o /= L;
         if (gated)
-            o *= sigmoidf_(q[(size_t)h * q_step + hd + d]);
+            o *= sigmoidf_(gq);
         out[(size_t)h * hd + d] = o;
     }
     TRACE_END(LILAC_TK_ATT_COMBINE);
@@ -359,6 +398,7 @@ extern "C" int lilac_cuda_attention_rows(const float *q, int q_step, long long q
 
 // ---- Gated DeltaNet, one token ----
 
+#define CONV_KR 8 /* taps k_conv_step keeps in registers */
 // Causal depthwise conv over time, one thread per channel: the state holds
 // the last K-1 inputs; SiLU after.
 // Batched: blockIdx.y a row, in and out C floats on, its state statep[row].
@@ -377,6 +417,30 @@ __global__ void k_conv_step(const float *in, float *state, const float *w, float
         return;
     const float *wc = w + (size_t)c * K;
     float s = 0;
+    if (K <= CONV_KR) { /* taps and state in registers, every load at once (the loop below: one after another) */
+        float wv[CONV_KR], sv[CONV_KR];
+#pragma unroll
+        for (int i = 0; i < CONV_KR; i++) {
+            wv[i] = i < K ? wc[i] : 0.0f;
+            sv[i] = i < K - 1 ? state[(size_t)i * C + c] : 0.0f;
+        }
+        const float x = in[c];
+#pragma unroll
+        for (int i = 0; i < CONV_KR; i++) /* the loop's sums in its order */
+            if (i < K - 1)
+                s += wv[i] * sv[i];
+            else if (i == K - 1)
+                s += wv[i] * x;
+#pragma unroll
+        for (int i = 0; i < CONV_KR - 1; i++)
+            if (i + 1 < K - 1)
+                state[(size_t)i * C + c] = sv[i + 1];
+            else if (i + 1 == K - 1)
+                state[(size_t)i * C + c] = x;
+        out[c] = silu(s);
+        TRACE_END(LILAC_TK_CONV_STEP);
+        return;
+    }
     for (int i = 0; i < K - 1; i++)
         s += wc[i] * state[(size_t)i * C + c];
     s += wc[K - 1] * in[c];
@@ -490,12 +554,12 @@ extern "C" void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, 
 // stored after the gate ones: one product over 2k slots). With gate_inp,
 // w[k] = sigmoid(gate_inp . xn) (the shared expert's gate).
 __global__ void k_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
-                        const float *gate_inp, const float *xn, int n_embd, int staged)
+                        const float *gate_inp, const float *xn, int n_embd, const float *gate_logit, int staged)
 {
     TRACE_START(LILAC_TK_ROUTE);
     griddep_launch_dependents();
     griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
-    dev_route(logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd, staged != 0);
+    dev_route(logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd, staged != 0, gate_inp ? nullptr : gate_logit);
     TRACE_END(LILAC_TK_ROUTE);
 }
 
@@ -503,7 +567,8 @@ __global__ void k_route(const float *logits, int E, int k, int norm, int32_t *id
  * (cp.async.bulk.prefetch.L2, 64 KiB pieces) of the chosen experts and the next layer's dense weights, for the
  * latency-bound products after it: tg128 108 against 284 tok/s (H200, 2026-11-30). */
 extern "C" int lilac_cuda_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
-                                const float *gate_inp, const float *xn, int n_embd, lilac_cuda_stream *s)
+                                const float *gate_inp, const float *xn, int n_embd, const float *gate_logit,
+                                lilac_cuda_stream *s)
 {
     if (E > ROUTE_EMAX || k > 32 || k < 1 || k > E)
         return -1;
@@ -514,7 +579,7 @@ extern "C" int lilac_cuda_route(const float *logits, int E, int k, int norm, int
     const char *st = getenv("LILAC_CUDA_ROUTE_STAGED");
     const int staged = !(st && !strcmp(st, "0"));
     launch_pdl(PDL_ROUTE, k_route, dim3(1), dim3(256), 0, CS(s), logits, E, k, norm, idx, w, up_offset, gate_inp, xn,
-               n_embd, staged);
+               n_embd, gate_logit, staged);
     return 0;
 }
 
@@ -612,12 +677,17 @@ __global__ void __launch_bounds__(SNG_T) k_moe_sum_norm_grid(float *x, const flo
     if (threadIdx.x == 0)
         part[blockIdx.x] = ss;
     if (dev_last_block(count)) {
+        /* the parts' loads issued at once (this tail was ~16 L2 round trips in a row: a part, then a value) */
+        float pv[SNG_MAXB];
+#pragma unroll
+        for (int b = 0; b < SNG_MAXB; b++)
+            pv[b] = b < (int)gridDim.x ? __ldcg(part + b) : 0.0f;
         float t = 0;
-        for (unsigned b = 0; b < gridDim.x; b++) /* the parts in block order: the same sum every run */
-            t += __ldcg(part + b);
-        const float r = rsqrtf(t / E + eps);
-        for (int i = threadIdx.x; i < E; i += SNG_T)
-            xn[i] = __ldcg(x + i) * r * norm_w[i];
+#pragma unroll
+        for (int b = 0; b < SNG_MAXB; b++) /* the parts in block order: the same sum every run */
+            if (b < (int)gridDim.x)
+                t += pv[b];
+        dev_scale_store(x, rsqrtf(t / E + eps), norm_w, xn, E);
     }
     TRACE_END(LILAC_TK_MOE_SUM_NORM);
 }
@@ -729,11 +799,12 @@ static __device__ void dn_gates(const float *a, const float *b, const float *ssm
 // One value head's delta rule and gated norm, by the P * dv threads that hold
 // it: thread (part, c) has column c of rows part, part + P, ... of the state
 // S in sr (loaded, not yet decayed). S *= exp(g); S += k (beta (v - S^T k))^T;
-// then o = RMSNorm(S^T q) * norm_w * silu(z) into o_h[c]. rd holds P * dv
+// then o = RMSNorm(S^T q) * nw * silu(zc) into o_h[c] (nw, zc: column c of
+// the norm's weights and of z, loaded by the caller with v). rd holds P * dv
 // floats, opart dv / 32 (the head's own). Called by the whole block.
 static __device__ void dn_head(float (&sr)[DN_ROWS], float *S, const float *qs, const float *ks, float v, float g,
-                               float beta, int part, int c, int P, int dk, int dv, float *rd, float *opart,
-                               const float *norm_w, const float *z_h, float eps, float *o_h)
+                               float beta, int part, int c, int P, int dk, int dv, float *rd, float *opart, float nw,
+                               float zc, float eps, float *o_h)
 {
     float decay = expf(g), kv = 0;
     int n = 0;
@@ -770,7 +841,7 @@ static __device__ void dn_head(float (&sr)[DN_ROWS], float *S, const float *qs, 
         for (int q = 0; q < dv / 32; q++)
             ss += opart[q];
         const float r = rsqrtf(ss / dv + eps);
-        o_h[c] = o * r * norm_w[c] * silu(z_h[c]);
+        o_h[c] = o * r * nw * silu(zc);
     }
 }
 
@@ -805,8 +876,11 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
     int n = 0;
     for (int i = part; i < dk; i += DN_P, n++)
         sr[n] = S[(size_t)i * dv + c];
+    const float nw = norm_w[c];
     griddep_wait();
     TRACE_WAITED(LILAC_TK_DN_FUSED);
+    /* v and z with q and k: one L2 round trip (loaded where they are used, they were two more after the norms) */
+    const float v = conv[(size_t)2 * nk * dk + (size_t)j * dv + c], zc = z[(size_t)j * dv + c];
     for (int i = threadIdx.x; i < dk; i += blockDim.x) {
         qs[i] = conv[(size_t)kh * dk + i];
         ks[i] = conv[(size_t)(nk + kh) * dk + i];
@@ -814,8 +888,8 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
     if (threadIdx.x == 64) // warp 2: warps 0 and 1 take the norms
         dn_gates(a, b, ssm_a, ssm_dt, j, gate);
     dn_norm_qk(qs, ks, dk);
-    dn_head(sr, S, qs, ks, conv[(size_t)2 * nk * dk + (size_t)j * dv + c], gate[0], gate[1], part, c, DN_P, dk, dv,
-            red, opart, norm_w, z + (size_t)j * dv, eps, o_all + (size_t)j * dv);
+    dn_head(sr, S, qs, ks, v, gate[0], gate[1], part, c, DN_P, dk, dv, red, opart, nw, zc, eps,
+            o_all + (size_t)j * dv);
     TRACE_END(LILAC_TK_DN_FUSED);
 }
 

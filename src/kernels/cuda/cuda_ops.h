@@ -41,10 +41,11 @@ void lilac_cuda_event_free(void *ev);
 void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, void *ev);
 /* The router's softmax over E logits, the top k (ties to the lower index) listed in expert-index order as the
  * CPU adds them, weights renormalized when norm; with up_offset > 0 also idx[k + i] = idx[i] + up_offset, and
- * with gate_inp w[k] = sigmoid(gate_inp . xn) (the shared expert's gate). -1 (nothing launched) when E > 512
- * or k > 32. */
+ * with gate_inp w[k] = sigmoid(gate_inp . xn) (the shared expert's gate), or without it but with gate_logit
+ * w[k] = sigmoid(*gate_logit) (that dot computed elsewhere: lilac_cuda_norm_router's row E). -1 (nothing
+ * launched) when E > 512 or k > 32. */
 int lilac_cuda_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
-                     const float *gate_inp, const float *xn, int n_embd, lilac_cuda_stream *s);
+                     const float *gate_inp, const float *xn, int n_embd, const float *gate_logit, lilac_cuda_stream *s);
 /* The routing lilac_cuda_norm_router can end with (by its last block, dev_route with the staged ranks: no
  * kernel of its own on the step's chain): lilac_cuda_route's over logits[0, E), with the shared expert's gate
  * w[k] = sigmoid(logits[E]) when shared_row (the router given E + 1 rows: its own, then the shared expert's

@@ -682,15 +682,14 @@ __device__ __forceinline__ float glu(float g, float u) { return g / (1.0f + expf
 /* x[t][u0 * VPU ..) of nt tokens (the rest zero) into shared memory, value
  * i of unit u at u * (VPU + 4) + i times 2^(64 - xshift(i)) (the 16-byte
  * pad puts adjacent lanes' float4 reads in different banks), and the sums
- * of x over each run of 16 values. A thread a run. n: the rows of x (tokens,
- * or k_mv_down_sum's slots) the shared memory holds, T unless given. */
+ * of x over each run of 16 values. A thread a run. */
 template <class UT, int T, bool CG = false>
 __device__ void load_x(const float *x, const float *x2, long long x_tok, int nt, int u0, int u1, float *xs, int XS,
-                       float *ss, int SS, int n = T)
+                       float *ss, int SS)
 {
     constexpr int VPU = UT::VPU, US = VPU + 4, NR = VPU / 16;
     const int nruns = (u1 - u0) * NR;
-    for (int i = threadIdx.x; i < n * nruns; i += NTHREADS) {
+    for (int i = threadIdx.x; i < T * nruns; i += NTHREADS) {
         const int t = i / nruns, run = i - t * nruns, u = run / NR, rr = run - u * NR;
         const long long off = (long long)u0 * VPU + t * x_tok + UT::vcol(u * VPU + 16 * rr);
         const float *src = x + off, *src2 = x2 ? x2 + off : nullptr; /* a run's 16 columns are adjacent */
@@ -728,8 +727,8 @@ __device__ __forceinline__ void load_rows(const uint8_t *const (&rowp)[R], const
 
 /* A lane's units u, u + lpr, ... < u1 of its R rows into tot (x of units u0.. in xs/ss), the first one's loads
  * already in a, each next unit's loads issued before the current one is computed: two steps an iteration, so
- * that a and b swap roles without copies. k_mv, k_mv_grouped and k_mv_down_sum share it (the same sums in the
- * same order). */
+ * that a and b swap roles without copies. k_mv and k_mv_grouped share it (the same sums in the same
+ * order). */
 template <int TYPE, bool A16, int R, int T>
 __device__ __forceinline__ void mv_units(const uint8_t *const (&rowp)[R], const bool (&ok)[R], int u, int u0, int u1,
                                          int lpr, typename Unit<TYPE>::Pay (&a)[R], typename Unit<TYPE>::Pay (&b)[R],
@@ -761,13 +760,17 @@ __device__ __forceinline__ float lanes_sum(float v, int lpr)
     return v;
 }
 
-/* The launch shape of k_mv, from timings on an H200 (test_cuda_kernels' bench lines). Rows a lane: 2. The
+/* The launch shape of k_mv, from timings on an H200 (test_cuda_kernels' bench lines). Rows a lane: cfg_rows_t. The
  * blocks a multiprocessor must hold, i.e. a register cap: at one token the kernel waits on memory and wants
  * warps more than registers (3 blocks for the byte-aligned Q8_0/Q4_0, 2 for the rest); up to 4 tokens 2
  * blocks (the 5- and 6-bit types spill a little and are still faster so); at 8 tokens no cap. The most
  * tokens a pass: 8 for Q5_K and Q6_K, whose decoding is dearer than the shared x loads, 4 for the rest,
  * where the accumulators of 8 cost more occupancy than the loads save. */
 constexpr int cfg_rows = 2;
+/* Rows a lane group takes at T tokens a pass: one at one token (twice the warps on a product's rows, half the
+ * dependent work a lane: tg128 315.5 and 317.2 against 311.6 and 306.4 with two, H200, alternated in one call,
+ * 2026-11-30), cfg_rows with more (the x loads of a pass shared by more rows). */
+__host__ __device__ constexpr int cfg_rows_t(int T) { return T == 1 ? 1 : cfg_rows; }
 constexpr int cfg_min_blocks(int type, int T)
 {
     return T == 1 ? (type == LILAC_Q8_0 || type == LILAC_Q4_0 ? 3 : 2) : T <= 4 ? 2 : 1;
@@ -901,114 +904,7 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, 1)) k_mv_conv(c
 {
     TRACE_START(LILAC_TK_MV);
     griddep_launch_dependents();
-    mv_block<TYPE, A16, cfg_rows, 1, false, true>(p, nullptr, blockIdx.x, gridDim.x, 0, 1);
-    TRACE_END(LILAC_TK_MV);
-}
-
-/* The routed experts' down products, their weighted sum with the shared expert's output, the residual add and
- * the next layer's input norm, in one kernel (LILAC_CUDA_DOWN_SUM=1): the down product (k_mv) and the sum
- * (k_moe_sum_norm_grid) with the launch between them and the sum's own chain of L2 round trips gone.
- *
- * A block takes rpb rows of every slot: warp w slot w (w + NWARPS, ...), its lane groups the rows and its
- * lanes the units exactly as k_mv's with the same lanes a row (p.lpr_log2 from mv_shape: the same sums in the
- * same order, so each product is k_mv's bit for bit). Then a thread a row adds the slots' products in slot
- * order, the shared expert's and x, as k_moe_sum_norm_grid does; the last block to finish takes the squares
- * in 256-value blocks in that kernel's order and writes xn: x and xn are that kernel's bits. */
-struct DS {
-    MV p; /* the down product of k slots: idx, x (gate) and x2 (up) a slot apart, rows = n_embd */
-    int k;
-    const float *w;      /* k routing weights, then the shared expert's gate (w[k]) where sh is set */
-    const float *sh;     /* the shared expert's output, or NULL */
-    float *x;            /* the residual stream: x += the sum */
-    const float *norm_w; /* the next norm: xn = RMSNorm(x) * norm_w (NULL: no norm) */
-    float *xn;
-    float eps;
-    unsigned *count; /* dev_last_block's counter (zero between launches) */
-};
-constexpr int DS_T = 256; /* k_moe_sum_norm_grid's block (LILAC_CUDA_SUM_GRID_T): its squares' order */
-static_assert(NTHREADS == DS_T, "k_mv_down_sum's norm repeats k_moe_sum_norm_grid's 256-thread block sums");
-
-template <int TYPE, bool A16>
-__global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, 1)) k_mv_down_sum(const DS d)
-{
-    using UT = Unit<TYPE>;
-    constexpr int VPU = UT::VPU, NRUN = UT::NRUN, US = VPU + 4, R = cfg_rows;
-    TRACE_START(LILAC_TK_MV);
-    griddep_launch_dependents();
-    griddep_wait(); /* idx, the inputs, the weights and x all come from the kernels before */
-    TRACE_WAITED(LILAC_TK_MV);
-    const MV &p = d.p;
-    extern __shared__ float4 smem4[];
-    const int U = (int)(p.cols / VPU), XS = U * US, SS = U * NRUN;
-    float *const xs = reinterpret_cast<float *>(smem4); /* [k][U][US]: load_x's layout a slot */
-    float *const ss = xs + d.k * XS;                    /* [k][U][NRUN] */
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int lpr = 1 << p.lpr_log2, sub = lane & (lpr - 1), grp = lane >> p.lpr_log2;
-    const int rpb = R << (5 - p.lpr_log2);
-    float *const ys = ss + d.k * SS; /* [k][rpb] */
-    const long long row0 = (long long)blockIdx.x * rpb + grp * R;
-
-    /* the warp's first slot's first weights in flight while x loads */
-    typename UT::Pay a[R], b[R];
-    const uint8_t *rowp[R];
-    bool ok[R];
-    auto slot_rows = [&](int slot) {
-        const uint8_t *W = p.w + (size_t)__ldg(p.idx + slot) * p.expert_stride;
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            ok[r] = row0 + r < p.rows;
-            rowp[r] = W + (size_t)(row0 + r) * p.row_bytes;
-        }
-    };
-    if (warp < d.k) {
-        slot_rows(warp);
-        if (sub < U)
-            load_rows<TYPE, A16, R>(rowp, ok, sub, a);
-    }
-    /* every slot's input, silu(gate) * up: x's rows are the slots */
-    load_x<UT, 1>(p.x, p.x2, p.x_slot, d.k, 0, U, xs, XS, ss, SS, d.k);
-    for (int slot = warp; slot < d.k; slot += NWARPS) {
-        if (slot != warp) {
-            slot_rows(slot);
-            if (sub < U)
-                load_rows<TYPE, A16, R>(rowp, ok, sub, a);
-        }
-        float tot[R][1];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            tot[r][0] = 0.f;
-        mv_units<TYPE, A16, R, 1>(rowp, ok, sub, 0, U, lpr, a, b, xs + slot * XS, XS, ss + slot * SS, SS, 1, tot);
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const float v = lanes_sum(tot[r][0], lpr);
-            if (sub == 0)
-                ys[slot * rpb + grp * R + r] = v;
-        }
-    }
-    __syncthreads();
-    /* k_moe_sum_norm_grid's sum for the block's rows */
-    const long long e = (long long)blockIdx.x * rpb + threadIdx.x;
-    if (threadIdx.x < rpb && e < p.rows) {
-        float o = 0.0f;
-        for (int i = 0; i < d.k; i++)
-            o += __ldcg(d.w + i) * ys[i * rpb + threadIdx.x];
-        if (d.sh)
-            o += __ldcg(d.w + d.k) * __ldcg(d.sh + e);
-        o += __ldcg(d.x + e);
-        d.x[e] = o;
-    }
-    if (d.norm_w && dev_last_block(d.count)) {
-        const int E = (int)p.rows;
-        float t = 0;
-        for (int b0 = 0; b0 < E; b0 += DS_T) { /* that kernel's parts: a 256-value block's sum each, in order */
-            const int i = b0 + threadIdx.x;
-            const float v = i < E ? __ldcg(d.x + i) : 0.0f;
-            t += block_sum(i < E ? v * v : 0.0f);
-        }
-        const float r = rsqrtf(t / E + d.eps);
-        for (int i = threadIdx.x; i < E; i += NTHREADS)
-            d.xn[i] = __ldcg(d.x + i) * r * d.norm_w[i];
-    }
+    mv_block<TYPE, A16, cfg_rows_t(1), 1, false, true>(p, nullptr, blockIdx.x, gridDim.x, 0, 1);
     TRACE_END(LILAC_TK_MV);
 }
 
@@ -1134,10 +1030,9 @@ template <int TYPE, int T> int mv_smem(long long cols)
 
 /* launch_fast's shape of the product over a grid of cap blocks (lanes a row, column tiles, row tiles, items);
  * the shared memory a block needs for it. */
-template <int TYPE, int T> int mv_shape(MV &p, int slots, long long cap)
+template <int TYPE, int T, int R = cfg_rows_t(T)> int mv_shape(MV &p, int slots, long long cap)
 {
     using UT = Unit<TYPE>;
-    constexpr int R = cfg_rows;
     const int U = (int)(p.cols / UT::VPU);
     /* Lanes a row: a power of two, at least 4 (or all the units) so that a
      * warp's loads stay contiguous runs, at most 32, and otherwise such that
@@ -1190,12 +1085,12 @@ template <int TYPE, int T, auto KERN> long long mv_grid_cap(long long cols)
 }
 
 /* KERN (k_mv or k_mv_conv, T tokens a pass) over the grid that fits, in mv_shape's shape. */
-template <int TYPE, int T, auto KERN> void launch_shaped(MV p, cudaStream_t st, int slots)
+template <int TYPE, int T, auto KERN, int R = cfg_rows_t(T)> void launch_shaped(MV p, cudaStream_t st, int slots)
 {
     auto kern = KERN;
     const int smem = mv_smem<TYPE, T>(p.cols);
     const long long cap = mv_grid_cap<TYPE, T, KERN>(p.cols);
-    mv_shape<TYPE, T>(p, slots, cap);
+    mv_shape<TYPE, T, R>(p, slots, cap);
     const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
     /* Many tokens over few row tiles (a prefill chunk through a narrow matrix): the token chunks split over
      * blockIdx.y until there are two blocks a resident slot; each group reads the weights again (from L2). */
@@ -1207,30 +1102,7 @@ template <int TYPE, int T, auto KERN> void launch_shaped(MV p, cudaStream_t st, 
 
 template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int slots)
 {
-    launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows, T>>(p, st, slots);
-}
-
-/* k_mv_down_sum over rows / rpb blocks, lanes a row as launch_fast gives the k-slot product (its cap: k_mv's
- * grid); -1 where x of every slot does not fit the shared memory. */
-template <int TYPE, bool A16> int launch_down_sum(DS d, cudaStream_t st)
-{
-    using UT = Unit<TYPE>;
-    MV &p = d.p;
-    if (p.cols > TILE_VALUES) /* k_mv would take column tiles: other sums */
-        return -1;
-    mv_shape<TYPE, 1>(p, d.k, mv_grid_cap<TYPE, 1, k_mv<TYPE, A16, cfg_rows, 1>>(p.cols));
-    const int U = (int)(p.cols / UT::VPU), rpb = cfg_rows << (5 - p.lpr_log2);
-    const long long smem = (long long)sizeof(float) * d.k * (U * (UT::VPU + 4 + UT::NRUN) + rpb);
-    if (smem > SMEM_MAX)
-        return -1;
-    auto kern = k_mv_down_sum<TYPE, A16>;
-    static std::atomic<int> attr_set{0};
-    if (!attr_set.load(std::memory_order_relaxed)) {
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_MAX);
-        attr_set.store(1, std::memory_order_relaxed);
-    }
-    launch_dependent(kern, dim3((unsigned)((p.rows + rpb - 1) / rpb)), dim3(NTHREADS), (size_t)smem, st, d);
-    return 0;
+    launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T>>(p, st, slots);
 }
 
 /* LILAC_CUDA_MV_T8=1: 8 tokens a pass for every type (cfg_max_tokens' 4 was chosen on prefill chunks; an
@@ -1322,7 +1194,7 @@ __global__ void __launch_bounds__(NTHREADS, 2) k_moe_fused(const MF f)
      * routing is found again from f at each use */
 #define MF_IDX (f.idx + (size_t)blockIdx.x * MF_ROUTE)
 #define MF_W (f.w + (size_t)blockIdx.x * MF_ROUTE)
-    constexpr int R = cfg_rows;
+    constexpr int R = cfg_rows_t(1); /* mf_shape's (mv_shape at one token) */
     TRACE_START(LILAC_TK_MOE_FUSED);
     if (f.has_out) { /* x += the mixer's output product (the out matrix of G's type) */
         mv_block<G, GA, R, 1, true>(f.out, nullptr, blockIdx.x, gridDim.x, 0, 1);
@@ -1760,37 +1632,6 @@ int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, fl
     }
     g_fused_launches[LILAC_CUDA_FUSED_QKV_CONV].fetch_add(1, std::memory_order_relaxed);
     return 0;
-}
-
-int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t stride, const int32_t *idx, int k, const float *g,
-                            const float *u, const float *w, const float *sh, float *x, const float *norm_w,
-                            float *xn, float eps, unsigned *count, lilac_cuda_stream *s)
-{
-    if (!mat_ok(W) || !idx || k < 1 || k > 64 || !g || !u || !w || !x || !count || (norm_w && !xn) ||
-        W->rows > INT32_MAX)
-        return -1;
-    DS d{};
-    d.p = mv_params(W, stride, idx, true, g, u, W->cols, nullptr, 1, 0);
-    d.k = k, d.w = w, d.sh = sh, d.x = x, d.norm_w = norm_w, d.xn = xn, d.eps = eps, d.count = count;
-    const uintptr_t al = reinterpret_cast<uintptr_t>(W->data) | W->row_bytes | stride;
-    const cudaStream_t st = S(s);
-    int rc = -1;
-    if (!(al & 1))
-        switch (W->type) {
-        case LILAC_Q4_K:
-            rc = al & 15 ? launch_down_sum<LILAC_Q4_K, false>(d, st) : launch_down_sum<LILAC_Q4_K, true>(d, st);
-            break;
-        case LILAC_Q5_K:
-            rc = al & 15 ? launch_down_sum<LILAC_Q5_K, false>(d, st) : launch_down_sum<LILAC_Q5_K, true>(d, st);
-            break;
-        case LILAC_Q6_K: rc = launch_down_sum<LILAC_Q6_K, false>(d, st); break;
-        case LILAC_Q8_0: rc = launch_down_sum<LILAC_Q8_0, false>(d, st); break;
-        case LILAC_Q4_0: rc = launch_down_sum<LILAC_Q4_0, false>(d, st); break;
-        default: break;
-        }
-    if (!rc)
-        g_fused_launches[LILAC_CUDA_FUSED_DOWN_SUM].fetch_add(1, std::memory_order_relaxed);
-    return rc;
 }
 
 int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s)
