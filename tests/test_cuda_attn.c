@@ -1,4 +1,6 @@
-/* test_cuda_attn: the prefill's causal attention on the tensor cores
+/* test_cuda_attn: the decode step's attention (lilac_cuda_attention) against
+ * a float64 reference at 1 .. 8320 keys under each key-range shape, and the
+ * prefill's causal attention on the tensor cores
  * (lilac_cuda_pf_attention_mma, cuda_attn.cu: 3xTF32) against a float64
  * reference on the CPU and against the CUDA-core kernel
  * (lilac_cuda_pf_attention_simt), over head sizes 128 and 256, query groups
@@ -238,6 +240,87 @@ static void test_case(int hd, int nh, int nkv, int n, int pos0, int scaled)
     lilac_cuda_free(dq), lilac_cuda_free(dq1), lilac_cuda_free(dK), lilac_cuda_free(dV), lilac_cuda_free(dout);
 }
 
+/* One token's attention (lilac_cuda_attention, the decode step's: key ranges merged by a second kernel)
+ * against a float64 reference: n_keys cached keys (the token's own the last), rows past them NaN, the query's
+ * gate after each head, under a range shape (LILAC_CUDA_ATT_RANGES, LILAC_CUDA_ATT_KEYS: NULL for the
+ * default). The bound is test_case's. The query group's kernel takes hd a multiple of 32 up to 256 and up
+ * to 8 heads a KV head; other shapes (hd 80) go to the per-head kernel. */
+static double worst_dec = 0;
+static int n_dec = 0;
+static void test_decode(int hd, int nh, int nkv, int n_keys, int gated, const char *ranges, const char *keys)
+{
+    if (ranges)
+        setenv("LILAC_CUDA_ATT_RANGES", ranges, 1);
+    else
+        unsetenv("LILAC_CUDA_ATT_RANGES");
+    if (keys)
+        setenv("LILAC_CUDA_ATT_KEYS", keys, 1);
+    else
+        unsetenv("LILAC_CUDA_ATT_KEYS");
+    const int group = nh / nkv, kvw = nkv * hd, q_step = 2 * hd, cap = n_keys + 3;
+    const size_t on = (size_t)nh * hd;
+    float *q = malloc(sizeof(float) * nh * q_step), *K = malloc(sizeof(float) * (size_t)cap * kvw);
+    float *V = malloc(sizeof(float) * (size_t)cap * kvw), *out = malloc(sizeof(float) * (on + GUARD));
+    fill(q, (size_t)nh * 2, hd, 0.05);
+    fill(K, (size_t)n_keys, kvw, 0.01);
+    fill(V, (size_t)n_keys, kvw, 0.01);
+    for (size_t i = (size_t)n_keys * kvw; i < (size_t)cap * kvw; i++)
+        K[i] = V[i] = NAN;
+    const int pos = n_keys - 1;
+    float *dq = dev_upload(q, sizeof(float) * nh * q_step), *dK = dev_upload(K, sizeof(float) * (size_t)cap * kvw);
+    float *dV = dev_upload(V, sizeof(float) * (size_t)cap * kvw);
+    int *dpos = dev_upload(&pos, sizeof pos);
+    float *dout = dev_upload(NULL, sizeof(float) * (on + GUARD));
+    float *dpart = dev_upload(NULL, sizeof(float) * lilac_cuda_attention_part_floats(nh, hd));
+    float *dsc = dev_upload(NULL, sizeof(float) * (size_t)nh * cap);
+    lilac_cuda_memset(dout, 0xFF, sizeof(float) * (on + GUARD), NULL);
+    lilac_cuda_attention(dq, q_step, dK, dV, dpos, nh, nkv, hd, dout, dsc, cap, dpart, gated, NULL);
+    ct_down(out, dout, sizeof(float) * (on + GUARD));
+    const char *m = check_msg();
+    char what[160];
+    snprintf(what, sizeof what, "decode hd %d heads %d/%d keys %d %s, ranges %s keys %s", hd, nh, nkv, n_keys,
+             gated ? "gated" : "plain", ranges ? ranges : "default", keys ? keys : "default");
+    CHECKF(!m, "%s: %s", what, m ? m : "");
+    CHECKF(all_nan_bits(out + on, GUARD), "%s: written past its output", what);
+    const double scale = 1 / sqrt((double)hd);
+    double *sc = malloc(sizeof(double) * n_keys), worst = 0;
+    for (int h = 0; h < nh; h++) {
+        const float *qh = q + (size_t)h * q_step;
+        const int kvh = h / group;
+        double mx = -INFINITY, A = 0, Vm = 0, l = 0;
+        for (int p = 0; p < n_keys; p++) {
+            const float *k = K + (size_t)p * kvw + (size_t)kvh * hd;
+            double d = 0, a = 0;
+            for (int i = 0; i < hd; i++)
+                d += (double)qh[i] * k[i], a += fabs((double)qh[i] * k[i]);
+            sc[p] = d * scale, A = fmax(A, a * scale), mx = fmax(mx, sc[p]);
+        }
+        for (int p = 0; p < n_keys; p++) {
+            sc[p] = exp(sc[p] - mx), l += sc[p];
+            for (int i = 0; i < hd; i++)
+                Vm = fmax(Vm, fabs(V[(size_t)p * kvw + (size_t)kvh * hd + i]));
+        }
+        const double bound = Vm * (2e-6 + 4e-7 * A);
+        for (int i = 0; i < hd; i++) {
+            double o = 0;
+            for (int p = 0; p < n_keys; p++)
+                o += sc[p] * V[(size_t)p * kvw + (size_t)kvh * hd + i];
+            o /= l;
+            if (gated)
+                o *= sigmoid(qh[hd + i]);
+            const double e = fabs(out[(size_t)h * hd + i] - o);
+            worst = e / bound > worst || e != e ? e / bound : worst;
+        }
+    }
+    CHECKF(worst <= 1, "%s: error %.3g of the bound", what, worst);
+    worst_dec = worst > worst_dec || worst != worst ? worst : worst_dec;
+    n_dec++;
+    free(q), free(K), free(V), free(out), free(sc);
+    lilac_cuda_free(dq), lilac_cuda_free(dK), lilac_cuda_free(dV), lilac_cuda_free(dpos), lilac_cuda_free(dout);
+    lilac_cuda_free(dpart), lilac_cuda_free(dsc);
+    unsetenv("LILAC_CUDA_ATT_RANGES"), unsetenv("LILAC_CUDA_ATT_KEYS");
+}
+
 /* Milliseconds a call of either kernel takes (best of 5 after a warm-up), hd 256, 16/2 heads, gated. */
 static void bench(int n, int pos0)
 {
@@ -302,6 +385,21 @@ int main(void)
                         continue;
                     test_case(HD[a], HEADS[b][0], HEADS[b][1], N[c], POS0[d], ci & 1);
                 }
+    /* the decode step's attention: key counts around the ranges' edges (64 a range, 128 x 64 = 8192), every
+     * range shape the switches give */
+    static const int KEYS[] = {1, 63, 65, 200, 8193, 8320};
+    static const char *SHAPES[][2] = {{NULL, NULL}, {"256", NULL}, {"128", "16"}, {"256", "16"}, {"7", "1"}};
+    for (size_t a = 0; a < sizeof KEYS / sizeof KEYS[0]; a++)
+        for (size_t b = 0; b < sizeof SHAPES / sizeof SHAPES[0]; b++) {
+            if (quick && (KEYS[a] > 200 || b > 1))
+                continue;
+            test_decode(256, 16, 2, KEYS[a], (int)(a + b) & 1, SHAPES[b][0], SHAPES[b][1]);
+        }
+    test_decode(128, 8, 8, 300, 1, NULL, NULL);  /* one head a KV head */
+    test_decode(128, 12, 4, 300, 0, "256", "16"); /* three */
+    test_decode(80, 4, 2, 300, 1, NULL, NULL);   /* the per-head kernel */
+    test_decode(80, 4, 2, 300, 0, "256", "16");
+    printf("%d decode cases; worst error/bound %.3f\n", n_dec, worst_dec);
     char m2[512];
     CHECKF(lilac_cuda_check(m2, sizeof m2) == 0, "launch errors: %s", m2);
     CHECKF(lilac_cuda_sync(NULL, m2, sizeof m2) == 0, "sync: %s", m2);

@@ -1,5 +1,6 @@
 #include "util/env.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,4 +21,15 @@ bool lilac_env_list_has(const char *list, const char *name)
         p += len + (c != NULL);
     }
     return false;
+}
+
+int lilac_env_int(const char *name, int dflt, int lo, int hi)
+{
+    const char *e = getenv(name);
+    if (!e || !*e)
+        return dflt;
+    char *end = NULL;
+    errno = 0;
+    const long v = strtol(e, &end, 10);
+    return errno || *end || v < lo || v > hi ? dflt : (int)v;
 }

@@ -13,6 +13,9 @@ extern "C" {
  * default, on when set to "1". Callers read it once and keep the answer. */
 bool lilac_env_switch(const char *name, bool dflt);
 
+/* The integer setting `name` where it is one (decimal, nothing after it) within [lo, hi]; dflt otherwise. */
+int lilac_env_int(const char *name, int dflt, int lo, int hi);
+
 /* Whether the comma-separated list (a setting such as "a,b,c"; NULL: empty) holds name. */
 bool lilac_env_list_has(const char *list, const char *name);
 

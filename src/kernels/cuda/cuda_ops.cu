@@ -98,26 +98,28 @@ extern "C" void lilac_cuda_graph_free(void *exec)
 // Split-K attention for one query position (flash decoding): block (h, sp)
 // takes keys [sp * chunk, (sp + 1) * chunk) of head h: scores into scratch,
 // its max m, sum l of exp(score - m) and o = sum exp(score - m) v into part.
-#define ATT_SPLIT LILAC_CUDA_ATT_SPLIT /* 128 (cuda_sizes.h: the plan counts its parts) */
+#define ATT_SPLIT LILAC_CUDA_ATT_SPLIT /* the most ranges: 256 (cuda_sizes.h: the plan counts their parts) */
 #define ATT_TILE 64
-// The key ranges in use at n_keys keys: ranges of at least a tile, so that a
-// short context does not pay for ATT_SPLIT mostly empty blocks and parts.
-static __device__ __forceinline__ int att_splits(int n_keys, int nsplit)
+// The key ranges in use at n_keys keys: at most nsplit, of at least min_keys
+// keys each, so that a short context does not pay for nsplit mostly empty
+// blocks and parts.
+static __device__ __forceinline__ int att_splits(int n_keys, int nsplit, int min_keys)
 {
-    return min(nsplit, (n_keys + ATT_TILE - 1) / ATT_TILE);
+    return min(nsplit, (n_keys + min_keys - 1) / min_keys);
 }
 __global__ void k_attention_part(const float *q, int q_step, const float *K, const float *V, const int *pos_dev, int kvw,
-                                 int hd, int group, float *scratch, int scratch_stride, float *part)
+                                 int hd, int group, float *scratch, int scratch_stride, float *part, int nsplit,
+                                 int min_keys)
 {
     TRACE_START(LILAC_TK_ATT_PART);
     int h = blockIdx.x, sp = blockIdx.y, kvh = h / group;
-    int n_keys = *pos_dev + 1, ns = att_splits(n_keys, ATT_SPLIT), chunk = (n_keys + ns - 1) / ns;
+    int n_keys = *pos_dev + 1, ns = att_splits(n_keys, nsplit, min_keys), chunk = (n_keys + ns - 1) / ns;
     if (sp >= ns) {
         TRACE_END(LILAC_TK_ATT_PART);
         return;
     }
     int p0 = sp * chunk, p1 = min(n_keys, p0 + chunk);
-    float *pt = part + ((size_t)h * ATT_SPLIT + sp) * (hd + 2);
+    float *pt = part + ((size_t)h * nsplit + sp) * (hd + 2);
     const float *qh = q + (size_t)h * q_step;
     float *sc = scratch + (size_t)h * scratch_stride;
     extern __shared__ float qs[];
@@ -172,7 +174,7 @@ __global__ void k_attention_part(const float *q, int q_step, const float *K, con
 __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_step, long long q_tok, const float *K,
                                                       const float *V, float *const *Kp, float *const *Vp,
                                                       const int *pos_dev, int kvw, int hd, int G, float *part,
-                                                      long long part_tok, int nsplit)
+                                                      long long part_tok, int nsplit, int min_keys)
 {
     TRACE_START(LILAC_TK_ATT_GQA);
     griddep_launch_dependents();
@@ -181,7 +183,7 @@ __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_ste
     q += row * q_tok, part += row * part_tok;
     if (Kp)
         K = Kp[row], V = Vp[row];
-    const int n_keys = pos_dev[row] + 1, ns = att_splits(n_keys, nsplit), chunk = (n_keys + ns - 1) / ns;
+    const int n_keys = pos_dev[row] + 1, ns = att_splits(n_keys, nsplit, min_keys), chunk = (n_keys + ns - 1) / ns;
     if (sp >= ns) {
         TRACE_END(LILAC_TK_ATT_GQA);
         return;
@@ -302,15 +304,16 @@ __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_ste
 // shared memory; then a thread a dim sums the ranges with all loads in flight.
 __global__ void k_attention_combine(const float *q, int q_step, long long q_tok, int hd, const float *part,
                                     long long part_tok, float *out, long long out_tok, int gated, const int *pos_dev,
-                                    int nsplit)
+                                    int nsplit, int min_keys)
 {
     TRACE_START(LILAC_TK_ATT_COMBINE);
     griddep_launch_dependents();
     griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
     const int row = blockIdx.y;
     q += row * q_tok, part += row * part_tok, out += row * out_tok;
-    int h = blockIdx.x, ns = att_splits(pos_dev[row] + 1, nsplit);
+    int h = blockIdx.x, ns = att_splits(pos_dev[row] + 1, nsplit, min_keys);
     const float *ph = part + (size_t)h * nsplit * (hd + 2);
+    static_assert(ATT_SPLIT <= 256, "a thread of the 256 a range's weight");
     __shared__ float wsp[ATT_SPLIT];
     /* a range's m and l loaded together */
     float m = threadIdx.x < ns ? ph[(size_t)threadIdx.x * (hd + 2)] : -INFINITY;
@@ -365,15 +368,21 @@ extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K,
                                      float *part, int gated, lilac_cuda_stream *s)
 {
     const int G = n_head / n_head_kv;
+    /* The ranges: at most LILAC_CUDA_ATT_RANGES (1..ATT_SPLIT, default 128), of at least LILAC_CUDA_ATT_KEYS keys
+     * (1..4096, default a tile, 64). Past 128 x 64 keys the default's ranges take two tiles, the second
+     * nearly empty (65 keys a range at 8193..8320: tg128 at depth 8192); not yet measured against 256.
+     * Read at each call: the host calls this only while capturing the step's graph or without one. */
+    const int nsplit = lilac_env_int("LILAC_CUDA_ATT_RANGES", 128, 1, ATT_SPLIT),
+              min_keys = lilac_env_int("LILAC_CUDA_ATT_KEYS", ATT_TILE, 1, 4096);
     if (attention_gqa_takes(n_head, n_head_kv, hd))
-        launch_pdl(PDL_ATTN, k_attention_gqa, dim3(n_head_kv, ATT_SPLIT), dim3(256), 0, CS(s), q, q_step, 0LL, K,
-                   V, (float *const *)NULL, (float *const *)NULL, pos, n_head_kv * hd, hd, G, part, 0LL,
-                   (int)ATT_SPLIT);
+        launch_pdl(PDL_ATTN, k_attention_gqa, dim3(n_head_kv, nsplit), dim3(256), 0, CS(s), q, q_step, 0LL, K, V,
+                   (float *const *)NULL, (float *const *)NULL, pos, n_head_kv * hd, hd, G, part, 0LL, nsplit,
+                   min_keys);
     else
-        k_attention_part<<<dim3(n_head, ATT_SPLIT), 256, (size_t)hd * sizeof(float), CS(s)>>>(
-            q, q_step, K, V, pos, n_head_kv * hd, hd, G, scratch, scratch_stride, part);
+        k_attention_part<<<dim3(n_head, nsplit), 256, (size_t)hd * sizeof(float), CS(s)>>>(
+            q, q_step, K, V, pos, n_head_kv * hd, hd, G, scratch, scratch_stride, part, nsplit, min_keys);
     launch_pdl(PDL_COMBINE, k_attention_combine, dim3(n_head), dim3(256), 0, CS(s), q, q_step, 0LL, hd,
-               (const float *)part, 0LL, out, 0LL, gated, pos, (int)ATT_SPLIT);
+               (const float *)part, 0LL, out, 0LL, gated, pos, nsplit, min_keys);
 }
 
 extern "C" size_t lilac_cuda_attention_rows_part_floats(int n_head, int hd, int n)
@@ -390,9 +399,10 @@ extern "C" int lilac_cuda_attention_rows(const float *q, int q_step, long long q
     const long long part_tok = (long long)n_head * ATT_SPLIT_ROWS * (hd + 2);
     k_attention_gqa<<<dim3(n_head_kv, ATT_SPLIT_ROWS, n), 256, 0, CS(s)>>>(
         q, q_step, q_tok, NULL, NULL, Kp, Vp, pos, n_head_kv * hd, hd, n_head / n_head_kv, part, part_tok,
-        ATT_SPLIT_ROWS);
+        ATT_SPLIT_ROWS, ATT_TILE);
     k_attention_combine<<<dim3(n_head, n), 256, 0, CS(s)>>>(q, q_step, q_tok, hd, part, part_tok, out,
-                                                           (long long)n_head * hd, gated, pos, ATT_SPLIT_ROWS);
+                                                           (long long)n_head * hd, gated, pos, ATT_SPLIT_ROWS,
+                                                           ATT_TILE);
     return 0;
 }
 
