@@ -776,6 +776,11 @@ constexpr int cfg_min_blocks(int type, int T)
     return T == 1 ? (type == LILAC_Q8_0 || type == LILAC_Q4_0 ? 3 : 2) : T <= 4 ? 2 : 1;
 }
 constexpr int cfg_max_tokens(int type) { return type == LILAC_Q5_K || type == LILAC_Q6_K ? 8 : 4; }
+/* LILAC_CUDA_MV_MB3=1 (an experiment, not yet measured): at one token, 3 blocks a multiprocessor for every type
+ * but Q5_K and Q6_K (at one row a lane group Q4_K then takes 75-77 registers, no spills; Q5_K and Q6_K
+ * would spill 32-60 bytes): 24 warps a multiprocessor, and a grid cap of 3 blocks a multiprocessor, under
+ * which the qkv+z product's 384 row tiles take one a block instead of two for 120 of 264 blocks. */
+constexpr int cfg_min_blocks_mb3(int type) { return type == LILAC_Q5_K || type == LILAC_Q6_K ? 2 : 3; }
 
 /* y[t][r] = W[r] . x[t]; with idx, slot i (blockIdx over items) does expert
  * idx[i] into y + i * y_slot.
@@ -884,8 +889,8 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
 }
 
 /* The product as a kernel of its own: mv_block over the grid, launched dependent (launch_dependent). */
-template <int TYPE, bool A16, int R, int T>
-__global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv(const MV p)
+template <int TYPE, bool A16, int R, int T, int MB = cfg_min_blocks(TYPE, T)>
+__global__ void __launch_bounds__(NTHREADS, MB) k_mv(const MV p)
 {
     TRACE_START(LILAC_TK_MV);
     griddep_launch_dependents();
@@ -1100,9 +1105,20 @@ template <int TYPE, int T, auto KERN, int R = cfg_rows_t(T)> void launch_shaped(
     launch_dependent(kern, dim3(grid, (unsigned)gy), dim3(NTHREADS), (size_t)smem, st, p);
 }
 
+static bool mv_mb3()
+{
+    static int on = -1;
+    if (on < 0)
+        on = lilac_env_switch("LILAC_CUDA_MV_MB3", false);
+    return on;
+}
+
 template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int slots)
 {
-    launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T>>(p, st, slots);
+    if (T == 1 && mv_mb3())
+        launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T, cfg_min_blocks_mb3(TYPE)>>(p, st, slots);
+    else
+        launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T>>(p, st, slots);
 }
 
 /* LILAC_CUDA_MV_T8=1: 8 tokens a pass for every type (cfg_max_tokens' 4 was chosen on prefill chunks; an
