@@ -542,8 +542,26 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
          * (wout . xout, added into x) below */
         const lilac_cuda_mat *wout;
         const float *xout;
-        lilac_cuda_fork(s, aux, cm->ev[0]);
-        if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
+        /* LILAC_CUDA_DN_AB=1: a DeltaNet layer's alpha and beta computed by the DeltaNet kernel itself, before
+         * its wait (lilac_cuda_deltanet_ab_takes): their product left the second branch, which, behind the
+         * qkv+z product's blocks on every multiprocessor, started late and held the conv back (~2-3 us a
+         * layer in the trace). Not yet measured. */
+        static int dn_ab = -1;
+        if (dn_ab < 0)
+            dn_ab = lilac_env_switch("LILAC_CUDA_DN_AB", false);
+        /* LILAC_CUDA_QKV_CONV=1: the conv in the qkv product's kernel (lilac_cuda_matvec_conv): tg128 249
+         * against 270 (H200, 2026-11-30). The conv inside the DeltaNet kernel instead (a block a key head)
+         * was measured slower, 263 against 269 tok/s, and removed. */
+        static int qkv_conv = -1;
+        if (qkv_conv < 0)
+            qkv_conv = lilac_env_switch("LILAC_CUDA_QKV_CONV", false);
+        const bool dn_layer = hp->layer_kind[il] != LILAC_LAYER_ATTENTION;
+        /* qkv and z in one product where they share a type (z lands right after qkv) */
+        const bool qkvz = cl->ssm_qkvz.data && !qkv_conv;
+        const bool ab_in = dn_layer && dn_ab && qkvz && lilac_cuda_deltanet_ab_takes(&cl->ssm_ab, nv, dk, dv, E);
+        if (!ab_in) /* the branch has work */
+            lilac_cuda_fork(s, aux, cm->ev[0]);
+        if (!dn_layer) {
             /* q (with its gate) and k in one product where they share a type: k lands at kb, right after q */
             if (!cl->wqk.data)
                 OP("matvec", lilac_cuda_matvec(&cl->wk, cm->xn, cm->kb, 1, aux));
@@ -559,18 +577,12 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             wout = &cl->wo, xout = cm->att;
         } else {
             int tiled = m->w.ssm_v_tiled, K = hp->ssm_conv_kernel;
-            /* LILAC_CUDA_QKV_CONV=1: the conv in the qkv product's kernel (lilac_cuda_matvec_conv): tg128 249
-             * against 270 (H200, 2026-11-30). The conv inside the DeltaNet kernel instead (a block a key head)
-             * was measured slower, 263 against 269 tok/s, and removed. */
-            static int qkv_conv = -1;
-            if (qkv_conv < 0)
-                qkv_conv = lilac_env_switch("LILAC_CUDA_QKV_CONV", false);
-            /* qkv and z in one product where they share a type (z lands right after qkv), alpha and beta in
-             * one on the second branch: two launches on the chain fewer */
-            const bool qkvz = cl->ssm_qkvz.data && !qkv_conv;
+            /* z with qkv, alpha and beta in one product on the second branch: two launches on the chain fewer */
             if (!qkvz)
                 OP("matvec", lilac_cuda_matvec(&cl->ssm_z, cm->xn, cm->z, 1, aux));
-            if (cl->ssm_ab.data) {
+            if (ab_in) {
+                /* a and b: the DeltaNet kernel's own */
+            } else if (cl->ssm_ab.data) {
                 OP("matvec", lilac_cuda_matvec(&cl->ssm_ab, cm->xn, cm->a, 1, aux));
             } else {
                 OP("matvec", lilac_cuda_matvec(&cl->ssm_alpha, cm->xn, cm->a, 1, aux));
@@ -583,11 +595,13 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
                 trace_name("matvec", "");
             if (!conv_done)
                 OP("matvec", lilac_cuda_matvec(qkvz ? &cl->ssm_qkvz : &cl->ssm_qkv, cm->xn, cm->qkv, 1, s));
-            lilac_cuda_fork(aux, s, cm->ev[1]);
+            if (!ab_in)
+                lilac_cuda_fork(aux, s, cm->ev[1]);
             if (!conv_done)
                 OP("conv_step", lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, K, s));
             if (lilac_cuda_deltanet_fused(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
-                                          cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s)) { /* other shapes: */
+                                          cl->ssm_norm, nk, nv, dk, dv, tiled, eps, ab_in ? &cl->ssm_ab : NULL,
+                                          cm->xn, s)) { /* other shapes (never with ab_in: it asked): */
                 if (g_trace == 1)
                     trace_name("pf_deltanet", "");
                 lilac_cuda_pf_deltanet(cm->conv, C, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,

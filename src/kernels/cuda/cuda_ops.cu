@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_fp16.h>
+
+#include "format/dtype.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_dev.cuh"
 #include "kernels/cuda/cuda_ops.h"
@@ -796,14 +799,48 @@ static __device__ void dn_norm_qk(float *qs, float *ks, int dk)
     __syncthreads();
 }
 
-// The log-decay g = ssm_a softplus(a + dt) and beta = sigmoid(b) of value head j.
-static __device__ void dn_gates(const float *a, const float *b, const float *ssm_a, const float *ssm_dt, int j,
-                                float *g_beta)
+// The log-decay g = ssm_a softplus(a + dt) and beta = sigmoid(b) of value head j (a, b: its alpha and beta).
+static __device__ void dn_gates(float a, float b, const float *ssm_a, const float *ssm_dt, int j, float *g_beta)
 {
-    float x = a[j] + ssm_dt[j];
+    float x = a + ssm_dt[j];
     float sp = x > 20.0f ? x : log1pf(expf(x));
     g_beta[0] = ssm_a[j] * sp;
-    g_beta[1] = sigmoidf_(b[j]);
+    g_beta[1] = sigmoidf_(b);
+}
+
+// The types dn_row_dot reads.
+static bool dn_row_type(int type)
+{
+    return type == LILAC_F32 || type == LILAC_F16 || type == LILAC_BF16 || type == LILAC_Q8_0;
+}
+
+// row . x over n values (row of type F32, F16, BF16 or Q8_0; Q8_0 rows of
+// whole blocks, 2-byte aligned) by one warp, in every lane: lane l takes
+// values l, l + 32, ... (Q8_0: blocks l, l + 32, ..., a block's 32 products
+// summed, then times its scale), then the warp's shuffle tree. x from L2.
+static __device__ float dn_row_dot(const uint8_t *row, int type, const float *x, int n)
+{
+    const int lane = threadIdx.x & 31;
+    float acc = 0.0f;
+    if (type == LILAC_Q8_0) {
+        for (int blk = lane; blk < n / 32; blk += 32) {
+            const uint8_t *b = row + (size_t)blk * 34;
+            const float d = __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short *>(b)));
+            float s = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 32; i++)
+                s += (float)(int8_t)b[2 + i] * __ldcg(x + blk * 32 + i);
+            acc += d * s;
+        }
+    } else {
+        for (int i = lane; i < n; i += 32) {
+            const float w = type == LILAC_F32   ? reinterpret_cast<const float *>(row)[i]
+                            : type == LILAC_F16 ? __half2float(reinterpret_cast<const __half *>(row)[i])
+                                                : __uint_as_float((uint32_t)reinterpret_cast<const uint16_t *>(row)[i] << 16);
+            acc += w * __ldcg(x + i);
+        }
+    }
+    return warp_sum(acc);
 }
 
 // One value head's delta rule and gated norm, by the P * dv threads that hold
@@ -862,9 +899,15 @@ static __device__ void dn_head(float (&sr)[DN_ROWS], float *S, const float *qs, 
 // the gated RMSNorm of its output (k_gated_norm).
 // Batched: blockIdx.y a row with its state Sp[row]; conv C floats on, a and
 // b nv, z and o nv * dv.
+// With ab set (one token, LILAC_CUDA_DN_AB=1), warp 2 computes the head's
+// alpha and beta itself (rows j and nv + j of ab, of type ab_type, . xn)
+// before its wait: xn was complete before the conv this kernel follows
+// began, so the two dots overlap the conv and their own product (a launch
+// on the second branch, joined before the conv) goes.
 __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, const float *b, const float *ssm_a,
                            const float *ssm_dt, const float *z, const float *norm_w, float *o_all, int nk, int nv,
-                           int dk, int dv, int tiled, float eps, float *const *Sp)
+                           int dk, int dv, int tiled, float eps, float *const *Sp, const uint8_t *ab, size_t ab_rb,
+                           int ab_type, const float *xn, int n_embd)
 {
     TRACE_START(LILAC_TK_DN_FUSED);
     {
@@ -887,6 +930,11 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
     for (int i = part; i < dk; i += DN_P, n++)
         sr[n] = S[(size_t)i * dv + c];
     const float nw = norm_w[c];
+    float av = 0.0f, bv = 0.0f;
+    if (ab && threadIdx.x >> 5 == 2) { /* warp 2: thread 64 takes the gates below */
+        av = dn_row_dot(ab + (size_t)j * ab_rb, ab_type, xn, n_embd);
+        bv = dn_row_dot(ab + (size_t)(nv + j) * ab_rb, ab_type, xn, n_embd);
+    }
     griddep_wait();
     TRACE_WAITED(LILAC_TK_DN_FUSED);
     /* v and z with q and k: one L2 round trip (loaded where they are used, they were two more after the norms) */
@@ -896,21 +944,32 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
         ks[i] = conv[(size_t)(nk + kh) * dk + i];
     }
     if (threadIdx.x == 64) // warp 2: warps 0 and 1 take the norms
-        dn_gates(a, b, ssm_a, ssm_dt, j, gate);
+        dn_gates(ab ? av : a[j], ab ? bv : b[j], ssm_a, ssm_dt, j, gate);
     dn_norm_qk(qs, ks, dk);
     dn_head(sr, S, qs, ks, v, gate[0], gate[1], part, c, DN_P, dk, dv, red, opart, nw, zc, eps,
             o_all + (size_t)j * dv);
     TRACE_END(LILAC_TK_DN_FUSED);
 }
 
+extern "C" int lilac_cuda_deltanet_ab_takes(const lilac_cuda_mat *ab, int nv, int dk, int dv, int n_embd)
+{
+    return ab && ab->data && dn_fused_takes(dk, dv) && dv * DN_P >= 96 && dn_row_type(ab->type) &&
+           ab->rows == 2LL * nv && ab->cols == n_embd && n_embd % 32 == 0 &&
+           (ab->type != LILAC_Q8_0 || ab->row_bytes == (size_t)n_embd / 32 * 34) &&
+           ((reinterpret_cast<uintptr_t>(ab->data) | ab->row_bytes) & (ab->type == LILAC_F32 ? 3 : 1)) == 0;
+}
+
 extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, const float *b, const float *ssm_a,
                                          const float *ssm_dt, float *S, float *o, const float *z, const float *norm_w,
-                                         int nk, int nv, int dk, int dv, int tiled, float eps, lilac_cuda_stream *s)
+                                         int nk, int nv, int dk, int dv, int tiled, float eps,
+                                         const lilac_cuda_mat *ab, const float *xn, lilac_cuda_stream *s)
 {
-    if (!dn_fused_takes(dk, dv))
+    if (!dn_fused_takes(dk, dv) || (ab && (!xn || !lilac_cuda_deltanet_ab_takes(ab, nv, dk, dv, (int)ab->cols))))
         return -1;
     launch_dependent(k_dn_fused, dim3(nv), dim3(dv * DN_P), (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s), S,
-                     conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL);
+                     conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL,
+                     ab ? static_cast<const uint8_t *>(ab->data) : (const uint8_t *)NULL, ab ? ab->row_bytes : 0,
+                     ab ? ab->type : 0, xn, ab ? (int)ab->cols : 0);
     return 0;
 }
 
@@ -922,7 +981,8 @@ extern "C" int lilac_cuda_deltanet_rows(const float *conv_out, const float *a, c
     if (!dn_fused_takes(dk, dv) || n < 1 || n > 65535)
         return -1;
     k_dn_fused<<<dim3(nv, n), dv * DN_P, (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s)>>>(
-        (float *)NULL, conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, Sp);
+        (float *)NULL, conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, Sp,
+        (const uint8_t *)NULL, 0, 0, (const float *)NULL, 0);
     return 0;
 }
 
