@@ -51,6 +51,7 @@ do_test() {
     run_test model test_cuda_model
     run_test model-mb3 test_cuda_model LILAC_CUDA_MV_MB3=1
     run_test model-dn-ab test_cuda_model LILAC_CUDA_DN_AB=1
+    run_test model-norm-fold test_cuda_model LILAC_CUDA_NORM_FOLD=1
     run_test model-att-shape test_cuda_model LILAC_CUDA_ATT_RANGES=256 LILAC_CUDA_ATT_KEYS=16
     run_test model-route-tail test_cuda_model LILAC_CUDA_ROUTE_TAIL=1
     run_test model-route-one-pass test_cuda_model LILAC_CUDA_ROUTE_STAGED=0

@@ -18,6 +18,7 @@
 
 #ifdef LILAC_CUDA
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_sizes.h"
 #include "model/decoder_cuda_int.h"
 
 static void timing_report(void);
@@ -515,6 +516,47 @@ static void timing_report(void)
                     g_op_s[i] * 1e3, 100 * g_op_s[i] / total, g_op_s[i] / g_op_n[i] * 1e6);
 }
 
+/* How a layer's mixer takes its input, from the step's switches. */
+typedef struct {
+    bool attn;   /* an attention layer (else DeltaNet) */
+    bool qkvz;   /* DeltaNet: z in the qkv product (joined, LILAC_CUDA_QKV_CONV off) */
+    bool ab_in;  /* DeltaNet: alpha and beta by the DeltaNet kernel (LILAC_CUDA_DN_AB=1) */
+    bool foldok; /* every product of its input takes RMSNorm(x) folded in (lilac_cuda_matvec_normed), and no
+                  * other kernel reads xn */
+} layer_in;
+
+static layer_in layer_in_of(const lilac_model *m, int il, bool dn_ab, bool qkv_conv)
+{
+    const lilac_hparams *hp = &m->hp;
+    const cuda_layer *cl = &m->cuda->layers[il];
+    layer_in li = {.attn = hp->layer_kind[il] == LILAC_LAYER_ATTENTION};
+    if (li.attn) {
+        li.foldok = lilac_cuda_matvec_normed_takes(&cl->wv) &&
+                    (cl->wqk.data ? lilac_cuda_matvec_normed_takes(&cl->wqk)
+                                  : lilac_cuda_matvec_normed_takes(&cl->wq) && lilac_cuda_matvec_normed_takes(&cl->wk));
+        return li;
+    }
+    li.qkvz = cl->ssm_qkvz.data && !qkv_conv;
+    li.ab_in = dn_ab && li.qkvz &&
+               lilac_cuda_deltanet_ab_takes(&cl->ssm_ab, hp->ssm_v_heads, hp->ssm_k_dim, hp->ssm_v_dim, hp->n_embd);
+    li.foldok = li.qkvz && !li.ab_in && lilac_cuda_matvec_normed_takes(&cl->ssm_qkvz) &&
+                (cl->ssm_ab.data ? lilac_cuda_matvec_normed_takes(&cl->ssm_ab)
+                                 : lilac_cuda_matvec_normed_takes(&cl->ssm_alpha) &&
+                                       lilac_cuda_matvec_normed_takes(&cl->ssm_beta));
+    return li;
+}
+
+/* A product of the layer's mixer input: of xn, or (folded) of RMSNorm(x) * attn_norm from the previous sum's
+ * parts, the same bits (layer_in's foldok said it takes it). */
+static void mixer_mv(lilac_cuda_model *cm, const cuda_layer *cl, bool folded, const lilac_cuda_mat *W, float *y,
+                     float eps, int n_part, lilac_cuda_stream *st)
+{
+    if (folded)
+        lilac_cuda_matvec_normed(W, cm->x, cm->part, n_part, cl->attn_norm, eps, y, st);
+    else
+        lilac_cuda_matvec(W, cm->xn, y, 1, st);
+}
+
 /* One token at position pos; logits to cm->logits. */
 static void step(lilac_model *m, lilac_cuda_seq *cs)
 {
@@ -533,40 +575,47 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
     lilac_cuda_stream *aux = cm->aux;
     float eps = hp->norm_eps;
     bool shared = hp->shared_ff > 0;
+    /* LILAC_CUDA_DN_AB=1: a DeltaNet layer's alpha and beta computed by the DeltaNet kernel itself, before
+     * its wait (lilac_cuda_deltanet_ab_takes): their product left the second branch, which, behind the
+     * qkv+z product's blocks on every multiprocessor, started late and held the conv back (~2-3 us a
+     * layer in the trace). Not yet measured. */
+    static int dn_ab = -1;
+    if (dn_ab < 0)
+        dn_ab = lilac_env_switch("LILAC_CUDA_DN_AB", false);
+    /* LILAC_CUDA_QKV_CONV=1: the conv in the qkv product's kernel (lilac_cuda_matvec_conv): tg128 249
+     * against 270 (H200, 2026-11-30). The conv inside the DeltaNet kernel instead (a block a key head)
+     * was measured slower, 263 against 269 tok/s, and removed. */
+    static int qkv_conv = -1;
+    if (qkv_conv < 0)
+        qkv_conv = lilac_env_switch("LILAC_CUDA_QKV_CONV", false);
+    /* LILAC_CUDA_NORM_FOLD=1: the next layer's input norm folded into its mixer's products (each block
+     * applies RMSNorm(x) * attn_norm from the sum's parts as it loads x: lilac_cuda_matvec_normed), so that
+     * the sum kernel ends without its fence, counter and last block (lilac_cuda_moe_sum_parts); the same
+     * bits. Not yet measured. */
+    static int norm_fold = -1;
+    if (norm_fold < 0)
+        norm_fold = lilac_env_switch("LILAC_CUDA_NORM_FOLD", false);
+    const int n_part = (E + LILAC_CUDA_SUM_GRID_T - 1) / LILAC_CUDA_SUM_GRID_T;
+    bool folded = false; /* this layer's input: RMSNorm from the previous sum's parts (not cm->xn) */
     OP("get_row", lilac_cuda_get_row(&cm->tok_embd, cm->tok, cm->x, s));
     OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cm->layers[0].attn_norm, cm->xn, 1, E, eps, s));
     for (int il = 0; il < hp->n_layer; il++) {
         const cuda_layer *cl = &cm->layers[il];
         g_trace_layer = il;
+        const layer_in li = layer_in_of(m, il, dn_ab, qkv_conv);
         /* x += mixer(xn): the small products of the same input on the second branch; the output product
          * (wout . xout, added into x) below */
         const lilac_cuda_mat *wout;
         const float *xout;
-        /* LILAC_CUDA_DN_AB=1: a DeltaNet layer's alpha and beta computed by the DeltaNet kernel itself, before
-         * its wait (lilac_cuda_deltanet_ab_takes): their product left the second branch, which, behind the
-         * qkv+z product's blocks on every multiprocessor, started late and held the conv back (~2-3 us a
-         * layer in the trace). Not yet measured. */
-        static int dn_ab = -1;
-        if (dn_ab < 0)
-            dn_ab = lilac_env_switch("LILAC_CUDA_DN_AB", false);
-        /* LILAC_CUDA_QKV_CONV=1: the conv in the qkv product's kernel (lilac_cuda_matvec_conv): tg128 249
-         * against 270 (H200, 2026-11-30). The conv inside the DeltaNet kernel instead (a block a key head)
-         * was measured slower, 263 against 269 tok/s, and removed. */
-        static int qkv_conv = -1;
-        if (qkv_conv < 0)
-            qkv_conv = lilac_env_switch("LILAC_CUDA_QKV_CONV", false);
-        const bool dn_layer = hp->layer_kind[il] != LILAC_LAYER_ATTENTION;
-        /* qkv and z in one product where they share a type (z lands right after qkv) */
-        const bool qkvz = cl->ssm_qkvz.data && !qkv_conv;
-        const bool ab_in = dn_layer && dn_ab && qkvz && lilac_cuda_deltanet_ab_takes(&cl->ssm_ab, nv, dk, dv, E);
+        const bool qkvz = li.qkvz, ab_in = li.ab_in;
         if (!ab_in) /* the branch has work */
             lilac_cuda_fork(s, aux, cm->ev[0]);
-        if (!dn_layer) {
+        if (li.attn) {
             /* q (with its gate) and k in one product where they share a type: k lands at kb, right after q */
             if (!cl->wqk.data)
-                OP("matvec", lilac_cuda_matvec(&cl->wk, cm->xn, cm->kb, 1, aux));
-            OP("matvec", lilac_cuda_matvec(&cl->wv, cm->xn, cm->vb, 1, aux));
-            OP("matvec", lilac_cuda_matvec(cl->wqk.data ? &cl->wqk : &cl->wq, cm->xn, cm->qg, 1, s));
+                OP("matvec", mixer_mv(cm, cl, folded, &cl->wk, cm->kb, eps, n_part, aux));
+            OP("matvec", mixer_mv(cm, cl, folded, &cl->wv, cm->vb, eps, n_part, aux));
+            OP("matvec", mixer_mv(cm, cl, folded, cl->wqk.data ? &cl->wqk : &cl->wq, cm->qg, eps, n_part, s));
             lilac_cuda_fork(aux, s, cm->ev[1]);
             OP("norm_rope_kv", lilac_cuda_norm_rope_kv(cm->qg, cl->q_norm, q_step, nh, cm->kb, cm->vb, cl->k_norm,
                                                        cs->k[il], cs->v[il], nkv, hd, hp->rope_dims, pos,
@@ -578,15 +627,15 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         } else {
             int tiled = m->w.ssm_v_tiled, K = hp->ssm_conv_kernel;
             /* z with qkv, alpha and beta in one product on the second branch: two launches on the chain fewer */
-            if (!qkvz)
+            if (!qkvz) /* (then not folded: layer_in) */
                 OP("matvec", lilac_cuda_matvec(&cl->ssm_z, cm->xn, cm->z, 1, aux));
             if (ab_in) {
                 /* a and b: the DeltaNet kernel's own */
             } else if (cl->ssm_ab.data) {
-                OP("matvec", lilac_cuda_matvec(&cl->ssm_ab, cm->xn, cm->a, 1, aux));
+                OP("matvec", mixer_mv(cm, cl, folded, &cl->ssm_ab, cm->a, eps, n_part, aux));
             } else {
-                OP("matvec", lilac_cuda_matvec(&cl->ssm_alpha, cm->xn, cm->a, 1, aux));
-                OP("matvec", lilac_cuda_matvec(&cl->ssm_beta, cm->xn, cm->b, 1, aux));
+                OP("matvec", mixer_mv(cm, cl, folded, &cl->ssm_alpha, cm->a, eps, n_part, aux));
+                OP("matvec", mixer_mv(cm, cl, folded, &cl->ssm_beta, cm->b, eps, n_part, aux));
             }
             bool conv_done = qkv_conv &&
                              !lilac_cuda_matvec_conv(&cl->ssm_qkv, cm->xn, cm->qkv, cs->conv[il], cl->ssm_conv, K,
@@ -594,7 +643,8 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             if (conv_done && g_trace == 1)
                 trace_name("matvec", "");
             if (!conv_done)
-                OP("matvec", lilac_cuda_matvec(qkvz ? &cl->ssm_qkvz : &cl->ssm_qkv, cm->xn, cm->qkv, 1, s));
+                OP("matvec", mixer_mv(cm, cl, folded && qkvz, qkvz ? &cl->ssm_qkvz : &cl->ssm_qkv, cm->qkv, eps,
+                                      n_part, s));
             if (!ab_in)
                 lilac_cuda_fork(aux, s, cm->ev[1]);
             if (!conv_done)
@@ -632,6 +682,7 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             if (!lilac_cuda_moe_fused(&mo, s)) {
                 if (g_trace == 1)
                     trace_name("moe_fused", "");
+                folded = false; /* it wrote the next layer's xn */
                 continue;
             }
         }
@@ -703,12 +754,21 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         static int sum_grid = -1;
         if (sum_grid < 0)
             sum_grid = lilac_env_switch("LILAC_CUDA_SUM_GRID", true);
-        if (!sum_grid || lilac_cuda_moe_sum_norm_grid(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL, cm->rw + k,
-                                                      next_norm, cm->xn, E, eps, cm->part, cm->count + 1, s))
-            OP("moe_sum_norm", lilac_cuda_moe_sum_norm(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL,
-                                                       cm->rw + k, next_norm, cm->xn, E, eps, s));
-        else if (g_trace == 1)
+        /* the next layer's input norm folded into its products: the sum's parts only */
+        folded = norm_fold && sum_grid && il + 1 < hp->n_layer && layer_in_of(m, il + 1, dn_ab, qkv_conv).foldok &&
+                 !lilac_cuda_moe_sum_parts(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL, cm->rw + k, E, cm->part,
+                                           s);
+        if (folded) {
+            if (g_trace == 1)
+                trace_name("moe_sum_norm", "");
+        } else if (!sum_grid ||
+                   lilac_cuda_moe_sum_norm_grid(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL, cm->rw + k,
+                                                next_norm, cm->xn, E, eps, cm->part, cm->count + 1, s)) {
+            OP("moe_sum_norm", lilac_cuda_moe_sum_norm(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL, cm->rw + k,
+                                                       next_norm, cm->xn, E, eps, s));
+        } else if (g_trace == 1) {
             trace_name("moe_sum_norm", "");
+        }
     }
 }
 

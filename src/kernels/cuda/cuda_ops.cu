@@ -652,6 +652,8 @@ __global__ void __launch_bounds__(1024)
 // last block to finish adds the parts in block order and writes xn.
 #define SNG_T LILAC_CUDA_SUM_GRID_T
 #define SNG_MAXB LILAC_CUDA_SUM_GRID_MAXB /* cuda_sizes.h: the plan sizes the part buffer by it */
+// count NULL (lilac_cuda_moe_sum_parts): the blocks' parts only, no last block (the next products fold the
+// norm into their input: lilac_cuda_matvec_normed).
 __global__ void __launch_bounds__(SNG_T) k_moe_sum_norm_grid(float *x, const float *ex, const float *w, int k,
                                                              const float *sh, const float *gsh,
                                                              const float *norm_w, float *xn, int E, float eps,
@@ -682,14 +684,14 @@ __global__ void __launch_bounds__(SNG_T) k_moe_sum_norm_grid(float *x, const flo
         o += xv;
         x[e] = o;
     }
-    if (!norm_w) {
+    if (!norm_w && count) {
         TRACE_END(LILAC_TK_MOE_SUM_NORM);
         return;
     }
     const float ss = block_sum(e < E ? o * o : 0.0f);
     if (threadIdx.x == 0)
         part[blockIdx.x] = ss;
-    if (dev_last_block(count)) {
+    if (count && dev_last_block(count)) {
         /* the parts' loads issued at once (this tail was ~16 L2 round trips in a row: a part, then a value) */
         float pv[SNG_MAXB];
 #pragma unroll
@@ -714,6 +716,17 @@ extern "C" int lilac_cuda_moe_sum_norm_grid(float *x, const float *ex, const flo
         return -1;
     launch_pdl(PDL_SUM, k_moe_sum_norm_grid, dim3((unsigned)nb), dim3(SNG_T), 0, CS(s), x, ex, w, k, sh, gsh, norm_w,
                xn, E, eps, part, count);
+    return 0;
+}
+
+extern "C" int lilac_cuda_moe_sum_parts(float *x, const float *ex, const float *w, int k, const float *sh,
+                                        const float *gsh, int E, float *part, lilac_cuda_stream *s)
+{
+    const int nb = (E + SNG_T - 1) / SNG_T;
+    if (E < 1 || nb > SNG_MAXB || k < 0 || !part)
+        return -1;
+    launch_pdl(PDL_SUM, k_moe_sum_norm_grid, dim3((unsigned)nb), dim3(SNG_T), 0, CS(s), x, ex, w, k, sh, gsh,
+               (const float *)NULL, (float *)NULL, E, 0.0f, part, (unsigned *)NULL);
     return 0;
 }
 

@@ -69,6 +69,12 @@ int lilac_cuda_norm_router(const float *x, const float *norm_w, float *xn, const
 int lilac_cuda_moe_sum_norm_grid(float *x, const float *ex, const float *w, int k, const float *sh,
                                  const float *gsh, const float *norm_w, float *xn, int E, float eps, float *part,
                                  unsigned *count, lilac_cuda_stream *s);
+/* lilac_cuda_moe_sum_norm_grid's x, and its parts of the norm's sum of squares in part ((E + 255) / 256 floats,
+ * LILAC_CUDA_SUM_GRID_T values a part), without the norm: the next products take RMSNorm(x) * norm_w from x and
+ * the parts (lilac_cuda_matvec_normed), the same bits as that kernel's xn. -1 (nothing launched) for E over
+ * LILAC_CUDA_SUM_GRID_MAXB parts. */
+int lilac_cuda_moe_sum_parts(float *x, const float *ex, const float *w, int k, const float *sh, const float *gsh,
+                             int E, float *part, lilac_cuda_stream *s);
 /* x += sum_i w[i] ex[i] (+ *gsh sh); then xn = RMSNorm(x) * norm_w when norm_w is set. */
 void lilac_cuda_moe_sum_norm(float *x, const float *ex, const float *w, int k, const float *sh, const float *gsh,
                              const float *norm_w, float *xn, int E, float eps, lilac_cuda_stream *s);

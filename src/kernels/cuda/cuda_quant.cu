@@ -655,6 +655,12 @@ struct MV {
     float *conv_state, *conv_out;
     const float *conv_w;
     int conv_k;
+    /* npart set (one token, no x2): x is the residual stream and the product's input RMSNorm(x) * norm_w, its
+     * sum of squares the n_npart parts lilac_cuda_moe_sum_parts left (added in order, as the sum kernel's
+     * last block adds them): the same bits as that kernel's xn */
+    const float *npart, *norm_w;
+    int n_npart;
+    float eps;
 };
 
 /* Channel c of the conv after a product (MV's conv_out): k_conv_step's sums in its order, on the value the
@@ -685,20 +691,21 @@ __device__ __forceinline__ float glu(float g, float u) { return g / (1.0f + expf
  * of x over each run of 16 values. A thread a run. */
 template <class UT, int T, bool CG = false>
 __device__ void load_x(const float *x, const float *x2, long long x_tok, int nt, int u0, int u1, float *xs, int XS,
-                       float *ss, int SS)
+                       float *ss, int SS, const float *nw = nullptr, float nr = 1.0f)
 {
     constexpr int VPU = UT::VPU, US = VPU + 4, NR = VPU / 16;
     const int nruns = (u1 - u0) * NR;
     for (int i = threadIdx.x; i < T * nruns; i += NTHREADS) {
         const int t = i / nruns, run = i - t * nruns, u = run / NR, rr = run - u * NR;
-        const long long off = (long long)u0 * VPU + t * x_tok + UT::vcol(u * VPU + 16 * rr);
+        const long long col = (long long)u0 * VPU + UT::vcol(u * VPU + 16 * rr), off = col + t * x_tok;
         const float *src = x + off, *src2 = x2 ? x2 + off : nullptr; /* a run's 16 columns are adjacent */
         float4 *dst = reinterpret_cast<float4 *>(xs + t * XS + u * US + 16 * rr);
         float v[16], s = 0.f;
 #pragma unroll
         for (int k = 0; k < 16; k++) {
-            /* CG: x was written by other blocks of this kernel (k_moe_fused): from L2 */
-            const float xv = t >= nt ? 0.f : CG ? __ldcg(src + k) : src[k];
+            /* CG: x was written by other blocks of this kernel (k_moe_fused): from L2. nw: the input is
+             * RMSNorm(x) * nw, nr the norm's reciprocal (MV's npart), as the sum kernel computes xn */
+            const float xv = t >= nt ? 0.f : CG ? __ldcg(src + k) : nw ? __ldcg(src + k) * nr * nw[col + k] : src[k];
             v[k] = t >= nt ? 0.f : src2 ? glu(xv, CG ? __ldcg(src2 + k) : src2[k]) : xv;
             s += v[k];
             v[k] *= __int_as_float((127 + 64 - UT::xshift(16 * rr + k)) << 23);
@@ -867,7 +874,15 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
                         TRACE_WAITED(LILAC_TK_MV); /* the table takes a block's first wait */
                     }
                     __syncthreads();
-                    load_x<UT, T, FUSED>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0, u1, xs, XS, ss, SS);
+                    float nr = 1.0f;
+                    if (p.npart) { /* every thread the same sum: the parts in order, as the sum kernel adds them */
+                        float t = 0;
+                        for (int b = 0; b < p.n_npart; b++)
+                            t += __ldcg(p.npart + b);
+                        nr = rsqrtf(t / p.cols + p.eps);
+                    }
+                    load_x<UT, T, FUSED>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0, u1, xs,
+                                         XS, ss, SS, p.npart ? p.norm_w : nullptr, nr);
                     loaded = key;
                 }
                 mv_units<TYPE, A16, R, T>(rowp, ok, u, u0, u1, lpr, a, b, xs, XS, ss, SS, nt, tot);
@@ -1611,6 +1626,46 @@ void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, cons
     if (k <= 0)
         return;
     matvec(W, expert_stride, idx, k, x, W && x_stride ? W->cols : 0, y, 1, S(s), x2, accumulate);
+}
+
+int lilac_cuda_matvec_normed_takes(const lilac_cuda_mat *W)
+{
+    if (!mat_ok(W))
+        return 0;
+    const uintptr_t al = reinterpret_cast<uintptr_t>(W->data) | W->row_bytes;
+    switch (W->type) { /* matvec's fast kernels (k_mv_scalar has no norm) */
+    case LILAC_Q4_K:
+    case LILAC_Q5_K:
+    case LILAC_Q6_K:
+    case LILAC_Q8_0:
+    case LILAC_Q4_0: return (al & 1) == 0;
+    case LILAC_F32:
+    case LILAC_F16:
+    case LILAC_BF16: return (al & 15) == 0 && W->cols % 16 == 0;
+    default: return 0;
+    }
+}
+
+int lilac_cuda_matvec_normed(const lilac_cuda_mat *W, const float *x, const float *part, int n_part,
+                             const float *norm_w, float eps, float *y, lilac_cuda_stream *s)
+{
+    if (!lilac_cuda_matvec_normed_takes(W) || !x || !part || n_part < 1 || !norm_w || !y)
+        return -1;
+    MV p = mv_params(W, 0, nullptr, false, x, nullptr, 0, y, 1, 0);
+    p.npart = part, p.n_npart = n_part, p.norm_w = norm_w, p.eps = eps;
+    const uintptr_t al = reinterpret_cast<uintptr_t>(W->data) | W->row_bytes;
+    const cudaStream_t st = S(s);
+    switch (W->type) {
+    case LILAC_Q4_K: (al & 15) ? launch_t<LILAC_Q4_K, false>(p, st, 1) : launch_t<LILAC_Q4_K, true>(p, st, 1); break;
+    case LILAC_Q5_K: (al & 15) ? launch_t<LILAC_Q5_K, false>(p, st, 1) : launch_t<LILAC_Q5_K, true>(p, st, 1); break;
+    case LILAC_Q6_K: launch_t<LILAC_Q6_K, false>(p, st, 1); break;
+    case LILAC_Q8_0: launch_t<LILAC_Q8_0, false>(p, st, 1); break;
+    case LILAC_Q4_0: launch_t<LILAC_Q4_0, false>(p, st, 1); break;
+    case LILAC_F32: launch_t<LILAC_F32, true>(p, st, 1); break;
+    case LILAC_F16: launch_t<LILAC_F16, true>(p, st, 1); break;
+    default: launch_t<LILAC_BF16, true>(p, st, 1); break;
+    }
+    return 0;
 }
 
 static std::atomic<long> g_fused_launches[LILAC_CUDA_FUSED_KINDS];
