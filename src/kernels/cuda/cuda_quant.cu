@@ -689,7 +689,7 @@ __device__ __forceinline__ float glu(float g, float u) { return g / (1.0f + expf
  * i of unit u at u * (VPU + 4) + i times 2^(64 - xshift(i)) (the 16-byte
  * pad puts adjacent lanes' float4 reads in different banks), and the sums
  * of x over each run of 16 values. A thread a run. */
-template <class UT, int T, bool CG = false>
+template <class UT, int T, bool CG = false, bool NORM = false>
 __device__ void load_x(const float *x, const float *x2, long long x_tok, int nt, int u0, int u1, float *xs, int XS,
                        float *ss, int SS, const float *nw = nullptr, float nr = 1.0f)
 {
@@ -705,7 +705,7 @@ __device__ void load_x(const float *x, const float *x2, long long x_tok, int nt,
         for (int k = 0; k < 16; k++) {
             /* CG: x was written by other blocks of this kernel (k_moe_fused): from L2. nw: the input is
              * RMSNorm(x) * nw, nr the norm's reciprocal (MV's npart), as the sum kernel computes xn */
-            const float xv = t >= nt ? 0.f : CG ? __ldcg(src + k) : nw ? __ldcg(src + k) * nr * nw[col + k] : src[k];
+            const float xv = t >= nt ? 0.f : CG ? __ldcg(src + k) : NORM ? __ldcg(src + k) * nr * nw[col + k] : src[k];
             v[k] = t >= nt ? 0.f : src2 ? glu(xv, CG ? __ldcg(src2 + k) : src2[k]) : xv;
             s += v[k];
             v[k] *= __int_as_float((127 + 64 - UT::xshift(16 * rr + k)) << 23);
@@ -814,7 +814,7 @@ constexpr int cfg_min_blocks_mb3(int type) { return type == LILAC_Q5_K || type =
  * 278 with the prefetch off (registers: the 5- and 6-bit bodies spilled);
  * lanes a row capped at 8 or 16: 249 and 269; tiles aimed at 1 or 4 a
  * resident block instead of 2: no change. */
-template <int TYPE, bool A16, int R, int T, bool FUSED, bool CONV = false>
+template <int TYPE, bool A16, int R, int T, bool FUSED, bool CONV = false, bool NORM = false>
 __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx, int nbx, int by, int nby)
 {
     using UT = Unit<TYPE>;
@@ -875,14 +875,14 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
                     }
                     __syncthreads();
                     float nr = 1.0f;
-                    if (p.npart) { /* every thread the same sum: the parts in order, as the sum kernel adds them */
+                    if constexpr (NORM) { /* every thread the same sum: the parts in order, as the sum kernel adds */
                         float t = 0;
                         for (int b = 0; b < p.n_npart; b++)
                             t += __ldcg(p.npart + b);
                         nr = rsqrtf(t / p.cols + p.eps);
                     }
-                    load_x<UT, T, FUSED>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0, u1, xs,
-                                         XS, ss, SS, p.npart ? p.norm_w : nullptr, nr);
+                    load_x<UT, T, FUSED, NORM>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0,
+                                               u1, xs, XS, ss, SS, p.norm_w, nr);
                     loaded = key;
                 }
                 mv_units<TYPE, A16, R, T>(rowp, ok, u, u0, u1, lpr, a, b, xs, XS, ss, SS, nt, tot);
@@ -904,7 +904,7 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
 }
 
 /* The product as a kernel of its own: mv_block over the grid, launched dependent (launch_dependent). */
-template <int TYPE, bool A16, int R, int T, int MB = cfg_min_blocks(TYPE, T)>
+template <int TYPE, bool A16, int R, int T, int MB = cfg_min_blocks(TYPE, T), bool NORM = false>
 __global__ void __launch_bounds__(NTHREADS, MB) k_mv(const MV p)
 {
     TRACE_START(LILAC_TK_MV);
@@ -913,7 +913,7 @@ __global__ void __launch_bounds__(NTHREADS, MB) k_mv(const MV p)
         griddep_wait();
         TRACE_WAITED(LILAC_TK_MV);
     }
-    mv_block<TYPE, A16, R, T, false>(p, p.idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
+    mv_block<TYPE, A16, R, T, false, false, NORM>(p, p.idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
     TRACE_END(LILAC_TK_MV);
 }
 
@@ -1130,10 +1130,14 @@ static bool mv_mb3()
 
 template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int slots)
 {
-    if (T == 1 && mv_mb3())
-        launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T, cfg_min_blocks_mb3(TYPE)>>(p, st, slots);
-    else
-        launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T>>(p, st, slots);
+    if constexpr (T == 1) { /* (only here: other T would instantiate kernels never launched) */
+        if (p.npart) /* the input norm folded in (lilac_cuda_matvec_normed) */
+            return launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T, cfg_min_blocks(TYPE, T), true>>(p, st,
+                                                                                                        slots);
+        if (mv_mb3())
+            return launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T, cfg_min_blocks_mb3(TYPE)>>(p, st, slots);
+    }
+    launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T>>(p, st, slots);
 }
 
 /* LILAC_CUDA_MV_T8=1: 8 tokens a pass for every type (cfg_max_tokens' 4 was chosen on prefill chunks; an
