@@ -1048,6 +1048,18 @@ template <int TYPE, int T> int mv_smem(long long cols)
     return (int)sizeof(float) * T * mv_tile_units<TYPE, T>(cols) * (UT::VPU + 4 + UT::NRUN);
 }
 
+/* LILAC_CUDA_MV_UPL=N (an experiment, not yet measured; default 1): the lanes a row widen only while a lane
+ * keeps at least N units. The trace has the one-token products at ~2-3 items a block run one after another
+ * (the expert gate+up: lanes a row 32, 1,024 items over 264 blocks), each item a whole memory round trip,
+ * where within an item a lane's next unit is loaded while the current one is computed. */
+static int mv_upl()
+{
+    static int upl = 0;
+    if (!upl)
+        upl = lilac_env_int("LILAC_CUDA_MV_UPL", 1, 1, 32);
+    return upl;
+}
+
 /* launch_fast's shape of the product over a grid of cap blocks (lanes a row, column tiles, row tiles, items);
  * the shared memory a block needs for it. */
 template <int TYPE, int T, int R = cfg_rows_t(T)> int mv_shape(MV &p, int slots, long long cap)
@@ -1071,7 +1083,7 @@ template <int TYPE, int T, int R = cfg_rows_t(T)> int mv_shape(MV &p, int slots,
         const long long rpt = (long long)NWARPS * R * (32 >> floor_log2(l));
         return (p.rows + rpt - 1) / rpt * slots;
     };
-    while (lpr < 32 && 2 * lpr <= U && tiles(lpr) < 2 * cap)
+    while (lpr < 32 && 2 * lpr * mv_upl() <= U && tiles(lpr) < 2 * cap)
         lpr *= 2;
     p.lpr_log2 = floor_log2(lpr);
     p.row_tiles = tiles(lpr) / slots;
