@@ -21,6 +21,7 @@ for v in "$@"; do
     if [ -s "$f" ]; then
         grep '^cuda trace: call\|^cuda trace: step\|^cuda trace: .* launches,' "$f"
         awk '$2 == 4' "$f" | cut -c1-110
+        python3 "$(dirname "$0")/trace_budget.py" "$f" # a layer's chain, launch by launch
     else
         echo "no trace table"
     fi
