@@ -516,6 +516,57 @@ static void timing_report(void)
                     g_op_s[i] * 1e3, 100 * g_op_s[i] / total, g_op_s[i] / g_op_n[i] * 1e6);
 }
 
+/* The decode step's switches (LILAC_CUDA_*), read at its first call (measurements in bench/README.md). */
+typedef struct {
+    /* DN_AB=1: a DeltaNet layer's alpha and beta computed by the DeltaNet kernel itself, before its wait
+     * (lilac_cuda_deltanet_ab_takes): their product left the second branch, which, behind the qkv+z product's
+     * blocks on every multiprocessor, started late and held the conv back (~2-3 us a layer in the trace).
+     * Not yet measured. */
+    bool dn_ab;
+    /* QKV_CONV=1: the conv in the qkv product's kernel (lilac_cuda_matvec_conv): tg128 249 against 270 (H200,
+     * 2026-11-30). The conv inside the DeltaNet kernel instead (a block a key head) was measured slower, 263
+     * against 269 tok/s, and removed. */
+    bool qkv_conv;
+    /* NORM_FOLD=1: the next layer's input norm folded into its mixer's products (each block applies
+     * RMSNorm(x) * attn_norm from the sum's parts as it loads x: lilac_cuda_matvec_normed), so that the sum
+     * kernel ends without its fence, counter and last block (lilac_cuda_moe_sum_parts); the same bits. Not
+     * yet measured. */
+    bool norm_fold;
+    /* MOE_FUSED=1: the output product, norm, router, routing, experts and their sum as one cooperative
+     * kernel with grid barriers (lilac_cuda_moe_fused) instead of the chain; where it does not take the
+     * layer, the chain */
+    bool moe_fused;
+    /* NORM_ROUTER=0: the post-attention norm and a float32 router apart (in one kernel: tg128 245 against 234
+     * tok/s, H200, 2026-11-30) */
+    bool norm_router;
+    /* ROUTE_TAIL=1: the routing at the norm+router kernel's end, by its last block, where the router holds
+     * the shared gate's row too (or there is no shared expert), instead of the route kernel. Slower, the
+     * shared expert's branch starting after the routing: tg128 267 against 281 with one warp routing, 275
+     * against 282 with the block's staged ranks (H200, 2026-11-30). */
+    bool route_tail;
+    /* SUM_GRID=0: the experts' sum and the next norm by one block, not over a grid */
+    bool sum_grid;
+} step_sw;
+
+static const step_sw *step_switches(void)
+{
+    static step_sw sw;
+    static bool read;
+    if (!read) {
+        sw = (step_sw){
+            .dn_ab = lilac_env_switch("LILAC_CUDA_DN_AB", false),
+            .qkv_conv = lilac_env_switch("LILAC_CUDA_QKV_CONV", false),
+            .norm_fold = lilac_env_switch("LILAC_CUDA_NORM_FOLD", false),
+            .moe_fused = lilac_env_switch("LILAC_CUDA_MOE_FUSED", false),
+            .norm_router = lilac_env_switch("LILAC_CUDA_NORM_ROUTER", true),
+            .route_tail = lilac_env_switch("LILAC_CUDA_ROUTE_TAIL", false),
+            .sum_grid = lilac_env_switch("LILAC_CUDA_SUM_GRID", true),
+        };
+        read = true;
+    }
+    return &sw;
+}
+
 /* How a layer's mixer takes its input, from the step's switches. */
 typedef struct {
     bool attn;   /* an attention layer (else DeltaNet) */
@@ -525,7 +576,7 @@ typedef struct {
                   * other kernel reads xn */
 } layer_in;
 
-static layer_in layer_in_of(const lilac_model *m, int il, bool dn_ab, bool qkv_conv)
+static layer_in layer_in_of(const lilac_model *m, int il, const step_sw *sw)
 {
     const lilac_hparams *hp = &m->hp;
     const cuda_layer *cl = &m->cuda->layers[il];
@@ -536,8 +587,8 @@ static layer_in layer_in_of(const lilac_model *m, int il, bool dn_ab, bool qkv_c
                                   : lilac_cuda_matvec_normed_takes(&cl->wq) && lilac_cuda_matvec_normed_takes(&cl->wk));
         return li;
     }
-    li.qkvz = cl->ssm_qkvz.data && !qkv_conv;
-    li.ab_in = dn_ab && li.qkvz &&
+    li.qkvz = cl->ssm_qkvz.data && !sw->qkv_conv;
+    li.ab_in = sw->dn_ab && li.qkvz &&
                lilac_cuda_deltanet_ab_takes(&cl->ssm_ab, hp->ssm_v_heads, hp->ssm_k_dim, hp->ssm_v_dim, hp->n_embd);
     li.foldok = li.qkvz && !li.ab_in && lilac_cuda_matvec_normed_takes(&cl->ssm_qkvz) &&
                 (cl->ssm_ab.data ? lilac_cuda_matvec_normed_takes(&cl->ssm_ab)
@@ -575,26 +626,7 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
     lilac_cuda_stream *aux = cm->aux;
     float eps = hp->norm_eps;
     bool shared = hp->shared_ff > 0;
-    /* LILAC_CUDA_DN_AB=1: a DeltaNet layer's alpha and beta computed by the DeltaNet kernel itself, before
-     * its wait (lilac_cuda_deltanet_ab_takes): their product left the second branch, which, behind the
-     * qkv+z product's blocks on every multiprocessor, started late and held the conv back (~2-3 us a
-     * layer in the trace). Not yet measured. */
-    static int dn_ab = -1;
-    if (dn_ab < 0)
-        dn_ab = lilac_env_switch("LILAC_CUDA_DN_AB", false);
-    /* LILAC_CUDA_QKV_CONV=1: the conv in the qkv product's kernel (lilac_cuda_matvec_conv): tg128 249
-     * against 270 (H200, 2026-11-30). The conv inside the DeltaNet kernel instead (a block a key head)
-     * was measured slower, 263 against 269 tok/s, and removed. */
-    static int qkv_conv = -1;
-    if (qkv_conv < 0)
-        qkv_conv = lilac_env_switch("LILAC_CUDA_QKV_CONV", false);
-    /* LILAC_CUDA_NORM_FOLD=1: the next layer's input norm folded into its mixer's products (each block
-     * applies RMSNorm(x) * attn_norm from the sum's parts as it loads x: lilac_cuda_matvec_normed), so that
-     * the sum kernel ends without its fence, counter and last block (lilac_cuda_moe_sum_parts); the same
-     * bits. Not yet measured. */
-    static int norm_fold = -1;
-    if (norm_fold < 0)
-        norm_fold = lilac_env_switch("LILAC_CUDA_NORM_FOLD", false);
+    const step_sw *sw = step_switches();
     const int n_part = (E + LILAC_CUDA_SUM_GRID_T - 1) / LILAC_CUDA_SUM_GRID_T;
     bool folded = false; /* this layer's input: RMSNorm from the previous sum's parts (not cm->xn) */
     OP("get_row", lilac_cuda_get_row(&cm->tok_embd, cm->tok, cm->x, s));
@@ -602,7 +634,7 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
     for (int il = 0; il < hp->n_layer; il++) {
         const cuda_layer *cl = &cm->layers[il];
         g_trace_layer = il;
-        const layer_in li = layer_in_of(m, il, dn_ab, qkv_conv);
+        const layer_in li = layer_in_of(m, il, sw);
         /* x += mixer(xn): the small products of the same input on the second branch; the output product
          * (wout . xout, added into x) below */
         const lilac_cuda_mat *wout;
@@ -637,7 +669,7 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
                 OP("matvec", mixer_mv(cm, cl, folded, &cl->ssm_alpha, cm->a, eps, n_part, aux));
                 OP("matvec", mixer_mv(cm, cl, folded, &cl->ssm_beta, cm->b, eps, n_part, aux));
             }
-            bool conv_done = qkv_conv &&
+            bool conv_done = sw->qkv_conv &&
                              !lilac_cuda_matvec_conv(&cl->ssm_qkv, cm->xn, cm->qkv, cs->conv[il], cl->ssm_conv, K,
                                                      cm->conv, s);
             if (conv_done && g_trace == 1)
@@ -662,13 +694,7 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             wout = &cl->ssm_out, xout = cm->o;
         }
         const float *next_norm = il + 1 < hp->n_layer ? cm->layers[il + 1].attn_norm : cm->output_norm;
-        /* LILAC_CUDA_MOE_FUSED=1: the output product, norm, router, routing, experts and their sum as one
-         * cooperative kernel with grid barriers (lilac_cuda_moe_fused) instead of the chain below; where it
-         * does not take the layer, the chain */
-        static int moe_fused = -1;
-        if (moe_fused < 0)
-            moe_fused = lilac_env_switch("LILAC_CUDA_MOE_FUSED", false);
-        if (moe_fused && cl->gu_fused) {
+        if (sw->moe_fused && cl->gu_fused) {
             lilac_cuda_moe mo = {
                 .out = wout, .out_x = xout, .router = &cl->router, .post_norm = cl->post_norm,
                 .gate = &cl->exp_gate, .down = &cl->exp_down, .gate_stride = cl->gate_stride,
@@ -687,27 +713,15 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             }
         }
         OP("matvec", lilac_cuda_matvec_fused(wout, 0, NULL, 1, xout, NULL, 0, cm->x, 1, s));
-        /* the norm and a float32 router in one kernel: tg128 245 against 234 tok/s apart (H200, 2026-11-30);
-         * LILAC_CUDA_NORM_ROUTER=0: apart */
-        static int norm_router = -1;
-        if (norm_router < 0)
-            norm_router = lilac_env_switch("LILAC_CUDA_NORM_ROUTER", true);
-        /* LILAC_CUDA_ROUTE_TAIL=1: the routing at its end, by its last block, where the router holds the shared
-         * gate's row too (or there is no shared expert), instead of the route kernel. Slower, the shared
-         * expert's branch starting after the routing: tg128 267 against 281 with one warp routing, 275 against
-         * 282 with the block's staged ranks (H200, 2026-11-30). */
-        static int route_tail = -1;
-        if (route_tail < 0)
-            route_tail = lilac_env_switch("LILAC_CUDA_ROUTE_TAIL", false);
         const lilac_cuda_route_args ra = {
             .E = hp->n_expert, .k = k, .norm = hp->norm_topk, .up_offset = cl->gu_fused ? hp->n_expert : 0,
             .shared_row = shared, .idx = cm->idx, .w = cm->rw, .count = cm->count,
         };
-        const bool tail = route_tail && (!shared || cl->router_gate_row);
+        const bool tail = sw->route_tail && (!shared || cl->router_gate_row);
         /* the shared expert's gate as the router's row n_expert, where it is stored there: its dot off the
          * route kernel (which took a third of that kernel's stall samples in ncu) */
         const bool gate_row = shared && cl->router_gate_row;
-        bool routed = norm_router && cl->router.type == LILAC_F32 &&
+        bool routed = sw->norm_router && cl->router.type == LILAC_F32 &&
                       !lilac_cuda_norm_router(cm->x, cl->post_norm, cm->xn, cl->router.data,
                                               (long long)(cl->router.row_bytes / sizeof(float)),
                                               (int)cl->router.rows + gate_row, cm->rl, E, eps,
@@ -750,18 +764,14 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         OP("matvec_experts", lilac_cuda_matvec_fused(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
                                                      1, cm->ex, 0, s));
         /* x += the experts' sum, and the next layer's input norm (the output norm after the last layer) */
-        /* over a grid of blocks (LILAC_CUDA_SUM_GRID=0: one block) */
-        static int sum_grid = -1;
-        if (sum_grid < 0)
-            sum_grid = lilac_env_switch("LILAC_CUDA_SUM_GRID", true);
-        /* the next layer's input norm folded into its products: the sum's parts only */
-        folded = norm_fold && sum_grid && il + 1 < hp->n_layer && layer_in_of(m, il + 1, dn_ab, qkv_conv).foldok &&
+        /* over a grid of blocks; the next layer's input norm folded into its products: the sum's parts only */
+        folded = sw->norm_fold && sw->sum_grid && il + 1 < hp->n_layer && layer_in_of(m, il + 1, sw).foldok &&
                  !lilac_cuda_moe_sum_parts(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL, cm->rw + k, E, cm->part,
                                            s);
         if (folded) {
             if (g_trace == 1)
                 trace_name("moe_sum_norm", "");
-        } else if (!sum_grid ||
+        } else if (!sw->sum_grid ||
                    lilac_cuda_moe_sum_norm_grid(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL, cm->rw + k,
                                                 next_norm, cm->xn, E, eps, cm->part, cm->count + 1, s)) {
             OP("moe_sum_norm", lilac_cuda_moe_sum_norm(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL, cm->rw + k,
