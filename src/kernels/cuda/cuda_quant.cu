@@ -784,9 +784,9 @@ constexpr int cfg_min_blocks(int type, int T)
 }
 constexpr int cfg_max_tokens(int type) { return type == LILAC_Q5_K || type == LILAC_Q6_K ? 8 : 4; }
 /* LILAC_CUDA_MV_MB3=1 (an experiment, not yet measured): at one token, 3 blocks a multiprocessor for every type
- * but Q5_K and Q6_K (at one row a lane group Q4_K then takes 75-77 registers, no spills; Q5_K and Q6_K
- * would spill 32-60 bytes): 24 warps a multiprocessor, and a grid cap of 3 blocks a multiprocessor, under
- * which the qkv+z product's 384 row tiles take one a block instead of two for 120 of 264 blocks. */
+ * but Q5_K and Q6_K (at one row a lane group Q4_K then takes 75-80 registers, 0-4 bytes of spill; Q5_K and
+ * Q6_K would spill 32-60 bytes): 24 warps a multiprocessor, and a grid cap of 3 blocks a multiprocessor, under
+ * which (with LILAC_CUDA_MV_UPL=4) the qkv+z product's 384 row tiles take one a block. */
 constexpr int cfg_min_blocks_mb3(int type) { return type == LILAC_Q5_K || type == LILAC_Q6_K ? 2 : 3; }
 
 /* y[t][r] = W[r] . x[t]; with idx, slot i (blockIdx over items) does expert
