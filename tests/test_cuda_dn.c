@@ -33,7 +33,7 @@
 #include <cuda_runtime.h>
 
 #include "format/dtype.h"
-#include "kernels/cpu/quant.h"
+#include "kernels/cpu/cpu.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -254,21 +254,8 @@ static void test_decode_ab(int dk, int dv, int nk, int nv, int type)
     for (int r = 0; r < 2 * nv; r++) { /* the weights as stored, and wf as they read back */
         float *wr = wf + (size_t)r * E;
         uint8_t *br = wb + (size_t)r * rb;
-        if (type == LILAC_Q8_0) {
-            lilac_quantize_row_q8_0(wr, br, E);
-            lilac_dequant_q8_0(br, wr, E);
-        } else if (type == LILAC_BF16) {
-            for (int i = 0; i < E; i++) {
-                uint32_t u;
-                memcpy(&u, &wr[i], 4);
-                const uint16_t h = (uint16_t)(u >> 16);
-                memcpy(br + 2 * i, &h, 2);
-                u = (uint32_t)h << 16;
-                memcpy(&wr[i], &u, 4);
-            }
-        } else {
-            memcpy(br, wr, sizeof(float) * E);
-        }
+        lilac_quantizer_for(type)(wr, br, E);
+        lilac_row_to_f32(type, br, wr, E);
     }
     for (int j = 0; j < nv; j++) { /* a and b in float64 */
         double da = 0, db = 0;

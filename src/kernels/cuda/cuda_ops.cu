@@ -9,11 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda_fp16.h>
-
 #include "format/dtype.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_dev.cuh"
+#include "kernels/cuda/cuda_dq.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_sizes.h"
 #include "kernels/cuda/cuda_trace.cuh"
@@ -821,39 +820,11 @@ static __device__ void dn_gates(float a, float b, const float *ssm_a, const floa
     g_beta[1] = sigmoidf_(b);
 }
 
-// The types dn_row_dot reads.
-static bool dn_row_type(int type)
+// The types whose alpha and beta the DeltaNet kernel computes itself (dq_warp_dot: the ones whose
+// value by value decoding is cheap; a K-quant's dq_value decodes its block's scales again for every value).
+static bool dn_ab_type(int type)
 {
     return type == LILAC_F32 || type == LILAC_F16 || type == LILAC_BF16 || type == LILAC_Q8_0;
-}
-
-// row . x over n values (row of type F32, F16, BF16 or Q8_0; Q8_0 rows of
-// whole blocks, 2-byte aligned) by one warp, in every lane: lane l takes
-// values l, l + 32, ... (Q8_0: blocks l, l + 32, ..., a block's 32 products
-// summed, then times its scale), then the warp's shuffle tree. x from L2.
-static __device__ float dn_row_dot(const uint8_t *row, int type, const float *x, int n)
-{
-    const int lane = threadIdx.x & 31;
-    float acc = 0.0f;
-    if (type == LILAC_Q8_0) {
-        for (int blk = lane; blk < n / 32; blk += 32) {
-            const uint8_t *b = row + (size_t)blk * 34;
-            const float d = __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short *>(b)));
-            float s = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 32; i++)
-                s += (float)(int8_t)b[2 + i] * __ldcg(x + blk * 32 + i);
-            acc += d * s;
-        }
-    } else {
-        for (int i = lane; i < n; i += 32) {
-            const float w = type == LILAC_F32   ? reinterpret_cast<const float *>(row)[i]
-                            : type == LILAC_F16 ? __half2float(reinterpret_cast<const __half *>(row)[i])
-                                                : __uint_as_float((uint32_t)reinterpret_cast<const uint16_t *>(row)[i] << 16);
-            acc += w * __ldcg(x + i);
-        }
-    }
-    return warp_sum(acc);
 }
 
 // One value head's delta rule and gated norm, by the P * dv threads that hold
@@ -945,8 +916,8 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
     const float nw = norm_w[c];
     float av = 0.0f, bv = 0.0f;
     if (ab && threadIdx.x >> 5 == 2) { /* warp 2: thread 64 takes the gates below */
-        av = dn_row_dot(ab + (size_t)j * ab_rb, ab_type, xn, n_embd);
-        bv = dn_row_dot(ab + (size_t)(nv + j) * ab_rb, ab_type, xn, n_embd);
+        av = dq_warp_dot(ab_type, ab + (size_t)j * ab_rb, xn, n_embd);
+        bv = dq_warp_dot(ab_type, ab + (size_t)(nv + j) * ab_rb, xn, n_embd);
     }
     griddep_wait();
     TRACE_WAITED(LILAC_TK_DN_FUSED);
@@ -966,10 +937,13 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
 
 extern "C" int lilac_cuda_deltanet_ab_takes(const lilac_cuda_mat *ab, int nv, int dk, int dv, int n_embd)
 {
-    return ab && ab->data && dn_fused_takes(dk, dv) && dv * DN_P >= 96 && dn_row_type(ab->type) &&
-           ab->rows == 2LL * nv && ab->cols == n_embd && n_embd % 32 == 0 &&
-           (ab->type != LILAC_Q8_0 || ab->row_bytes == (size_t)n_embd / 32 * 34) &&
-           ((reinterpret_cast<uintptr_t>(ab->data) | ab->row_bytes) & (ab->type == LILAC_F32 ? 3 : 1)) == 0;
+    if (!ab || !ab->data || !dn_fused_takes(dk, dv) || dv * DN_P < 96 || !dn_ab_type(ab->type) ||
+        ab->rows != 2LL * nv || ab->cols != n_embd || n_embd % 32)
+        return 0;
+    /* a row's bytes at least (dq_value reads them one by one: any alignment) */
+    const size_t row = ab->type == LILAC_Q8_0 ? (size_t)n_embd / 32 * Q8_0_BYTES
+                                              : (size_t)n_embd * (ab->type == LILAC_F32 ? 4 : 2);
+    return ab->row_bytes >= row;
 }
 
 extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, const float *b, const float *ssm_a,

@@ -41,6 +41,7 @@
 #include "format/dtype.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_dev.cuh"
+#include "kernels/cuda/cuda_dq.cuh"
 #include "util/env.h"
 #include "kernels/cuda/cuda_trace.cuh"
 
@@ -65,14 +66,6 @@ extern "C" const char *__asan_default_options(void) { return "protect_shadow_gap
 
 namespace {
 
-/* Block layouts of kernels/cpu/quant.h (a C11 header nvcc cannot include:
- * _Static_assert). Offsets below are into one block. */
-constexpr int Q8_0_BYTES = 34;  /* d, qs[32] */
-constexpr int Q4_0_BYTES = 18;  /* d, qs[16] */
-constexpr int Q4_K_BYTES = 144; /* d, dmin, scales[12], qs[128] */
-constexpr int Q5_K_BYTES = 176; /* d, dmin, scales[12], qh[32], qs[128] */
-constexpr int Q6_K_BYTES = 210; /* ql[128], qh[64], scales[16], d */
-
 constexpr int NWARPS = 8;
 constexpr int NTHREADS = NWARPS * 32;
 constexpr float XUNSCALE = 0x1p-64f; /* x in shared memory is x * 2^(64 - s) */
@@ -83,11 +76,6 @@ constexpr int SMEM_MAX = 160 * 1024; /* what that takes at most (16 floats a uni
 /* ------------------------------------------------------------------ */
 /* device helpers */
 
-
-__device__ __forceinline__ float h2f(uint32_t h)
-{
-    return __half2float(__ushort_as_half((unsigned short)(h & 0xFFFF)));
-}
 
 /* A small unsigned integer (< 2^23) as a float, exactly, without I2F. */
 __device__ __forceinline__ float u2f(uint32_t v) { return __uint_as_float(0x4B000000u | v) - 8388608.0f; }
@@ -134,61 +122,6 @@ template <int NW, bool A16> __device__ __forceinline__ void ldw(const uint8_t *p
 #pragma unroll
     for (int i = 0; i < NW; i++)
         w[i] = __funnelshift_r(X[i], X[i + 1], sh);
-}
-
-/* Byte-wise reads for the scalar paths, whatever the alignment. */
-__device__ __forceinline__ uint32_t rd16(const uint8_t *p) { return (uint32_t)p[0] | ((uint32_t)p[1] << 8); }
-
-/* Value c of a row, bit for bit as kernels/cpu/quant_scalar.c (ggml's
- * dequantize_row_*) computes it: the same float32 operations in the same
- * order, none contracted. */
-__device__ float dq_value(int type, const uint8_t *row, long long c)
-{
-    switch (type) {
-    case LILAC_F32: return __uint_as_float(rd16(row + 4 * c) | (rd16(row + 4 * c + 2) << 16));
-    case LILAC_F16: return h2f(rd16(row + 2 * c));
-    case LILAC_BF16: return __uint_as_float(rd16(row + 2 * c) << 16);
-    case LILAC_Q8_0: {
-        const uint8_t *b = row + (c / 32) * Q8_0_BYTES;
-        return __fmul_rn((float)(int8_t)b[2 + c % 32], h2f(rd16(b)));
-    }
-    case LILAC_Q4_0: {
-        const uint8_t *b = row + (c / 32) * Q4_0_BYTES;
-        const int j = (int)(c % 32), q = b[2 + (j & 15)];
-        return __fmul_rn((float)((j < 16 ? q & 15 : q >> 4) - 8), h2f(rd16(b)));
-    }
-    case LILAC_Q4_K:
-    case LILAC_Q5_K: {
-        const bool k5 = type == LILAC_Q5_K;
-        const uint8_t *b = row + (c / 256) * (k5 ? Q5_K_BYTES : Q4_K_BYTES);
-        const int i = (int)(c % 256), jj = i >> 6, hi = (i >> 5) & 1, l = i & 31, g = 2 * jj + hi;
-        const uint8_t *s = b + 4;
-        int sc, m;
-        if (g < 4) {
-            sc = s[g] & 63, m = s[g + 4] & 63;
-        } else {
-            sc = (s[g + 4] & 0xF) | ((s[g - 4] >> 6) << 4);
-            m = (s[g + 4] >> 4) | ((s[g] >> 6) << 4);
-        }
-        int q = b[(k5 ? 48 : 16) + 32 * jj + l];
-        q = hi ? q >> 4 : q & 15;
-        if (k5 && (b[16 + l] >> g) & 1)
-            q += 16;
-        const float d1 = __fmul_rn(h2f(rd16(b)), (float)sc), m1 = __fmul_rn(h2f(rd16(b + 2)), (float)m);
-        return __fsub_rn(__fmul_rn(d1, (float)q), m1);
-    }
-    case LILAC_Q6_K: {
-        const uint8_t *b = row + (c / 256) * Q6_K_BYTES;
-        const int i = (int)(c % 256), n = i >> 7, quarter = (i >> 5) & 3, l = i & 31, is = l >> 4;
-        const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
-        const int8_t *sc = reinterpret_cast<const int8_t *>(b + 192 + 8 * n);
-        const int lo = (quarter & 1) ? ql[l + 32] : ql[l];
-        const int q = ((quarter & 2) ? lo >> 4 : lo & 15) | (((qh[l] >> (2 * quarter)) & 3) << 4);
-        const float s = __fmul_rn(h2f(rd16(b + 208)), (float)sc[is + 2 * quarter]);
-        return __fmul_rn(s, (float)(q - 32));
-    }
-    default: return __int_as_float(0x7fc00000);
-    }
 }
 
 /* ------------------------------------------------------------------ */
@@ -1062,9 +995,10 @@ static int mv_upl()
 
 /* launch_fast's shape of the product over a grid of cap blocks (lanes a row, column tiles, row tiles, items);
  * the shared memory a block needs for it. */
-template <int TYPE, int T, int R = cfg_rows_t(T)> int mv_shape(MV &p, int slots, long long cap)
+template <int TYPE, int T> int mv_shape(MV &p, int slots, long long cap)
 {
     using UT = Unit<TYPE>;
+    constexpr int R = cfg_rows_t(T);
     const int U = (int)(p.cols / UT::VPU);
     /* Lanes a row: a power of two, at least 4 (or all the units) so that a
      * warp's loads stay contiguous runs, at most 32, and otherwise such that
@@ -1117,12 +1051,12 @@ template <int TYPE, int T, auto KERN> long long mv_grid_cap(long long cols)
 }
 
 /* KERN (k_mv or k_mv_conv, T tokens a pass) over the grid that fits, in mv_shape's shape. */
-template <int TYPE, int T, auto KERN, int R = cfg_rows_t(T)> void launch_shaped(MV p, cudaStream_t st, int slots)
+template <int TYPE, int T, auto KERN> void launch_shaped(MV p, cudaStream_t st, int slots)
 {
     auto kern = KERN;
     const int smem = mv_smem<TYPE, T>(p.cols);
     const long long cap = mv_grid_cap<TYPE, T, KERN>(p.cols);
-    mv_shape<TYPE, T, R>(p, slots, cap);
+    mv_shape<TYPE, T>(p, slots, cap);
     const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
     /* Many tokens over few row tiles (a prefill chunk through a narrow matrix): the token chunks split over
      * blockIdx.y until there are two blocks a resident slot; each group reads the weights again (from L2). */
@@ -1336,6 +1270,48 @@ int mf_shape(MFP &q, int slots, long long cap)
     }
 }
 
+/* The alignment at which the fast kernel (launch_t) takes W's rows and expert stride: 16 (A16), 2, or 0 (none:
+ * k_mv_scalar). It reads 16-byte chunks: quantized rows need 2-aligned blocks; K-quants go without the
+ * realignment when every block is 16-aligned; float rows must be 16-aligned runs of 16 values. */
+int mv_align(const lilac_cuda_mat *W, size_t stride)
+{
+    const uintptr_t al = reinterpret_cast<uintptr_t>(W->data) | W->row_bytes | stride;
+    const bool a16 = (al & 15) == 0, a2 = (al & 1) == 0;
+    switch (W->type) {
+    case LILAC_Q4_K:
+    case LILAC_Q5_K: return a16 ? 16 : a2 ? 2 : 0;
+    case LILAC_Q6_K:
+    case LILAC_Q8_0:
+    case LILAC_Q4_0: return a2 ? 2 : 0;
+    case LILAC_F32:
+    case LILAC_F16:
+    case LILAC_BF16: return a16 && W->cols % 16 == 0 ? 16 : 0;
+    default: return 0;
+    }
+}
+
+/* The fast kernel for W's type at mv_align's alignment; false (nothing launched) at 0. */
+bool mv_fast(const lilac_cuda_mat *W, int align, const MV &p, cudaStream_t st, int slots)
+{
+    if (!align)
+        return false;
+    switch (W->type) {
+    case LILAC_Q4_K:
+        align == 16 ? launch_t<LILAC_Q4_K, true>(p, st, slots) : launch_t<LILAC_Q4_K, false>(p, st, slots);
+        return true;
+    case LILAC_Q5_K:
+        align == 16 ? launch_t<LILAC_Q5_K, true>(p, st, slots) : launch_t<LILAC_Q5_K, false>(p, st, slots);
+        return true;
+    case LILAC_Q6_K: launch_t<LILAC_Q6_K, false>(p, st, slots); return true;
+    case LILAC_Q8_0: launch_t<LILAC_Q8_0, false>(p, st, slots); return true;
+    case LILAC_Q4_0: launch_t<LILAC_Q4_0, false>(p, st, slots); return true;
+    case LILAC_F32: launch_t<LILAC_F32, true>(p, st, slots); return true;
+    case LILAC_F16: launch_t<LILAC_F16, true>(p, st, slots); return true;
+    case LILAC_BF16: launch_t<LILAC_BF16, true>(p, st, slots); return true;
+    default: return false;
+    }
+}
+
 /* Check W and run the product of `slots` slots. */
 void matvec(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int slots, const float *x,
             long long x_slot, float *y, int n_tok, cudaStream_t st, const float *x2 = nullptr, int acc = 0)
@@ -1362,50 +1338,8 @@ void matvec(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, i
         return;
     }
     MV p = mv_params(W, expert_stride, idx, idx != nullptr, x, x2, x_slot, y, n_tok, acc);
-
-    /* The fast kernel reads 16-byte chunks: quantized rows need 2-aligned
-     * blocks; K-quants go without the realignment when every block is
-     * 16-aligned; float rows must be 16-aligned runs of 16 values. */
-    const uintptr_t al = reinterpret_cast<uintptr_t>(W->data) | W->row_bytes | expert_stride;
-    const bool a16 = (al & 15) == 0, a2 = (al & 1) == 0, f16 = a16 && W->cols % 16 == 0;
-    switch (W->type) {
-    case LILAC_Q4_K:
-        if (a16)
-            return launch_t<LILAC_Q4_K, true>(p, st, slots);
-        if (a2)
-            return launch_t<LILAC_Q4_K, false>(p, st, slots);
-        break;
-    case LILAC_Q5_K:
-        if (a16)
-            return launch_t<LILAC_Q5_K, true>(p, st, slots);
-        if (a2)
-            return launch_t<LILAC_Q5_K, false>(p, st, slots);
-        break;
-    case LILAC_Q6_K:
-        if (a2)
-            return launch_t<LILAC_Q6_K, false>(p, st, slots);
-        break;
-    case LILAC_Q8_0:
-        if (a2)
-            return launch_t<LILAC_Q8_0, false>(p, st, slots);
-        break;
-    case LILAC_Q4_0:
-        if (a2)
-            return launch_t<LILAC_Q4_0, false>(p, st, slots);
-        break;
-    case LILAC_F32:
-        if (f16)
-            return launch_t<LILAC_F32, true>(p, st, slots);
-        break;
-    case LILAC_F16:
-        if (f16)
-            return launch_t<LILAC_F16, true>(p, st, slots);
-        break;
-    case LILAC_BF16:
-        if (f16)
-            return launch_t<LILAC_BF16, true>(p, st, slots);
-        break;
-    }
+    if (mv_fast(W, mv_align(W, expert_stride), p, st, slots))
+        return;
     const dim3 grid((unsigned)((W->rows + NWARPS - 1) / NWARPS), (unsigned)slots);
     k_mv_scalar<<<grid, NTHREADS, 0, st>>>(p, W->type);
 }
@@ -1646,20 +1580,7 @@ void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, cons
 
 int lilac_cuda_matvec_normed_takes(const lilac_cuda_mat *W)
 {
-    if (!mat_ok(W))
-        return 0;
-    const uintptr_t al = reinterpret_cast<uintptr_t>(W->data) | W->row_bytes;
-    switch (W->type) { /* matvec's fast kernels (k_mv_scalar has no norm) */
-    case LILAC_Q4_K:
-    case LILAC_Q5_K:
-    case LILAC_Q6_K:
-    case LILAC_Q8_0:
-    case LILAC_Q4_0: return (al & 1) == 0;
-    case LILAC_F32:
-    case LILAC_F16:
-    case LILAC_BF16: return (al & 15) == 0 && W->cols % 16 == 0;
-    default: return 0;
-    }
+    return mat_ok(W) && mv_align(W, 0) != 0; /* matvec's fast kernels (k_mv_scalar has no norm) */
 }
 
 int lilac_cuda_matvec_normed(const lilac_cuda_mat *W, const float *x, const float *part, int n_part,
@@ -1669,19 +1590,7 @@ int lilac_cuda_matvec_normed(const lilac_cuda_mat *W, const float *x, const floa
         return -1;
     MV p = mv_params(W, 0, nullptr, false, x, nullptr, 0, y, 1, 0);
     p.npart = part, p.n_npart = n_part, p.norm_w = norm_w, p.eps = eps;
-    const uintptr_t al = reinterpret_cast<uintptr_t>(W->data) | W->row_bytes;
-    const cudaStream_t st = S(s);
-    switch (W->type) {
-    case LILAC_Q4_K: (al & 15) ? launch_t<LILAC_Q4_K, false>(p, st, 1) : launch_t<LILAC_Q4_K, true>(p, st, 1); break;
-    case LILAC_Q5_K: (al & 15) ? launch_t<LILAC_Q5_K, false>(p, st, 1) : launch_t<LILAC_Q5_K, true>(p, st, 1); break;
-    case LILAC_Q6_K: launch_t<LILAC_Q6_K, false>(p, st, 1); break;
-    case LILAC_Q8_0: launch_t<LILAC_Q8_0, false>(p, st, 1); break;
-    case LILAC_Q4_0: launch_t<LILAC_Q4_0, false>(p, st, 1); break;
-    case LILAC_F32: launch_t<LILAC_F32, true>(p, st, 1); break;
-    case LILAC_F16: launch_t<LILAC_F16, true>(p, st, 1); break;
-    default: launch_t<LILAC_BF16, true>(p, st, 1); break;
-    }
-    return 0;
+    return mv_fast(W, mv_align(W, 0), p, S(s), 1) ? 0 : -1;
 }
 
 static std::atomic<long> g_fused_launches[LILAC_CUDA_FUSED_KINDS];
@@ -2102,11 +2011,7 @@ __global__ void __launch_bounds__(NTHREADS) k_mv_grouped_scalar(const MVG p, int
     const int q1 = p.offsets[e + 1];
     for (int q = p.offsets[e]; q < q1; q++) {
         const float *xr = p.x + (p.rows ? (long long)p.rows[q] : (long long)q) * p.x_stride;
-        float acc = 0.f;
-        for (long long c = lane; c < p.cols; c += 32)
-            acc = fmaf(dq_value(type, rowp, c), xr[c], acc);
-        for (int o = 16; o; o >>= 1)
-            acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        const float acc = dq_warp_dot(type, rowp, xr, p.cols);
         if (lane == 0)
             p.y[(long long)q * p.n_rows + row] = acc;
     }
