@@ -106,6 +106,37 @@ static double sigmoid(double x) { return 1 / (1 + exp(-x)); }
 static double worst_mma = 0, worst_simt = 0; /* max error / bound over all cases */
 static int n_cases = 0;
 
+/* The float64 attention of one query row qr (hd values) over keys 0 .. lim of KV head j (K and V rows kvw
+ * floats apart): o[d], divided by the softmax's sum; returns A, the largest scale * sum_i |q_i k_i| over
+ * those keys (the bound's score term). s: lim + 1 doubles of scratch. */
+static double ref_attend(const float *qr, const float *K, const float *V, int kvw, int j, int hd, int lim,
+                         double *s, double *o)
+{
+    const double scale = 1 / sqrt((double)hd);
+    double A = 0, m = -INFINITY, l = 0;
+    for (int k = 0; k <= lim; k++) {
+        const float *kr = K + (size_t)k * kvw + (size_t)j * hd;
+        double d = 0, a = 0;
+        for (int i = 0; i < hd; i++)
+            d += (double)qr[i] * kr[i], a += fabs((double)qr[i] * kr[i]);
+        s[k] = d * scale;
+        A = fmax(A, a * scale);
+        m = fmax(m, s[k]);
+    }
+    for (int d = 0; d < hd; d++)
+        o[d] = 0;
+    for (int k = 0; k <= lim; k++) {
+        const double p = exp(s[k] - m);
+        const float *vr = V + (size_t)k * kvw + (size_t)j * hd;
+        l += p;
+        for (int d = 0; d < hd; d++)
+            o[d] += p * vr[d];
+    }
+    for (int d = 0; d < hd; d++)
+        o[d] /= l;
+    return A;
+}
+
 /* One shape: both kernels, gated and not, on the same data. */
 static void test_case(int hd, int nh, int nkv, int n, int pos0, int scaled)
 {
@@ -162,25 +193,7 @@ static void test_case(int hd, int nh, int nkv, int n, int pos0, int scaled)
             const float *qr = q + ((size_t)t * nh + h) * q_step;
             const double Vm = vmax[(size_t)j * keys + lim];
             if (ref) {
-                double A = 0, m = -INFINITY, l = 0;
-                for (int k = 0; k <= lim; k++) {
-                    const float *kr = K + (size_t)k * kvw + j * hd;
-                    double d = 0, a = 0;
-                    for (int i = 0; i < hd; i++)
-                        d += (double)qr[i] * kr[i], a += fabs((double)qr[i] * kr[i]);
-                    s[k] = d * scale;
-                    A = fmax(A, a * scale);
-                    m = fmax(m, s[k]);
-                }
-                for (int d = 0; d < hd; d++)
-                    o[d] = 0;
-                for (int k = 0; k <= lim; k++) {
-                    const double p = exp(s[k] - m);
-                    const float *vr = V + (size_t)k * kvw + j * hd;
-                    l += p;
-                    for (int d = 0; d < hd; d++)
-                        o[d] += p * vr[d];
-                }
+                const double A = ref_attend(qr, K, V, kvw, j, hd, lim, s, o);
                 const double bound = Vm * (2e-6 + 4e-7 * A);
                 for (int gated = 0; gated < 2; gated++)
                     for (int mma = 0; mma < 2; mma++) {
@@ -189,7 +202,7 @@ static void test_case(int hd, int nh, int nkv, int n, int pos0, int scaled)
                             continue;
                         double e = 0;
                         for (int d = 0; d < hd; d++) {
-                            const double want = o[d] / l * (gated ? sigmoid(qr[hd + d]) : 1);
+                            const double want = o[d] * (gated ? sigmoid(qr[hd + d]) : 1);
                             const double got = r[((size_t)t * nh + h) * hd + d];
                             const double x = fabs(got - want);
                             e = x > e || x != x ? x : e;
@@ -282,40 +295,26 @@ static void test_decode(int hd, int nh, int nkv, int n_keys, int gated, const ch
              gated ? "gated" : "plain", ranges ? ranges : "default", keys ? keys : "default");
     CHECKF(!m, "%s: %s", what, m ? m : "");
     CHECKF(all_nan_bits(out + on, GUARD), "%s: written past its output", what);
-    const double scale = 1 / sqrt((double)hd);
-    double *sc = malloc(sizeof(double) * n_keys), worst = 0;
+    double *sc = malloc(sizeof(double) * n_keys), *ref = malloc(sizeof(double) * hd), worst = 0;
     for (int h = 0; h < nh; h++) {
         const float *qh = q + (size_t)h * q_step;
         const int kvh = h / group;
-        double mx = -INFINITY, A = 0, Vm = 0, l = 0;
-        for (int p = 0; p < n_keys; p++) {
-            const float *k = K + (size_t)p * kvw + (size_t)kvh * hd;
-            double d = 0, a = 0;
-            for (int i = 0; i < hd; i++)
-                d += (double)qh[i] * k[i], a += fabs((double)qh[i] * k[i]);
-            sc[p] = d * scale, A = fmax(A, a * scale), mx = fmax(mx, sc[p]);
-        }
-        for (int p = 0; p < n_keys; p++) {
-            sc[p] = exp(sc[p] - mx), l += sc[p];
+        const double A = ref_attend(qh, K, V, kvw, kvh, hd, n_keys - 1, sc, ref);
+        double Vm = 0;
+        for (int p = 0; p < n_keys; p++)
             for (int i = 0; i < hd; i++)
                 Vm = fmax(Vm, fabs(V[(size_t)p * kvw + (size_t)kvh * hd + i]));
-        }
         const double bound = Vm * (2e-6 + 4e-7 * A);
         for (int i = 0; i < hd; i++) {
-            double o = 0;
-            for (int p = 0; p < n_keys; p++)
-                o += sc[p] * V[(size_t)p * kvw + (size_t)kvh * hd + i];
-            o /= l;
-            if (gated)
-                o *= sigmoid(qh[hd + i]);
-            const double e = fabs(out[(size_t)h * hd + i] - o);
+            const double want = ref[i] * (gated ? sigmoid(qh[hd + i]) : 1);
+            const double e = fabs(out[(size_t)h * hd + i] - want);
             worst = e / bound > worst || e != e ? e / bound : worst;
         }
     }
     CHECKF(worst <= 1, "%s: error %.3g of the bound", what, worst);
     worst_dec = worst > worst_dec || worst != worst ? worst : worst_dec;
     n_dec++;
-    free(q), free(K), free(V), free(out), free(sc);
+    free(q), free(K), free(V), free(out), free(sc), free(ref);
     lilac_cuda_free(dq), lilac_cuda_free(dK), lilac_cuda_free(dV), lilac_cuda_free(dpos), lilac_cuda_free(dout);
     lilac_cuda_free(dpart), lilac_cuda_free(dsc);
     unsetenv("LILAC_CUDA_ATT_RANGES"), unsetenv("LILAC_CUDA_ATT_KEYS");

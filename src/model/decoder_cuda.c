@@ -675,8 +675,8 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             if (conv_done && g_trace == 1)
                 trace_name("matvec", "");
             if (!conv_done)
-                OP("matvec", mixer_mv(cm, cl, folded && qkvz, qkvz ? &cl->ssm_qkvz : &cl->ssm_qkv, cm->qkv, eps,
-                                      n_part, s));
+                OP("matvec",
+                   mixer_mv(cm, cl, folded, qkvz ? &cl->ssm_qkvz : &cl->ssm_qkv, cm->qkv, eps, n_part, s));
             if (!ab_in)
                 lilac_cuda_fork(aux, s, cm->ev[1]);
             if (!conv_done)
