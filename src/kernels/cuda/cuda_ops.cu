@@ -370,11 +370,13 @@ extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K,
                                      float *part, int gated, lilac_cuda_stream *s)
 {
     const int G = n_head / n_head_kv;
-    /* The ranges: at most LILAC_CUDA_ATT_RANGES (1..ATT_SPLIT, default 128), of at least LILAC_CUDA_ATT_KEYS keys
-     * (1..4096, default a tile, 64). Past 128 x 64 keys the default's ranges take two tiles, the second
-     * nearly empty (65 keys a range at 8193..8320: tg128 at depth 8192); not yet measured against 256.
+    /* The ranges: at most LILAC_CUDA_ATT_RANGES (1..ATT_SPLIT, default 256), of at least LILAC_CUDA_ATT_KEYS keys
+     * (1..4096, default a tile, 64). tg128 at depth 8192 (8193..8320 keys, H200, one call, 2026-11-30): 256
+     * ranges (one tile each) 302.9 and 300.5 against 291.9 and 290.7 with 128 (65 keys a range, the second tile
+     * nearly empty); with 16 or 32 keys a range at 256 ranges 295.1 and 293.3 against 316.1 at 64. At depth 0,
+     * 16 keys a range 325.0 against 319.2/320.3 (within the machine's spread on a rerun: 338.8 against 335.9).
      * Read at each call: the host calls this only while capturing the step's graph or without one. */
-    const int nsplit = lilac_env_int("LILAC_CUDA_ATT_RANGES", 128, 1, ATT_SPLIT),
+    const int nsplit = lilac_env_int("LILAC_CUDA_ATT_RANGES", ATT_SPLIT, 1, ATT_SPLIT),
               min_keys = lilac_env_int("LILAC_CUDA_ATT_KEYS", ATT_TILE, 1, 4096);
     if (attention_gqa_takes(n_head, n_head_kv, hd))
         launch_pdl(PDL_ATTN, k_attention_gqa, dim3(n_head_kv, nsplit), dim3(256), 0, CS(s), q, q_step, 0LL, K, V,

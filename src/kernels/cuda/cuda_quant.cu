@@ -702,7 +702,8 @@ __device__ __forceinline__ float lanes_sum(float v, int lpr)
 
 /* The launch shape of k_mv, from timings on an H200 (test_cuda_kernels' bench lines). Rows a lane: cfg_rows_t. The
  * blocks a multiprocessor must hold, i.e. a register cap: at one token the kernel waits on memory and wants
- * warps more than registers (3 blocks for the byte-aligned Q8_0/Q4_0, 2 for the rest); up to 4 tokens 2
+ * warps more than registers (the grouped and conv kernels: 3 blocks for the byte-aligned Q8_0/Q4_0, 2 for the
+ * rest; k_mv: cfg_mv_min_blocks); up to 4 tokens 2
  * blocks (the 5- and 6-bit types spill a little and are still faster so); at 8 tokens no cap. The most
  * tokens a pass: 8 for Q5_K and Q6_K, whose decoding is dearer than the shared x loads, 4 for the rest,
  * where the accumulators of 8 cost more occupancy than the loads save. */
@@ -715,12 +716,23 @@ constexpr int cfg_min_blocks(int type, int T)
 {
     return T == 1 ? (type == LILAC_Q8_0 || type == LILAC_Q4_0 ? 3 : 2) : T <= 4 ? 2 : 1;
 }
+/* k_mv's: at one token (one row a lane group) 3 blocks a multiprocessor for every type but Q5_K and Q6_K (Q4_K
+ * then takes 75-80 registers, 0-4 bytes of spill; Q5_K and Q6_K would spill 32-60 bytes): 24 warps a
+ * multiprocessor, and a grid cap of 3 blocks a multiprocessor, under which (with cfg_lane_units' 4) the qkv+z
+ * product's 384 row tiles take one a block. tg128 (H200, one call, 2026-11-30): 335.9 and 334.8 against 320.4
+ * and 319.9 with 2 blocks and one unit a lane; 3 blocks alone 309.0, 4 units a lane alone 309.8: each pays
+ * only with the other. */
+constexpr int cfg_mv_min_blocks(int type, int T)
+{
+    return T == 1 ? (type == LILAC_Q5_K || type == LILAC_Q6_K ? 2 : 3) : cfg_min_blocks(type, T);
+}
 constexpr int cfg_max_tokens(int type) { return type == LILAC_Q5_K || type == LILAC_Q6_K ? 8 : 4; }
-/* LILAC_CUDA_MV_MB3=1 (an experiment, not yet measured): at one token, 3 blocks a multiprocessor for every type
- * but Q5_K and Q6_K (at one row a lane group Q4_K then takes 75-80 registers, 0-4 bytes of spill; Q5_K and
- * Q6_K would spill 32-60 bytes): 24 warps a multiprocessor, and a grid cap of 3 blocks a multiprocessor, under
- * which (with LILAC_CUDA_MV_UPL=4) the qkv+z product's 384 row tiles take one a block. */
-constexpr int cfg_min_blocks_mb3(int type) { return type == LILAC_Q5_K || type == LILAC_Q6_K ? 2 : 3; }
+/* The fewest units a lane keeps of a row when mv_shape widens the lanes a row to fill the device: at one token 4
+ * (fewer items a block, each a whole memory round trip, where within an item a lane's next unit is loaded while
+ * the current one is computed: the expert gate+up was 1,024 items of 8 rows over 264 blocks, ~4 a block one
+ * after another; now 256 of 32 rows). With 3 blocks a multiprocessor (cfg_mv_min_blocks), tg128 as above; 2 units
+ * 309.6, 8 units 315.7 (against 320.4 for one). More tokens: 1, not measured otherwise. */
+constexpr int cfg_lane_units(int T) { return T == 1 ? 4 : 1; }
 
 /* y[t][r] = W[r] . x[t]; with idx, slot i (blockIdx over items) does expert
  * idx[i] into y + i * y_slot.
@@ -837,7 +849,7 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
 }
 
 /* The product as a kernel of its own: mv_block over the grid, launched dependent (launch_dependent). */
-template <int TYPE, bool A16, int R, int T, int MB = cfg_min_blocks(TYPE, T), bool NORM = false>
+template <int TYPE, bool A16, int R, int T, int MB = cfg_mv_min_blocks(TYPE, T), bool NORM = false>
 __global__ void __launch_bounds__(NTHREADS, MB) k_mv(const MV p)
 {
     TRACE_START(LILAC_TK_MV);
@@ -981,18 +993,6 @@ template <int TYPE, int T> int mv_smem(long long cols)
     return (int)sizeof(float) * T * mv_tile_units<TYPE, T>(cols) * (UT::VPU + 4 + UT::NRUN);
 }
 
-/* LILAC_CUDA_MV_UPL=N (an experiment, not yet measured; default 1): the lanes a row widen only while a lane
- * keeps at least N units. The trace has the one-token products at ~2-3 items a block run one after another
- * (the expert gate+up: lanes a row 32, 1,024 items over 264 blocks), each item a whole memory round trip,
- * where within an item a lane's next unit is loaded while the current one is computed. */
-static int mv_upl()
-{
-    static int upl = 0;
-    if (!upl)
-        upl = lilac_env_int("LILAC_CUDA_MV_UPL", 1, 1, 32);
-    return upl;
-}
-
 /* launch_fast's shape of the product over a grid of cap blocks (lanes a row, column tiles, row tiles, items);
  * the shared memory a block needs for it. */
 template <int TYPE, int T> int mv_shape(MV &p, int slots, long long cap)
@@ -1017,7 +1017,7 @@ template <int TYPE, int T> int mv_shape(MV &p, int slots, long long cap)
         const long long rpt = (long long)NWARPS * R * (32 >> floor_log2(l));
         return (p.rows + rpt - 1) / rpt * slots;
     };
-    while (lpr < 32 && 2 * lpr * mv_upl() <= U && tiles(lpr) < 2 * cap)
+    while (lpr < 32 && 2 * lpr * cfg_lane_units(T) <= U && tiles(lpr) < 2 * cap)
         lpr *= 2;
     p.lpr_log2 = floor_log2(lpr);
     p.row_tiles = tiles(lpr) / slots;
@@ -1066,22 +1066,12 @@ template <int TYPE, int T, auto KERN> void launch_shaped(MV p, cudaStream_t st, 
     launch_dependent(kern, dim3(grid, (unsigned)gy), dim3(NTHREADS), (size_t)smem, st, p);
 }
 
-static bool mv_mb3()
-{
-    static int on = -1;
-    if (on < 0)
-        on = lilac_env_switch("LILAC_CUDA_MV_MB3", false);
-    return on;
-}
-
 template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int slots)
 {
     if constexpr (T == 1) { /* (only here: other T would instantiate kernels never launched) */
         if (p.npart) /* the input norm folded in (lilac_cuda_matvec_normed) */
-            return launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T, cfg_min_blocks(TYPE, T), true>>(p, st,
+            return launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T, cfg_mv_min_blocks(TYPE, T), true>>(p, st,
                                                                                                         slots);
-        if (mv_mb3())
-            return launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T, cfg_min_blocks_mb3(TYPE)>>(p, st, slots);
     }
     launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T>>(p, st, slots);
 }

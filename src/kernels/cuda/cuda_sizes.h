@@ -8,7 +8,7 @@
 #include <stddef.h>
 
 /* The most key ranges of one token's attention (lilac_cuda_attention takes LILAC_CUDA_ATT_RANGES=N of them,
- * default 128), and the ranges of a row of a batched call (lilac_cuda_attention_rows): each range leaves
+ * default all 256), and the ranges of a row of a batched call (lilac_cuda_attention_rows): each range leaves
  * hd + 2 floats of parts per head. */
 #define LILAC_CUDA_ATT_SPLIT 256
 #define LILAC_CUDA_ATT_SPLIT_ROWS 16
