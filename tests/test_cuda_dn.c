@@ -14,8 +14,7 @@
  * (dk 48, dk 256) must say so and fall back to the recurrent kernel. Then
  * lilac_cuda_pf_deltanet under LILAC_CUDA_DN_CHUNK=1 (with the gated norm)
  * must give what the chunked form gives, bit for bit; then a timing line
- * of both forms at 128 x 128, 32 heads, 512 tokens (informative). Also the
- * one-token kernel computing its gates' alpha and beta itself (test_decode_ab).
+ * of both forms at 128 x 128, 32 heads, 512 tokens (informative).
  *
  * Without a usable CUDA device it skips (exit 77), unless
  * LILAC_REQUIRE_CUDA=1. LILAC_CUDA_TEST_QUICK=1 (the sanitizer runs') runs a
@@ -32,9 +31,6 @@
 #ifdef LILAC_CUDA
 #include <cuda_runtime.h>
 
-#include "format/dtype.h"
-#include "kernels/cpu/cpu.h"
-#include "kernels/cpu/quantize.h"
 #include "kernels/cuda/cuda_ops.h"
 
 #define REL 2e-5
@@ -235,72 +231,6 @@ static void test_case(int dk, int dv, int nk, int nv, int tiled, int n, int expe
     case_free(&c);
 }
 
-/* The one-token kernel (lilac_cuda_deltanet_fused) computing alpha and beta itself from xn and their matrix
- * (the decode step's LILAC_CUDA_DN_AB=1), against the same kernel given a and b computed here in float64 from
- * the same (dequantized) weights: o and the state within REL of each other (a and b differ by float32
- * rounding). The matrix in F32, BF16 and Q8_0; then the shapes ab_takes must refuse. */
-static void test_decode_ab(int dk, int dv, int nk, int nv, int type)
-{
-    const int E = 256;
-    dcase c;
-    case_new(&c, dk, dv, nk, nv, 1, 1);
-    float *xn = malloc(sizeof(float) * E), *wf = malloc(sizeof(float) * 2 * nv * E);
-    for (int i = 0; i < E; i++)
-        xn[i] = rnd_normal();
-    for (int i = 0; i < 2 * nv * E; i++)
-        wf[i] = 0.1f * rnd_normal();
-    const size_t rb = lilac_dtype_row_bytes(type, E);
-    uint8_t *wb = malloc(rb * 2 * nv);
-    for (int r = 0; r < 2 * nv; r++) { /* the weights as stored, and wf as they read back */
-        float *wr = wf + (size_t)r * E;
-        uint8_t *br = wb + (size_t)r * rb;
-        lilac_quantizer_for(type)(wr, br, E);
-        lilac_row_to_f32(type, br, wr, E);
-    }
-    for (int j = 0; j < nv; j++) { /* a and b in float64 */
-        double da = 0, db = 0;
-        for (int i = 0; i < E; i++)
-            da += (double)wf[(size_t)j * E + i] * xn[i], db += (double)wf[(size_t)(nv + j) * E + i] * xn[i];
-        c.a[j] = (float)da, c.b[j] = (float)db;
-    }
-    float *dxn = ct_dmalloc(sizeof(float) * E);
-    uint8_t *dwb = ct_dmalloc(rb * 2 * nv);
-    ct_up(dxn, xn, sizeof(float) * E), ct_up(dwb, wb, rb * 2 * nv);
-    const lilac_cuda_mat ab = {dwb, type, 2 * nv, E, rb};
-    const size_t no = (size_t)nv * dv, ns = (size_t)nv * dk * dv;
-    float *o[2], *S[2];
-    char what[96];
-    snprintf(what, sizeof what, "decode ab %s, dk %d dv %d heads %d/%d", lilac_dtype_get(type)->name, dk, dv, nk, nv);
-    CHECKF(lilac_cuda_deltanet_ab_takes(&ab, nv, dk, dv, E), "%s: not taken", what);
-    for (int v = 0; v < 2; v++) {
-        reset(&c);
-        o[v] = malloc(sizeof(float) * no), S[v] = malloc(sizeof(float) * ns);
-        const int rc = lilac_cuda_deltanet_fused(c.dconv, c.da, c.db, c.dssm_a, c.dssm_dt, c.dS, c.do_, c.dz, c.dw,
-                                                 nk, nv, dk, dv, 1, 1e-6f, v ? &ab : NULL, v ? dxn : NULL, NULL);
-        const char *m = check_msg();
-        CHECKF(rc == 0 && !m, "%s (%s): %s", what, v ? "ab" : "a, b", m ? m : "refused");
-        ct_down(o[v], c.do_, sizeof(float) * no), ct_down(S[v], c.dS, sizeof(float) * ns);
-    }
-    char w2[128];
-    snprintf(w2, sizeof w2, "%s: o", what);
-    compare(w2, &c, o[1], o[0], no);
-    snprintf(w2, sizeof w2, "%s: state", what);
-    compare(w2, &c, S[1], S[0], ns);
-    /* refused: rows not 2 nv, a type it does not read, a Q8_0 row with a partial block */
-    lilac_cuda_mat bad = ab;
-    bad.rows = nv;
-    CHECKF(!lilac_cuda_deltanet_ab_takes(&bad, nv, dk, dv, E), "%s: %lld rows taken", what, (long long)bad.rows);
-    bad = ab, bad.type = LILAC_Q4_K;
-    CHECKF(!lilac_cuda_deltanet_ab_takes(&bad, nv, dk, dv, E), "%s: Q4_K taken", what);
-    bad = ab, bad.cols = E - 16;
-    CHECKF(!lilac_cuda_deltanet_ab_takes(&bad, nv, dk, dv, E - 16), "%s: %d columns taken", what, E - 16);
-    for (int v = 0; v < 2; v++)
-        free(o[v]), free(S[v]);
-    free(xn), free(wf), free(wb);
-    lilac_cuda_free(dxn), lilac_cuda_free(dwb);
-    case_free(&c);
-}
-
 /* lilac_cuda_pf_deltanet under LILAC_CUDA_DN_CHUNK=1 (read at its first call: this is the first) against the
  * chunked form, the gated norm on: the same kernels, the same bits. */
 static void test_env(void)
@@ -380,11 +310,6 @@ int main(void)
                 continue;
             test_case(SH[s][0], SH[s][1], SH[s][2], SH[s][3], SH[s][4], N[i], SH[s][5], 0);
         }
-    static const int AB_TYPES[] = {LILAC_F32, LILAC_BF16, LILAC_Q8_0};
-    for (int t = 0; t < 3; t++) {
-        test_decode_ab(128, 128, 16, 32, AB_TYPES[t]);
-        test_decode_ab(32, 32, 1, 2, AB_TYPES[t]);
-    }
     /* against the float64 recurrence */
     test_case(64, 64, 2, 4, 0, 200, 1, 1);
     test_case(32, 32, 1, 2, 1, 130, 1, 1);

@@ -20,7 +20,6 @@
 #include "kernels/cpu/quantize.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_ops.h"
-#include "kernels/cuda/cuda_sizes.h"
 #include "cudatest.h"
 
 #define TOL 1e-5
@@ -423,60 +422,6 @@ static void bench(void)
     }
 }
 
-#ifdef LILAC_CUDA
-/* The norm folded into a product (the decode step's LILAC_CUDA_NORM_FOLD=1): lilac_cuda_moe_sum_parts' x the
- * same bits as lilac_cuda_moe_sum_norm_grid's, and lilac_cuda_matvec_normed of that x and its parts the same
- * bits as lilac_cuda_matvec of the grid's xn, for each type (333 rows of 2048, and of 4096: two parts'
- * worth more, column tiles). */
-static void test_norm_fold(int type, int64_t E)
-{
-    const int k = 8, n_part = (int)((E + LILAC_CUDA_SUM_GRID_T - 1) / LILAC_CUDA_SUM_GRID_T);
-    const float eps = 1e-6f;
-    tmat m;
-    if (tmat_make(&m, type, 333, E, lilac_dtype_row_bytes(type, E), 0, 0))
-        return;
-    float *x = malloc(sizeof(float) * E), *ex = malloc(sizeof(float) * k * E), *sh = malloc(sizeof(float) * E);
-    float *nw = malloc(sizeof(float) * E), w[9];
-    for (int64_t i = 0; i < E; i++)
-        x[i] = rnd_normal(), sh[i] = rnd_normal(), nw[i] = 0.5f + (float)rnd_unit();
-    for (int64_t i = 0; i < k * E; i++)
-        ex[i] = rnd_normal();
-    for (int i = 0; i <= k; i++)
-        w[i] = (float)rnd_unit();
-    float *dx1 = ct_dmalloc(sizeof(float) * E), *dx2 = ct_dmalloc(sizeof(float) * E);
-    float *dex = ct_dmalloc(sizeof(float) * k * E), *dsh = ct_dmalloc(sizeof(float) * E);
-    float *dnw = ct_dmalloc(sizeof(float) * E), *dw = ct_dmalloc(sizeof w), *dxn = ct_dmalloc(sizeof(float) * E);
-    float *dp1 = ct_dmalloc(sizeof(float) * LILAC_CUDA_SUM_GRID_MAXB);
-    float *dp2 = ct_dmalloc(sizeof(float) * LILAC_CUDA_SUM_GRID_MAXB);
-    float *dy1 = ct_dmalloc(sizeof(float) * m.rows), *dy2 = ct_dmalloc(sizeof(float) * m.rows);
-    unsigned *dcount = ct_dmalloc(sizeof(unsigned));
-    lilac_cuda_memset(dcount, 0, sizeof(unsigned), NULL);
-    ct_up(dx1, x, sizeof(float) * E), ct_up(dx2, x, sizeof(float) * E), ct_up(dex, ex, sizeof(float) * k * E);
-    ct_up(dsh, sh, sizeof(float) * E), ct_up(dnw, nw, sizeof(float) * E), ct_up(dw, w, sizeof w);
-    char what[96];
-    snprintf(what, sizeof what, "norm folded, %s %lld x %lld", tname(type), (long long)m.rows, (long long)E);
-    const int rg = lilac_cuda_moe_sum_norm_grid(dx1, dex, dw, k, dsh, dw + k, dnw, dxn, (int)E, eps, dp1, dcount, NULL);
-    const int rp = lilac_cuda_moe_sum_parts(dx2, dex, dw, k, dsh, dw + k, (int)E, dp2, NULL);
-    lilac_cuda_matvec(&m.m, dxn, dy1, 1, NULL);
-    const int rn = lilac_cuda_matvec_normed(&m.m, dx2, dp2, n_part, dnw, eps, dy2, NULL);
-    const char *err = check_msg();
-    CHECKF(rg == 0 && rp == 0 && rn == 0 && !err, "%s: launches %d %d %d: %s", what, rg, rp, rn, err ? err : "");
-    float *x1 = malloc(sizeof(float) * E), *x2 = malloc(sizeof(float) * E);
-    float *y1 = malloc(sizeof(float) * m.rows), *y2 = malloc(sizeof(float) * m.rows);
-    ct_down(x1, dx1, sizeof(float) * E), ct_down(x2, dx2, sizeof(float) * E);
-    ct_down(y1, dy1, sizeof(float) * m.rows), ct_down(y2, dy2, sizeof(float) * m.rows);
-    CHECKF(!memcmp(x1, x2, sizeof(float) * E), "%s: the parts kernel's x differs from the grid's", what);
-    CHECKF(!memcmp(y1, y2, sizeof(float) * m.rows), "%s: y differs from the product of xn (y[0] %.9g, %.9g)", what,
-           y2[0], y1[0]);
-    CHECKF(lilac_cuda_matvec_normed_takes(&m.m) && !lilac_cuda_matvec_normed_takes(NULL), "%s: takes", what);
-    free(x), free(ex), free(sh), free(nw), free(x1), free(x2), free(y1), free(y2);
-    lilac_cuda_free(dx1), lilac_cuda_free(dx2), lilac_cuda_free(dex), lilac_cuda_free(dsh), lilac_cuda_free(dnw);
-    lilac_cuda_free(dw), lilac_cuda_free(dxn), lilac_cuda_free(dp1), lilac_cuda_free(dp2), lilac_cuda_free(dy1);
-    lilac_cuda_free(dy2), lilac_cuda_free(dcount);
-    tmat_free(&m);
-}
-#endif
-
 int main(void)
 {
     char msg[512];
@@ -496,12 +441,6 @@ int main(void)
                tname(TYPES[ti]), cases[ti], worst_mv[ti], worst_ex[ti], gr_bad[ti] ? "MISMATCH" : "bit-exact");
         fflush(stdout);
     }
-#ifdef LILAC_CUDA
-    for (int ti = 0; ti < N_TYPES && !bench_only; ti++) {
-        test_norm_fold(TYPES[ti], 2048);
-        test_norm_fold(TYPES[ti], 4096);
-    }
-#endif
     if (!getenv("LILAC_CUDA_NO_BENCH"))
         bench();
     TEST_END();

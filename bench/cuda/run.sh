@@ -48,8 +48,6 @@ do_test() {
     run_test dn test_cuda_dn
     run_test route test_cuda_route
     run_test model test_cuda_model
-    run_test model-dn-ab test_cuda_model LILAC_CUDA_DN_AB=1
-    run_test model-norm-fold test_cuda_model LILAC_CUDA_NORM_FOLD=1
     run_test model-att-shape test_cuda_model LILAC_CUDA_ATT_RANGES=128 LILAC_CUDA_ATT_KEYS=16
     run_test model-route-tail test_cuda_model LILAC_CUDA_ROUTE_TAIL=1
     run_test model-route-one-pass test_cuda_model LILAC_CUDA_ROUTE_STAGED=0

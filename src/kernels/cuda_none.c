@@ -126,19 +126,6 @@ int lilac_cuda_moe_sum_norm_grid(float *x, const float *ex, const float *w, int 
     return -1;
 }
 
-int lilac_cuda_matvec_normed(const lilac_cuda_mat *W, const float *x, const float *part, int n_part,
-                             const float *norm_w, float eps, float *y, lilac_cuda_stream *s)
-{
-    (void)W, (void)x, (void)part, (void)n_part, (void)norm_w, (void)eps, (void)y, (void)s;
-    return -1;
-}
-
-int lilac_cuda_matvec_normed_takes(const lilac_cuda_mat *W)
-{
-    (void)W;
-    return 0;
-}
-
 int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, float *conv_state, const float *conv_w,
                            int K, float *conv_out, lilac_cuda_stream *s)
 {

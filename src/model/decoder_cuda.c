@@ -18,7 +18,6 @@
 
 #ifdef LILAC_CUDA
 #include "kernels/cuda/cuda_ops.h"
-#include "kernels/cuda/cuda_sizes.h"
 #include "model/decoder_cuda_int.h"
 
 static void timing_report(void);
@@ -516,22 +515,17 @@ static void timing_report(void)
                     g_op_s[i] * 1e3, 100 * g_op_s[i] / total, g_op_s[i] / g_op_n[i] * 1e6);
 }
 
-/* The decode step's switches (LILAC_CUDA_*), read at its first call (measurements in bench/README.md). */
+/* The decode step's switches (LILAC_CUDA_*), read at its first call (measurements in bench/README.md).
+ * Measured and removed (tg128, H200, one call, 2026-11-30, against 319.2/320.3 without): DN_AB=1, the
+ * DeltaNet kernel's warp 2 computing alpha and beta before its wait, 208.9 (one warp, 64 dots of 2048 columns
+ * in series); NORM_FOLD=1, the next layer's input norm folded into its mixer's products from the sum's parts,
+ * 296.8 (every product block recomputing the norm's scale before its x loads, a serial phase dearer than the
+ * sum kernel's tail it removed). */
 typedef struct {
-    /* DN_AB=1: a DeltaNet layer's alpha and beta computed by the DeltaNet kernel itself, before its wait
-     * (lilac_cuda_deltanet_ab_takes): their product left the second branch, which, behind the qkv+z product's
-     * blocks on every multiprocessor, started late and held the conv back (~2-3 us a layer in the trace).
-     * Not yet measured. */
-    bool dn_ab;
     /* QKV_CONV=1: the conv in the qkv product's kernel (lilac_cuda_matvec_conv): tg128 249 against 270 (H200,
      * 2026-11-30). The conv inside the DeltaNet kernel instead (a block a key head) was measured slower, 263
      * against 269 tok/s, and removed. */
     bool qkv_conv;
-    /* NORM_FOLD=1: the next layer's input norm folded into its mixer's products (each block applies
-     * RMSNorm(x) * attn_norm from the sum's parts as it loads x: lilac_cuda_matvec_normed), so that the sum
-     * kernel ends without its fence, counter and last block (lilac_cuda_moe_sum_parts); the same bits. Not
-     * yet measured. */
-    bool norm_fold;
     /* MOE_FUSED=1: the output product, norm, router, routing, experts and their sum as one cooperative
      * kernel with grid barriers (lilac_cuda_moe_fused) instead of the chain; where it does not take the
      * layer, the chain */
@@ -554,9 +548,7 @@ static const step_sw *step_switches(void)
     static bool read;
     if (!read) {
         sw = (step_sw){
-            .dn_ab = lilac_env_switch("LILAC_CUDA_DN_AB", false),
             .qkv_conv = lilac_env_switch("LILAC_CUDA_QKV_CONV", false),
-            .norm_fold = lilac_env_switch("LILAC_CUDA_NORM_FOLD", false),
             .moe_fused = lilac_env_switch("LILAC_CUDA_MOE_FUSED", false),
             .norm_router = lilac_env_switch("LILAC_CUDA_NORM_ROUTER", true),
             .route_tail = lilac_env_switch("LILAC_CUDA_ROUTE_TAIL", false),
@@ -565,47 +557,6 @@ static const step_sw *step_switches(void)
         read = true;
     }
     return &sw;
-}
-
-/* How a layer's mixer takes its input, from the step's switches. */
-typedef struct {
-    bool attn;   /* an attention layer (else DeltaNet) */
-    bool qkvz;   /* DeltaNet: z in the qkv product (joined, LILAC_CUDA_QKV_CONV off) */
-    bool ab_in;  /* DeltaNet: alpha and beta by the DeltaNet kernel (LILAC_CUDA_DN_AB=1) */
-    bool foldok; /* every product of its input takes RMSNorm(x) folded in (lilac_cuda_matvec_normed), and no
-                  * other kernel reads xn */
-} layer_in;
-
-static layer_in layer_in_of(const lilac_model *m, int il, const step_sw *sw)
-{
-    const lilac_hparams *hp = &m->hp;
-    const cuda_layer *cl = &m->cuda->layers[il];
-    layer_in li = {.attn = hp->layer_kind[il] == LILAC_LAYER_ATTENTION};
-    if (li.attn) {
-        li.foldok = lilac_cuda_matvec_normed_takes(&cl->wv) &&
-                    (cl->wqk.data ? lilac_cuda_matvec_normed_takes(&cl->wqk)
-                                  : lilac_cuda_matvec_normed_takes(&cl->wq) && lilac_cuda_matvec_normed_takes(&cl->wk));
-        return li;
-    }
-    li.qkvz = cl->ssm_qkvz.data && !sw->qkv_conv;
-    li.ab_in = sw->dn_ab && li.qkvz &&
-               lilac_cuda_deltanet_ab_takes(&cl->ssm_ab, hp->ssm_v_heads, hp->ssm_k_dim, hp->ssm_v_dim, hp->n_embd);
-    li.foldok = li.qkvz && !li.ab_in && lilac_cuda_matvec_normed_takes(&cl->ssm_qkvz) &&
-                (cl->ssm_ab.data ? lilac_cuda_matvec_normed_takes(&cl->ssm_ab)
-                                 : lilac_cuda_matvec_normed_takes(&cl->ssm_alpha) &&
-                                       lilac_cuda_matvec_normed_takes(&cl->ssm_beta));
-    return li;
-}
-
-/* A product of the layer's mixer input: of xn, or (folded) of RMSNorm(x) * attn_norm from the previous sum's
- * parts, the same bits (layer_in's foldok said it takes it). */
-static void mixer_mv(lilac_cuda_model *cm, const cuda_layer *cl, bool folded, const lilac_cuda_mat *W, float *y,
-                     float eps, int n_part, lilac_cuda_stream *st)
-{
-    if (folded)
-        lilac_cuda_matvec_normed(W, cm->x, cm->part, n_part, cl->attn_norm, eps, y, st);
-    else
-        lilac_cuda_matvec(W, cm->xn, y, 1, st);
 }
 
 /* One token at position pos; logits to cm->logits. */
@@ -627,27 +578,22 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
     float eps = hp->norm_eps;
     bool shared = hp->shared_ff > 0;
     const step_sw *sw = step_switches();
-    const int n_part = (E + LILAC_CUDA_SUM_GRID_T - 1) / LILAC_CUDA_SUM_GRID_T;
-    bool folded = false; /* this layer's input: RMSNorm from the previous sum's parts (not cm->xn) */
     OP("get_row", lilac_cuda_get_row(&cm->tok_embd, cm->tok, cm->x, s));
     OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cm->layers[0].attn_norm, cm->xn, 1, E, eps, s));
     for (int il = 0; il < hp->n_layer; il++) {
         const cuda_layer *cl = &cm->layers[il];
         g_trace_layer = il;
-        const layer_in li = layer_in_of(m, il, sw);
         /* x += mixer(xn): the small products of the same input on the second branch; the output product
          * (wout . xout, added into x) below */
         const lilac_cuda_mat *wout;
         const float *xout;
-        const bool qkvz = li.qkvz, ab_in = li.ab_in;
-        if (!ab_in) /* the branch has work */
-            lilac_cuda_fork(s, aux, cm->ev[0]);
-        if (li.attn) {
+        lilac_cuda_fork(s, aux, cm->ev[0]);
+        if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
             /* q (with its gate) and k in one product where they share a type: k lands at kb, right after q */
             if (!cl->wqk.data)
-                OP("matvec", mixer_mv(cm, cl, folded, &cl->wk, cm->kb, eps, n_part, aux));
-            OP("matvec", mixer_mv(cm, cl, folded, &cl->wv, cm->vb, eps, n_part, aux));
-            OP("matvec", mixer_mv(cm, cl, folded, cl->wqk.data ? &cl->wqk : &cl->wq, cm->qg, eps, n_part, s));
+                OP("matvec", lilac_cuda_matvec(&cl->wk, cm->xn, cm->kb, 1, aux));
+            OP("matvec", lilac_cuda_matvec(&cl->wv, cm->xn, cm->vb, 1, aux));
+            OP("matvec", lilac_cuda_matvec(cl->wqk.data ? &cl->wqk : &cl->wq, cm->xn, cm->qg, 1, s));
             lilac_cuda_fork(aux, s, cm->ev[1]);
             OP("norm_rope_kv", lilac_cuda_norm_rope_kv(cm->qg, cl->q_norm, q_step, nh, cm->kb, cm->vb, cl->k_norm,
                                                        cs->k[il], cs->v[il], nkv, hd, hp->rope_dims, pos,
@@ -658,16 +604,16 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             wout = &cl->wo, xout = cm->att;
         } else {
             int tiled = m->w.ssm_v_tiled, K = hp->ssm_conv_kernel;
-            /* z with qkv, alpha and beta in one product on the second branch: two launches on the chain fewer */
-            if (!qkvz) /* (then not folded: layer_in) */
+            /* qkv and z in one product where they share a type (z lands right after qkv), alpha and beta in one
+             * on the second branch: two launches on the chain fewer */
+            const bool qkvz = cl->ssm_qkvz.data && !sw->qkv_conv;
+            if (!qkvz)
                 OP("matvec", lilac_cuda_matvec(&cl->ssm_z, cm->xn, cm->z, 1, aux));
-            if (ab_in) {
-                /* a and b: the DeltaNet kernel's own */
-            } else if (cl->ssm_ab.data) {
-                OP("matvec", mixer_mv(cm, cl, folded, &cl->ssm_ab, cm->a, eps, n_part, aux));
+            if (cl->ssm_ab.data) {
+                OP("matvec", lilac_cuda_matvec(&cl->ssm_ab, cm->xn, cm->a, 1, aux));
             } else {
-                OP("matvec", mixer_mv(cm, cl, folded, &cl->ssm_alpha, cm->a, eps, n_part, aux));
-                OP("matvec", mixer_mv(cm, cl, folded, &cl->ssm_beta, cm->b, eps, n_part, aux));
+                OP("matvec", lilac_cuda_matvec(&cl->ssm_alpha, cm->xn, cm->a, 1, aux));
+                OP("matvec", lilac_cuda_matvec(&cl->ssm_beta, cm->xn, cm->b, 1, aux));
             }
             bool conv_done = sw->qkv_conv &&
                              !lilac_cuda_matvec_conv(&cl->ssm_qkv, cm->xn, cm->qkv, cs->conv[il], cl->ssm_conv, K,
@@ -675,15 +621,12 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             if (conv_done && g_trace == 1)
                 trace_name("matvec", "");
             if (!conv_done)
-                OP("matvec",
-                   mixer_mv(cm, cl, folded, qkvz ? &cl->ssm_qkvz : &cl->ssm_qkv, cm->qkv, eps, n_part, s));
-            if (!ab_in)
-                lilac_cuda_fork(aux, s, cm->ev[1]);
+                OP("matvec", lilac_cuda_matvec(qkvz ? &cl->ssm_qkvz : &cl->ssm_qkv, cm->xn, cm->qkv, 1, s));
+            lilac_cuda_fork(aux, s, cm->ev[1]);
             if (!conv_done)
                 OP("conv_step", lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, K, s));
             if (lilac_cuda_deltanet_fused(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
-                                          cl->ssm_norm, nk, nv, dk, dv, tiled, eps, ab_in ? &cl->ssm_ab : NULL,
-                                          cm->xn, s)) { /* other shapes (never with ab_in: it asked): */
+                                          cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s)) { /* other shapes: */
                 if (g_trace == 1)
                     trace_name("pf_deltanet", "");
                 lilac_cuda_pf_deltanet(cm->conv, C, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
@@ -708,7 +651,6 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             if (!lilac_cuda_moe_fused(&mo, s)) {
                 if (g_trace == 1)
                     trace_name("moe_fused", "");
-                folded = false; /* it wrote the next layer's xn */
                 continue;
             }
         }
@@ -764,21 +706,14 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         OP("matvec_experts", lilac_cuda_matvec_fused(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
                                                      1, cm->ex, 0, s));
         /* x += the experts' sum, and the next layer's input norm (the output norm after the last layer) */
-        /* over a grid of blocks; the next layer's input norm folded into its products: the sum's parts only */
-        folded = sw->norm_fold && sw->sum_grid && il + 1 < hp->n_layer && layer_in_of(m, il + 1, sw).foldok &&
-                 !lilac_cuda_moe_sum_parts(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL, cm->rw + k, E, cm->part,
-                                           s);
-        if (folded) {
-            if (g_trace == 1)
-                trace_name("moe_sum_norm", "");
-        } else if (!sw->sum_grid ||
-                   lilac_cuda_moe_sum_norm_grid(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL, cm->rw + k,
-                                                next_norm, cm->xn, E, eps, cm->part, cm->count + 1, s)) {
-            OP("moe_sum_norm", lilac_cuda_moe_sum_norm(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL, cm->rw + k,
-                                                       next_norm, cm->xn, E, eps, s));
-        } else if (g_trace == 1) {
+        /* over a grid of blocks (LILAC_CUDA_SUM_GRID=0: one block) */
+        if (!sw->sum_grid || lilac_cuda_moe_sum_norm_grid(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL,
+                                                          cm->rw + k, next_norm, cm->xn, E, eps, cm->part,
+                                                          cm->count + 1, s))
+            OP("moe_sum_norm", lilac_cuda_moe_sum_norm(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL,
+                                                       cm->rw + k, next_norm, cm->xn, E, eps, s));
+        else if (g_trace == 1)
             trace_name("moe_sum_norm", "");
-        }
     }
 }
 

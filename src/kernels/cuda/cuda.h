@@ -118,13 +118,6 @@ int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s);
  * 16-byte aligned, Q6_K, Q8_0). */
 int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, float *conv_state, const float *conv_w,
                            int K, float *conv_out, lilac_cuda_stream *s);
-/* y = W . (RMSNorm(x) * norm_w) for one token, the norm's sum of squares the n_part parts of
- * lilac_cuda_moe_sum_parts (added in order): y bit for bit lilac_cuda_matvec(W, xn) with xn from
- * lilac_cuda_moe_sum_norm_grid. -1 (nothing launched) where W's type or layout has no fast kernel
- * (lilac_cuda_matvec_normed_takes). */
-int lilac_cuda_matvec_normed(const lilac_cuda_mat *W, const float *x, const float *part, int n_part,
-                             const float *norm_w, float eps, float *y, lilac_cuda_stream *s);
-int lilac_cuda_matvec_normed_takes(const lilac_cuda_mat *W);
 /* How many times a fused kernel was launched (tests: that the fused path, not its fallback, ran). */
 enum { LILAC_CUDA_FUSED_MOE, LILAC_CUDA_FUSED_QKV_CONV, LILAC_CUDA_FUSED_KINDS };
 long lilac_cuda_fused_launches(int kind);

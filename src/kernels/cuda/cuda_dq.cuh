@@ -1,6 +1,5 @@
 /* cuda_dq: the quantized blocks' layouts and a value of a row read byte by byte (dq_value), for the scalar
- * paths of the .cu files: k_mv_scalar's and the grouped product's fallbacks, the embedding lookup, the
- * DeltaNet kernel's own alpha and beta (LILAC_CUDA_DN_AB). */
+ * paths of the .cu files: k_mv_scalar's and the grouped product's fallbacks, the embedding lookup. */
 #ifndef LILAC_KERNELS_CUDA_CUDA_DQ_CUH
 #define LILAC_KERNELS_CUDA_CUDA_DQ_CUH
 

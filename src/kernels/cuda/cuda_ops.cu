@@ -9,10 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "format/dtype.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_dev.cuh"
-#include "kernels/cuda/cuda_dq.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_sizes.h"
 #include "kernels/cuda/cuda_trace.cuh"
@@ -653,8 +651,6 @@ __global__ void __launch_bounds__(1024)
 // last block to finish adds the parts in block order and writes xn.
 #define SNG_T LILAC_CUDA_SUM_GRID_T
 #define SNG_MAXB LILAC_CUDA_SUM_GRID_MAXB /* cuda_sizes.h: the plan sizes the part buffer by it */
-// count NULL (lilac_cuda_moe_sum_parts): the blocks' parts only, no last block (the next products fold the
-// norm into their input: lilac_cuda_matvec_normed).
 __global__ void __launch_bounds__(SNG_T) k_moe_sum_norm_grid(float *x, const float *ex, const float *w, int k,
                                                              const float *sh, const float *gsh,
                                                              const float *norm_w, float *xn, int E, float eps,
@@ -685,14 +681,14 @@ __global__ void __launch_bounds__(SNG_T) k_moe_sum_norm_grid(float *x, const flo
         o += xv;
         x[e] = o;
     }
-    if (!norm_w && count) {
+    if (!norm_w) {
         TRACE_END(LILAC_TK_MOE_SUM_NORM);
         return;
     }
     const float ss = block_sum(e < E ? o * o : 0.0f);
     if (threadIdx.x == 0)
         part[blockIdx.x] = ss;
-    if (count && dev_last_block(count)) {
+    if (dev_last_block(count)) {
         /* the parts' loads issued at once (this tail was ~16 L2 round trips in a row: a part, then a value) */
         float pv[SNG_MAXB];
 #pragma unroll
@@ -717,17 +713,6 @@ extern "C" int lilac_cuda_moe_sum_norm_grid(float *x, const float *ex, const flo
         return -1;
     launch_pdl(PDL_SUM, k_moe_sum_norm_grid, dim3((unsigned)nb), dim3(SNG_T), 0, CS(s), x, ex, w, k, sh, gsh, norm_w,
                xn, E, eps, part, count);
-    return 0;
-}
-
-extern "C" int lilac_cuda_moe_sum_parts(float *x, const float *ex, const float *w, int k, const float *sh,
-                                        const float *gsh, int E, float *part, lilac_cuda_stream *s)
-{
-    const int nb = (E + SNG_T - 1) / SNG_T;
-    if (E < 1 || nb > SNG_MAXB || k < 0 || !part)
-        return -1;
-    launch_pdl(PDL_SUM, k_moe_sum_norm_grid, dim3((unsigned)nb), dim3(SNG_T), 0, CS(s), x, ex, w, k, sh, gsh,
-               (const float *)NULL, (float *)NULL, E, 0.0f, part, (unsigned *)NULL);
     return 0;
 }
 
@@ -813,20 +798,14 @@ static __device__ void dn_norm_qk(float *qs, float *ks, int dk)
     __syncthreads();
 }
 
-// The log-decay g = ssm_a softplus(a + dt) and beta = sigmoid(b) of value head j (a, b: its alpha and beta).
-static __device__ void dn_gates(float a, float b, const float *ssm_a, const float *ssm_dt, int j, float *g_beta)
+// The log-decay g = ssm_a softplus(a + dt) and beta = sigmoid(b) of value head j.
+static __device__ void dn_gates(const float *a, const float *b, const float *ssm_a, const float *ssm_dt, int j,
+                                float *g_beta)
 {
-    float x = a + ssm_dt[j];
+    float x = a[j] + ssm_dt[j];
     float sp = x > 20.0f ? x : log1pf(expf(x));
     g_beta[0] = ssm_a[j] * sp;
-    g_beta[1] = sigmoidf_(b);
-}
-
-// The types whose alpha and beta the DeltaNet kernel computes itself (dq_warp_dot: the ones whose
-// value by value decoding is cheap; a K-quant's dq_value decodes its block's scales again for every value).
-static bool dn_ab_type(int type)
-{
-    return type == LILAC_F32 || type == LILAC_F16 || type == LILAC_BF16 || type == LILAC_Q8_0;
+    g_beta[1] = sigmoidf_(b[j]);
 }
 
 // One value head's delta rule and gated norm, by the P * dv threads that hold
@@ -885,15 +864,12 @@ static __device__ void dn_head(float (&sr)[DN_ROWS], float *S, const float *qs, 
 // the gated RMSNorm of its output (k_gated_norm).
 // Batched: blockIdx.y a row with its state Sp[row]; conv C floats on, a and
 // b nv, z and o nv * dv.
-// With ab set (one token, LILAC_CUDA_DN_AB=1), warp 2 computes the head's
-// alpha and beta itself (rows j and nv + j of ab, of type ab_type, . xn)
-// before its wait: xn was complete before the conv this kernel follows
-// began, so the two dots overlap the conv and their own product (a launch
-// on the second branch, joined before the conv) goes.
+// Measured and removed (LILAC_CUDA_DN_AB=1): warp 2 computing the head's alpha and beta dots from xn before
+// the wait, their product off the second branch: tg128 208.9 against 319.2/320.3 tok/s (H200, 2026-11-30),
+// one warp doing 64 dots of 2048 columns in series.
 __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, const float *b, const float *ssm_a,
                            const float *ssm_dt, const float *z, const float *norm_w, float *o_all, int nk, int nv,
-                           int dk, int dv, int tiled, float eps, float *const *Sp, const uint8_t *ab, size_t ab_rb,
-                           int ab_type, const float *xn, int n_embd)
+                           int dk, int dv, int tiled, float eps, float *const *Sp)
 {
     TRACE_START(LILAC_TK_DN_FUSED);
     {
@@ -916,11 +892,6 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
     for (int i = part; i < dk; i += DN_P, n++)
         sr[n] = S[(size_t)i * dv + c];
     const float nw = norm_w[c];
-    float av = 0.0f, bv = 0.0f;
-    if (ab && threadIdx.x >> 5 == 2) { /* warp 2: thread 64 takes the gates below */
-        av = dq_warp_dot(ab_type, ab + (size_t)j * ab_rb, xn, n_embd);
-        bv = dq_warp_dot(ab_type, ab + (size_t)(nv + j) * ab_rb, xn, n_embd);
-    }
     griddep_wait();
     TRACE_WAITED(LILAC_TK_DN_FUSED);
     /* v and z with q and k: one L2 round trip (loaded where they are used, they were two more after the norms) */
@@ -930,35 +901,21 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
         ks[i] = conv[(size_t)(nk + kh) * dk + i];
     }
     if (threadIdx.x == 64) // warp 2: warps 0 and 1 take the norms
-        dn_gates(ab ? av : a[j], ab ? bv : b[j], ssm_a, ssm_dt, j, gate);
+        dn_gates(a, b, ssm_a, ssm_dt, j, gate);
     dn_norm_qk(qs, ks, dk);
     dn_head(sr, S, qs, ks, v, gate[0], gate[1], part, c, DN_P, dk, dv, red, opart, nw, zc, eps,
             o_all + (size_t)j * dv);
     TRACE_END(LILAC_TK_DN_FUSED);
 }
 
-extern "C" int lilac_cuda_deltanet_ab_takes(const lilac_cuda_mat *ab, int nv, int dk, int dv, int n_embd)
-{
-    if (!ab || !ab->data || !dn_fused_takes(dk, dv) || dv * DN_P < 96 || !dn_ab_type(ab->type) ||
-        ab->rows != 2LL * nv || ab->cols != n_embd || n_embd % 32)
-        return 0;
-    /* a row's bytes at least (dq_value reads them one by one: any alignment) */
-    const size_t row = ab->type == LILAC_Q8_0 ? (size_t)n_embd / 32 * Q8_0_BYTES
-                                              : (size_t)n_embd * (ab->type == LILAC_F32 ? 4 : 2);
-    return ab->row_bytes >= row;
-}
-
 extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, const float *b, const float *ssm_a,
                                          const float *ssm_dt, float *S, float *o, const float *z, const float *norm_w,
-                                         int nk, int nv, int dk, int dv, int tiled, float eps,
-                                         const lilac_cuda_mat *ab, const float *xn, lilac_cuda_stream *s)
+                                         int nk, int nv, int dk, int dv, int tiled, float eps, lilac_cuda_stream *s)
 {
-    if (!dn_fused_takes(dk, dv) || (ab && (!xn || !lilac_cuda_deltanet_ab_takes(ab, nv, dk, dv, (int)ab->cols))))
+    if (!dn_fused_takes(dk, dv))
         return -1;
     launch_dependent(k_dn_fused, dim3(nv), dim3(dv * DN_P), (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s), S,
-                     conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL,
-                     ab ? static_cast<const uint8_t *>(ab->data) : (const uint8_t *)NULL, ab ? ab->row_bytes : 0,
-                     ab ? ab->type : 0, xn, ab ? (int)ab->cols : 0);
+                     conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL);
     return 0;
 }
 
@@ -970,8 +927,7 @@ extern "C" int lilac_cuda_deltanet_rows(const float *conv_out, const float *a, c
     if (!dn_fused_takes(dk, dv) || n < 1 || n > 65535)
         return -1;
     k_dn_fused<<<dim3(nv, n), dv * DN_P, (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s)>>>(
-        (float *)NULL, conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, Sp,
-        (const uint8_t *)NULL, 0, 0, (const float *)NULL, 0);
+        (float *)NULL, conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, Sp);
     return 0;
 }
 

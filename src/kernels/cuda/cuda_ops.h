@@ -69,12 +69,6 @@ int lilac_cuda_norm_router(const float *x, const float *norm_w, float *xn, const
 int lilac_cuda_moe_sum_norm_grid(float *x, const float *ex, const float *w, int k, const float *sh,
                                  const float *gsh, const float *norm_w, float *xn, int E, float eps, float *part,
                                  unsigned *count, lilac_cuda_stream *s);
-/* lilac_cuda_moe_sum_norm_grid's x, and its parts of the norm's sum of squares in part ((E + 255) / 256 floats,
- * LILAC_CUDA_SUM_GRID_T values a part), without the norm: the next products take RMSNorm(x) * norm_w from x and
- * the parts (lilac_cuda_matvec_normed), the same bits as that kernel's xn. -1 (nothing launched) for E over
- * LILAC_CUDA_SUM_GRID_MAXB parts. */
-int lilac_cuda_moe_sum_parts(float *x, const float *ex, const float *w, int k, const float *sh, const float *gsh,
-                             int E, float *part, lilac_cuda_stream *s);
 /* x += sum_i w[i] ex[i] (+ *gsh sh); then xn = RMSNorm(x) * norm_w when norm_w is set. */
 void lilac_cuda_moe_sum_norm(float *x, const float *ex, const float *w, int k, const float *sh, const float *gsh,
                              const float *norm_w, float *xn, int E, float eps, lilac_cuda_stream *s);
@@ -89,11 +83,7 @@ void lilac_cuda_norm_rope_kv(float *q, const float *q_norm, int q_step, int nh, 
  * take (dv * 8 > 1024, dv not a multiple of 32, dk > 256): lilac_cuda_pf_deltanet with n = 1 takes those. */
 int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, const float *b, const float *ssm_a,
                               const float *ssm_dt, float *S, float *o, const float *z, const float *norm_w, int nk,
-                              int nv, int dk, int dv, int tiled, float eps, const lilac_cuda_mat *ab, const float *xn,
-                              lilac_cuda_stream *s);
-/* Whether lilac_cuda_deltanet_fused takes ab (alpha's nv rows then beta's, n_embd columns, F32, F16, BF16 or
- * Q8_0): with it the kernel computes a and b itself from xn (a and b unused). */
-int lilac_cuda_deltanet_ab_takes(const lilac_cuda_mat *ab, int nv, int dk, int dv, int n_embd);
+                              int nv, int dk, int dv, int tiled, float eps, lilac_cuda_stream *s);
 /* Batched decode: row t (of n) is one token of its own sequence, at position pos[t] (dev), with that sequence's
  * state from the pointer arrays (dev, n entries); activations [n][width] as lilac_cuda_pf_*. */
 void lilac_cuda_norm_rope_kv_rows(float *q, const float *q_norm, int q_step, long long q_tok, int nh, float *k,

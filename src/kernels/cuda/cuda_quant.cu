@@ -588,12 +588,6 @@ struct MV {
     float *conv_state, *conv_out;
     const float *conv_w;
     int conv_k;
-    /* npart set (one token, no x2): x is the residual stream and the product's input RMSNorm(x) * norm_w, its
-     * sum of squares the n_npart parts lilac_cuda_moe_sum_parts left (added in order, as the sum kernel's
-     * last block adds them): the same bits as that kernel's xn */
-    const float *npart, *norm_w;
-    int n_npart;
-    float eps;
 };
 
 /* Channel c of the conv after a product (MV's conv_out): k_conv_step's sums in its order, on the value the
@@ -622,23 +616,22 @@ __device__ __forceinline__ float glu(float g, float u) { return g / (1.0f + expf
  * i of unit u at u * (VPU + 4) + i times 2^(64 - xshift(i)) (the 16-byte
  * pad puts adjacent lanes' float4 reads in different banks), and the sums
  * of x over each run of 16 values. A thread a run. */
-template <class UT, int T, bool CG = false, bool NORM = false>
+template <class UT, int T, bool CG = false>
 __device__ void load_x(const float *x, const float *x2, long long x_tok, int nt, int u0, int u1, float *xs, int XS,
-                       float *ss, int SS, const float *nw = nullptr, float nr = 1.0f)
+                       float *ss, int SS)
 {
     constexpr int VPU = UT::VPU, US = VPU + 4, NR = VPU / 16;
     const int nruns = (u1 - u0) * NR;
     for (int i = threadIdx.x; i < T * nruns; i += NTHREADS) {
         const int t = i / nruns, run = i - t * nruns, u = run / NR, rr = run - u * NR;
-        const long long col = (long long)u0 * VPU + UT::vcol(u * VPU + 16 * rr), off = col + t * x_tok;
+        const long long off = (long long)u0 * VPU + UT::vcol(u * VPU + 16 * rr) + t * x_tok;
         const float *src = x + off, *src2 = x2 ? x2 + off : nullptr; /* a run's 16 columns are adjacent */
         float4 *dst = reinterpret_cast<float4 *>(xs + t * XS + u * US + 16 * rr);
         float v[16], s = 0.f;
 #pragma unroll
         for (int k = 0; k < 16; k++) {
-            /* CG: x was written by other blocks of this kernel (k_moe_fused): from L2. nw: the input is
-             * RMSNorm(x) * nw, nr the norm's reciprocal (MV's npart), as the sum kernel computes xn */
-            const float xv = t >= nt ? 0.f : CG ? __ldcg(src + k) : NORM ? __ldcg(src + k) * nr * nw[col + k] : src[k];
+            /* CG: x was written by other blocks of this kernel (k_moe_fused): from L2 */
+            const float xv = t >= nt ? 0.f : CG ? __ldcg(src + k) : src[k];
             v[k] = t >= nt ? 0.f : src2 ? glu(xv, CG ? __ldcg(src2 + k) : src2[k]) : xv;
             s += v[k];
             v[k] *= __int_as_float((127 + 64 - UT::xshift(16 * rr + k)) << 23);
@@ -758,8 +751,11 @@ constexpr int cfg_lane_units(int T) { return T == 1 ? 4 : 1; }
  * idx waiting before they let the next kernel start): 274 against 284 tok/s,
  * 278 with the prefetch off (registers: the 5- and 6-bit bodies spilled);
  * lanes a row capped at 8 or 16: 249 and 269; tiles aimed at 1 or 4 a
- * resident block instead of 2: no change. */
-template <int TYPE, bool A16, int R, int T, bool FUSED, bool CONV = false, bool NORM = false>
+ * resident block instead of 2: no change. The next layer's input RMSNorm
+ * applied as x is loaded, from the sum kernel's parts (LILAC_CUDA_NORM_FOLD):
+ * 296.8 against 319.2/320.3, every block's serial norm before its x loads
+ * costing more than the sum kernel's tail it removed. */
+template <int TYPE, bool A16, int R, int T, bool FUSED, bool CONV = false>
 __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx, int nbx, int by, int nby)
 {
     using UT = Unit<TYPE>;
@@ -819,15 +815,8 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
                         TRACE_WAITED(LILAC_TK_MV); /* the table takes a block's first wait */
                     }
                     __syncthreads();
-                    float nr = 1.0f;
-                    if constexpr (NORM) { /* every thread the same sum: the parts in order, as the sum kernel adds */
-                        float t = 0;
-                        for (int b = 0; b < p.n_npart; b++)
-                            t += __ldcg(p.npart + b);
-                        nr = rsqrtf(t / p.cols + p.eps);
-                    }
-                    load_x<UT, T, FUSED, NORM>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0,
-                                               u1, xs, XS, ss, SS, p.norm_w, nr);
+                    load_x<UT, T, FUSED>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0, u1,
+                                         xs, XS, ss, SS);
                     loaded = key;
                 }
                 mv_units<TYPE, A16, R, T>(rowp, ok, u, u0, u1, lpr, a, b, xs, XS, ss, SS, nt, tot);
@@ -849,8 +838,8 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
 }
 
 /* The product as a kernel of its own: mv_block over the grid, launched dependent (launch_dependent). */
-template <int TYPE, bool A16, int R, int T, int MB = cfg_mv_min_blocks(TYPE, T), bool NORM = false>
-__global__ void __launch_bounds__(NTHREADS, MB) k_mv(const MV p)
+template <int TYPE, bool A16, int R, int T>
+__global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(const MV p)
 {
     TRACE_START(LILAC_TK_MV);
     griddep_launch_dependents();
@@ -858,7 +847,7 @@ __global__ void __launch_bounds__(NTHREADS, MB) k_mv(const MV p)
         griddep_wait();
         TRACE_WAITED(LILAC_TK_MV);
     }
-    mv_block<TYPE, A16, R, T, false, false, NORM>(p, p.idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
+    mv_block<TYPE, A16, R, T, false>(p, p.idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
     TRACE_END(LILAC_TK_MV);
 }
 
@@ -1068,11 +1057,6 @@ template <int TYPE, int T, auto KERN> void launch_shaped(MV p, cudaStream_t st, 
 
 template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int slots)
 {
-    if constexpr (T == 1) { /* (only here: other T would instantiate kernels never launched) */
-        if (p.npart) /* the input norm folded in (lilac_cuda_matvec_normed) */
-            return launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T, cfg_mv_min_blocks(TYPE, T), true>>(p, st,
-                                                                                                        slots);
-    }
     launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T>>(p, st, slots);
 }
 
@@ -1566,21 +1550,6 @@ void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, cons
     if (k <= 0)
         return;
     matvec(W, expert_stride, idx, k, x, W && x_stride ? W->cols : 0, y, 1, S(s), x2, accumulate);
-}
-
-int lilac_cuda_matvec_normed_takes(const lilac_cuda_mat *W)
-{
-    return mat_ok(W) && mv_align(W, 0) != 0; /* matvec's fast kernels (k_mv_scalar has no norm) */
-}
-
-int lilac_cuda_matvec_normed(const lilac_cuda_mat *W, const float *x, const float *part, int n_part,
-                             const float *norm_w, float eps, float *y, lilac_cuda_stream *s)
-{
-    if (!lilac_cuda_matvec_normed_takes(W) || !x || !part || n_part < 1 || !norm_w || !y)
-        return -1;
-    MV p = mv_params(W, 0, nullptr, false, x, nullptr, 0, y, 1, 0);
-    p.npart = part, p.n_npart = n_part, p.norm_w = norm_w, p.eps = eps;
-    return mv_fast(W, mv_align(W, 0), p, S(s), 1) ? 0 : -1;
 }
 
 static std::atomic<long> g_fused_launches[LILAC_CUDA_FUSED_KINDS];
