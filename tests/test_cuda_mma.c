@@ -7,7 +7,9 @@
  * two tiles), rows_of_x NULL and a map (x converted a row, n_x given, and
  * a pair: the same bits), at each tile width. Also that the
  * dispatch of lilac_cuda_matvec / lilac_cuda_matvec_grouped takes the
- * tensor-core path (the same bits) and that LILAC_CUDA_MMA off does not.
+ * tensor-core path (the same bits) and that LILAC_CUDA_MMA off does not,
+ * and that lilac_cuda_matvec_multi's shared conversion of x gives each
+ * product's own bits.
  *
  * Without a usable CUDA device it skips (exit 77), saying why, unless
  * LILAC_REQUIRE_CUDA=1 is set: then it fails. */
@@ -380,6 +382,72 @@ static void test_type(int ti)
     test_grouped(ti, 16, 130, 256, c2, 0, "mean ~100 pairs");
 }
 
+/* lilac_cuda_matvec_multi: several matrices over one x, the tensor-core products converting x once, give the
+ * bits of each product alone; and after x changes in place, a call whose first matrix does not take the
+ * tensor cores (F32) converts the new x rather than reusing the digits the last call left for the same
+ * pointer. */
+static void test_multi(void)
+{
+    enum { NM = 3, n = 100 };
+    const int types[NM] = {LILAC_Q4_K, LILAC_F32, LILAC_Q8_0};
+    const int64_t rows[NM] = {300, 64, 32}, cols = 2048;
+    lilac_cuda_mat m[NM];
+    void *dw[NM] = {0};
+    for (int i = 0; i < NM; i++) {
+        const size_t rb = lilac_dtype_row_bytes(types[i], cols), bytes = (size_t)rows[i] * rb;
+        uint8_t *host = malloc(bytes);
+        fill_matrix(types[i], rows[i], cols, rb, 0, host);
+        dw[i] = dev_copy(host, bytes);
+        free(host);
+        m[i] = (lilac_cuda_mat){.data = dw[i], .type = types[i], .rows = rows[i], .cols = cols, .row_bytes = rb};
+    }
+    const size_t nx = (size_t)n * cols;
+    float *x = malloc(sizeof(float) * nx);
+    unsigned char nanr[n];
+    float *dx = dev_copy(NULL, sizeof(float) * nx), *dy[NM] = {0}, *host_y[NM] = {0}, *host_1[NM] = {0};
+    for (int i = 0; i < NM; i++) {
+        dy[i] = dev_copy(NULL, sizeof(float) * (size_t)n * rows[i]);
+        host_y[i] = malloc(sizeof(float) * (size_t)n * rows[i]);
+        host_1[i] = malloc(sizeof(float) * (size_t)n * rows[i]);
+    }
+    /* orders: the first a tensor-core one, then (x changed) the F32 one first, then (x changed) reuse again */
+    static const int order[3][NM] = {{0, 1, 2}, {1, 2, 0}, {2, 0, 1}};
+    for (int round = 0; round < 3 && dx && dw[0] && dw[1] && dw[2]; round++) {
+        fill_x(x, n, cols, nanr, 0);
+        for (size_t i = 0; i < nx; i++)
+            x[i] *= (float)(round + 1);
+        char msg[512];
+        if (lilac_cuda_upload(dx, x, sizeof(float) * nx, msg, sizeof msg)) {
+            CHECKF(0, "multi: upload: %s", msg);
+            break;
+        }
+        const lilac_cuda_mat *W[NM];
+        float *Y[NM];
+        for (int j = 0; j < NM; j++)
+            W[j] = &m[order[round][j]], Y[j] = dy[order[round][j]];
+        lilac_cuda_matvec_multi(W, Y, NM, dx, n, NULL);
+        for (int i = 0; i < NM; i++)
+            if (download(host_y[i], dy[i], (size_t)n * rows[i], "multi"))
+                goto out;
+        for (int i = 0; i < NM; i++) {
+            lilac_cuda_matvec(&m[i], dx, dy[i], n, NULL);
+            if (download(host_1[i], dy[i], (size_t)n * rows[i], "multi, alone"))
+                goto out;
+            CHECKF(memcmp(host_y[i], host_1[i], sizeof(float) * (size_t)n * rows[i]) == 0,
+                   "multi, round %d: %s matrix %d differs from its product alone", round, tname(types[i]), i);
+        }
+    }
+out:
+    for (int i = 0; i < NM; i++) {
+        lilac_cuda_free(dw[i]);
+        lilac_cuda_free(dy[i]);
+        free(host_y[i]);
+        free(host_1[i]);
+    }
+    lilac_cuda_free(dx);
+    free(x);
+}
+
 int main(void)
 {
     char msg[512];
@@ -393,5 +461,6 @@ int main(void)
         fflush(stdout);
     }
     CHECK(!lilac_cuda_mma_supported(LILAC_F32) && !lilac_cuda_mma_supported(LILAC_F16));
+    test_multi();
     TEST_END();
 }

@@ -91,6 +91,12 @@ void lilac_cuda_matvec(const lilac_cuda_mat *W, const float *x, float *y, int n_
     (void)W, (void)x, (void)y, (void)n_tok, (void)s;
 }
 
+void lilac_cuda_matvec_multi(const lilac_cuda_mat *const *W, float *const *y, int n_mat, const float *x, int n_tok,
+                             lilac_cuda_stream *s)
+{
+    (void)W, (void)y, (void)n_mat, (void)x, (void)n_tok, (void)s;
+}
+
 void lilac_cuda_matvec_experts(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
                                const float *x, int x_stride, float *y, lilac_cuda_stream *s)
 {
@@ -213,6 +219,13 @@ int lilac_cuda_mma_min_pairs(void) { return 0; }
 int lilac_cuda_matvec_mma(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s)
 {
     (void)W, (void)x, (void)y, (void)n_tok, (void)s;
+    return -1;
+}
+
+int lilac_cuda_matvec_mma_x(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, int same_x,
+                            lilac_cuda_stream *s)
+{
+    (void)W, (void)x, (void)y, (void)n_tok, (void)same_x, (void)s;
     return -1;
 }
 

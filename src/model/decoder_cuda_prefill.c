@@ -162,9 +162,9 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
         const cuda_layer *cl = &cm->layers[il];
         lilac_cuda_rmsnorm(pf->x, cl->attn_norm, pf->xn, nt, E, hp->norm_eps, s);
         if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
-            lilac_cuda_matvec(&cl->wq, pf->xn, pf->qg, nt, s);
-            lilac_cuda_matvec(&cl->wk, pf->xn, pf->kb, nt, s);
-            lilac_cuda_matvec(&cl->wv, pf->xn, pf->vb, nt, s);
+            const lilac_cuda_mat *qkv_w[] = {&cl->wq, &cl->wk, &cl->wv};
+            float *const qkv_y[] = {pf->qg, pf->kb, pf->vb};
+            lilac_cuda_matvec_multi(qkv_w, qkv_y, 3, pf->xn, nt, s); /* xn converted for the tensor cores once */
             lilac_cuda_op_mark(s, "pf norm+qkv", &t_);
             if (rows) { /* each row against its own sequence's cache */
                 float **kp = rows->ptrs + (size_t)(4 * il) * PF_BATCH, **vp = kp + PF_BATCH;
@@ -193,10 +193,9 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
             lilac_cuda_op_mark(s, "pf attention", &t_);
             lilac_cuda_matvec(&cl->wo, pf->att, pf->tmp, nt, s);
         } else {
-            lilac_cuda_matvec(&cl->ssm_qkv, pf->xn, pf->qkv, nt, s);
-            lilac_cuda_matvec(&cl->ssm_z, pf->xn, pf->z, nt, s);
-            lilac_cuda_matvec(&cl->ssm_alpha, pf->xn, pf->a, nt, s);
-            lilac_cuda_matvec(&cl->ssm_beta, pf->xn, pf->b, nt, s);
+            const lilac_cuda_mat *in_w[] = {&cl->ssm_qkv, &cl->ssm_z, &cl->ssm_alpha, &cl->ssm_beta};
+            float *const in_y[] = {pf->qkv, pf->z, pf->a, pf->b};
+            lilac_cuda_matvec_multi(in_w, in_y, 4, pf->xn, nt, s);
             lilac_cuda_op_mark(s, "pf norm+qkv", &t_);
             if (rows) { /* each row with its own sequence's conv and recurrent state */
                 float **cp = rows->ptrs + (size_t)(4 * il + 2) * PF_BATCH, **sp = cp + PF_BATCH;
@@ -254,8 +253,9 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
         lilac_cuda_op_mark(s, by_pair ? "pf experts (pairs)" : "pf experts (grouped)", &t_);
         bool shared = hp->shared_ff > 0;
         if (shared) {
-            lilac_cuda_matvec(&cl->sh_gate, pf->xn, pf->shg, nt, s);
-            lilac_cuda_matvec(&cl->sh_up, pf->xn, pf->shu, nt, s);
+            const lilac_cuda_mat *gu_w[] = {&cl->sh_gate, &cl->sh_up};
+            float *const gu_y[] = {pf->shg, pf->shu};
+            lilac_cuda_matvec_multi(gu_w, gu_y, 2, pf->xn, nt, s);
             lilac_cuda_swiglu(pf->shg, pf->shu, nt * hp->shared_ff, s);
             lilac_cuda_matvec(&cl->sh_down, pf->shg, pf->sho, nt, s);
             lilac_cuda_op_mark(s, "pf shared expert", &t_);

@@ -69,6 +69,10 @@ int lilac_cuda_type_supported(int type);
 
 /* y[t][r] = dot(W row r, x[t]) for t < n_tok, r < W->rows; x [n_tok][cols], y [n_tok][rows] (dev). */
 void lilac_cuda_matvec(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s);
+/* lilac_cuda_matvec for each of n_mat matrices over the same x: y[i] = W[i] x. The tensor-core path converts
+ * x once for all of them (a prefill's projections of one normed x). */
+void lilac_cuda_matvec_multi(const lilac_cuda_mat *const *W, float *const *y, int n_mat, const float *x, int n_tok,
+                             lilac_cuda_stream *s);
 
 /* Routed experts of one layer stored one after another, expert e's matrix
  * at base + e * expert_stride bytes (each expert W->rows x W->cols, W->data
@@ -165,6 +169,10 @@ int lilac_cuda_mma_min_pairs(void);
 /* The tensor-core path itself, whatever the token count: 0 when launched, -1 when it does not take the call
  * (type, shape, alignment, scratch): then nothing was launched but possibly the pre-pass, and no error is set. */
 int lilac_cuda_matvec_mma(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s);
+/* The same; same_x: x is unchanged since the previous product on s, which read it too (lilac_cuda_matvec_multi):
+ * its conversion for the tensor cores is reused where s's scratch still holds exactly it. */
+int lilac_cuda_matvec_mma_x(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, int same_x,
+                            lilac_cuda_stream *s);
 int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert,
                                   const int32_t *offsets, const int32_t *rows_of_x, int n_x, int max_pairs, int n_pairs,
                                   const float *x, long long x_stride, float *y, lilac_cuda_stream *s);

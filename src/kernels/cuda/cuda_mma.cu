@@ -231,60 +231,97 @@ template <bool A4> struct Dec<LILAC_Q4_0, A4> {
  * or i) to digits: xq + i * (K / 32) * XB, each 32 columns hi[32] then
  * lo[32] with value 16h + 4t + {0, 2, 1, 3} at position 8t + 4h + {0, 1, 2,
  * 3} (the fragment order), xsum[i][K / 32] (sums of the scaled values) and
- * xexp[i] (y = acc * 2^xexp; INT_MAX: the row had a NaN or Inf). A warp a row. */
+ * xexp[i] (y = acc * 2^xexp; INT_MAX: the row had a NaN or Inf).
+ *
+ * A block a row (grid-strided), a thread a run of 32 columns: its 32 loads in flight at once (VEC: as 8
+ * 16-byte loads), the row's largest |value| reduced over the block, then the thread converts the run it
+ * holds. Where the row has more runs than the block threads (K > 32 * blockDim), a thread takes several and
+ * loads each again to convert it. Session 9's kernel (a warp a row, 8 rows a block, the largest |value| a
+ * strided loop of one load at a time) took ~22 us for 512 x 2048 (ncu, H200): 64 blocks, each load a
+ * memory round trip; the digits, sums and exponents are the same bits. */
+template <bool VEC> __device__ __forceinline__ void prep_load(const float *s, float (&v)[32])
+{
+    if constexpr (VEC) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const float4 f = reinterpret_cast<const float4 *>(s)[i];
+            v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 32; i++)
+            v[i] = s[i];
+    }
+}
+
+template <bool VEC>
 __global__ void __launch_bounds__(256) k_mma_prep(const float *x, long long x_stride, const int32_t *map, int n,
                                                   const int32_t *n_dev, int K, uint8_t *xq, float *xsum, int *xexp)
 {
-    const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    __shared__ float red[8];
     const int count = n_dev ? min(n, __ldg(n_dev)) : n;
-    if (row >= count)
-        return;
-    const float *src = x + (long long)(map ? __ldg(map + row) : row) * x_stride;
-    float amax = 0.f;
-    bool bad = false;
-    for (int c = lane; c < K; c += 32) {
-        const float a = fabsf(src[c]);
-        bad |= !(a <= FLT_MAX);
-        amax = fmaxf(amax, a);
-    }
-    for (int o = 16; o; o >>= 1)
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    bad = __any_sync(0xffffffffu, bad);
-    int e = 0;
-    if (amax > 0.f)
-        (void)frexpf(amax, &e); /* amax in [2^(e-1), 2^e) */
-    const int sh = 14 - e;      /* scaled: max in [2^13, 2^14) */
-    if (lane == 0)
-        xexp[row] = bad ? INT_MAX : -sh;
-    const int NB = K / 32;
-    for (int blk = lane; blk < NB; blk += 32) {
-        const float *s = src + 32 * blk;
-        float v[32], sum = 0.f;
+    const int NB = K / 32, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
+    const bool held = NB <= nt; /* each thread at most one run: it keeps its values between the passes */
+    for (int row = blockIdx.x; row < count; row += gridDim.x) {
+        const float *src = x + (long long)(map ? __ldg(map + row) : row) * x_stride;
+        float v[32];
+        float amax = 0.f;
+        bool bad = false;
+        for (int blk = tid; blk < NB; blk += nt) {
+            prep_load<VEC>(src + 32 * blk, v);
 #pragma unroll
-        for (int i = 0; i < 32; i++) {
-            v[i] = bad ? 0.f : ldexpf(s[i], sh);
-            sum += v[i];
+            for (int i = 0; i < 32; i++) {
+                const float a = fabsf(v[i]);
+                bad |= !(a <= FLT_MAX);
+                amax = fmaxf(amax, a);
+            }
         }
-        uint32_t hi[16], lo[16];
+        for (int o = 16; o; o >>= 1)
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        if (lane == 0)
+            red[warp] = amax;
+        bad = __syncthreads_or(bad); /* also orders red */
+        amax = 0.f;
+        for (int w = 0; w < (nt + 31) / 32; w++)
+            amax = fmaxf(amax, red[w]);
+        int e = 0;
+        if (amax > 0.f)
+            (void)frexpf(amax, &e); /* amax in [2^(e-1), 2^e) */
+        const int sh = 14 - e;      /* scaled: max in [2^13, 2^14) */
+        if (tid == 0)
+            xexp[row] = bad ? INT_MAX : -sh;
+        for (int blk = tid; blk < NB; blk += nt) {
+            if (!held)
+                prep_load<VEC>(src + 32 * blk, v);
+            float sum = 0.f;
 #pragma unroll
-        for (int t = 0; t < 4; t++)
+            for (int i = 0; i < 32; i++) {
+                v[i] = bad ? 0.f : ldexpf(v[i], sh);
+                sum += v[i];
+            }
+            uint32_t hi[16], lo[16];
 #pragma unroll
-            for (int h = 0; h < 2; h++)
+            for (int t = 0; t < 4; t++)
 #pragma unroll
-                for (int k = 0; k < 2; k++) { /* word 4t + 2h + k: values 16h + 4t + k and + k + 2 */
-                    const float a = v[16 * h + 4 * t + k], b = v[16 * h + 4 * t + k + 2];
-                    const __half ha = __float2half_rn(a), hb = __float2half_rn(b);
-                    const __half la = __float2half_rn(a - __half2float(ha)), lb = __float2half_rn(b - __half2float(hb));
-                    hi[4 * t + 2 * h + k] = h2u(__halves2half2(ha, hb));
-                    lo[4 * t + 2 * h + k] = h2u(__halves2half2(la, lb));
-                }
-        uint4 *d = reinterpret_cast<uint4 *>(xq + ((size_t)row * NB + blk) * XB);
+                for (int h = 0; h < 2; h++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            d[i] = make_uint4(hi[4 * i], hi[4 * i + 1], hi[4 * i + 2], hi[4 * i + 3]);
-            d[4 + i] = make_uint4(lo[4 * i], lo[4 * i + 1], lo[4 * i + 2], lo[4 * i + 3]);
+                    for (int k = 0; k < 2; k++) { /* word 4t + 2h + k: values 16h + 4t + k and + k + 2 */
+                        const float a = v[16 * h + 4 * t + k], b = v[16 * h + 4 * t + k + 2];
+                        const __half ha = __float2half_rn(a), hb = __float2half_rn(b);
+                        const __half la = __float2half_rn(a - __half2float(ha)),
+                                     lb = __float2half_rn(b - __half2float(hb));
+                        hi[4 * t + 2 * h + k] = h2u(__halves2half2(ha, hb));
+                        lo[4 * t + 2 * h + k] = h2u(__halves2half2(la, lb));
+                    }
+            uint4 *d = reinterpret_cast<uint4 *>(xq + ((size_t)row * NB + blk) * XB);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                d[i] = make_uint4(hi[4 * i], hi[4 * i + 1], hi[4 * i + 2], hi[4 * i + 3]);
+                d[4 + i] = make_uint4(lo[4 * i], lo[4 * i + 1], lo[4 * i + 2], lo[4 * i + 3]);
+            }
+            xsum[(size_t)row * NB + blk] = sum;
         }
-        xsum[(size_t)row * NB + blk] = sum;
+        __syncthreads(); /* red is the next row's */
     }
 }
 
@@ -639,24 +676,40 @@ struct Scratch {
     void *p;
     size_t cap;
     unsigned gen; /* allocations so far: a graph captured with p is stale once it moves */
+    /* what the last pre-pass into p converted, when it was rows 0..mn-1 of mx (mn 0: nothing reusable) */
+    const float *mx;
+    long long mstride;
+    int mn, mK;
 };
 std::mutex g_scr_mu;
 Scratch g_scr[16];
 int g_n_scr;
 
-/* Scratch of at least bytes for st: NULL when it would have to grow while st is being captured, or on failure. */
-void *scratch(cudaStream_t st, size_t bytes)
+/* The scratch of st on the current device (under g_scr_mu), and that device (-1: none current): NULL where st
+ * has none yet. */
+Scratch *scratch_of(cudaStream_t st, int *devp)
 {
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) {
         (void)cudaGetLastError();
-        return nullptr;
+        dev = -1;
     }
-    std::lock_guard<std::mutex> lk(g_scr_mu);
-    Scratch *sc = nullptr;
-    for (int i = 0; i < g_n_scr; i++)
+    if (devp)
+        *devp = dev;
+    for (int i = 0; dev >= 0 && i < g_n_scr; i++)
         if (g_scr[i].dev == dev && g_scr[i].st == st)
-            sc = &g_scr[i];
+            return &g_scr[i];
+    return nullptr;
+}
+
+/* Scratch of at least bytes for st: NULL when it would have to grow while st is being captured, or on failure. */
+void *scratch(cudaStream_t st, size_t bytes)
+{
+    std::lock_guard<std::mutex> lk(g_scr_mu);
+    int dev = -1;
+    Scratch *sc = scratch_of(st, &dev);
+    if (dev < 0)
+        return nullptr;
     if (sc && sc->cap >= bytes)
         return sc->p;
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
@@ -668,7 +721,7 @@ void *scratch(cudaStream_t st, size_t bytes)
         if (g_n_scr == 16)
             return nullptr;
         sc = &g_scr[g_n_scr++];
-        *sc = Scratch{dev, st, nullptr, 0, 0};
+        *sc = Scratch{dev, st, nullptr, 0, 0, nullptr, 0, 0, 0};
     }
     if (sc->p) { /* earlier products on st may still read it */
         if (cudaStreamSynchronize(st) != cudaSuccess) {
@@ -676,7 +729,7 @@ void *scratch(cudaStream_t st, size_t bytes)
             return nullptr;
         }
         cudaFree(sc->p);
-        sc->p = nullptr, sc->cap = 0;
+        sc->p = nullptr, sc->cap = 0, sc->mn = 0;
     }
     bytes = lilac_cuda_scratch_round(bytes);
     if (cudaMalloc(&sc->p, bytes) != cudaSuccess) {
@@ -706,6 +759,45 @@ bool xq_get(cudaStream_t st, int n, int K, XQ &q)
     q.xsum = reinterpret_cast<float *>(base + b_xq);
     q.xexp = reinterpret_cast<int *>(base + b_xq + b_sum);
     return true;
+}
+
+/* k_mma_prep over n rows (count: min(n, *n_dev) when n_dev is set): a block a row (at most 65535 blocks,
+ * grid-strided past that), a thread a run of 32 columns (whole warps, at most 256). */
+void launch_prep(const float *x, long long x_stride, const int32_t *map, int n, const int32_t *n_dev, int K,
+                 const XQ &q, cudaStream_t st)
+{
+    const int nb = K / 32, threads = nb >= 256 ? 256 : (nb + 31) / 32 * 32;
+    const unsigned grid = (unsigned)(n < 65535 ? n : 65535);
+    if (grid < 1)
+        return;
+    if ((reinterpret_cast<uintptr_t>(x) & 15) == 0 && x_stride % 4 == 0)
+        k_mma_prep<true><<<grid, threads, 0, st>>>(x, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
+    else
+        k_mma_prep<false><<<grid, threads, 0, st>>>(x, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
+}
+
+
+/* The pre-pass of a product into q (xq_get's, just taken for n rows of K). same_x: the caller says x has not
+ * changed since the last product on st read it; then when st's scratch still holds rows 0..n-1 of that x at
+ * that stride (the last pre-pass converted exactly them: neither a map nor a device count), the pre-pass is
+ * skipped: the same digits (a 512-token prefill's DeltaNet layer converts its normed x for qkv, z, alpha and
+ * beta, and for the experts' gate+up and the shared expert's gate and up). */
+void prep(const float *x, long long x_stride, const int32_t *map, int n, const int32_t *n_dev, int K, const XQ &q,
+          cudaStream_t st, bool same_x)
+{
+    const bool plain = !map && !n_dev;
+    {
+        std::lock_guard<std::mutex> lk(g_scr_mu);
+        Scratch *sc = scratch_of(st, nullptr);
+        if (sc && sc->p == q.xq && same_x && plain && sc->mn == n && sc->mx == x && sc->mstride == x_stride &&
+            sc->mK == K)
+            return;
+        if (sc) { /* what this pre-pass leaves */
+            sc->mx = x, sc->mstride = x_stride, sc->mK = K;
+            sc->mn = plain && sc->p == q.xq ? n : 0;
+        }
+    }
+    launch_prep(x, x_stride, map, n, n_dev, K, q, st);
 }
 
 int blocks_per_sm(const void *kern, int smem)
@@ -802,6 +894,27 @@ bool shape_ok(const lilac_cuda_mat *W, size_t expert_stride, bool *a16)
     return true;
 }
 
+/* n8 tiles a warp (tokens a tile: 16 NT) of a one-matrix product of n_tok tokens over row_tiles tiles of BM
+ * rows: 4, unless its tiles would leave more than half the multiprocessors without one (a block an SM at
+ * NT 4 and 2; two at NT 1): a 512-token prefill's narrow matrices (the DeltaNet alpha and beta, 32 rows, 8
+ * tiles; the shared expert's gate and up and attention's k and v, 4 row tiles, 32) took 68 us and ~40 us on 8
+ * and 32 blocks (ncu, H200). LILAC_CUDA_MMA_DENSE_NT=4 (or 2, 1): that NT always (read once). */
+int dense_nt(int n_tok, int row_tiles)
+{
+    static std::atomic<int> forced{-1};
+    int f = forced.load(std::memory_order_relaxed);
+    if (f < 0) {
+        f = lilac_env_int("LILAC_CUDA_MMA_DENSE_NT", 0, 0, 4);
+        f = f == 4 || f == 2 || f == 1 ? f : 0;
+        forced.store(f, std::memory_order_relaxed);
+    }
+    if (f)
+        return f;
+    const long long sms = dev_sm_count();
+    auto items = [&](int nt) { return (long long)((n_tok + 16 * nt - 1) / (16 * nt)) * row_tiles; };
+    return 2 * items(4) >= sms ? 4 : 2 * items(2) >= sms ? 2 : 1;
+}
+
 std::atomic<int> g_mma_on{-1};
 std::atomic<int> g_xrows_on{-1};
 
@@ -827,16 +940,9 @@ int lilac_cuda_mma_reserve(lilac_cuda_stream *s, size_t bytes) { return scratch(
 
 unsigned lilac_cuda_mma_scratch_gen(lilac_cuda_stream *s)
 {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
     std::lock_guard<std::mutex> lk(g_scr_mu);
-    for (int i = 0; i < g_n_scr; i++)
-        if (g_scr[i].dev == dev && g_scr[i].st == S(s))
-            return g_scr[i].gen;
-    return 0;
+    const Scratch *sc = scratch_of(S(s), nullptr);
+    return sc ? sc->gen : 0;
 }
 
 int lilac_cuda_mma_enabled(void)
@@ -861,6 +967,12 @@ int lilac_cuda_mma_min_pairs(void) { return MIN_PAIRS; }
 
 int lilac_cuda_matvec_mma(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s)
 {
+    return lilac_cuda_matvec_mma_x(W, x, y, n_tok, 0, s);
+}
+
+int lilac_cuda_matvec_mma_x(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, int same_x,
+                            lilac_cuda_stream *s)
+{
     bool a16 = false;
     if (!W || !x || !y || n_tok < 1 || !shape_ok(W, 0, &a16))
         return -1;
@@ -880,10 +992,14 @@ int lilac_cuda_matvec_mma(const lilac_cuda_mat *W, const float *x, float *y, int
     p.rows = (int)W->rows;
     p.K = K;
     p.row_tiles = (p.rows + BM - 1) / BM;
-    k_mma_prep<<<(unsigned)((n_tok + 7) / 8), 256, 0, st>>>(x, K, nullptr, n_tok, nullptr, K, q.xq, q.xsum, q.xexp);
-    constexpr int BN = MM_WARPS_N * 8 * 4;
+    prep(x, K, nullptr, n_tok, nullptr, K, q, st, same_x != 0);
+    const int nt = dense_nt(n_tok, p.row_tiles);
+    const int BN = MM_WARPS_N * 8 * nt;
     const long long items = (long long)((n_tok + BN - 1) / BN) * p.row_tiles;
-    return launch_type<4>(p, a16, items, st, W->type) ? 0 : -1;
+    const bool ok = nt == 4 ? launch_type<4>(p, a16, items, st, W->type)
+                    : nt == 2 ? launch_type<2>(p, a16, items, st, W->type)
+                              : launch_type<1>(p, a16, items, st, W->type);
+    return ok ? 0 : -1;
 }
 
 int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert,
@@ -918,11 +1034,9 @@ int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride,
     p.K = K;
     p.row_tiles = (p.rows + BM - 1) / BM;
     if (by_row) /* x row r's digits at row r */
-        k_mma_prep<<<(unsigned)((n_x + 7) / 8), 256, 0, st>>>(x, x_stride, nullptr, n_x, nullptr, K, q.xq, q.xsum,
-                                                             q.xexp);
+        prep(x, x_stride, nullptr, n_x, nullptr, K, q, st, false);
     else /* pair i's digits at row i; the pairs in all are offsets[n_expert] (read on the device) */
-        k_mma_prep<<<(unsigned)((n_pairs + 7) / 8), 256, 0, st>>>(x, x_stride, rows_of_x, n_pairs, offsets + n_expert,
-                                                                 K, q.xq, q.xsum, q.xexp);
+        prep(x, x_stride, rows_of_x, n_pairs, offsets + n_expert, K, q, st, false);
     /* tokens a tile from the mean pairs of an expert; items: sum ceil(c_e / BN) <= n_expert + n_pairs / BN */
     const long long mean = n_pairs / n_expert;
     const int nt = mean >= 48 ? 4 : mean >= 24 ? 2 : 1;

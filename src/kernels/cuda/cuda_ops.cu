@@ -168,7 +168,8 @@ __global__ void k_attention_part(const float *q, int q_step, const float *K, con
 // per query head is k_attention_part's (m, l, o), merged the same way.
 #define ATT_GMAX 8
 #define ATT_DPL 8 /* dims a lane: hd <= 256 */
-#define ATT_VL 8  /* V rows a thread loads at once */
+#define ATT_VL 16 /* V rows (the combine: ranges) a thread loads at once; 8 before session 10: a range's 64 keys
+                   * took 8 steps, each waiting on the one before it to be in flight */
 // Batched (blockIdx.z a row of its own sequence): q, part advanced by the
 // row's strides, K and V from Kp, Vp when given, the position pos_dev[row].
 __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_step, long long q_tok, const float *K,

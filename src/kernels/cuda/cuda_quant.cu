@@ -1509,14 +1509,33 @@ int lilac_cuda_type_supported(int type)
     return block_of(type, &blck, &bytes) ? 1 : 0;
 }
 
-void lilac_cuda_matvec(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s)
+/* lilac_cuda_matvec; same_x: lilac_cuda_matvec_mma_x's. Whether the tensor cores took it. */
+static bool matvec_tok(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, bool same_x,
+                       lilac_cuda_stream *s)
 {
     if (W && x && y && n_tok >= lilac_cuda_mma_min_tokens() && lilac_cuda_mma_supported(W->type) &&
-        lilac_cuda_mma_enabled() && lilac_cuda_matvec_mma(W, x, y, n_tok, s) == 0)
-        return;
+        lilac_cuda_mma_enabled() && lilac_cuda_matvec_mma_x(W, x, y, n_tok, same_x, s) == 0)
+        return true;
     if (W && x && y && n_tok >= lilac_cuda_gemm_min_tokens() && lilac_cuda_matvec_gemm(W, x, y, n_tok, s) == 0)
-        return;
+        return false;
     matvec(W, 0, nullptr, 1, x, 0, y, n_tok, S(s));
+    return false;
+}
+
+void lilac_cuda_matvec(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s)
+{
+    matvec_tok(W, x, y, n_tok, false, s);
+}
+
+void lilac_cuda_matvec_multi(const lilac_cuda_mat *const *W, float *const *y, int n_mat, const float *x, int n_tok,
+                             lilac_cuda_stream *s)
+{
+    /* x's digits may be reused once a tensor-core product of this call has converted it: only products run
+     * between, and a digit buffer that still holds another x (or this one's before it changed) is converted
+     * again by the first of them */
+    bool converted = false;
+    for (int i = 0; i < n_mat; i++)
+        converted |= matvec_tok(W[i], x, y[i], n_tok, converted, s);
 }
 
 void lilac_cuda_matvec_experts(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
