@@ -20,7 +20,9 @@
 
 namespace {
 
-constexpr int GK = 32;         /* columns a tile; rows and tokens a tile: 16 TT (TT x TT outputs a thread) */
+/* columns a tile: 32 at TT 4 (64 x 64 tiles), 128 at TT 2; rows and tokens a tile: 16 TT (TT x TT outputs a
+ * thread) */
+__host__ __device__ constexpr int gk_of(int TT) { return TT == 2 ? 128 : 32; }
 constexpr int G_THREADS = 256; /* 16 x 16 threads */
 constexpr int MIN_TOK = 32;              /* lilac_cuda_matvec: fewer tokens stay with k_mv */
 
@@ -42,11 +44,15 @@ template <> __device__ __forceinline__ float ldw<LILAC_BF16>(const uint8_t *row,
 // owns rows tx + 16 i and tokens ty + 16 j (i, j < TT): a warp's stores are runs of 16 rows, its shared reads
 // conflict-free. TT 4 where the grid fills the GPU; 2 for narrow matrices (the F32 router: 256 rows and 512
 // tokens make 32 blocks of 64 x 64, 243 us a call against 138 for k_mv; 128 blocks of 32 x 32).
+// The next tile's loads are issued before the current one is computed. At TT 2 a tile is 128 columns: the
+// router's 2048 were 64 tiles of 32, each a memory round trip one after another (123 us a call, ncu, H200,
+// 2026-11-30). Each output is a float32 FMA chain in k order whatever the tile: the same bits.
 template <int TYPE, int TT>
 __global__ void __launch_bounds__(G_THREADS) k_gemm_f(const uint8_t *w, size_t row_bytes, int rows, int K,
                                                       const float *x, int n, float *y)
 {
-    constexpr int GM = 16 * TT, GN = 16 * TT;
+    constexpr int GM = 16 * TT, GN = 16 * TT, GK = gk_of(TT), NL = GM * GK / G_THREADS;
+    static_assert(GM == GN && NL * G_THREADS == GM * GK, "tile shape");
     __shared__ float Ws[GK][GM + 1], Xs[GK][GN + 1]; /* [k][row], [k][token]; +1: the transposing stores spread */
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int r0 = blockIdx.x * GM, t0 = blockIdx.y * GN;
@@ -56,23 +62,28 @@ __global__ void __launch_bounds__(G_THREADS) k_gemm_f(const uint8_t *w, size_t r
 #pragma unroll
         for (int j = 0; j < TT; j++)
             acc[i][j] = 0.f;
-    for (int k0 = 0; k0 < K; k0 += GK) {
-        float wv[GM * GK / G_THREADS], xv[GN * GK / G_THREADS];
+    float wv[NL], xv[NL];
+    auto load = [&](int k0) { /* all loads in flight at once */
 #pragma unroll
-        for (int l = 0; l < GM * GK / G_THREADS; l++) { /* all loads in flight, then the stores */
+        for (int l = 0; l < NL; l++) {
             const int e = tid + l * G_THREADS, rr = e / GK, kk = e % GK, k = k0 + kk;
             const int r = r0 + rr, t = t0 + rr;
             wv[l] = r < rows && k < K ? ldw<TYPE>(w + (size_t)r * row_bytes, k) : 0.f;
             xv[l] = t < n && k < K ? __ldg(x + (size_t)t * K + k) : 0.f;
         }
+    };
+    load(0);
+    for (int k0 = 0; k0 < K; k0 += GK) {
         __syncthreads(); /* the previous tile is consumed */
 #pragma unroll
-        for (int l = 0; l < GM * GK / G_THREADS; l++) {
+        for (int l = 0; l < NL; l++) {
             const int e = tid + l * G_THREADS, rr = e / GK, kk = e % GK;
             Ws[kk][rr] = wv[l];
             Xs[kk][rr] = xv[l];
         }
         __syncthreads();
+        if (k0 + GK < K)
+            load(k0 + GK); /* in flight while this tile is computed */
 #pragma unroll 8
         for (int kk = 0; kk < GK; kk++) {
             float a[TT], b[TT];
