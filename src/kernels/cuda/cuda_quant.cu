@@ -1509,11 +1509,23 @@ int lilac_cuda_type_supported(int type)
     return block_of(type, &blck, &bytes) ? 1 : 0;
 }
 
+/* LILAC_CUDA_MMA_MIN_ROWS=N (an experiment, default 0): matrices of fewer rows stay on the CUDA cores at any
+ * token count. A 512-token prefill's DeltaNet alpha and beta (32 rows each) take 35 us a call on the tensor
+ * cores (ncu, H200): 32 blocks of 128 rows, a quarter of them rows. Read once. */
+static int mma_min_rows()
+{
+    static int v = -1;
+    if (v < 0)
+        v = lilac_env_int("LILAC_CUDA_MMA_MIN_ROWS", 0, 0, 1 << 30);
+    return v;
+}
+
 /* lilac_cuda_matvec; same_x: lilac_cuda_matvec_mma_x's. Whether the tensor cores took it. */
 static bool matvec_tok(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, bool same_x,
                        lilac_cuda_stream *s)
 {
-    if (W && x && y && n_tok >= lilac_cuda_mma_min_tokens() && lilac_cuda_mma_supported(W->type) &&
+    if (W && x && y && n_tok >= lilac_cuda_mma_min_tokens() && W->rows >= mma_min_rows() &&
+        lilac_cuda_mma_supported(W->type) &&
         lilac_cuda_mma_enabled() && lilac_cuda_matvec_mma_x(W, x, y, n_tok, same_x, s) == 0)
         return true;
     if (W && x && y && n_tok >= lilac_cuda_gemm_min_tokens() && lilac_cuda_matvec_gemm(W, x, y, n_tok, s) == 0)
