@@ -11,7 +11,8 @@
 
 #include "lilac.h"
 
-#define LILAC_CUDA_PF_MAX 512       /* tokens a prefill chunk: the prefill buffers' rows */
+#define LILAC_CUDA_PF_MAX 2048      /* the most tokens a prefill chunk: the prefill buffers' rows */
+#define LILAC_CUDA_PF_CHUNK 512     /* tokens a prefill chunk unless LILAC_CUDA_PREFILL_CHUNK says (up to PF_MAX) */
 #define LILAC_CUDA_PF_LOGIT_ROWS 32 /* rows of logits a download (LOGITS_ALL): the buffer is rows x vocab */
 #define LILAC_CUDA_PF_BATCH 64      /* sequences a batched decode step (lilac_cuda_decode_batch) takes at once */
 

@@ -56,11 +56,11 @@ typedef struct pf_rows {
     float **ptrs;       /* (dev) [n_layer][4][PF_BATCH] */
 } pf_rows;
 
+/* Tokens a chunk: LILAC_CUDA_PREFILL_CHUNK=N (1..PF_MAX: small ones for tests; larger ones give the expert
+ * products more pairs an expert, wider tensor-core tiles), else LILAC_CUDA_PF_CHUNK. */
 static int chunk_tokens(void)
 {
-    const char *e = getenv("LILAC_CUDA_PREFILL_CHUNK"); /* smaller chunks, for tests */
-    int n = e ? atoi(e) : 0;
-    return n >= 1 && n <= PF_MAX ? n : PF_MAX;
+    return lilac_env_int("LILAC_CUDA_PREFILL_CHUNK", LILAC_CUDA_PF_CHUNK, 1, PF_MAX);
 }
 
 bool lilac_cuda_prefill_wanted(const lilac_seq *s, int n)

@@ -102,10 +102,16 @@ extern "C" void lilac_cuda_graph_free(void *exec)
 #define ATT_TILE 64
 // The key ranges in use at n_keys keys: at most nsplit, of at least min_keys
 // keys each, so that a short context does not pay for nsplit mostly empty
-// blocks and parts.
+// blocks and parts; but a short context (under 8 min_keys) takes up to
+// ATT_SHORT ranges of at least 16 keys, whose blocks each walk fewer keys
+// (tg128 at depth 0 with 16 keys a range: 325.0 against 319.2 and 320.3,
+// 338.8 against 335.9 on a rerun, H200, 2026-11-30; at depth 8192 16 keys a
+// range lost: 295.1 against 316.1).
+#define ATT_SHORT 8
 static __device__ __forceinline__ int att_splits(int n_keys, int nsplit, int min_keys)
 {
-    return min(nsplit, (n_keys + min_keys - 1) / min_keys);
+    const int by_min = (n_keys + min_keys - 1) / min_keys, short_ctx = min((n_keys + 15) / 16, ATT_SHORT);
+    return min(nsplit, max(by_min, short_ctx));
 }
 __global__ void k_attention_part(const float *q, int q_step, const float *K, const float *V, const int *pos_dev, int kvw,
                                  int hd, int group, float *scratch, int scratch_stride, float *part, int nsplit,
@@ -168,8 +174,8 @@ __global__ void k_attention_part(const float *q, int q_step, const float *K, con
 // per query head is k_attention_part's (m, l, o), merged the same way.
 #define ATT_GMAX 8
 #define ATT_DPL 8 /* dims a lane: hd <= 256 */
-#define ATT_VL 16 /* V rows (the combine: ranges) a thread loads at once; 8 before session 10: a range's 64 keys
-                   * took 8 steps, each waiting on the one before it to be in flight */
+#define ATT_VL 8 /* V rows (the combine: ranges) a thread loads at once; 16 measured the same (tg128 331.8 and
+                  * 329.3 against 332.9 and 331.0, depth 8192 316.6 and 314.1 against 315.6 and 313.0, H200) */
 // Batched (blockIdx.z a row of its own sequence): q, part advanced by the
 // row's strides, K and V from Kp, Vp when given, the position pos_dev[row].
 __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_step, long long q_tok, const float *K,
