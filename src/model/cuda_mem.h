@@ -11,8 +11,11 @@
 
 #include "lilac.h"
 
-#define LILAC_CUDA_PF_MAX 2048      /* the most tokens a prefill chunk: the prefill buffers' rows */
-#define LILAC_CUDA_PF_CHUNK 512     /* tokens a prefill chunk unless LILAC_CUDA_PREFILL_CHUNK says (up to PF_MAX) */
+/* Tokens a prefill chunk: the prefill buffers' rows. pp4096 of the 35B-A3B Q4_K_M file at 2048 (buffers for 2048):
+ * 8,421 tok/s against 6,959 at 512 and 7,323 at 1024 (H200, one call, 2026-11-30): an expert's ~64 pairs
+ * take the 64-token tensor-core tiles. Not the default yet: the buffers grow by ~650 MB (the memory plan
+ * should pick the chunk the device can hold), and no test yet checks a chunk over 512 tokens. */
+#define LILAC_CUDA_PF_MAX 512
 #define LILAC_CUDA_PF_LOGIT_ROWS 32 /* rows of logits a download (LOGITS_ALL): the buffer is rows x vocab */
 #define LILAC_CUDA_PF_BATCH 64      /* sequences a batched decode step (lilac_cuda_decode_batch) takes at once */
 

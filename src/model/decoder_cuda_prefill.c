@@ -56,11 +56,10 @@ typedef struct pf_rows {
     float **ptrs;       /* (dev) [n_layer][4][PF_BATCH] */
 } pf_rows;
 
-/* Tokens a chunk: LILAC_CUDA_PREFILL_CHUNK=N (1..PF_MAX: small ones for tests; larger ones give the expert
- * products more pairs an expert, wider tensor-core tiles), else LILAC_CUDA_PF_CHUNK. */
+/* Tokens a chunk: LILAC_CUDA_PREFILL_CHUNK=N (1..PF_MAX: smaller chunks, for tests), else PF_MAX. */
 static int chunk_tokens(void)
 {
-    return lilac_env_int("LILAC_CUDA_PREFILL_CHUNK", LILAC_CUDA_PF_CHUNK, 1, PF_MAX);
+    return lilac_env_int("LILAC_CUDA_PREFILL_CHUNK", PF_MAX, 1, PF_MAX);
 }
 
 bool lilac_cuda_prefill_wanted(const lilac_seq *s, int n)

@@ -339,7 +339,6 @@ struct MM {
     const int *xexp;
     float *y;
     int rows, K, row_tiles;
-    int cmin, cmax; /* grouped: the experts of cmin..cmax pairs only (launch_grouped_mixed) */
 };
 
 template <int TYPE, int NT> struct Smem {
@@ -401,7 +400,7 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
     if (p.offsets) {
         for (int e = tid; e < p.n_expert; e += MM_THREADS) {
             const int c = __ldg(p.offsets + e + 1) - __ldg(p.offsets + e);
-            tp[e + 1] = c > 0 && c >= p.cmin && c <= p.cmax ? (c + BN - 1) / BN : 0;
+            tp[e + 1] = c > 0 ? (c + BN - 1) / BN : 0;
         }
         __syncthreads();
         if (warp == 0) {
@@ -855,19 +854,6 @@ template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, 
     return launch_k<TYPE, A4, NT, false>(p, max_items, st);
 }
 
-/* k_mma at 32 tokens a tile with the 8 warps along the rows (launch_grouped_mixed's wider tiles). */
-bool launch_type_w8_2(const MM &p, bool a16, long long max_items, cudaStream_t st, int type)
-{
-    switch (type) {
-    case LILAC_Q4_K: return a16 ? launch_k<LILAC_Q4_K, true, 2, true>(p, max_items, st) : launch_k<LILAC_Q4_K, false, 2, true>(p, max_items, st);
-    case LILAC_Q5_K: return a16 ? launch_k<LILAC_Q5_K, true, 2, true>(p, max_items, st) : launch_k<LILAC_Q5_K, false, 2, true>(p, max_items, st);
-    case LILAC_Q6_K: return launch_k<LILAC_Q6_K, false, 2, true>(p, max_items, st);
-    case LILAC_Q8_0: return launch_k<LILAC_Q8_0, false, 2, true>(p, max_items, st);
-    case LILAC_Q4_0: return launch_k<LILAC_Q4_0, false, 2, true>(p, max_items, st);
-    default: return false;
-    }
-}
-
 template <int NT> bool launch_type(const MM &p, bool a16, long long max_items, cudaStream_t st, int type)
 {
     switch (type) {
@@ -927,22 +913,6 @@ int dense_nt(int n_tok, int row_tiles)
     const long long sms = dev_sm_count();
     auto items = [&](int nt) { return (long long)((n_tok + 16 * nt - 1) / (16 * nt)) * row_tiles; };
     return 2 * items(4) >= sms ? 4 : 2 * items(2) >= sms ? 2 : 1;
-}
-
-/* LILAC_CUDA_MMA_MIXED=1 (an experiment): a grouped product of 16-token tiles takes its experts of more than 16
- * pairs in a second launch of 32-token tiles, the 8 warps along the rows (each weight decoded once for up to 32
- * tokens). A 512-token prefill's experts have ~16 pairs each (Poisson-like): ~43 % of them took two 16-token
- * tiles, the second mostly empty, each decoding the expert's rows again: the tiles are instruction-bound by
- * that decoding. Read once. */
-bool mixed_enabled()
-{
-    static std::atomic<int> on{-1};
-    int v = on.load(std::memory_order_relaxed);
-    if (v < 0) {
-        v = lilac_env_switch("LILAC_CUDA_MMA_MIXED", false);
-        on.store(v, std::memory_order_relaxed);
-    }
-    return v;
 }
 
 std::atomic<int> g_mma_on{-1};
@@ -1022,7 +992,6 @@ int lilac_cuda_matvec_mma_x(const lilac_cuda_mat *W, const float *x, float *y, i
     p.rows = (int)W->rows;
     p.K = K;
     p.row_tiles = (p.rows + BM - 1) / BM;
-    p.cmin = 0, p.cmax = INT_MAX;
     prep(x, K, nullptr, n_tok, nullptr, K, q, st, same_x != 0);
     const int nt = dense_nt(n_tok, p.row_tiles);
     const int BN = MM_WARPS_N * 8 * nt;
@@ -1064,12 +1033,14 @@ int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride,
     p.rows = (int)W->rows;
     p.K = K;
     p.row_tiles = (p.rows + BM - 1) / BM;
-    p.cmin = 0, p.cmax = INT_MAX;
     if (by_row) /* x row r's digits at row r */
         prep(x, x_stride, nullptr, n_x, nullptr, K, q, st, false);
     else /* pair i's digits at row i; the pairs in all are offsets[n_expert] (read on the device) */
         prep(x, x_stride, rows_of_x, n_pairs, offsets + n_expert, K, q, st, false);
-    /* tokens a tile from the mean pairs of an expert; items: sum ceil(c_e / BN) <= n_expert + n_pairs / BN */
+    /* tokens a tile from the mean pairs of an expert; items: sum ceil(c_e / BN) <= n_expert + n_pairs / BN.
+     * Measured and removed: experts of over 16 pairs in a second launch of 32-token tiles with the 8 warps
+     * along the rows (each weight decoded once for up to 32 tokens; one block an SM, 134 KB of shared memory):
+     * pp512 7,205 against 7,449 (H200, one call, 2026-11-30). */
     const long long mean = n_pairs / n_expert;
     const int nt = mean >= 48 ? 4 : mean >= 24 ? 2 : 1;
     const int BN = MM_WARPS_N * 8 * nt;
@@ -1077,16 +1048,6 @@ int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride,
     if (tiles2 < tiles)
         tiles = tiles2;
     const long long items = tiles * p.row_tiles;
-    if (nt == 1 && mixed_enabled() && w8_enabled()) {
-        /* experts of up to 16 pairs: one 16-token tile each; the rest: 32-token tiles, ceil(c / 32) each (at
-         * most n_pairs / 17 + n_pairs / 32 + 1 tiles; the grid only needs an upper bound) */
-        MM p2 = p;
-        p.cmax = BN;
-        p2.cmin = BN + 1;
-        const long long items2 = ((long long)n_pairs / (BN + 1) + n_pairs / (2 * BN) + 1) * p.row_tiles;
-        return launch_type<1>(p, a16, items, st, W->type) && launch_type_w8_2(p2, a16, items2, st, W->type) ? 0
-                                                                                                            : -1;
-    }
     bool ok = nt == 4 ? launch_type<4>(p, a16, items, st, W->type)
               : nt == 2 ? launch_type<2>(p, a16, items, st, W->type)
                         : launch_type<1>(p, a16, items, st, W->type);

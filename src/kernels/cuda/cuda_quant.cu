@@ -1509,14 +1509,15 @@ int lilac_cuda_type_supported(int type)
     return block_of(type, &blck, &bytes) ? 1 : 0;
 }
 
-/* LILAC_CUDA_MMA_MIN_ROWS=N (an experiment, default 0): matrices of fewer rows stay on the CUDA cores at any
- * token count. A 512-token prefill's DeltaNet alpha and beta (32 rows each) take 35 us a call on the tensor
- * cores (ncu, H200): 32 blocks of 128 rows, a quarter of them rows. Read once. */
+/* Matrices of fewer rows than LILAC_CUDA_MMA_MIN_ROWS (default 64) stay on the CUDA cores at any token count: a
+ * 512-token prefill's DeltaNet alpha and beta (32 rows each) took 35 us a call on the tensor cores (ncu, H200),
+ * 32 blocks of 128 rows, a quarter of them rows. pp512 7,526 against 7,449 and 7,446 with every matrix on the
+ * tensor cores (H200, one call, 2026-11-30). Read once. */
 static int mma_min_rows()
 {
     static int v = -1;
     if (v < 0)
-        v = lilac_env_int("LILAC_CUDA_MMA_MIN_ROWS", 0, 0, 1 << 30);
+        v = lilac_env_int("LILAC_CUDA_MMA_MIN_ROWS", 64, 0, 1 << 30);
     return v;
 }
 
