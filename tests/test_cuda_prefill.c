@@ -5,7 +5,8 @@
  * (LILAC_CUDA_PREFILL_CHUNK), in calls that continue a sequence (depth >
  * 0, mixed with single tokens), with LOGITS_LAST and LOGITS_NONE, and
  * greedy decoding after a prefilled prompt; then the prefill's logits
- * against the golden ones with test_cuda_model's bounds. Skips where no
+ * against the golden ones with test_cuda_model's bounds; and a prompt of
+ * 1100 tokens in chunks of 1024 (buffers over PF_MAX). Skips where no
  * GPU can be used — unless LILAC_REQUIRE_CUDA=1, then it fails. */
 #include "kernels/cuda/cuda.h"
 #include "model/decoder_cuda_int.h"
@@ -178,6 +179,47 @@ done:
     free(toks), free(prompt), free(cont);
 }
 
+/* A prompt longer than the default chunk, in chunks of 1024 (LILAC_CUDA_PREFILL_CHUNK over PF_MAX: the buffers
+ * of a fresh model take 1024 rows): the last token's logits against the token path's, within 1e-4 of max |logit|
+ * (1100 tokens of DeltaNet state in another summation order), the same argmax. */
+static void long_prompt(const char *fx, const tcase *c)
+{
+    char path[8192], mp[8192];
+    snprintf(path, sizeof path, "%s/%s/%s", fx, c->model, c->file);
+    snprintf(mp, sizeof mp, "%s/%s/golden/meta.json", fx, c->model);
+    json_t *meta = json_load_file(mp, 0, NULL);
+    int n = 0;
+    int32_t *toks = tm_json_ints(meta, "tokens", NULL, &n);
+    enum { N = 1100 };
+    int32_t *lt = malloc(N * sizeof *lt);
+    CHECKF(toks && n > 0 && lt, "%s: tokens", path);
+    if (!toks || n <= 0 || !lt)
+        goto done;
+    for (int i = 0; i < N; i++)
+        lt[i] = toks[(i * 7) % n];
+    set_chunk("1024");
+    lilac_model *g = tm_open_backend(path, LILAC_BACKEND_CUDA); /* its prefill buffers: 1024 rows */
+    CHECKF(g != NULL, "%s: the CUDA model", path);
+    if (g) {
+        int V = lilac_model_hparams(g)->n_vocab;
+        float *got = logits_last(g, lt, N, 0);
+        setenv("LILAC_CUDA_PREFILL", "0", 1);
+        float *ref = logits_last(g, lt, N, 0);
+        unsetenv("LILAC_CUDA_PREFILL");
+        tcase loose = *c;
+        loose.rel = 1e-4;
+        CHECKF(ref != NULL, "%s: token-path logits of %d tokens", path, N);
+        if (ref)
+            against(&loose, "1100 tokens, chunks of 1024", got, ref, 1, V);
+        free(got), free(ref);
+        lilac_model_free(g);
+    }
+    set_chunk(NULL);
+done:
+    json_decref(meta);
+    free(toks), free(lt);
+}
+
 int main(void)
 {
     TM_REQUIRE_CUDA();
@@ -191,5 +233,6 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run(fx, &cases[i]);
+    long_prompt(fx, &cases[0]);
     TEST_END();
 }

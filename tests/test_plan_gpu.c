@@ -4,7 +4,8 @@
  * parallel sequences; the parts add up to the total; the sequence block
  * lilac_cuda_seq_new allocates is the plan's; max_ctx is the largest
  * halving of the trained context that fits a budget; without a device the
- * report says so and nothing fits; LILAC_GPU_MEM_LIMIT caps the budget. */
+ * report says so and nothing fits; LILAC_GPU_MEM_LIMIT caps the budget; a
+ * prefill chunk over PF_MAX tokens sizes the prefill buffers in the plan. */
 #include "engine/plan.h"
 #include "model/cuda_mem.h"
 #include "models.h"
@@ -107,6 +108,24 @@ static void test_model(const char *fx, const char *name)
     d = lilac_model_gpu_mem_report(m, 4096, 1);
     CHECK(d.budget <= (1u << 20) && !d.fits);
     unsetenv("LILAC_GPU_MEM_LIMIT");
+
+    /* the prefill chunk's buffers: PF_MAX rows for any smaller chunk (LILAC_CUDA_PREFILL_CHUNK), the chunk's
+     * rows for a larger one, in the plan's scratch and in what pf_alloc takes (lilac_cuda_prefill_sizes) */
+    const uint64_t s512 = lilac_cuda_prefill_sizes(hp, LILAC_CUDA_PF_MAX, NULL),
+                   b512 = lilac_cuda_mma_scratch_bound(hp, LILAC_CUDA_PF_MAX);
+    setenv("LILAC_CUDA_PREFILL_CHUNK", "7", 1);
+    lilac_mem_report c7 = lilac_model_gpu_mem_report_budget(m, 4096, 1, 0);
+    CHECK(lilac_cuda_pf_rows() == LILAC_CUDA_PF_MAX && c7.scratch == a.scratch);
+    setenv("LILAC_CUDA_PREFILL_CHUNK", "2048", 1);
+    lilac_mem_report c2k = lilac_model_gpu_mem_report_budget(m, 4096, 1, 0);
+    const uint64_t s2k = lilac_cuda_prefill_sizes(hp, 2048, NULL), b2k = lilac_cuda_mma_scratch_bound(hp, 2048);
+    CHECK(lilac_cuda_pf_rows() == 2048 && s2k > 3 * s512 && b2k > b512);
+    CHECKF(c2k.scratch - a.scratch == (s2k - s512) + (b2k - b512), "%s: 2048-token chunks: scratch %llu, expected "
+           "%llu more than 512's", name, (unsigned long long)(c2k.scratch - a.scratch),
+           (unsigned long long)((s2k - s512) + (b2k - b512)));
+    setenv("LILAC_CUDA_PREFILL_CHUNK", "100000", 1); /* past PF_LIMIT: the default */
+    CHECK(lilac_cuda_pf_rows() == LILAC_CUDA_PF_MAX);
+    unsetenv("LILAC_CUDA_PREFILL_CHUNK");
 
     /* a model on the CPU is not held to the device's memory */
     lilac_error err;

@@ -158,8 +158,9 @@ static uint64_t need_gpu(const lilac_model *m, int n_ctx, int n_parallel, lilac_
     r->weights = m->weight_bytes; /* uploaded as the file holds them (tied embeddings once) */
     r->kv = (uint64_t)s.kv * P;
     r->recurrent = (uint64_t)s.recurrent * P;
-    r->scratch = lilac_cuda_decode_sizes(hp, NULL) + lilac_cuda_prefill_sizes(hp, NULL) +
-                 lilac_cuda_mma_scratch_bound(hp) + (uint64_t)s.scores * P;
+    const int pf_rows = lilac_cuda_pf_rows(); /* the prefill chunk's buffers, as pf_alloc will size them */
+    r->scratch = lilac_cuda_decode_sizes(hp, NULL) + lilac_cuda_prefill_sizes(hp, pf_rows, NULL) +
+                 lilac_cuda_mma_scratch_bound(hp, pf_rows) + (uint64_t)s.scores * P;
     r->other = LILAC_CUDA_MARGIN_BASE + n_tensors * LILAC_CUDA_MARGIN_TENSOR + P * LILAC_CUDA_MARGIN_SEQ;
     return r->weights + r->kv + r->recurrent + r->scratch + r->other;
 }

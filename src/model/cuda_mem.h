@@ -11,11 +11,17 @@
 
 #include "lilac.h"
 
-/* Tokens a prefill chunk: the prefill buffers' rows. pp4096 of the 35B-A3B Q4_K_M file at 2048 (buffers for 2048):
- * 8,421 tok/s against 6,959 at 512 and 7,323 at 1024 (H200, one call, 2026-11-30): an expert's ~64 pairs
- * take the 64-token tensor-core tiles. Not the default yet: the buffers grow by ~650 MB (the memory plan
- * should pick the chunk the device can hold), and no test yet checks a chunk over 512 tokens. */
+/* Tokens a prefill chunk by default, and the fewest rows of the prefill buffers (the batched decode step's
+ * PF_BATCH rows among them). LILAC_CUDA_PREFILL_CHUNK=N (1..PF_LIMIT) sets the chunk; over PF_MAX, the
+ * buffers and the plan take N rows (lilac_cuda_pf_rows). pp4096 of the 35B-A3B Q4_K_M file in 2048-token
+ * chunks: 8,421 tok/s against 6,959 at 512 and 7,323 at 1024 (H200, one call, 2026-11-30): an expert's ~64
+ * pairs take the 64-token tensor-core tiles. Not the default yet: the buffers grow by ~650 MB (the plan should
+ * choose the chunk the device holds), and test_cuda_prefill's long-prompt case has not run on a GPU yet. */
 #define LILAC_CUDA_PF_MAX 512
+#define LILAC_CUDA_PF_LIMIT 4096
+
+/* The prefill buffers' rows: PF_MAX, or LILAC_CUDA_PREFILL_CHUNK where larger (read at each call). */
+int lilac_cuda_pf_rows(void);
 #define LILAC_CUDA_PF_LOGIT_ROWS 32 /* rows of logits a download (LOGITS_ALL): the buffer is rows x vocab */
 #define LILAC_CUDA_PF_BATCH 64      /* sequences a batched decode step (lilac_cuda_decode_batch) takes at once */
 
@@ -40,17 +46,17 @@ size_t lilac_cuda_conv_channels(const lilac_hparams *hp);
 #define LILAC_CUDA_DEC_NBUF 22
 uint64_t lilac_cuda_decode_sizes(const lilac_hparams *hp, size_t *bytes);
 
-/* The prefill's and batched decode's chunk buffers (decoder_cuda_prefill.c's pf_alloc, at the first prompt of
- * more than one token or the first batched step), bytes each in pf_alloc's order; bytes may be NULL. Returns
- * their sum. */
+/* The prefill's and batched decode's chunk buffers of `rows` tokens (decoder_cuda_prefill.c's pf_alloc, at the
+ * first prompt of more than one token or the first batched step), bytes each in pf_alloc's order; bytes may be
+ * NULL. Returns their sum. */
 #define LILAC_CUDA_PF_NBUF 29
-uint64_t lilac_cuda_prefill_sizes(const lilac_hparams *hp, size_t *bytes);
+uint64_t lilac_cuda_prefill_sizes(const lilac_hparams *hp, int rows, size_t *bytes);
 
 /* A bound on the tensor-core products' scratch (cuda_mma.cu: one buffer for the model's stream, grown to the
- * largest request): the most rows a product digitizes at once is a chunk's gate and up pairs, 2 PF_MAX
- * n_expert_used, of n_embd columns, or a chunk's PF_MAX rows of the widest input (n_embd, n_head x head_dim,
- * v_heads x v_dim, shared_ff), or its PF_MAX n_expert_used pairs of expert_ff columns (the down products). */
-uint64_t lilac_cuda_mma_scratch_bound(const lilac_hparams *hp);
+ * largest request): the most rows a product digitizes at once is a chunk's gate and up pairs, 2 rows
+ * n_expert_used, of n_embd columns, or a chunk's rows of the widest input (n_embd, n_head x head_dim,
+ * v_heads x v_dim, shared_ff), or its rows x n_expert_used pairs of expert_ff columns (the down products). */
+uint64_t lilac_cuda_mma_scratch_bound(const lilac_hparams *hp, int rows);
 
 /* The margin for what is not counted buffer by buffer: the kernels' code loaded into the context, the
  * allocator's granularity (1 MiB a weight tensor: half of a 2 MiB page on average), each sequence's

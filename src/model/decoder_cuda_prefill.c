@@ -26,17 +26,18 @@
 #include "util/err.h"
 
 /* model/cuda_mem.h: the sizes, shared with the GPU memory plan */
-#define PF_MAX LILAC_CUDA_PF_MAX             /* tokens a chunk: the activation buffers' size */
+#define PF_MAX LILAC_CUDA_PF_MAX             /* tokens a chunk by default, and the buffers' fewest rows */
 #define PF_LOGIT_ROWS LILAC_CUDA_PF_LOGIT_ROWS /* rows of logits a download (LOGITS_ALL) */
 #define PF_BATCH LILAC_CUDA_PF_BATCH         /* sequences a batched decode step takes at once */
 
-/* A chunk's activations, [PF_MAX][width] each (dev). */
+/* A chunk's activations, [rows][width] each (dev). */
 struct cuda_prefill {
+    int rows; /* the most tokens a chunk: lilac_cuda_pf_rows() when allocated */
     /* gbuf: the experts' gate outputs of a chunk's P = nt k pairs, then their up outputs (gbuf + P ff): one
      * grouped product can write both */
     float *x, *xn, *tmp, *qg, *kb, *vb, *att, *qkv, *conv, *z, *a, *b, *o, *rl, *rw, *gbuf, *ex, *shg, *shu, *sho,
         *logits;
-    int32_t *tok, *idx, *offsets, *pair_tok, *tok_pair; /* offsets [2 E + 1], pair_tok [2 PF_MAX k]: gate and up */
+    int32_t *tok, *idx, *offsets, *pair_tok, *tok_pair; /* offsets [2 E + 1], pair_tok [2 rows k]: gate and up */
     /* batched decode: each row's position, its sequence's state pointers [n_layer][4][PF_BATCH] (K, V, conv,
      * ssm) and the attention's parts */
     int32_t *pos;
@@ -56,10 +57,12 @@ typedef struct pf_rows {
     float **ptrs;       /* (dev) [n_layer][4][PF_BATCH] */
 } pf_rows;
 
-/* Tokens a chunk: LILAC_CUDA_PREFILL_CHUNK=N (1..PF_MAX: smaller chunks, for tests), else PF_MAX. */
-static int chunk_tokens(void)
+/* Tokens a chunk: LILAC_CUDA_PREFILL_CHUNK=N (smaller chunks for tests, larger ones where the buffers were
+ * sized for them: lilac_cuda_pf_rows), else PF_MAX; at most the buffers' rows. */
+static int chunk_tokens(const struct cuda_prefill *pf)
 {
-    return lilac_env_int("LILAC_CUDA_PREFILL_CHUNK", PF_MAX, 1, PF_MAX);
+    const int n = lilac_env_int("LILAC_CUDA_PREFILL_CHUNK", PF_MAX, 1, LILAC_CUDA_PF_LIMIT);
+    return n < pf->rows ? n : pf->rows;
 }
 
 bool lilac_cuda_prefill_wanted(const lilac_seq *s, int n)
@@ -101,7 +104,8 @@ static lilac_status pf_alloc(lilac_model *m, lilac_error *err)
         (void **)&pf->att_part,
     };
     size_t sizes[LILAC_CUDA_PF_NBUF];
-    lilac_cuda_prefill_sizes(hp, sizes);
+    pf->rows = lilac_cuda_pf_rows();
+    lilac_cuda_prefill_sizes(hp, pf->rows, sizes);
     lilac_status st = LILAC_OK;
     for (size_t i = 0; !st && i < LILAC_CUDA_PF_NBUF; i++)
         st = lilac_cuda_model_alloc(cm, bufs[i], sizes[i], err);
@@ -294,7 +298,7 @@ lilac_status lilac_cuda_prefill(lilac_seq *s, const int32_t *tokens, int n, cons
     if (!cm->pf && (st = pf_alloc(m, err)))
         return st;
     struct cuda_prefill *pf = cm->pf;
-    int chunk = chunk_tokens();
+    int chunk = chunk_tokens(pf);
     for (int off = 0; off < n; off += chunk) {
         int nt = n - off < chunk ? n - off : chunk;
         if (lilac_cuda_upload_async(pf->tok, tokens + off, (size_t)nt * sizeof(int32_t), cm->stream))
