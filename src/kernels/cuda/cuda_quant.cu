@@ -1543,9 +1543,8 @@ void lilac_cuda_matvec(const lilac_cuda_mat *W, const float *x, float *y, int n_
 void lilac_cuda_matvec_multi(const lilac_cuda_mat *const *W, float *const *y, int n_mat, const float *x, int n_tok,
                              lilac_cuda_stream *s)
 {
-    /* x's digits may be reused once a tensor-core product of this call has converted it: only products run
-     * between, and a digit buffer that still holds another x (or this one's before it changed) is converted
-     * again by the first of them */
+    /* x's digits are reused only after a tensor-core product of this call converted x (only products run in
+     * between); before that the scratch may hold another x's, or this buffer's before it changed */
     bool converted = false;
     for (int i = 0; i < n_mat; i++)
         converted |= matvec_tok(W[i], x, y[i], n_tok, converted, s);
