@@ -187,6 +187,7 @@ typedef struct lilac_mem_report {
     bool have_device;                    /* a CUDA device to compare with; else budget 0, fits false */
     uint64_t held;                       /* what this model already holds on the device (in budget) */
     char device[192];                    /* "NVIDIA H200 (139.8 GiB, sm_90)", or why there is no device */
+    int pf_rows;                         /* the prefill chunk's rows the device plan counts (scratch) */
 } lilac_mem_report;
 
 lilac_mem_report lilac_model_mem_report(const lilac_model *m, int n_ctx, int n_parallel);

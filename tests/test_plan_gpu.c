@@ -5,7 +5,8 @@
  * lilac_cuda_seq_new allocates is the plan's; max_ctx is the largest
  * halving of the trained context that fits a budget; without a device the
  * report says so and nothing fits; LILAC_GPU_MEM_LIMIT caps the budget; a
- * prefill chunk over PF_MAX tokens sizes the prefill buffers in the plan. */
+ * prefill chunk over PF_MAX tokens sizes the prefill buffers in the plan,
+ * and LILAC_CUDA_PREFILL_AUTO=1 gives them PF_BIG rows where the plan fits. */
 #include "engine/plan.h"
 #include "model/cuda_mem.h"
 #include "models.h"
@@ -126,6 +127,28 @@ static void test_model(const char *fx, const char *name)
     setenv("LILAC_CUDA_PREFILL_CHUNK", "100000", 1); /* past PF_LIMIT: the default */
     CHECK(lilac_cuda_pf_rows() == LILAC_CUDA_PF_MAX);
     unsetenv("LILAC_CUDA_PREFILL_CHUNK");
+
+    /* LILAC_CUDA_PREFILL_AUTO=1: PF_BIG rows where the whole plan fits with them, else PF_MAX; the chunk's
+     * variable still wins; off: PF_MAX whatever the budget */
+    CHECK(c7.pf_rows == LILAC_CUDA_PF_MAX && c2k.pf_rows == 2048);
+    lilac_mem_report big = lilac_model_gpu_mem_report_budget(m, 4096, 1, UINT64_MAX);
+    CHECK(big.pf_rows == LILAC_CUDA_PF_MAX && big.scratch == a.scratch);
+    setenv("LILAC_CUDA_PREFILL_AUTO", "1", 1);
+    big = lilac_model_gpu_mem_report_budget(m, 4096, 1, UINT64_MAX);
+    const uint64_t sbig = lilac_cuda_prefill_sizes(hp, LILAC_CUDA_PF_BIG, NULL),
+                   bbig = lilac_cuda_mma_scratch_bound(hp, LILAC_CUDA_PF_BIG);
+    CHECKF(big.pf_rows == LILAC_CUDA_PF_BIG && big.scratch - a.scratch == (sbig - s512) + (bbig - b512),
+           "%s: auto: %d rows, scratch %llu more", name, big.pf_rows, (unsigned long long)(big.scratch - a.scratch));
+    lilac_mem_report edge = lilac_model_gpu_mem_report_budget(m, 4096, 1, big.total);
+    CHECK(edge.fits && edge.pf_rows == LILAC_CUDA_PF_BIG);
+    edge = lilac_model_gpu_mem_report_budget(m, 4096, 1, big.total - 1);
+    CHECKF(edge.fits && edge.pf_rows == LILAC_CUDA_PF_MAX && edge.total == a.total,
+           "%s: auto, a byte short of the big chunk: %d rows, fits %d", name, edge.pf_rows, edge.fits);
+    setenv("LILAC_CUDA_PREFILL_CHUNK", "1024", 1);
+    edge = lilac_model_gpu_mem_report_budget(m, 4096, 1, UINT64_MAX);
+    CHECK(edge.pf_rows == 1024);
+    unsetenv("LILAC_CUDA_PREFILL_CHUNK");
+    unsetenv("LILAC_CUDA_PREFILL_AUTO");
 
     /* a model on the CPU is not held to the device's memory */
     lilac_error err;

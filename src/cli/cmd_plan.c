@@ -71,6 +71,7 @@ static void print_gpu_plan(const lilac_mem_report *r, int ctx, int par)
         bytes9(rows[i].bytes);
         printf(rows[i].what ? " (%s)\n" : "\n", rows[i].what);
     }
+    printf("prefill chunks of up to %d tokens\n", r->pf_rows);
     if (!r->have_device) {
         printf("no CUDA device to compare with: %s\n", r->device);
         return;

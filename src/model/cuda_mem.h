@@ -18,6 +18,7 @@
  * pairs take the 64-token tensor-core tiles. Not the default yet: the buffers grow by ~650 MB (the plan should
  * choose the chunk the device holds), and test_cuda_prefill's long-prompt case has not run on a GPU yet. */
 #define LILAC_CUDA_PF_MAX 512
+#define LILAC_CUDA_PF_BIG 2048 /* the rows the GPU plan gives the prefill where they fit (LILAC_CUDA_PREFILL_AUTO=1) */
 #define LILAC_CUDA_PF_LIMIT 4096
 
 /* The prefill buffers' rows: PF_MAX, or LILAC_CUDA_PREFILL_CHUNK where larger (read at each call). */

@@ -902,6 +902,7 @@ uint64_t lilac_cuda_model_bytes(const lilac_cuda_model *cm)
     (void)cm;
     return 0;
 }
+void lilac_cuda_model_pf_rows_set(lilac_cuda_model *cm, int rows) { (void)cm, (void)rows; }
 lilac_status lilac_cuda_seq_new(lilac_model *m, int n_ctx, lilac_cuda_seq **out, lilac_error *err)
 {
     (void)m, (void)n_ctx;

@@ -44,6 +44,7 @@ struct lilac_cuda_model {
     float *logits_host; /* pinned (host), n_vocab: the logits' way down */
     char device[160];
     struct cuda_prefill *pf; /* the prefill's activations (decoder_cuda_prefill.c), allocated at its first use */
+    int pf_rows;             /* their rows, as the memory plan chose them (lilac_cuda_model_pf_rows_set; 0: none) */
 };
 
 struct lilac_cuda_seq {

@@ -58,11 +58,17 @@ typedef struct pf_rows {
 } pf_rows;
 
 /* Tokens a chunk: LILAC_CUDA_PREFILL_CHUNK=N (smaller chunks for tests, larger ones where the buffers were
- * sized for them: lilac_cuda_pf_rows), else PF_MAX; at most the buffers' rows. */
+ * sized for them: lilac_cuda_pf_rows), else the buffers' rows; at most those. */
 static int chunk_tokens(const struct cuda_prefill *pf)
 {
-    const int n = lilac_env_int("LILAC_CUDA_PREFILL_CHUNK", PF_MAX, 1, LILAC_CUDA_PF_LIMIT);
+    const int n = lilac_env_int("LILAC_CUDA_PREFILL_CHUNK", pf->rows, 1, LILAC_CUDA_PF_LIMIT);
     return n < pf->rows ? n : pf->rows;
+}
+
+void lilac_cuda_model_pf_rows_set(lilac_cuda_model *cm, int rows)
+{
+    if (cm && !cm->pf)
+        cm->pf_rows = rows;
 }
 
 bool lilac_cuda_prefill_wanted(const lilac_seq *s, int n)
@@ -104,7 +110,9 @@ static lilac_status pf_alloc(lilac_model *m, lilac_error *err)
         (void **)&pf->att_part,
     };
     size_t sizes[LILAC_CUDA_PF_NBUF];
-    pf->rows = lilac_cuda_pf_rows();
+    pf->rows = lilac_cuda_pf_rows(); /* the environment's, or PF_MAX; the plan's where larger */
+    if (cm->pf_rows > pf->rows && cm->pf_rows <= LILAC_CUDA_PF_LIMIT)
+        pf->rows = cm->pf_rows;
     lilac_cuda_prefill_sizes(hp, pf->rows, sizes);
     lilac_status st = LILAC_OK;
     for (size_t i = 0; !st && i < LILAC_CUDA_PF_NBUF; i++)
