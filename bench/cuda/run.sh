@@ -47,6 +47,7 @@ do_test() {
     run_test mma-dense-nt4 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=4
     run_test mma-dense-nt2 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=2
     run_test mma-dense-nt1 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=1
+    run_test mma-w8-wide test_cuda_mma LILAC_CUDA_MMA_W8_WIDE=1
     run_test attn test_cuda_attn
     run_test dn test_cuda_dn
     run_test route test_cuda_route
@@ -66,6 +67,8 @@ do_test() {
     run_test prefill test_cuda_prefill
     run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0
+    run_test prefill-w8-wide test_cuda_prefill LILAC_CUDA_MMA_W8_WIDE=1
+    run_test prefill-auto test_cuda_prefill LILAC_CUDA_PREFILL_AUTO=1
     grep -h "launches of the fused" "$out"/model-*.txt 2>/dev/null
     grep -h "vs token path\|sequences vs alone\|timing" "$out"/prefill.txt "$out"/batch.txt "$out"/attn.txt \
         "$out"/dn.txt 2>/dev/null | head -12
