@@ -5,10 +5,12 @@
  * (LILAC_CUDA_PREFILL_CHUNK), in calls that continue a sequence (depth >
  * 0, mixed with single tokens), with LOGITS_LAST and LOGITS_NONE, and
  * greedy decoding after a prefilled prompt; then the prefill's logits
- * against the golden ones with test_cuda_model's bounds; and a prompt of
- * 1100 tokens in chunks of 1024 (buffers over PF_MAX). Skips where no
+ * against the golden ones with test_cuda_model's bounds; and prompts of
+ * 1100 tokens in chunks of 1024 and 2100 in the plan's chunks of 2048
+ * (buffers over PF_MAX). Skips where no
  * GPU can be used — unless LILAC_REQUIRE_CUDA=1, then it fails. */
 #include "kernels/cuda/cuda.h"
+#include "model/cuda_mem.h"
 #include "model/decoder_cuda_int.h"
 #include "models.h"
 
@@ -179,42 +181,54 @@ done:
     free(toks), free(prompt), free(cont);
 }
 
-/* A prompt longer than the default chunk, in chunks of 1024 (LILAC_CUDA_PREFILL_CHUNK over PF_MAX: the buffers
- * of a fresh model take 1024 rows): the last token's logits against the token path's, within 1e-4 of max |logit|
- * (1100 tokens of DeltaNet state in another summation order), the same argmax. */
-static void long_prompt(const char *fx, const tcase *c)
+/* Prompts longer than the default chunk, against the token path's last-token logits, within 1e-4 of max |logit|
+ * (a thousand tokens and more of DeltaNet state summed in another order), the same argmax: 1100 tokens in chunks
+ * of 1024 (LILAC_CUDA_PREFILL_CHUNK over PF_MAX: a fresh model's buffers take 1024 rows), and 2100 tokens where
+ * the memory plan chose the chunk (LILAC_CUDA_PREFILL_AUTO=1, lilac_model_mem_check: 2048 rows for this small
+ * model, chunks of 2048 and 52). */
+static void long_prompt(const char *fx, const tcase *c, int n_long, const char *chunk, bool auto_rows)
 {
-    char path[8192], mp[8192];
+    char path[8192], mp[8192], what[96];
     snprintf(path, sizeof path, "%s/%s/%s", fx, c->model, c->file);
     snprintf(mp, sizeof mp, "%s/%s/golden/meta.json", fx, c->model);
+    snprintf(what, sizeof what, "%d tokens, chunks of %s", n_long, chunk ? chunk : "the plan's");
     json_t *meta = json_load_file(mp, 0, NULL);
     int n = 0;
     int32_t *toks = tm_json_ints(meta, "tokens", NULL, &n);
-    enum { N = 1100 };
-    int32_t *lt = malloc(N * sizeof *lt);
+    int32_t *lt = malloc((size_t)n_long * sizeof *lt);
     CHECKF(toks && n > 0 && lt, "%s: tokens", path);
     if (!toks || n <= 0 || !lt)
         goto done;
-    for (int i = 0; i < N; i++)
+    for (int i = 0; i < n_long; i++)
         lt[i] = toks[(i * 7) % n];
-    set_chunk("1024");
-    lilac_model *g = tm_open_backend(path, LILAC_BACKEND_CUDA); /* its prefill buffers: 1024 rows */
+    set_chunk(chunk);
+    if (auto_rows)
+        setenv("LILAC_CUDA_PREFILL_AUTO", "1", 1);
+    lilac_model *g = tm_open_backend(path, LILAC_BACKEND_CUDA);
     CHECKF(g != NULL, "%s: the CUDA model", path);
     if (g) {
+        lilac_error err;
+        if (auto_rows) {
+            lilac_mem_report r = lilac_model_gpu_mem_report(g, n_long, 1);
+            CHECKF(r.fits && r.pf_rows == LILAC_CUDA_PF_BIG, "%s: the plan's chunk: %d rows (fits %d)", path,
+                   r.pf_rows, r.fits);
+            CHECKF(lilac_model_mem_check(g, n_long, 1, &err) == LILAC_OK, "%s: mem check: %s", path, err.msg);
+        }
         int V = lilac_model_hparams(g)->n_vocab;
-        float *got = logits_last(g, lt, N, 0);
+        float *got = logits_last(g, lt, n_long, 0);
         setenv("LILAC_CUDA_PREFILL", "0", 1);
-        float *ref = logits_last(g, lt, N, 0);
+        float *ref = logits_last(g, lt, n_long, 0);
         unsetenv("LILAC_CUDA_PREFILL");
         tcase loose = *c;
         loose.rel = 1e-4;
-        CHECKF(ref != NULL, "%s: token-path logits of %d tokens", path, N);
+        CHECKF(ref != NULL, "%s: token-path logits of %d tokens", path, n_long);
         if (ref)
-            against(&loose, "1100 tokens, chunks of 1024", got, ref, 1, V);
+            against(&loose, what, got, ref, 1, V);
         free(got), free(ref);
         lilac_model_free(g);
     }
     set_chunk(NULL);
+    unsetenv("LILAC_CUDA_PREFILL_AUTO");
 done:
     json_decref(meta);
     free(toks), free(lt);
@@ -233,6 +247,7 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run(fx, &cases[i]);
-    long_prompt(fx, &cases[0]);
+    long_prompt(fx, &cases[0], 1100, "1024", false);
+    long_prompt(fx, &cases[0], 2100, NULL, true);
     TEST_END();
 }

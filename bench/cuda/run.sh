@@ -68,7 +68,6 @@ do_test() {
     run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0
     run_test prefill-w8-wide test_cuda_prefill LILAC_CUDA_MMA_W8_WIDE=1
-    run_test prefill-auto test_cuda_prefill LILAC_CUDA_PREFILL_AUTO=1
     grep -h "launches of the fused" "$out"/model-*.txt 2>/dev/null
     grep -h "vs token path\|sequences vs alone\|timing" "$out"/prefill.txt "$out"/batch.txt "$out"/attn.txt \
         "$out"/dn.txt 2>/dev/null | head -12
