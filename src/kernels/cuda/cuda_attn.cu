@@ -393,12 +393,7 @@ int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 extern "C" int lilac_cuda_attn_mma_enabled(void)
 {
     static std::atomic<int> on{-1};
-    int v = on.load(std::memory_order_relaxed);
-    if (v < 0) {
-        v = lilac_env_switch("LILAC_CUDA_ATTN_MMA", true);
-        on.store(v, std::memory_order_relaxed);
-    }
-    return v;
+    return env_switch_once(on, "LILAC_CUDA_ATTN_MMA", true);
 }
 
 extern "C" int lilac_cuda_pf_attention_mma(const float *q, int q_step, long long q_tok, const float *K,

@@ -14,6 +14,18 @@
 #include "util/env.h"
 
 /* The current device's multiprocessors (cached per device ordinal). */
+/* A switch of the environment read once (lilac_env_switch) into cache (-1: not read yet); a cache another
+ * setter may store into too (lilac_cuda_mma_set_enabled). */
+static inline bool env_switch_once(std::atomic<int> &cache, const char *name, bool dflt)
+{
+    int v = cache.load(std::memory_order_relaxed);
+    if (v < 0) {
+        v = lilac_env_switch(name, dflt);
+        cache.store(v, std::memory_order_relaxed);
+    }
+    return v != 0;
+}
+
 static inline int dev_sm_count()
 {
     static std::atomic<int> cache[64];

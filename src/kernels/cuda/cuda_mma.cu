@@ -814,12 +814,7 @@ int blocks_per_sm(const void *kern, int smem)
 bool w8_enabled()
 {
     static std::atomic<int> on{-1};
-    int v = on.load(std::memory_order_relaxed);
-    if (v < 0) {
-        v = lilac_env_switch("LILAC_CUDA_MMA_W8", true);
-        on.store(v, std::memory_order_relaxed);
-    }
-    return v;
+    return env_switch_once(on, "LILAC_CUDA_MMA_W8", true);
 }
 
 template <int TYPE, bool A4, int NT, bool W8> bool launch_k(MM p, long long max_items, cudaStream_t st)
@@ -853,12 +848,7 @@ template <int TYPE, bool A4, int NT, bool W8> bool launch_k(MM p, long long max_
 bool w8_wide()
 {
     static std::atomic<int> on{-1};
-    int v = on.load(std::memory_order_relaxed);
-    if (v < 0) {
-        v = lilac_env_switch("LILAC_CUDA_MMA_W8_WIDE", false);
-        on.store(v, std::memory_order_relaxed);
-    }
-    return v;
+    return env_switch_once(on, "LILAC_CUDA_MMA_W8_WIDE", false);
 }
 
 template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, cudaStream_t st)
@@ -938,12 +928,7 @@ std::atomic<int> g_xrows_on{-1};
  * pre-pass over pairs, as before). Read once. */
 bool xrows_enabled()
 {
-    int v = g_xrows_on.load(std::memory_order_relaxed);
-    if (v < 0) {
-        v = lilac_env_switch("LILAC_CUDA_MMA_XROWS", true);
-        g_xrows_on.store(v, std::memory_order_relaxed);
-    }
-    return v;
+    return env_switch_once(g_xrows_on, "LILAC_CUDA_MMA_XROWS", true);
 }
 
 } // namespace
@@ -963,12 +948,7 @@ unsigned lilac_cuda_mma_scratch_gen(lilac_cuda_stream *s)
 
 int lilac_cuda_mma_enabled(void)
 {
-    int v = g_mma_on.load(std::memory_order_relaxed);
-    if (v < 0) {
-        v = lilac_env_switch("LILAC_CUDA_MMA", true);
-        g_mma_on.store(v, std::memory_order_relaxed);
-    }
-    return v;
+    return env_switch_once(g_mma_on, "LILAC_CUDA_MMA", true);
 }
 
 int lilac_cuda_mma_set_enabled(int on)
