@@ -74,15 +74,18 @@ uint64_t lilac_cuda_decode_sizes(const lilac_hparams *hp, size_t *bytes)
     return fill(b, LILAC_CUDA_DEC_NBUF, bytes);
 }
 
+/* Rows of the prefill buffers for a chunk of `rows` tokens: never fewer than PF_MAX. */
+static int pf_rows_of(int rows) { return rows > LILAC_CUDA_PF_MAX ? rows : LILAC_CUDA_PF_MAX; }
+
 int lilac_cuda_pf_rows(void)
 {
-    const int chunk = lilac_env_int("LILAC_CUDA_PREFILL_CHUNK", LILAC_CUDA_PF_MAX, 1, LILAC_CUDA_PF_LIMIT);
-    return chunk > LILAC_CUDA_PF_MAX ? chunk : LILAC_CUDA_PF_MAX;
+    return pf_rows_of(lilac_env_int("LILAC_CUDA_PREFILL_CHUNK", LILAC_CUDA_PF_MAX, 1, LILAC_CUDA_PF_LIMIT));
 }
 
 uint64_t lilac_cuda_prefill_sizes(const lilac_hparams *hp, int rows, size_t *bytes)
 {
-    const size_t T = (size_t)(rows > LILAC_CUDA_PF_MAX ? rows : LILAC_CUDA_PF_MAX), E = (size_t)hp->n_embd, nh = (size_t)hp->n_head, hd = (size_t)hp->head_dim;
+    const size_t T = (size_t)pf_rows_of(rows), E = (size_t)hp->n_embd, nh = (size_t)hp->n_head;
+    const size_t hd = (size_t)hp->head_dim;
     const size_t kvw = (size_t)hp->n_head_kv * hd, k = (size_t)hp->n_expert_used, ff = (size_t)hp->expert_ff;
     const size_t sff = (size_t)(hp->shared_ff > 0 ? hp->shared_ff : 1);
     const size_t C = lilac_cuda_conv_channels(hp) + 1;
@@ -124,7 +127,7 @@ uint64_t lilac_cuda_prefill_sizes(const lilac_hparams *hp, int rows, size_t *byt
 
 uint64_t lilac_cuda_mma_scratch_bound(const lilac_hparams *hp, int rows)
 {
-    const size_t T = (size_t)(rows > LILAC_CUDA_PF_MAX ? rows : LILAC_CUDA_PF_MAX), E = (size_t)hp->n_embd, k = (size_t)hp->n_expert_used;
+    const size_t T = (size_t)pf_rows_of(rows), E = (size_t)hp->n_embd, k = (size_t)hp->n_expert_used;
     size_t wide = E;
     const size_t cand[] = {(size_t)hp->n_head * hp->head_dim, (size_t)hp->ssm_v_heads * hp->ssm_v_dim,
                            (size_t)(hp->shared_ff > 0 ? hp->shared_ff : 0)};

@@ -1,13 +1,15 @@
 /* decoder_cuda_prefill: the forward pass on the GPU for many tokens at once
  * (prompt processing). The tokens go through the model in chunks of at
- * most PF_MAX, each layer taking a whole chunk: dense products over all
- * its rows, attention over the keys up to each token, the delta rule
- * walked through the chunk's tokens in order on the device, and the
- * routed experts grouped by expert on the device, so that an expert's
- * weights are read once per pass of a few tokens instead of once per
- * token. The math is decoder_cuda.c's one-token step, row by row; the
- * results agree with it to float32 rounding (summation orders differ in
- * attention only). LILAC_CUDA_PREFILL=0 turns it off (the token path). */
+ * most the buffers' rows (PF_MAX, or more where the memory plan or
+ * LILAC_CUDA_PREFILL_CHUNK sized them so), each layer taking a whole
+ * chunk: dense products over all its rows, attention over the keys up
+ * to each token, the delta rule walked through the chunk's tokens in
+ * order on the device, and the routed experts grouped by expert on the
+ * device, so that an expert's weights are read once per pass of a few
+ * tokens instead of once per token. The math is decoder_cuda.c's
+ * one-token step, row by row; the results agree with it to float32
+ * rounding (summation orders differ in attention only).
+ * LILAC_CUDA_PREFILL=0 turns it off (the token path). */
 #include "model/decoder_cuda.h"
 
 #ifdef LILAC_CUDA
@@ -67,7 +69,7 @@ static int chunk_tokens(const struct cuda_prefill *pf)
 
 void lilac_cuda_model_pf_rows_set(lilac_cuda_model *cm, int rows)
 {
-    if (cm && !cm->pf)
+    if (cm && !cm->pf && rows >= 0 && rows <= LILAC_CUDA_PF_LIMIT)
         cm->pf_rows = rows;
 }
 
@@ -111,7 +113,7 @@ static lilac_status pf_alloc(lilac_model *m, lilac_error *err)
     };
     size_t sizes[LILAC_CUDA_PF_NBUF];
     pf->rows = lilac_cuda_pf_rows(); /* the environment's, or PF_MAX; the plan's where larger */
-    if (cm->pf_rows > pf->rows && cm->pf_rows <= LILAC_CUDA_PF_LIMIT)
+    if (cm->pf_rows > pf->rows)
         pf->rows = cm->pf_rows;
     lilac_cuda_prefill_sizes(hp, pf->rows, sizes);
     lilac_status st = LILAC_OK;

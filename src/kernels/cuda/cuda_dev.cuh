@@ -13,7 +13,6 @@
 #include "kernels/cuda/cuda_trace.cuh" /* dev_norm_router records its wait */
 #include "util/env.h"
 
-/* The current device's multiprocessors (cached per device ordinal). */
 /* A switch of the environment read once (lilac_env_switch) into cache (-1: not read yet); a cache another
  * setter may store into too (lilac_cuda_mma_set_enabled). */
 static inline bool env_switch_once(std::atomic<int> &cache, const char *name, bool dflt)
@@ -26,6 +25,7 @@ static inline bool env_switch_once(std::atomic<int> &cache, const char *name, bo
     return v != 0;
 }
 
+/* The current device's multiprocessors (cached per device ordinal). */
 static inline int dev_sm_count()
 {
     static std::atomic<int> cache[64];

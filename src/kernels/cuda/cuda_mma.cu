@@ -776,12 +776,10 @@ void launch_prep(const float *x, long long x_stride, const int32_t *map, int n, 
         k_mma_prep<false><<<grid, threads, 0, st>>>(x, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
 }
 
-
 /* The pre-pass of a product into q (xq_get's, just taken for n rows of K). same_x: the caller says x has not
  * changed since the last product on st read it; then when st's scratch still holds rows 0..n-1 of that x at
  * that stride (the last pre-pass converted exactly them: neither a map nor a device count), the pre-pass is
- * skipped: the same digits (a 512-token prefill's DeltaNet layer converts its normed x for qkv, z, alpha and
- * beta, and for the experts' gate+up and the shared expert's gate and up). */
+ * skipped: the same digits (lilac_cuda_matvec_multi: a prefill's qkv, z, alpha and beta of one normed x). */
 void prep(const float *x, long long x_stride, const int32_t *map, int n, const int32_t *n_dev, int K, const XQ &q,
           cudaStream_t st, bool same_x)
 {
@@ -794,7 +792,7 @@ void prep(const float *x, long long x_stride, const int32_t *map, int n, const i
             return;
         if (sc) { /* what this pre-pass leaves */
             sc->mx = x, sc->mstride = x_stride, sc->mK = K;
-            sc->mn = plain && sc->p == q.xq ? n : 0;
+            sc->mn = plain ? n : 0;
         }
     }
     launch_prep(x, x_stride, map, n, n_dev, K, q, st);
@@ -853,9 +851,7 @@ bool w8_wide()
 
 template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, cudaStream_t st)
 {
-    if (NT == 1 && w8_enabled())
-        return launch_k<TYPE, A4, NT, true>(p, max_items, st);
-    if (NT > 1 && w8_wide())
+    if (NT == 1 ? w8_enabled() : w8_wide())
         return launch_k<TYPE, A4, NT, true>(p, max_items, st);
     return launch_k<TYPE, A4, NT, false>(p, max_items, st);
 }
@@ -870,6 +866,14 @@ template <int NT> bool launch_type(const MM &p, bool a16, long long max_items, c
     case LILAC_Q4_0: return launch_mma<LILAC_Q4_0, false, NT>(p, max_items, st);
     default: return false;
     }
+}
+
+/* launch_type at nt n8 tiles a warp (1, 2 or 4). */
+bool launch_nt(int nt, const MM &p, bool a16, long long max_items, cudaStream_t st, int type)
+{
+    return nt == 4   ? launch_type<4>(p, a16, max_items, st, type)
+           : nt == 2 ? launch_type<2>(p, a16, max_items, st, type)
+                     : launch_type<1>(p, a16, max_items, st, type);
 }
 
 size_t chunk_bytes(int type)
@@ -992,10 +996,7 @@ int lilac_cuda_matvec_mma_x(const lilac_cuda_mat *W, const float *x, float *y, i
     const int nt = dense_nt(n_tok, p.row_tiles);
     const int BN = MM_WARPS_N * 8 * nt;
     const long long items = (long long)((n_tok + BN - 1) / BN) * p.row_tiles;
-    const bool ok = nt == 4 ? launch_type<4>(p, a16, items, st, W->type)
-                    : nt == 2 ? launch_type<2>(p, a16, items, st, W->type)
-                              : launch_type<1>(p, a16, items, st, W->type);
-    return ok ? 0 : -1;
+    return launch_nt(nt, p, a16, items, st, W->type) ? 0 : -1;
 }
 
 int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert,
@@ -1044,10 +1045,7 @@ int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride,
     if (tiles2 < tiles)
         tiles = tiles2;
     const long long items = tiles * p.row_tiles;
-    bool ok = nt == 4 ? launch_type<4>(p, a16, items, st, W->type)
-              : nt == 2 ? launch_type<2>(p, a16, items, st, W->type)
-                        : launch_type<1>(p, a16, items, st, W->type);
-    return ok ? 0 : -1;
+    return launch_nt(nt, p, a16, items, st, W->type) ? 0 : -1;
 }
 
 } // extern "C"
