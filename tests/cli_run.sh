@@ -69,13 +69,16 @@ rc=$?
 check "plan --backend cuda prints the GPU plan" grep -q "^GPU memory plan for context 2048 x 2 sequences:" "$tmp/o"
 check "the GPU plan has its six lines" test "$(grep -cE '^  (weights|KV cache|recurrent state|scratch|other|total) ' "$tmp/o")" -eq 6
 check "the GPU plan's KV cache is float32, attention layers only" grep -q "^  KV cache .*(full-attention layers only, float32)" "$tmp/o"
-check "the GPU plan names its prefill chunk (512 tokens by default)" grep -q "^prefill chunks of up to 512 tokens$" "$tmp/o"
 LILAC_CUDA_PREFILL_CHUNK=2048 "$lilac" plan -m "$model" --ctx 2048 --parallel 2 --backend cuda >"$tmp/o2" 2>&1
 check "LILAC_CUDA_PREFILL_CHUNK=2048: the GPU plan counts 2048-token chunks" grep -q "^prefill chunks of up to 2048 tokens$" "$tmp/o2"
 if grep -q "^no CUDA device to compare with: ." "$tmp/o"; then
     check "without a GPU plan --backend cuda exits 1" test $rc -eq 1
+    check "without a GPU the plan's prefill chunk is 512 tokens (nothing fits)" grep -q "^prefill chunks of up to 512 tokens$" "$tmp/o"
 else
     check "with a GPU the plan names it and its free memory" grep -qE "^gpu: .* GiB free" "$tmp/o"
+    check "with a GPU the plan gives the tiny model 2048-token prefill chunks" grep -q "^prefill chunks of up to 2048 tokens$" "$tmp/o"
+    LILAC_CUDA_PREFILL_AUTO=0 "$lilac" plan -m "$model" --ctx 2048 --parallel 2 --backend cuda >"$tmp/o2" 2>&1
+    check "LILAC_CUDA_PREFILL_AUTO=0: 512-token chunks" grep -q "^prefill chunks of up to 512 tokens$" "$tmp/o2"
     LILAC_GPU_MEM_LIMIT=64M "$lilac" plan -m "$model" --ctx 2048 --backend cuda >"$tmp/o" 2>&1
     check "a GPU plan over LILAC_GPU_MEM_LIMIT exits 1" test $? -eq 1
     check "a GPU plan over LILAC_GPU_MEM_LIMIT says it does not fit" grep -q "^does NOT fit" "$tmp/o"

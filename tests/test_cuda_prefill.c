@@ -184,7 +184,7 @@ done:
 /* Prompts longer than the default chunk, against the token path's last-token logits, within 1e-4 of max |logit|
  * (a thousand tokens and more of DeltaNet state summed in another order), the same argmax: 1100 tokens in chunks
  * of 1024 (LILAC_CUDA_PREFILL_CHUNK over PF_MAX: a fresh model's buffers take 1024 rows), and 2100 tokens where
- * the memory plan chose the chunk (LILAC_CUDA_PREFILL_AUTO=1, lilac_model_mem_check: 2048 rows for this small
+ * the memory plan chose the chunk (LILAC_CUDA_PREFILL_AUTO's default, lilac_model_mem_check: 2048 rows for this small
  * model, chunks of 2048 and 52). */
 static void long_prompt(const char *fx, const tcase *c, int n_long, const char *chunk, bool auto_rows)
 {

@@ -6,7 +6,8 @@
  * halving of the trained context that fits a budget; without a device the
  * report says so and nothing fits; LILAC_GPU_MEM_LIMIT caps the budget; a
  * prefill chunk over PF_MAX tokens sizes the prefill buffers in the plan,
- * and LILAC_CUDA_PREFILL_AUTO=1 gives them PF_BIG rows where the plan fits. */
+ * and the plan gives them PF_BIG rows where it fits with them (LILAC_CUDA_PREFILL_AUTO, on by default; the
+ * other checks run with it off, at PF_MAX rows). */
 #include "engine/plan.h"
 #include "model/cuda_mem.h"
 #include "models.h"
@@ -128,8 +129,8 @@ static void test_model(const char *fx, const char *name)
     CHECK(lilac_cuda_pf_rows() == LILAC_CUDA_PF_MAX);
     unsetenv("LILAC_CUDA_PREFILL_CHUNK");
 
-    /* LILAC_CUDA_PREFILL_AUTO=1: PF_BIG rows where the whole plan fits with them, else PF_MAX; the chunk's
-     * variable still wins; off: PF_MAX whatever the budget */
+    /* LILAC_CUDA_PREFILL_AUTO (default on): PF_BIG rows where the whole plan fits with them, else PF_MAX; the
+     * chunk's variable still wins; off: PF_MAX whatever the budget */
     CHECK(c7.pf_rows == LILAC_CUDA_PF_MAX && c2k.pf_rows == 2048);
     lilac_mem_report big = lilac_model_gpu_mem_report_budget(m, 4096, 1, UINT64_MAX);
     CHECK(big.pf_rows == LILAC_CUDA_PF_MAX && big.scratch == a.scratch);
@@ -148,7 +149,10 @@ static void test_model(const char *fx, const char *name)
     edge = lilac_model_gpu_mem_report_budget(m, 4096, 1, UINT64_MAX);
     CHECK(edge.pf_rows == 1024);
     unsetenv("LILAC_CUDA_PREFILL_CHUNK");
-    unsetenv("LILAC_CUDA_PREFILL_AUTO");
+    unsetenv("LILAC_CUDA_PREFILL_AUTO"); /* the default: on */
+    edge = lilac_model_gpu_mem_report_budget(m, 4096, 1, UINT64_MAX);
+    CHECK(edge.pf_rows == LILAC_CUDA_PF_BIG);
+    setenv("LILAC_CUDA_PREFILL_AUTO", "0", 1);
 
     /* a model on the CPU is not held to the device's memory */
     lilac_error err;
@@ -159,6 +163,7 @@ static void test_model(const char *fx, const char *name)
 int main(void)
 {
     const char *fx = tu_require_fixtures();
+    setenv("LILAC_CUDA_PREFILL_AUTO", "0", 1); /* PF_MAX rows unless a check asks for more */
     test_model(fx, "tiny-qwen35moe");
     test_model(fx, "tiny-qwen3moe");
     TEST_END();

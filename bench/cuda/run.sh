@@ -3,7 +3,7 @@
 # machine (an H200 here). Everything it writes goes under OUT (default
 # ./cuda-out): the build log, the test output, and bench JSON lines.
 #
-#   bench/cuda/run.sh [build|test|quick|synth|bench|ab|abold|tg|pdl|sanitize|suite|all|pack]...
+#   bench/cuda/run.sh [build|test|quick|synth|bench|ab|abold|pp|tg|pdl|sanitize|suite|all|pack]...
 #
 # Fixtures: $LILAC_FIXTURES (a copy of ../shared/fixtures, or the subset
 # bench/cuda/pack-fixtures.sh makes in .devfix). Libraries the machine lacks:
@@ -47,7 +47,6 @@ do_test() {
     run_test mma-dense-nt4 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=4
     run_test mma-dense-nt2 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=2
     run_test mma-dense-nt1 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=1
-    run_test mma-w8-wide test_cuda_mma LILAC_CUDA_MMA_W8_WIDE=1
     run_test attn test_cuda_attn
     run_test dn test_cuda_dn
     run_test route test_cuda_route
@@ -67,7 +66,6 @@ do_test() {
     run_test prefill test_cuda_prefill
     run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0
-    run_test prefill-w8-wide test_cuda_prefill LILAC_CUDA_MMA_W8_WIDE=1
     grep -h "launches of the fused" "$out"/model-*.txt 2>/dev/null
     grep -h "vs token path\|sequences vs alone\|timing" "$out"/prefill.txt "$out"/batch.txt "$out"/attn.txt \
         "$out"/dn.txt 2>/dev/null | head -12
@@ -147,6 +145,22 @@ do_ab() {
         LILAC_CUDA_NORM_ROUTER=0
 }
 
+# pp512 and pp4096 under each switch set of PP_VARIANTS (';' apart), alternated PP_ROUNDS times (default 2):
+# prefill switches against one another on one machine. PP_SIZES overrides "512 4096".
+do_pp() {
+    local T="timeout ${BENCH_TIMEOUT:-120}" v r p vs
+    IFS=';' read -ra vs <<<"${PP_VARIANTS:-LILAC_NONE=1}"
+    for r in $(seq "${PP_ROUNDS:-2}"); do
+        for p in ${PP_SIZES:-512 4096}; do
+            for v in "${vs[@]}"; do
+                # shellcheck disable=SC2086 # v is one or more VAR=VALUE words
+                echo "pp$p $v (round $r): $(env $v $T "$build/lilac" bench -m "$synth" --backend cuda -p "$p" -n 0 \
+                    -r 2 --json 2>&1 | grep -o '"tokens_per_s": [0-9.]*\|rror.*')"
+            done
+        done
+    done
+}
+
 # tg128 with each set of VAR=VALUE words given, one run each (needs build and synth): tokens/s or the error.
 tg128_each() {
     local T="timeout ${BENCH_TIMEOUT:-120}" v
@@ -219,8 +233,9 @@ for s in "${steps[@]}"; do
     ab) do_ab ;;
     abold) do_abold ;;
     pack) do_pack ;;
+    pp) do_pp ;;
     tg) IFS=';' read -ra tv <<<"${TG_VARIANTS:-LILAC_NONE=1}" && tg128_each "${tv[@]}" ;;
     all) do_build && do_test && do_synth && do_bench ;;
-    *) echo "usage: $0 [build|test|quick|synth|bench|ab|abold|tg|pdl|sanitize|suite|all|pack]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [build|test|quick|synth|bench|ab|abold|pp|tg|pdl|sanitize|suite|all|pack]..." >&2; exit 2 ;;
     esac
 done

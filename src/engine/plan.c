@@ -173,13 +173,14 @@ static uint64_t need_gpu(const lilac_model *m, int n_ctx, int n_parallel, lilac_
     return need_gpu_rows(m, n_ctx, n_parallel, lilac_cuda_pf_rows(), r);
 }
 
-/* The prefill chunk's rows for this plan: LILAC_CUDA_PREFILL_CHUNK's where it asks for more than PF_MAX; else,
- * with LILAC_CUDA_PREFILL_AUTO=1, LILAC_CUDA_PF_BIG where the whole plan fits the budget with them (a 35B-A3B
- * pp4096 in 2048-token chunks: 8,421 tok/s against 6,959 in 512-token ones, for ~650 MB more); else PF_MAX. */
+/* The prefill chunk's rows for this plan: LILAC_CUDA_PREFILL_CHUNK's where it asks for more than PF_MAX; else
+ * LILAC_CUDA_PF_BIG where the whole plan fits the budget with them (a 35B-A3B pp4096 in 2048-token chunks: 8,458
+ * tok/s against 7,108 in 512-token ones, H200, one call; pp512 the same; ~650 MB more); else PF_MAX.
+ * LILAC_CUDA_PREFILL_AUTO=0 keeps PF_MAX. */
 static int plan_pf_rows(const lilac_model *m, int n_ctx, int n_parallel, uint64_t budget)
 {
     const int env = lilac_cuda_pf_rows();
-    if (env > LILAC_CUDA_PF_MAX || !lilac_env_switch("LILAC_CUDA_PREFILL_AUTO", false))
+    if (env > LILAC_CUDA_PF_MAX || !lilac_env_switch("LILAC_CUDA_PREFILL_AUTO", true))
         return env;
     lilac_mem_report t;
     memset(&t, 0, sizeof t);

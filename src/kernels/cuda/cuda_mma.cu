@@ -840,18 +840,11 @@ template <int TYPE, bool A4, int NT, bool W8> bool launch_k(MM p, long long max_
     return true;
 }
 
-/* LILAC_CUDA_MMA_W8_WIDE=1 (an experiment, not yet measured): 32- and 64-token tiles in the 8 x 1 layout too (each
- * row decoded once a block instead of by both token warps; twice the B loads a warp). ncu has the dense
- * 64-token product bound by instruction issue (~6.4 instructions an mma, the decode the largest part). Read once. */
-bool w8_wide()
-{
-    static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_MMA_W8_WIDE", false);
-}
-
 template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, cudaStream_t st)
 {
-    if (NT == 1 ? w8_enabled() : w8_wide())
+    /* 32- and 64-token tiles in the 8 x 1 layout too (LILAC_CUDA_MMA_W8_WIDE, session 10): pp512 7,451 against
+     * 7,612, pp4096 6,955 against 7,108 (H200, one call): removed */
+    if (NT == 1 && w8_enabled())
         return launch_k<TYPE, A4, NT, true>(p, max_items, st);
     return launch_k<TYPE, A4, NT, false>(p, max_items, st);
 }
