@@ -4,6 +4,9 @@
 # OUT/sass-KERNEL.csv, and the instructions with the most samples printed. Needs run.sh build and synth.
 #
 #   bench/cuda/ncu-source.sh [KERNEL[:SKIP]...]    (env: any LILAC_CUDA_* switches; default k_route)
+# NCU_BENCH: the bench's arguments (default a decode: -p 0 -n 16; a prefill: "-p 512 -n 0"). NCU_DEMANGLED=1:
+# KERNEL is a regex over demangled names (template arguments: 'k_mma<12, (true|false), 1, true>').
+# Each kernel's instruction mix by opcode (sass_mix.py) is printed.
 set -u
 # shellcheck source=bench/cuda/common.sh
 . "$(dirname "$0")/common.sh"
@@ -14,13 +17,17 @@ kernels=("$@")
 for ks in "${kernels[@]}"; do
     k=${ks%%:*} skip=${SKIP:-300}
     [ "$k" != "$ks" ] && skip=${ks#*:}
-    rep=$out/src-$k-$skip
-    LILAC_CUDA_GRAPH=0 timeout "${NCU_TIMEOUT:-150}" "$ncu" -f -o "$rep" --kernel-name "$k" --launch-skip "$skip" \
+    rep=$out/src-${k//[^A-Za-z0-9_]/_}-$skip
+    sel=(--kernel-name "$k")
+    [ "${NCU_DEMANGLED:-0}" = 1 ] && sel=(--kernel-name-base demangled --kernel-name "regex:$k")
+    # shellcheck disable=SC2086 # NCU_BENCH is several words
+    LILAC_CUDA_GRAPH=0 timeout "${NCU_TIMEOUT:-150}" "$ncu" -f -o "$rep" "${sel[@]}" --launch-skip "$skip" \
         --launch-count 1 --warp-sampling-interval 0 --section SourceCounters --section WarpStateStats --section SpeedOfLight \
-        "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 16 -r 1 >"$rep.log" 2>&1
+        "$build/lilac" bench -m "$synth" --backend cuda ${NCU_BENCH:--p 0 -n 16} -r 1 >"$rep.log" 2>&1
     echo "== $k, launch $skip (rc=$?)"
-    "$ncu" -i "$rep.ncu-rep" --page source --csv --print-source sass >"$out/sass-$k-$skip.csv" 2>&1 ||
-        { echo "no source page:"; head -3 "$out/sass-$k-$skip.csv"; }
-    wc -l <"$out/sass-$k-$skip.csv"
+    csv=$rep.csv
+    "$ncu" -i "$rep.ncu-rep" --page source --csv --print-source sass >"$csv" 2>&1 ||
+        { echo "no source page:"; head -3 "$csv"; }
+    python3 "$(dirname "$0")/sass_mix.py" "$csv" "${MIX_TOP:-14}"
     rm -f "$rep.ncu-rep"
 done

@@ -103,15 +103,19 @@ do_bench() {
 # tg128 of this tree against an older one, alternated on one machine (H200s differ by up to 15 %): the older
 # tree as a tar in .ab/old.tar (carried), e.g. `mkdir -p .ab && git archive -o .ab/old.tar HEAD CMakeLists.txt src include` before
 # the change; built into /tmp/lilac-old (lilac alone). AB_VARIANTS: switch sets for this tree's runs, ';' apart.
+old=/tmp/lilac-old
+build_old() { # the tree in .ab/old.tar into $old/b/lilac (once a machine)
+    [ -f "$root/.ab/old.tar" ] || { echo "no .ab/old.tar"; return 1; }
+    [ -x "$old/b/lilac" ] && return 0
+    mkdir -p "$old" && tar -xf "$root/.ab/old.tar" -C "$old" &&
+        cmake -S "$old" -B "$old/b" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF >"$out/old-configure.log" 2>&1 &&
+        cmake --build "$old/b" -j"$(nproc)" --target lilac >"$out/old-build.log" 2>&1 ||
+        { echo "the old tree did not build (old-build.log)"; tail -3 "$out/old-build.log"; return 1; }
+}
+
 do_abold() {
-    local T="timeout ${BENCH_TIMEOUT:-120}" old=/tmp/lilac-old i v
-    [ -f "$root/.ab/old.tar" ] || { echo "abold: no .ab/old.tar"; return 1; }
-    if [ ! -x "$old/b/lilac" ]; then
-        mkdir -p "$old" && tar -xf "$root/.ab/old.tar" -C "$old" &&
-            cmake -S "$old" -B "$old/b" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF >"$out/old-configure.log" 2>&1 &&
-            cmake --build "$old/b" -j"$(nproc)" --target lilac >"$out/old-build.log" 2>&1 ||
-            { echo "abold: the old tree did not build (old-build.log)"; tail -3 "$out/old-build.log"; return 1; }
-    fi
+    local T="timeout ${BENCH_TIMEOUT:-120}" i v
+    build_old || return 1
     for i in 1 2; do
         echo "tg128 old${AB_DEPTH:+ at depth $AB_DEPTH}: $($T "$old/b/lilac" bench -m "$synth" --backend cuda -p 0 -n 128 \
             -d "${AB_DEPTH:-0}" -r 2 --json 2>&1 | grep -o '"tokens_per_s": [0-9.]*\|rror.*')"
@@ -146,15 +150,19 @@ do_ab() {
 }
 
 # pp512 and pp4096 under each switch set of PP_VARIANTS (';' apart), alternated PP_ROUNDS times (default 2):
-# prefill switches against one another on one machine. PP_SIZES overrides "512 4096".
+# prefill switches against one another on one machine. PP_SIZES overrides "512 4096". The variant OLD is the
+# tree in .ab/old.tar (abold's), built first.
 do_pp() {
-    local T="timeout ${BENCH_TIMEOUT:-120}" v r p vs
+    local T="timeout ${BENCH_TIMEOUT:-120}" v r p vs bin
     IFS=';' read -ra vs <<<"${PP_VARIANTS:-LILAC_NONE=1}"
+    [[ ";${PP_VARIANTS:-};" == *";OLD;"* ]] && { build_old || return 1; }
     for r in $(seq "${PP_ROUNDS:-2}"); do
         for p in ${PP_SIZES:-512 4096}; do
             for v in "${vs[@]}"; do
+                bin=$build/lilac
+                [ "$v" = OLD ] && bin=$old/b/lilac v=LILAC_NONE=1
                 # shellcheck disable=SC2086 # v is one or more VAR=VALUE words
-                echo "pp$p $v (round $r): $(env $v $T "$build/lilac" bench -m "$synth" --backend cuda -p "$p" -n 0 \
+                echo "pp$p ${bin#"$root"/} $v (round $r): $(env $v $T "$bin" bench -m "$synth" --backend cuda -p "$p" -n 0 \
                     -r 2 --json 2>&1 | grep -o '"tokens_per_s": [0-9.]*\|rror.*')"
             done
         done
@@ -234,6 +242,7 @@ for s in "${steps[@]}"; do
     abold) do_abold ;;
     pack) do_pack ;;
     pp) do_pp ;;
+    old) build_old ;;
     tg) IFS=';' read -ra tv <<<"${TG_VARIANTS:-LILAC_NONE=1}" && tg128_each "${tv[@]}" ;;
     all) do_build && do_test && do_synth && do_bench ;;
     *) echo "usage: $0 [build|test|quick|synth|bench|ab|abold|pp|tg|pdl|sanitize|suite|all|pack]..." >&2; exit 2 ;;

@@ -148,18 +148,6 @@ __device__ __forceinline__ uint32_t hfma2u(uint32_t a, uint32_t b, uint32_t c)
     return h2u(__hfma2(u2h(a), u2h(b), u2h(c)));
 }
 
-/* The K-quant 6-bit scale and min of sub-block j of the 12 scale bytes at s
- * (lilac_kq_scale_min). */
-__device__ __forceinline__ void kq_sm(const uint8_t *s, int j, int &sc, int &m)
-{
-    if (j < 4) {
-        sc = s[j] & 63, m = s[j + 4] & 63;
-    } else {
-        sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-        m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
 /* Codes of values v = 16h + 4tig + {0, 1, 2, 3} of sub-block s (32 values)
  * of a row's 256-column chunk at b (shared memory), as fp16 pairs (v0, v2)
  * and (v1, v3): the A fragment's two registers of that row. For Q4_K/Q5_K,
@@ -351,7 +339,7 @@ template <int TYPE, int NT> struct Smem {
     static constexpr int TH = Q::KIND == KIND_SB ? 8 * BM * 8 : 0;   /* (mult, add) [8][BM] */
     static constexpr int TD = Q::KIND == KIND_SB ? BM * 4 : 0;       /* d [BM] */
     static constexpr int TP = (MAX_EXPERT + 4) * 4;                  /* tile prefix */
-    static constexpr int XR = 2 * BN * 4;                            /* digit rows of the tile's pairs [2][BN] */
+    static constexpr int XR = 4 * BN * 4; /* digit rows of the tile's pairs [2][BN], then their exponents [2][BN] */
     static constexpr int TOTAL = W + X + XS + TF + TH + TD + TP + XR;
 };
 
@@ -452,49 +440,72 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
             cnt = min(BN, p.n_tok - c0);
         }
         const int row0 = rt * BM;
-        /* the digits' row of the tile's pair t < cnt (-1: out of range). With xrow, its BN entries in shared
-         * memory, by item parity: the epilogue of the item before last read the other half, and every item
-         * has a barrier a stage between. */
-        int *const xr = xrs + par * BN;
-        if (p.xrow) {
-            for (int t = tid; t < BN; t += MM_THREADS) {
-                int r = -1;
-                if (t < cnt) {
-                    r = __ldg(p.xrow + c0 + t);
-                    r = r >= 0 && r < p.n_x ? r : -1;
-                }
-                xr[t] = r;
+        /* the digits' row of the tile's pair t (-1: t >= cnt or out of range), its BN entries in shared memory,
+         * by item parity: the epilogue of the item before last read the other half, and every item has a
+         * barrier a stage between. */
+        int *const xr = xrs + par * BN, *const xe = xrs + (2 + par) * BN; /* xe: the row's exponent (y = acc 2^xe) */
+        for (int t = tid; t < BN; t += MM_THREADS) {
+            int r = -1;
+            if (t < cnt) {
+                r = p.xrow ? __ldg(p.xrow + c0 + t) : c0 + t;
+                r = !p.xrow || (r >= 0 && r < p.n_x) ? r : -1;
             }
-            __syncthreads();
+            xr[t] = r;
+            xe[t] = r >= 0 ? __ldg(p.xexp + r) : INT_MAX;
         }
-        auto xrow_of = [&](int t) { return t >= cnt ? -1 : p.xrow ? xr[t] : c0 + t; };
+        __syncthreads();
+
+        /* The weights' copies, set up once an item (session 9's issue loop divided by G and multiplied 64-bit
+         * row addresses for every granule of every stage: a fifth of the grouped product's instructions):
+         * warp w's half-warp hf copies rows wr + 2k (k < 8, wr = 16 w + hf), lane gl granules gl + 16 gp.
+         * A4 (every row's chunk 16-aligned): BYTES / 16 granules from the chunk's start; else each chunk's
+         * own 16-byte granules around it. */
+        static_assert(MM_THREADS == 2 * BM && BM == 16 * (MM_THREADS / 32), "a warp copies 16 rows, a thread a table row");
+        constexpr int GP = (G + 15) / 16;
+        const int wr = warp * 16 + (lane >> 4), gl = lane & 15;
+        const uint8_t *const wsrc = W + (size_t)(row0 + wr) * p.row_bytes;
+        const size_t wstep = 2 * p.row_bytes;
+        unsigned wok = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            wok |= (row0 + wr + 2 * k < p.rows ? 1u : 0u) << k;
+        /* the scale tables' row (a thread a row and half its sub-blocks) and, A4 apart, its alignment */
+        const int tr = tid & (BM - 1), jb = tid >> 7;
+        const bool tok = row0 + tr < p.rows;
+        const int tal = A4 ? 0 : (int)(reinterpret_cast<uintptr_t>(W + (size_t)(tok ? row0 + tr : 0) * p.row_bytes) & 15);
 
         auto issue = [&](int kb, int buf) {
-            uint8_t *wb = wbuf + buf * BM * SLOT;
-            for (int i = tid; i < BM * G; i += MM_THREADS) {
-                const int r = i / G, gi = i - r * G, row = row0 + r;
-                if (row >= p.rows)
-                    continue;
-                const uintptr_t start = reinterpret_cast<uintptr_t>(W + (size_t)row * p.row_bytes) + (uintptr_t)kb * Q::BYTES;
-                const int n = (int)(((start + Q::BYTES - 1) >> 4) - (start >> 4)) + 1;
-                if (gi < n)
-                    cp16(wb + r * SLOT + 16 * gi, reinterpret_cast<const void *>((start & ~uintptr_t(15)) + 16 * gi), 16);
+            uint8_t *const wd = wbuf + buf * BM * SLOT + wr * SLOT + 16 * gl;
+            const uint8_t *sk = wsrc + (size_t)kb * Q::BYTES;
+#pragma unroll
+            for (int k = 0; k < 8; k++, sk += wstep) {
+                int a = 0, n = Q::BYTES / 16;
+                if (!A4) {
+                    a = (int)(reinterpret_cast<uintptr_t>(sk) & 15);
+                    n = ((a + Q::BYTES - 1) >> 4) + 1;
+                }
+#pragma unroll
+                for (int gp = 0; gp < GP; gp++) {
+                    const int gi = gl + 16 * gp;
+                    if (((wok >> k) & 1) && gi < n)
+                        cp16(wd + 2 * k * SLOT + 256 * gp, sk - a + 16 * gi, 16);
+                }
             }
-            uint8_t *xb = xbuf + buf * BN * XROW;
-            for (int i = tid; i < BN * 64; i += MM_THREADS) {
-                const int t = i >> 6, q = i & 63, xt = xrow_of(t);
+            uint8_t *const xb = xbuf + buf * BN * XROW;
+            const int q = tid & 63;
+#pragma unroll
+            for (int j = 0; j < BN / 4; j++) {
+                const int t = (tid >> 6) + 4 * j, xt = xr[t];
                 const bool ok = xt >= 0;
                 const uint8_t *src = p.xq + (ok ? ((size_t)xt * NB + (size_t)kb * 8) * XB + 16 * q : 0);
                 cp16(xb + t * XROW + 16 * q, src, ok ? 16 : 0);
             }
-            if (Q::KIND == KIND_SB) {
+            if (Q::KIND == KIND_SB && tid < 2 * BN) {
                 float *sb = sbuf + buf * BN * 8;
-                for (int i = tid; i < BN * 2; i += MM_THREADS) {
-                    const int t = i >> 1, q = i & 1, xt = xrow_of(t);
-                    const bool ok = xt >= 0;
-                    const float *src = p.xsum + (ok ? (size_t)xt * NB + (size_t)kb * 8 + 4 * q : 0);
-                    cp16(sb + t * 8 + 4 * q, src, ok ? 16 : 0);
-                }
+                const int t = tid >> 1, h = tid & 1, xt = xr[t];
+                const bool ok = xt >= 0;
+                const float *src = p.xsum + (ok ? (size_t)xt * NB + (size_t)kb * 8 + 4 * h : 0);
+                cp16(sb + t * 8 + 4 * h, src, ok ? 16 : 0);
             }
             cp_commit();
         };
@@ -509,11 +520,13 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
                     acc[mt][nt][e] = 0.f;
 
         /* this thread's rows (r = 2 mt + half: row g + 8 half of m-tile mt) */
-        int lrow[NR], roff[NR];
+        int lrow[NR], roff[NR], ral[NR]; /* ral: the row's alignment (A4 apart) */
 #pragma unroll
         for (int r = 0; r < NR; r++) {
             lrow[r] = wm * 16 * MT + (r >> 1) * 16 + (r & 1) * 8 + g;
             roff[r] = 0;
+            const int row = row0 + lrow[r];
+            ral[r] = A4 ? 0 : (int)(reinterpret_cast<uintptr_t>(W + (size_t)(row < p.rows ? row : 0) * p.row_bytes) & 15);
         }
 
         issue(0, 0);
@@ -527,36 +540,41 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
             }
             __syncthreads();
             const uint8_t *wb = wbuf + buf * BM * SLOT;
-            /* the scale tables of this stage */
-            for (int i = tid; i < BM * Q::NTAB; i += MM_THREADS) {
-                const int r = i % BM, j = i / BM, row = row0 + r;
-                if (row >= p.rows)
-                    continue;
-                const uintptr_t start = reinterpret_cast<uintptr_t>(W + (size_t)row * p.row_bytes) + (uintptr_t)kb * Q::BYTES;
-                const uint8_t *b = wb + r * SLOT + (int)(start & 15);
+            /* the scale tables of this stage: thread (tr, jb) row tr's sub-blocks jb, jb + 2, ... */
+            if (tok) {
+                const uint8_t *b = wb + tr * SLOT + (A4 ? 0 : (tal + kb * Q::BYTES) & 15);
                 if (Q::KIND == KIND_SB) {
-                    int sc, m;
-                    kq_sm(b + 4, j, sc, m);
                     const float d = h2f_s(b), dmin = h2f_s(b + 2);
-                    const bool hiq = TYPE == LILAC_Q4_K && (j & 1); /* codes seen as 16 q */
-                    const float mul = hiq ? (float)sc * 0.0625f : (float)sc, add = hiq ? -64.f * sc : -1024.f * sc;
-                    tabh[j * BM + r] = make_uint2(pk(mul, mul), pk(add, add));
-                    tabf[j * BM + r] = dmin * (float)m;
-                    if (j == 0)
-                        tabd[r] = d;
+                    const uint8_t *sc = b + 4; /* lilac_kq_scale_min's 12 bytes */
+                    const int s0 = sc[jb], s2 = sc[jb + 2], s4 = sc[jb + 4], s6 = sc[jb + 6], s8 = sc[jb + 8],
+                              s10 = sc[jb + 10];
+                    const bool hiq = TYPE == LILAC_Q4_K && jb; /* odd sub-blocks: codes seen as 16 q */
+                    auto put = [&](int j, int scj, int mj) {
+                        const float f = (float)scj;
+                        const float mul = hiq ? f * 0.0625f : f, add = hiq ? -64.f * f : -1024.f * f;
+                        tabh[j * BM + tr] = make_uint2(pk(mul, mul), pk(add, add));
+                        tabf[j * BM + tr] = dmin * (float)mj;
+                    };
+                    put(jb, s0 & 63, s4 & 63);
+                    put(jb + 2, s2 & 63, s6 & 63);
+                    put(jb + 4, (s8 & 0xF) | ((s0 >> 6) << 4), (s8 >> 4) | ((s4 >> 6) << 4));
+                    put(jb + 6, (s10 & 0xF) | ((s2 >> 6) << 4), (s10 >> 4) | ((s6 >> 6) << 4));
+                    if (jb == 0)
+                        tabd[tr] = d;
                 } else if (Q::KIND == KIND_16) {
-                    tabf[j * BM + r] = h2f_s(b + 208) * (float)(int8_t)b[192 + j];
+                    const float d = h2f_s(b + 208);
+#pragma unroll
+                    for (int m = 0; m < 8; m++)
+                        tabf[(jb + 2 * m) * BM + tr] = d * (float)(int8_t)b[192 + jb + 2 * m];
                 } else {
-                    tabf[j * BM + r] = h2f_s(b + (TYPE == LILAC_Q8_0 ? 34 : 18) * j);
+#pragma unroll
+                    for (int m = 0; m < 4; m++)
+                        tabf[(jb + 2 * m) * BM + tr] = h2f_s(b + (TYPE == LILAC_Q8_0 ? 34 : 18) * (jb + 2 * m));
                 }
             }
 #pragma unroll
-            for (int r = 0; r < NR; r++) {
-                const int row = row0 + lrow[r];
-                const uintptr_t start = reinterpret_cast<uintptr_t>(W + (size_t)(row < p.rows ? row : 0) * p.row_bytes) +
-                                        (uintptr_t)kb * Q::BYTES;
-                roff[r] = lrow[r] * SLOT + (int)(start & 15);
-            }
+            for (int r = 0; r < NR; r++)
+                roff[r] = lrow[r] * SLOT + (A4 ? 0 : (ral[r] + kb * Q::BYTES) & 15);
             __syncthreads();
 
             const uint8_t *xb = xbuf + buf * BN * XROW + (wn * NW * 8 + g) * XROW + 16 * tig;
@@ -644,7 +662,8 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
             __syncthreads(); /* the stage's buffers and tables are free */
         }
 
-        /* y = acc * 2^xexp */
+        /* y = acc * 2^xexp: a product by the power of two where that is a normal float (the same rounding as
+         * ldexpf's), ldexpf where it is not; NaN for a row of x with a NaN or Inf */
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -654,10 +673,12 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
                     const int row = row0 + lrow[2 * mt + (e >> 1)];
                     const int t = wn * NW * 8 + nt * 8 + 2 * tig + (e & 1);
                     if (row < p.rows && t < cnt) {
-                        const int xt = xrow_of(t);
-                        const int xe = xt >= 0 ? __ldg(p.xexp + xt) : INT_MAX;
+                        const int x2 = xe[t];
+                        const float v = acc[mt][nt][e];
                         p.y[(size_t)(c0 + t) * p.rows + row] =
-                            xe == INT_MAX ? __int_as_float(0x7fc00000) : ldexpf(acc[mt][nt][e], xe);
+                            x2 == INT_MAX                 ? __int_as_float(0x7fc00000)
+                            : x2 >= -126 && x2 <= 127 ? v * __int_as_float((127 + x2) << 23)
+                                                          : ldexpf(v, x2);
                     }
                 }
     }
