@@ -218,8 +218,9 @@ template <bool A4> struct Dec<LILAC_Q4_0, A4> {
 /* Row i < count (count = min(n, *n_dev) when n_dev is set) of x (x row map[i],
  * or i) to digits: xq + i * (K / 32) * XB, each 32 columns hi[32] then
  * lo[32] with value 16h + 4t + {0, 2, 1, 3} at position 8t + 4h + {0, 1, 2,
- * 3} (the fragment order), xsum[i][K / 32] (sums of the scaled values) and
- * xexp[i] (y = acc * 2^xexp; INT_MAX: the row had a NaN or Inf).
+ * 3} (the fragment order), xsum (the sums of the scaled values over each 32 columns, as the B
+ * fragment of the K-quant minimum's mma: see xsum_put) and xexp[i] (y = acc * 2^xexp; INT_MAX: the row had a
+ * NaN or Inf).
  *
  * A block a row (grid-strided), a thread a run of 32 columns: its 32 loads in flight at once (VEC: as 8
  * 16-byte loads), the row's largest |value| reduced over the block, then the thread converts the run it
@@ -227,6 +228,19 @@ template <bool A4> struct Dec<LILAC_Q4_0, A4> {
  * loads each again to convert it. Session 9's kernel (a warp a row, 8 rows a block, the largest |value| a
  * strided loop of one load at a time) took ~22 us for 512 x 2048 (ncu, H200): 64 blocks, each load a
  * memory round trip; the digits, sums and exponents are the same bits. */
+/* Sum s of run blk of row `row` (NB runs a row) into xsum as fp16 hi and lo halves of s 2^-6 (|s| < 2^19 would
+ * overflow fp16; hi + lo keeps 22 bits, or an absolute 2^-19 where lo is subnormal): per 256 columns 8 words,
+ * word 2i the hi pair of runs 2i and 2i + 1, word 2i + 1 their lo pair, i.e. the B fragment (k = run, hi then
+ * lo) a thread of tig = i loads with one 8-byte read. */
+__device__ __forceinline__ void xsum_put(float *xsum, int NB, int row, int blk, float s)
+{
+    const float v = s * 0.015625f;
+    const __half h = __float2half_rn(v), l = __float2half_rn(v - __half2float(h));
+    __half *d = reinterpret_cast<__half *>(xsum) + ((size_t)row * NB + (blk & ~7) + 2 * ((blk & 7) >> 1)) * 2 + (blk & 1);
+    d[0] = h;
+    d[2] = l;
+}
+
 template <bool VEC> __device__ __forceinline__ void prep_load(const float *s, float (&v)[32])
 {
     if constexpr (VEC) {
@@ -307,7 +321,7 @@ __global__ void __launch_bounds__(256) k_mma_prep(const float *x, long long x_st
                 d[i] = make_uint4(hi[4 * i], hi[4 * i + 1], hi[4 * i + 2], hi[4 * i + 3]);
                 d[4 + i] = make_uint4(lo[4 * i], lo[4 * i + 1], lo[4 * i + 2], lo[4 * i + 3]);
             }
-            xsum[(size_t)row * NB + blk] = sum;
+            xsum_put(xsum, NB, row, blk, sum);
         }
         __syncthreads(); /* red is the next row's */
     }
@@ -323,7 +337,7 @@ struct MM {
     const int32_t *xrow;    /* grouped: pair i's digits at row xrow[i] (< n_x); NULL: at row i */
     int n_expert, n_tok, n_x;
     const uint8_t *xq;
-    const float *xsum;
+    const float *xsum; /* xsum_put's fp16 pairs */
     const int *xexp;
     float *y;
     int rows, K, row_tiles;
@@ -375,6 +389,9 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
     float *const tabf = reinterpret_cast<float *>(xbuf + SM::X + SM::XS);
     uint2 *const tabh = reinterpret_cast<uint2 *>(xbuf + SM::X + SM::XS + SM::TF);
     float *const tabd = reinterpret_cast<float *>(xbuf + SM::X + SM::XS + SM::TF + SM::TH);
+    /* KIND_SB: in tabf's place, the minima m as fp16 pairs [4][BM] (the min mma's A) and dmin 2^6 [BM] */
+    uint32_t *const tabm = reinterpret_cast<uint32_t *>(tabf);
+    float *const tabdm = tabf + 4 * BM;
     int *const tp = reinterpret_cast<int *>(xbuf + SM::X + SM::XS + SM::TF + SM::TH + SM::TD);
     int *const xrs = tp + SM::TP / 4;
 
@@ -543,24 +560,29 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
             /* the scale tables of this stage: thread (tr, jb) row tr's sub-blocks jb, jb + 2, ... */
             if (tok) {
                 const uint8_t *b = wb + tr * SLOT + (A4 ? 0 : (tal + kb * Q::BYTES) & 15);
-                if (Q::KIND == KIND_SB) {
+                if (Q::KIND == KIND_SB) { /* thread (tr, jb): sub-blocks 4 jb .. 4 jb + 3 */
                     const float d = h2f_s(b), dmin = h2f_s(b + 2);
                     const uint8_t *sc = b + 4; /* lilac_kq_scale_min's 12 bytes */
-                    const int s0 = sc[jb], s2 = sc[jb + 2], s4 = sc[jb + 4], s6 = sc[jb + 6], s8 = sc[jb + 8],
-                              s10 = sc[jb + 10];
-                    const bool hiq = TYPE == LILAC_Q4_K && jb; /* odd sub-blocks: codes seen as 16 q */
-                    auto put = [&](int j, int scj, int mj) {
-                        const float f = (float)scj;
+                    int scv[4], mv[4];
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        if (jb == 0) {
+                            scv[i] = sc[i] & 63, mv[i] = sc[i + 4] & 63;
+                        } else {
+                            const int hi4 = sc[i + 8];
+                            scv[i] = (hi4 & 0xF) | ((sc[i] >> 6) << 4), mv[i] = (hi4 >> 4) | ((sc[i + 4] >> 6) << 4);
+                        }
+                        const bool hiq = TYPE == LILAC_Q4_K && (i & 1); /* odd sub-blocks: codes seen as 16 q */
+                        const float f = (float)scv[i];
                         const float mul = hiq ? f * 0.0625f : f, add = hiq ? -64.f * f : -1024.f * f;
-                        tabh[j * BM + tr] = make_uint2(pk(mul, mul), pk(add, add));
-                        tabf[j * BM + tr] = dmin * (float)mj;
-                    };
-                    put(jb, s0 & 63, s4 & 63);
-                    put(jb + 2, s2 & 63, s6 & 63);
-                    put(jb + 4, (s8 & 0xF) | ((s0 >> 6) << 4), (s8 >> 4) | ((s4 >> 6) << 4));
-                    put(jb + 6, (s10 & 0xF) | ((s2 >> 6) << 4), (s10 >> 4) | ((s6 >> 6) << 4));
-                    if (jb == 0)
+                        tabh[(4 * jb + i) * BM + tr] = make_uint2(pk(mul, mul), pk(add, add));
+                    }
+                    tabm[(2 * jb) * BM + tr] = pk((float)mv[0], (float)mv[1]);
+                    tabm[(2 * jb + 1) * BM + tr] = pk((float)mv[2], (float)mv[3]);
+                    if (jb == 0) {
                         tabd[tr] = d;
+                        tabdm[tr] = dmin * 64.f; /* xsum_put's 2^-6 */
+                    }
                 } else if (Q::KIND == KIND_16) {
                     const float d = h2f_s(b + 208);
 #pragma unroll
@@ -641,19 +663,25 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
                 }
                 if (Q::KIND == KIND_32)
                     fold(tabf + s * BM);
-                if (Q::KIND == KIND_SB) { /* the minimum: acc -= dmin m (row) * sum x (token) */
-                    const float *sb = sbuf + buf * BN * 8 + (wn * NW * 8 + 2 * tig) * 8 + s;
+            }
+            if (Q::KIND == KIND_SB) { /* the minimum: acc -= dmin (row) sum_s m_s (row) xsum_s (token), one mma of
+                                         k = the 8 runs' hi then lo sums (A: the m pairs twice) */
+                const uint32_t *sw = reinterpret_cast<const uint32_t *>(sbuf + buf * BN * 8) + (wn * NW * 8 + g) * 8 + 2 * tig;
 #pragma unroll
-                    for (int mt = 0; mt < MT; mt++) {
-                        const float m0 = tabf[s * BM + lrow[2 * mt]], m1 = tabf[s * BM + lrow[2 * mt + 1]];
+                for (int mt = 0; mt < MT; mt++) {
+                    uint32_t am[4];
+                    am[0] = am[2] = tabm[tig * BM + lrow[2 * mt]];
+                    am[1] = am[3] = tabm[tig * BM + lrow[2 * mt + 1]];
+                    const float d0 = tabdm[lrow[2 * mt]], d1 = tabdm[lrow[2 * mt + 1]];
 #pragma unroll
-                        for (int nt = 0; nt < NW; nt++) {
-                            const float x0 = sb[nt * 64], x1 = sb[nt * 64 + 8];
-                            acc[mt][nt][0] = fmaf(-m0, x0, acc[mt][nt][0]);
-                            acc[mt][nt][1] = fmaf(-m0, x1, acc[mt][nt][1]);
-                            acc[mt][nt][2] = fmaf(-m1, x0, acc[mt][nt][2]);
-                            acc[mt][nt][3] = fmaf(-m1, x1, acc[mt][nt][3]);
-                        }
+                    for (int nt = 0; nt < NW; nt++) {
+                        const uint2 bw = *reinterpret_cast<const uint2 *>(sw + nt * 64);
+                        float f[4] = {0.f, 0.f, 0.f, 0.f};
+                        mma16816(f, am, bw.x, bw.y);
+                        acc[mt][nt][0] = fmaf(-d0, f[0], acc[mt][nt][0]);
+                        acc[mt][nt][1] = fmaf(-d0, f[1], acc[mt][nt][1]);
+                        acc[mt][nt][2] = fmaf(-d1, f[2], acc[mt][nt][2]);
+                        acc[mt][nt][3] = fmaf(-d1, f[3], acc[mt][nt][3]);
                     }
                 }
             }
