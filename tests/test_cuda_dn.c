@@ -32,6 +32,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_sizes.h"
 
 #define REL 2e-5
 
@@ -104,13 +105,14 @@ static void reset(const dcase *c)
     lilac_cuda_memset(c->do_, 0xFF, (no + 1024) * sizeof(float), NULL);
 }
 
-/* One call of the form; o (n * nv * dv) and S (nv * dk * dv) on the host; the return value of the call. */
-static int run_form(const dcase *c, int chunked, int normed, float *o, float *S)
+/* One call of the form (tp: the T and P buffer, or NULL); o (n * nv * dv) and S (nv * dk * dv) on the host; the
+ * return value of the call. */
+static int run_form_tp(const dcase *c, int chunked, int normed, float *tp, float *o, float *S)
 {
     reset(c);
     const int took = lilac_cuda_pf_deltanet_form(c->dconv, c->C, c->da, c->db, c->dssm_a, c->dssm_dt, c->dS, c->do_,
                                                  c->dz, normed ? c->dw : NULL, c->nk, c->nv, c->dk, c->dv, c->tiled,
-                                                 1e-6f, c->n, chunked, NULL);
+                                                 1e-6f, c->n, chunked, tp, NULL);
     const char *m = check_msg();
     CHECKF(m == NULL, "dk %d dv %d n %d chunked %d: %s", c->dk, c->dv, c->n, chunked, m ? m : "");
     ct_down(o, c->do_, (size_t)c->n * c->nv * c->dv * sizeof(float));
@@ -126,6 +128,11 @@ static int run_form(const dcase *c, int chunked, int normed, float *o, float *S)
         }
     }
     return took;
+}
+
+static int run_form(const dcase *c, int chunked, int normed, float *o, float *S)
+{
+    return run_form_tp(c, chunked, normed, NULL, o, S);
 }
 
 /* max |got - ref| (NaN: infinity) against REL * max |ref|; the ratio. */
@@ -212,6 +219,23 @@ static void test_case(int dk, int dv, int nk, int nv, int tiled, int n, int expe
            took ? "taken, not expected" : "not taken");
     double r = compare("o, chunked vs recurrent", &c, o2, o1, no);
     double rs = compare("S, chunked vs recurrent", &c, S2, S1, ns);
+    /* T and P first (k_pf_dn_tp): within the same bound, and nothing written past lilac_cuda_dn_tp_floats */
+    const size_t ntp = lilac_cuda_dn_tp_floats(nv, n);
+    float *dtp = ct_dmalloc((ntp + 1024) * sizeof(float)), *o4 = malloc(no * sizeof(float)),
+          *S4 = malloc(ns * sizeof(float));
+    lilac_cuda_memset(dtp, 0xFF, (ntp + 1024) * sizeof(float), NULL);
+    CHECKF(run_form_tp(&c, 1, 0, dtp, o4, S4) == expect_taken, "dk %d dv %d: with T and P first: taken %d", dk, dv,
+           !expect_taken);
+    r = fmax(r, compare("o, chunked with T and P first vs recurrent", &c, o4, o1, no));
+    rs = fmax(rs, compare("S, chunked with T and P first vs recurrent", &c, S4, S1, ns));
+    const int same = memcmp(o4, o2, no * sizeof(float)) == 0 && memcmp(S4, S2, ns * sizeof(float)) == 0;
+    uint32_t gu[1024];
+    ct_down(gu, dtp + ntp, sizeof gu);
+    int past = 0;
+    for (int i = 0; i < 1024; i++)
+        past |= gu[i] != 0xFFFFFFFFu;
+    CHECKF(!past, "dk %d dv %d n %d: T and P written past lilac_cuda_dn_tp_floats", dk, dv, n);
+    lilac_cuda_free(dtp), free(o4), free(S4);
     double rr = 0, rrs = 0;
     if (with_ref) {
         float *o3 = malloc(no * sizeof(float)), *S3 = malloc(ns * sizeof(float));
@@ -221,8 +245,9 @@ static void test_case(int dk, int dv, int nk, int nv, int tiled, int n, int expe
                    compare("S, chunked vs float64", &c, S2, S3, ns));
         free(o3), free(S3);
     }
-    printf("dk %3d dv %3d nk %2d nv %2d %-7s n %3d %s: error/bound o %.3f S %.3f%s", dk, dv, nk, nv,
-           tiled ? "tiled" : "grouped", n, took ? "chunked" : "fallbk", r, rs, with_ref ? "" : "\n");
+    printf("dk %3d dv %3d nk %2d nv %2d %-7s n %3d %s: error/bound o %.3f S %.3f (T and P first: %s bits)%s", dk, dv,
+           nk, nv, tiled ? "tiled" : "grouped", n, took ? "chunked" : "fallbk", r, rs, same ? "the same" : "other",
+           with_ref ? "" : "\n");
     if (with_ref)
         printf(", vs float64 o %.3f S %.3f\n", rr, rrs);
     worst = fmax(worst, fmax(fmax(r, rs), fmax(rr, rrs)));
@@ -244,7 +269,7 @@ static void test_env(void)
     setenv("LILAC_CUDA_DN_CHUNK", "1", 1);
     reset(&c);
     lilac_cuda_pf_deltanet(c.dconv, c.C, c.da, c.db, c.dssm_a, c.dssm_dt, c.dS, c.do_, c.dz, c.dw, c.nk, c.nv, c.dk,
-                           c.dv, c.tiled, 1e-6f, c.n, NULL);
+                           c.dv, c.tiled, 1e-6f, c.n, NULL, NULL);
     const char *m = check_msg();
     CHECKF(m == NULL, "lilac_cuda_pf_deltanet: %s", m ? m : "");
     ct_down(o2, c.do_, no * sizeof(float));
@@ -265,22 +290,25 @@ static void bench(void)
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    for (int chunked = 0; chunked < 2; chunked++) {
-        const int reps = 20;
+    float *dtp = ct_dmalloc(lilac_cuda_dn_tp_floats(c.nv, c.n) * sizeof(float));
+    for (int form = 0; form < 3; form++) { /* recurrent, chunked, chunked with T and P first */
+        const int reps = 20, chunked = form > 0;
+        float *tp = form == 2 ? dtp : NULL;
         for (int w = 0; w < 3; w++)
             lilac_cuda_pf_deltanet_form(c.dconv, c.C, c.da, c.db, c.dssm_a, c.dssm_dt, c.dS, c.do_, c.dz, NULL, c.nk,
-                                        c.nv, c.dk, c.dv, c.tiled, 1e-6f, c.n, chunked, NULL);
+                                        c.nv, c.dk, c.dv, c.tiled, 1e-6f, c.n, chunked, tp, NULL);
         cudaEventRecord(e0, 0);
         for (int r = 0; r < reps; r++)
             lilac_cuda_pf_deltanet_form(c.dconv, c.C, c.da, c.db, c.dssm_a, c.dssm_dt, c.dS, c.do_, c.dz, NULL, c.nk,
-                                        c.nv, c.dk, c.dv, c.tiled, 1e-6f, c.n, chunked, NULL);
+                                        c.nv, c.dk, c.dv, c.tiled, 1e-6f, c.n, chunked, tp, NULL);
         cudaEventRecord(e1, 0);
         cudaEventSynchronize(e1);
         float ms = 0;
         cudaEventElapsedTime(&ms, e0, e1);
         printf("timing: %s form, dk = dv = 128, 32 value heads, 512 tokens (with qk_norm and gates): %.1f us a call\n",
-               chunked ? "chunked" : "recurrent", 1000.0 * ms / reps);
+               form == 2 ? "chunked, T and P first," : chunked ? "chunked" : "recurrent", 1000.0 * ms / reps);
     }
+    lilac_cuda_free(dtp);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     const char *m = check_msg();

@@ -121,6 +121,7 @@ uint64_t lilac_cuda_prefill_sizes(const lilac_hparams *hp, int rows, size_t *byt
         LILAC_CUDA_PF_BATCH * 4,                        /* pos */
         (size_t)hp->n_layer * 4 * LILAC_CUDA_PF_BATCH * sizeof(float *), /* ptrs */
         lilac_cuda_att_rows_part_floats(hp->n_head, hp->head_dim, LILAC_CUDA_PF_BATCH) * 4, /* att_part */
+        lilac_cuda_dn_tp_floats(hp->ssm_v_heads > 0 ? hp->ssm_v_heads : 1, (int)T) * 4, /* dntp */
     };
     return fill(b, LILAC_CUDA_PF_NBUF, bytes);
 }

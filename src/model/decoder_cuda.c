@@ -630,7 +630,7 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
                 if (g_trace == 1)
                     trace_name("pf_deltanet", "");
                 lilac_cuda_pf_deltanet(cm->conv, C, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
-                                       cl->ssm_norm, nk, nv, dk, dv, tiled, eps, 1, s);
+                                       cl->ssm_norm, nk, nv, dk, dv, tiled, eps, 1, NULL, s);
             } else if (g_trace == 1) {
                 trace_name("deltanet", "");
             }

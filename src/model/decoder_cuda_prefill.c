@@ -45,6 +45,7 @@ struct cuda_prefill {
     int32_t *pos;
     float **ptrs;
     float *att_part;
+    float *dntp; /* the delta rule's T and P (lilac_cuda_dn_tp_floats) */
     float **ptrs_host; /* the host side of ptrs, in the same allocation as this struct */
     /* LILAC_CUDA_BATCH_GRAPH=1: the batched step's layers captured per row count (forward_batch) */
     void *bgraph[PF_BATCH + 1];
@@ -109,7 +110,7 @@ static lilac_status pf_alloc(lilac_model *m, lilac_error *err)
         (void **)&pf->ex,       (void **)&pf->shg,    (void **)&pf->shu,      (void **)&pf->sho,
         (void **)&pf->logits,   (void **)&pf->tok,    (void **)&pf->idx,      (void **)&pf->offsets,
         (void **)&pf->pair_tok, (void **)&pf->tok_pair, (void **)&pf->pos,    (void **)&pf->ptrs,
-        (void **)&pf->att_part,
+        (void **)&pf->att_part, (void **)&pf->dntp,
     };
     size_t sizes[LILAC_CUDA_PF_NBUF];
     pf->rows = lilac_cuda_pf_rows(); /* the environment's, or PF_MAX; the plan's where larger */
@@ -223,7 +224,7 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
             }
             lilac_cuda_pf_conv(pf->qkv, cs->conv[il], cl->ssm_conv, pf->conv, C, hp->ssm_conv_kernel, nt, s);
             lilac_cuda_pf_deltanet(pf->conv, C, pf->a, pf->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], pf->o, pf->z,
-                                   cl->ssm_norm, nk, nv, dk, dv, m->w.ssm_v_tiled, hp->norm_eps, nt, s);
+                                   cl->ssm_norm, nk, nv, dk, dv, m->w.ssm_v_tiled, hp->norm_eps, nt, pf->dntp, s);
             lilac_cuda_op_mark(s, "pf deltanet", &t_);
             lilac_cuda_matvec(&cl->ssm_out, pf->o, pf->tmp, nt, s);
         }

@@ -134,15 +134,16 @@ void lilac_cuda_pf_conv(const float *in, float *state, const float *w, float *ou
  * floats a row), a, b [n][nv], o and z [n][nv * dv]. */
 void lilac_cuda_pf_deltanet(float *conv_out, int C, float *a, float *b, const float *ssm_a, const float *ssm_dt,
                             float *S, float *o, const float *z, const float *norm_w, int nk, int nv, int dk, int dv,
-                            int tiled, float eps, int n, lilac_cuda_stream *s);
+                            int tiled, float eps, int n, float *tp, lilac_cuda_stream *s);
 /* lilac_cuda_pf_deltanet with the recurrence's form chosen: chunked != 0 the chunked form (64-token
  * sub-chunks, LILAC_CUDA_DN_CHUNK=1's) where it takes the shape (dk, dv multiples of 32, dk <= 192), the
  * recurrent kernel otherwise. norm_w NULL: o is the recurrence's output, not gated-normed (for tests). 1 if
  * the chunked form ran. lilac_cuda_pf_deltanet takes the chunked form under LILAC_CUDA_DN_CHUNK=1 for 16 tokens
- * or more. */
+ * or more. tp (16-aligned, lilac_cuda_dn_tp_floats(nv, n) floats, or NULL): the chunked form computes every
+ * sub-chunk's T and P there first, all at once, instead of in each of a head's blocks in turn. */
 int lilac_cuda_pf_deltanet_form(float *conv_out, int C, float *a, float *b, const float *ssm_a, const float *ssm_dt,
                                 float *S, float *o, const float *z, const float *norm_w, int nk, int nv, int dk, int dv,
-                                int tiled, float eps, int n, int chunked, lilac_cuda_stream *s);
+                                int tiled, float eps, int n, int chunked, float *tp, lilac_cuda_stream *s);
 /* Whether the routing calls below take E experts, k a token (k <= 64). */
 int lilac_cuda_pf_moe_supported(int n_expert, int k);
 /* topk for n tokens: logits [n][E], idx and w [n][k]. */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "kernels/cuda/cuda.h"
+#include "kernels/cuda/cuda_sizes.h"
 #include "kernels/cuda/cuda_dev.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "util/env.h"
@@ -466,7 +467,7 @@ __global__ void k_pf_dn_recurrent1(float *S_all, const float *conv, int C, const
 // column, forward substitution in registers), then block row b of T from
 // the rows above: T_bc = T_bb sum_{c <= e < b} A_be T_ec. Every product is
 // float32 CUDA-core FMAs, a thread a small register tile; no atomics.
-#define DC_L 64   /* tokens a sub-chunk */
+#define DC_L LILAC_CUDA_DN_SUB /* tokens a sub-chunk (64) */
 #define DC_BC 32  /* columns of S a block */
 #define DC_T 256  /* threads a block */
 #define DC_SS 36  /* row stride of the S slice */
@@ -479,6 +480,12 @@ static size_t dn_chunk_smem(int dk)
 {
     return sizeof(float) * ((size_t)2 * DC_L * (dk + 4) + (size_t)dk * DC_SS + (size_t)2 * DC_L * DC_TS +
                             (size_t)2 * DC_L * DC_XS + (size_t)16 * DC_XS + 4 * DC_L);
+}
+
+/* k_pf_dn_tp's: q, k, A/T, P, the 16-row scratch, G, e^G, e^{G_L - G}, beta */
+static size_t dn_tp_smem(int dk)
+{
+    return sizeof(float) * ((size_t)2 * DC_L * (dk + 4) + (size_t)2 * DC_L * DC_TS + (size_t)16 * DC_XS + 4 * DC_L);
 }
 
 __device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
@@ -511,9 +518,171 @@ __device__ __forceinline__ void dc_tri_mm(const float *A, const float *B, int hi
         }
 }
 
+// q and k of rows t0 .. t0 + DC_L (qb, kb: the head's columns of row 0, rows C floats apart) into Qs, Ks
+// ([DC_L][KS]); rows past L zero. Every thread.
+__device__ __forceinline__ void dc_stage_qk(const float *qb, const float *kb, int C, int t0, int L, int dk, float *Qs,
+                                            float *Ks, int KS, int tid)
+{
+    const int q4 = dk >> 2;
+    for (int e0 = tid; e0 < DC_L * q4; e0 += 8 * DC_T) {
+        float4 qv[8], kv[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int e = e0 + u * DC_T, i = e / q4, d4 = e - i * q4;
+            qv[u] = kv[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (e < DC_L * q4 && i < L) {
+                const size_t off = (size_t)(t0 + i) * C + 4 * d4;
+                qv[u] = __ldg(reinterpret_cast<const float4 *>(qb + off));
+                kv[u] = __ldg(reinterpret_cast<const float4 *>(kb + off));
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int e = e0 + u * DC_T, i = e / q4, d4 = e - i * q4;
+            if (e < DC_L * q4) {
+                *reinterpret_cast<float4 *>(Qs + i * KS + 4 * d4) = qv[u];
+                *reinterpret_cast<float4 *>(Ks + i * KS + 4 * d4) = kv[u];
+            }
+        }
+    }
+}
+
+// Value head j's G_i = g_0 + .. + g_i over the sub-chunk, e^G, e^{G_L-1 - G} and beta (zero past L). Warp 0.
+__device__ __forceinline__ void dc_stage_gb(const float *g, const float *beta, int nv, int j, int t0, int L, float *Gs,
+                                            float *eG, float *eK, float *Bs, int tid)
+{
+    if (tid < 32) { // G: a lane two tokens, a scan over the lanes
+        const int i0 = 2 * tid;
+        const float a0 = i0 < L ? g[(size_t)(t0 + i0) * nv + j] : 0.f;
+        const float a1 = i0 + 1 < L ? g[(size_t)(t0 + i0 + 1) * nv + j] : 0.f;
+        float sc = a0 + a1;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float y = __shfl_up_sync(0xffffffffu, sc, o);
+            if (tid >= o)
+                sc += y;
+        }
+        float ex = __shfl_up_sync(0xffffffffu, sc, 1);
+        ex = tid ? ex : 0.f;
+        Gs[i0] = ex + a0;
+        Gs[i0 + 1] = ex + a0 + a1;
+        Bs[i0] = i0 < L ? beta[(size_t)(t0 + i0) * nv + j] : 0.f;
+        Bs[i0 + 1] = i0 + 1 < L ? beta[(size_t)(t0 + i0 + 1) * nv + j] : 0.f;
+        __syncwarp();
+        const float gl = Gs[L - 1];
+        for (int i = tid; i < DC_L; i += 32) {
+            eG[i] = expf(Gs[i]);
+            eK[i] = expf(gl - Gs[i]);
+        }
+    }
+}
+
+// From the staged q, k, G and beta: P (Ps) and T = (I - A)^-1 (Ts), both [DC_L][DC_TS], block lower triangular
+// (zeros above); Ms scratch. Every thread, after the staging's barrier; ends with a barrier.
+__device__ __forceinline__ void dc_tp(const float *Ks, const float *Qs, int KS, int dk, const float *Gs,
+                                      const float *Bs, float *Ts, float *Ps, float *Ms, int hi, int lo, int tid)
+{
+    // ---- k_i . k_m and q_i . k_m, m <= i: tiles (r, s) with s > r lie above the diagonal ----
+    {
+        float kk[4][4], qk[4][4];
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int s = 0; s < 4; s++)
+                kk[r][s] = qk[r][s] = 0.f;
+        for (int d = 0; d < dk; d += 4) {
+            float4 kr[4], qr[4], km[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                kr[r] = ld4(Ks + (hi + 16 * r) * KS + d);
+                qr[r] = ld4(Qs + (hi + 16 * r) * KS + d);
+                km[r] = ld4(Ks + (lo + 16 * r) * KS + d);
+            }
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int s = 0; s <= r; s++) {
+                    kk[r][s] = fmaf(kr[r].x, km[s].x, kk[r][s]);
+                    kk[r][s] = fmaf(kr[r].y, km[s].y, kk[r][s]);
+                    kk[r][s] = fmaf(kr[r].z, km[s].z, kk[r][s]);
+                    kk[r][s] = fmaf(kr[r].w, km[s].w, kk[r][s]);
+                    qk[r][s] = fmaf(qr[r].x, km[s].x, qk[r][s]);
+                    qk[r][s] = fmaf(qr[r].y, km[s].y, qk[r][s]);
+                    qk[r][s] = fmaf(qr[r].z, km[s].z, qk[r][s]);
+                    qk[r][s] = fmaf(qr[r].w, km[s].w, qk[r][s]);
+                }
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                const int i = hi + 16 * r, m = lo + 16 * s;
+                float a = 0.f, p = 0.f;
+                if (s <= r && m <= i) {
+                    const float dec = expf(Gs[i] - Gs[m]);
+                    p = qk[r][s] * dec;
+                    if (m < i)
+                        a = -Bs[i] * kk[r][s] * dec;
+                }
+                Ts[i * DC_TS + m] = a;
+                Ps[i * DC_TS + m] = p;
+            }
+    }
+    __syncthreads();
+    // ---- T = (I - A)^-1: the diagonal 16 x 16 blocks, thread (b, m) column m of block b ----
+    {
+        float x[16];
+        const int b16 = (tid >> 4) * 16, m = tid & 15;
+        if (tid < 64) {
+            const float *Ab = Ts + b16 * DC_TS + b16;
+#pragma unroll
+            for (int i = 0; i < 16; i++) {
+                float s = i == m ? 1.f : 0.f;
+#pragma unroll
+                for (int r = 0; r < i; r++)
+                    s = fmaf(Ab[i * DC_TS + r], x[r], s);
+                x[i] = s;
+            }
+        }
+        __syncthreads();
+        if (tid < 64) {
+#pragma unroll
+            for (int i = 0; i < 16; i++)
+                Ts[(b16 + i) * DC_TS + b16 + m] = x[i];
+        }
+        __syncthreads();
+    }
+    // block row b: M_c = sum_{16c <= k < 16b} A[16b + row][k] T[k][16c + col], then T_bc = T_bb M_c
+#pragma unroll
+    for (int b = 1; b < 4; b++) {
+        const float *Arow = Ts + (16 * b + hi) * DC_TS;
+#pragma unroll
+        for (int c = 0; c < b; c++) {
+            float s = 0.f;
+#pragma unroll 8
+            for (int k = 16 * c; k < 16 * b; k++)
+                s = fmaf(Arow[k], Ts[k * DC_TS + 16 * c + lo], s);
+            Ms[hi * DC_XS + 16 * c + lo] = s;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int c = 0; c < b; c++) {
+            float s = 0.f;
+#pragma unroll
+            for (int x = 0; x < 16; x++)
+                s = fmaf(Arow[16 * b + x], Ms[x * DC_XS + 16 * c + lo], s);
+            Ts[(16 * b + hi) * DC_TS + 16 * c + lo] = s;
+        }
+        __syncthreads();
+    }
+}
+
+// PRE: T and P precomputed by k_pf_dn_tp into tp (nsub sub-chunks a value head); else computed here, by each
+// of a head's dv / DC_BC blocks.
+template <bool PRE>
 __global__ void __launch_bounds__(DC_T, 1)
     k_pf_dn_chunk(float *S_all, const float *conv, int C, const float *g, const float *beta, float *o_all, int nk,
-                  int nv, int dk, int dv, int tiled, int n)
+                  int nv, int dk, int dv, int tiled, int n, const float *tp, int nsub)
 {
     extern __shared__ float4 dc_sh4[];
     const int KS = dk + 4; // q, k rows padded: float4-aligned, rows 4 banks apart
@@ -536,32 +705,10 @@ __global__ void __launch_bounds__(DC_T, 1)
     }
     const float *qb = conv + (size_t)kh * dk, *kb = conv + (size_t)(nk + kh) * dk;
     const float *vb = conv + (size_t)2 * nk * dk + (size_t)j * dv + c0;
-    const int q4 = dk >> 2;
     for (int t0 = 0; t0 < n; t0 += DC_L) {
         const int L = min(DC_L, n - t0);
         __syncthreads(); // the previous sub-chunk's k, V' and S are consumed
-        // ---- staging: q, k [DC_L][dk], V [DC_L][DC_BC], g, beta; rows past L zero ----
-        for (int e0 = tid; e0 < DC_L * q4; e0 += 8 * DC_T) {
-            float4 qv[8], kv[8];
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                const int e = e0 + u * DC_T, i = e / q4, d4 = e - i * q4;
-                qv[u] = kv[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-                if (e < DC_L * q4 && i < L) {
-                    const size_t off = (size_t)(t0 + i) * C + 4 * d4;
-                    qv[u] = __ldg(reinterpret_cast<const float4 *>(qb + off));
-                    kv[u] = __ldg(reinterpret_cast<const float4 *>(kb + off));
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                const int e = e0 + u * DC_T, i = e / q4, d4 = e - i * q4;
-                if (e < DC_L * q4) {
-                    *reinterpret_cast<float4 *>(Qs + i * KS + 4 * d4) = qv[u];
-                    *reinterpret_cast<float4 *>(Ks + i * KS + 4 * d4) = kv[u];
-                }
-            }
-        }
+        dc_stage_qk(qb, kb, C, t0, L, dk, Qs, Ks, KS, tid);
 #pragma unroll
         for (int u = 0; u < DC_L * DC_BC / 4 / DC_T; u++) {
             const int e = tid + u * DC_T, i = e / (DC_BC / 4), c4 = e - i * (DC_BC / 4);
@@ -570,124 +717,20 @@ __global__ void __launch_bounds__(DC_T, 1)
                 v = __ldg(reinterpret_cast<const float4 *>(vb + (size_t)(t0 + i) * C + 4 * c4));
             *reinterpret_cast<float4 *>(Xs + i * DC_XS + 4 * c4) = v;
         }
-        if (tid < 32) { // G: a lane two tokens, a scan over the lanes
-            const int i0 = 2 * tid;
-            const float a0 = i0 < L ? g[(size_t)(t0 + i0) * nv + j] : 0.f;
-            const float a1 = i0 + 1 < L ? g[(size_t)(t0 + i0 + 1) * nv + j] : 0.f;
-            float sc = a0 + a1;
+        dc_stage_gb(g, beta, nv, j, t0, L, Gs, eG, eK, Bs, tid);
+        if (PRE) { // T and P of this sub-chunk from k_pf_dn_tp
+            const float *src = tp + ((size_t)j * nsub + t0 / DC_L) * 2 * DC_L * DC_L;
 #pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const float y = __shfl_up_sync(0xffffffffu, sc, o);
-                if (tid >= o)
-                    sc += y;
-            }
-            float ex = __shfl_up_sync(0xffffffffu, sc, 1);
-            ex = tid ? ex : 0.f;
-            Gs[i0] = ex + a0;
-            Gs[i0 + 1] = ex + a0 + a1;
-            Bs[i0] = i0 < L ? beta[(size_t)(t0 + i0) * nv + j] : 0.f;
-            Bs[i0 + 1] = i0 + 1 < L ? beta[(size_t)(t0 + i0 + 1) * nv + j] : 0.f;
-            __syncwarp();
-            const float gl = Gs[L - 1];
-            for (int i = tid; i < DC_L; i += 32) {
-                eG[i] = expf(Gs[i]);
-                eK[i] = expf(gl - Gs[i]);
+            for (int u = 0; u < 2 * DC_L * DC_L / 4 / DC_T; u++) {
+                const int e = tid + u * DC_T, m = e / (DC_L * DC_L / 4), r = e - m * (DC_L * DC_L / 4);
+                const int i = r / (DC_L / 4), c4 = r - i * (DC_L / 4);
+                *reinterpret_cast<float4 *>((m ? Ps : Ts) + i * DC_TS + 4 * c4) =
+                    __ldg(reinterpret_cast<const float4 *>(src + (size_t)e * 4));
             }
         }
         __syncthreads();
-        // ---- k_i . k_m and q_i . k_m, m <= i: tiles (r, s) with s > r lie above the diagonal ----
-        {
-            float kk[4][4], qk[4][4];
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-#pragma unroll
-                for (int s = 0; s < 4; s++)
-                    kk[r][s] = qk[r][s] = 0.f;
-            for (int d = 0; d < dk; d += 4) {
-                float4 kr[4], qr[4], km[4];
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    kr[r] = ld4(Ks + (hi + 16 * r) * KS + d);
-                    qr[r] = ld4(Qs + (hi + 16 * r) * KS + d);
-                    km[r] = ld4(Ks + (lo + 16 * r) * KS + d);
-                }
-#pragma unroll
-                for (int r = 0; r < 4; r++)
-#pragma unroll
-                    for (int s = 0; s <= r; s++) {
-                        kk[r][s] = fmaf(kr[r].x, km[s].x, kk[r][s]);
-                        kk[r][s] = fmaf(kr[r].y, km[s].y, kk[r][s]);
-                        kk[r][s] = fmaf(kr[r].z, km[s].z, kk[r][s]);
-                        kk[r][s] = fmaf(kr[r].w, km[s].w, kk[r][s]);
-                        qk[r][s] = fmaf(qr[r].x, km[s].x, qk[r][s]);
-                        qk[r][s] = fmaf(qr[r].y, km[s].y, qk[r][s]);
-                        qk[r][s] = fmaf(qr[r].z, km[s].z, qk[r][s]);
-                        qk[r][s] = fmaf(qr[r].w, km[s].w, qk[r][s]);
-                    }
-            }
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-#pragma unroll
-                for (int s = 0; s < 4; s++) {
-                    const int i = hi + 16 * r, m = lo + 16 * s;
-                    float a = 0.f, p = 0.f;
-                    if (s <= r && m <= i) {
-                        const float dec = expf(Gs[i] - Gs[m]);
-                        p = qk[r][s] * dec;
-                        if (m < i)
-                            a = -Bs[i] * kk[r][s] * dec;
-                    }
-                    Ts[i * DC_TS + m] = a;
-                    Ps[i * DC_TS + m] = p;
-                }
-        }
-        __syncthreads();
-        // ---- T = (I - A)^-1: the diagonal 16 x 16 blocks, thread (b, m) column m of block b ----
-        {
-            float x[16];
-            const int b16 = (tid >> 4) * 16, m = tid & 15;
-            if (tid < 64) {
-                const float *Ab = Ts + b16 * DC_TS + b16;
-#pragma unroll
-                for (int i = 0; i < 16; i++) {
-                    float s = i == m ? 1.f : 0.f;
-#pragma unroll
-                    for (int r = 0; r < i; r++)
-                        s = fmaf(Ab[i * DC_TS + r], x[r], s);
-                    x[i] = s;
-                }
-            }
-            __syncthreads();
-            if (tid < 64) {
-#pragma unroll
-                for (int i = 0; i < 16; i++)
-                    Ts[(b16 + i) * DC_TS + b16 + m] = x[i];
-            }
-            __syncthreads();
-        }
-        // block row b: M_c = sum_{16c <= k < 16b} A[16b + row][k] T[k][16c + col], then T_bc = T_bb M_c
-#pragma unroll
-        for (int b = 1; b < 4; b++) {
-            const float *Arow = Ts + (16 * b + hi) * DC_TS;
-#pragma unroll
-            for (int c = 0; c < b; c++) {
-                float s = 0.f;
-#pragma unroll 8
-                for (int k = 16 * c; k < 16 * b; k++)
-                    s = fmaf(Arow[k], Ts[k * DC_TS + 16 * c + lo], s);
-                Ms[hi * DC_XS + 16 * c + lo] = s;
-            }
-            __syncthreads();
-#pragma unroll
-            for (int c = 0; c < b; c++) {
-                float s = 0.f;
-#pragma unroll
-                for (int x = 0; x < 16; x++)
-                    s = fmaf(Arow[16 * b + x], Ms[x * DC_XS + 16 * c + lo], s);
-                Ts[(16 * b + hi) * DC_TS + 16 * c + lo] = s;
-            }
-            __syncthreads();
-        }
+        if (!PRE)
+            dc_tp(Ks, Qs, KS, dk, Gs, Bs, Ts, Ps, Ms, hi, lo, tid);
         // ---- K S and Q S (the state before the sub-chunk): X, and o's first term ----
         float oa[4][2];
         {
@@ -1048,29 +1091,70 @@ extern "C" void lilac_cuda_pf_conv(const float *in, float *state, const float *w
         k_pf_conv_state<<<(C + 255) / 256, 256, 0, CS(s)>>>(in, state, C, K, n);
 }
 
+namespace {
+
+// T and P of value head blockIdx.x's sub-chunk blockIdx.y (k_pf_dn_chunk<true>'s), into tp: [nv][nsub] of T then
+// P, [DC_L][DC_L] each. They depend on q, k, g and beta alone: computed once a head and all sub-chunks at once,
+// instead of serially in each of a head's dv / DC_BC blocks (session 10's profile: the chunked kernel 285 us a
+// layer at pp512, one block an SM, about 40 % of its arithmetic this part).
+__global__ void __launch_bounds__(DC_T, 2)
+    k_pf_dn_tp(const float *conv, int C, const float *g, const float *beta, int nk, int nv, int dk, int tiled, int n,
+               float *tp)
+{
+    extern __shared__ float4 dt_sh4[];
+    const int KS = dk + 4;
+    float *const Ks = reinterpret_cast<float *>(dt_sh4); // [DC_L][KS]
+    float *const Qs = Ks + DC_L * KS;                     // [DC_L][KS]
+    float *const Ts = Qs + DC_L * KS;                     // [DC_L][DC_TS]
+    float *const Ps = Ts + DC_L * DC_TS;                  // [DC_L][DC_TS]
+    float *const Ms = Ps + DC_L * DC_TS;                  // [16][DC_XS]
+    float *const Gs = Ms + 16 * DC_XS, *const eG = Gs + DC_L, *const eK = eG + DC_L, *const Bs = eK + DC_L;
+    const int j = blockIdx.x, sc = blockIdx.y, t0 = sc * DC_L, L = min(DC_L, n - t0), tid = threadIdx.x;
+    const int kh = tiled ? j % nk : j / (nv / nk);
+    dc_stage_qk(conv + (size_t)kh * dk, conv + (size_t)(nk + kh) * dk, C, t0, L, dk, Qs, Ks, KS, tid);
+    dc_stage_gb(g, beta, nv, j, t0, L, Gs, eG, eK, Bs, tid);
+    __syncthreads();
+    dc_tp(Ks, Qs, KS, dk, Gs, Bs, Ts, Ps, Ms, tid >> 4, tid & 15, tid);
+    float *dst = tp + ((size_t)j * gridDim.y + sc) * 2 * DC_L * DC_L;
+#pragma unroll
+    for (int u = 0; u < 2 * DC_L * DC_L / 4 / DC_T; u++) {
+        const int e = tid + u * DC_T, m = e / (DC_L * DC_L / 4), r = e - m * (DC_L * DC_L / 4);
+        const int i = r / (DC_L / 4), c4 = r - i * (DC_L / 4);
+        reinterpret_cast<float4 *>(dst)[e] = *reinterpret_cast<const float4 *>((m ? Ps : Ts) + i * DC_TS + 4 * c4);
+    }
+}
+
+} // namespace
+
 // The chunked kernel for this shape, or -1 (nothing launched) where it does not take it: dk and dv multiples
 // of 32, dk <= DC_MAXDK, q, k and v rows float4-aligned, the shared memory granted.
 static int launch_dn_chunk(float *S, const float *conv, int C, const float *g, const float *beta, float *o, int nk,
-                           int nv, int dk, int dv, int tiled, int n, cudaStream_t st)
+                           int nv, int dk, int dv, int tiled, int n, float *tp, cudaStream_t st)
 {
     if (dk < 32 || dk % 32 || dk > DC_MAXDK || dv < DC_BC || dv % DC_BC || C % 4 ||
-        ((uintptr_t)conv & 15) != 0)
+        ((uintptr_t)conv & 15) != 0 || ((uintptr_t)tp & 15) != 0)
         return -1;
-    const size_t smem = dn_chunk_smem(dk);
-    if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(k_pf_dn_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
+    const size_t smem = dn_chunk_smem(dk), smem_tp = dn_tp_smem(dk);
+    auto kern = tp ? k_pf_dn_chunk<true> : k_pf_dn_chunk<false>;
+    if ((smem > 48 * 1024 &&
+         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) ||
+        (tp && smem_tp > 48 * 1024 &&
+         cudaFuncSetAttribute(k_pf_dn_tp, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_tp) != cudaSuccess)) {
         (void)cudaGetLastError();
         return -1;
     }
+    const int nsub = (n + DC_L - 1) / DC_L;
+    if (tp)
+        k_pf_dn_tp<<<dim3((unsigned)nv, (unsigned)nsub), DC_T, smem_tp, st>>>(conv, C, g, beta, nk, nv, dk, tiled, n, tp);
     const dim3 grid((unsigned)nv, (unsigned)(dv / DC_BC));
-    k_pf_dn_chunk<<<grid, DC_T, smem, st>>>(S, conv, C, g, beta, o, nk, nv, dk, dv, tiled, n);
+    kern<<<grid, DC_T, smem, st>>>(S, conv, C, g, beta, o, nk, nv, dk, dv, tiled, n, tp, nsub);
     return 0;
 }
 
 extern "C" int lilac_cuda_pf_deltanet_form(float *conv_out, int C, float *a, float *b, const float *ssm_a,
                                            const float *ssm_dt, float *S, float *o, const float *z,
                                            const float *norm_w, int nk, int nv, int dk, int dv, int tiled, float eps,
-                                           int n, int chunked, lilac_cuda_stream *s)
+                                           int n, int chunked, float *tp, lilac_cuda_stream *s)
 {
     if (n < 1)
         return 0;
@@ -1078,7 +1162,7 @@ extern "C" int lilac_cuda_pf_deltanet_form(float *conv_out, int C, float *a, flo
     k_pf_dn_qk_norm<<<dim3((unsigned)nk, (unsigned)n), 128, 0, st>>>(conv_out, C, nk, dk);
     k_pf_dn_gates<<<(n * nv + 127) / 128, 128, 0, st>>>(a, b, ssm_a, ssm_dt, nv, n * nv);
     int took = 0;
-    if (chunked && launch_dn_chunk(S, conv_out, C, a, b, o, nk, nv, dk, dv, tiled, n, st) == 0) {
+    if (chunked && launch_dn_chunk(S, conv_out, C, a, b, o, nk, nv, dk, dv, tiled, n, tp, st) == 0) {
         took = 1;
     } else if (dv % PD_BC == 0 && dk <= PD_LPC * PD_ROWS) {
         int tt = PD_TT;
@@ -1104,7 +1188,7 @@ extern "C" int lilac_cuda_pf_deltanet_form(float *conv_out, int C, float *a, flo
 
 extern "C" void lilac_cuda_pf_deltanet(float *conv_out, int C, float *a, float *b, const float *ssm_a,
                                        const float *ssm_dt, float *S, float *o, const float *z, const float *norm_w,
-                                       int nk, int nv, int dk, int dv, int tiled, float eps, int n,
+                                       int nk, int nv, int dk, int dv, int tiled, float eps, int n, float *tp,
                                        lilac_cuda_stream *s)
 {
     /* the chunked form (k_pf_dn_chunk), for DC_MIN_TOKENS tokens or more: a sub-chunk costs about what 10 - 15
@@ -1114,7 +1198,7 @@ extern "C" void lilac_cuda_pf_deltanet(float *conv_out, int C, float *a, float *
     if (chunked < 0)
         chunked = lilac_env_switch("LILAC_CUDA_DN_CHUNK", true);
     (void)lilac_cuda_pf_deltanet_form(conv_out, C, a, b, ssm_a, ssm_dt, S, o, z, norm_w, nk, nv, dk, dv, tiled, eps,
-                                      n, chunked && n >= DC_MIN_TOKENS, s);
+                                      n, chunked && n >= DC_MIN_TOKENS, tp, s);
 }
 
 extern "C" int lilac_cuda_pf_moe_supported(int n_expert, int k)

@@ -39,6 +39,16 @@ static inline size_t lilac_cuda_xq_bytes(size_t n, size_t K)
     return nb * LILAC_CUDA_XQ_BLOCK + ((nb * 4 + 255) & ~(size_t)255) + n * 4;
 }
 
+/* The prefill delta rule's T and P (cuda_prefill.cu's k_pf_dn_tp): for n tokens of nv value heads, two
+ * LILAC_CUDA_DN_SUB x LILAC_CUDA_DN_SUB float matrices a head and sub-chunk of LILAC_CUDA_DN_SUB tokens. */
+#define LILAC_CUDA_DN_SUB 64
+
+static inline size_t lilac_cuda_dn_tp_floats(int nv, int n)
+{
+    return nv < 1 || n < 1 ? 0 : (size_t)nv * (size_t)((n + LILAC_CUDA_DN_SUB - 1) / LILAC_CUDA_DN_SUB) * 2 *
+                                     LILAC_CUDA_DN_SUB * LILAC_CUDA_DN_SUB;
+}
+
 static inline size_t lilac_cuda_scratch_round(size_t bytes)
 {
     return (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
