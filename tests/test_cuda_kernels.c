@@ -8,7 +8,10 @@
  * Without a usable CUDA device it skips (exit 77), saying why, unless
  * LILAC_REQUIRE_CUDA=1 is set: then it fails, so that a run meant for a GPU
  * machine cannot pass by skipping. LILAC_CUDA_NO_BENCH leaves the
- * bandwidth lines out; LILAC_CUDA_BENCH_ONLY runs only them. */
+ * bandwidth lines out; LILAC_CUDA_BENCH_ONLY runs only them. Also the gated
+ * RMSNorm of DeltaNet heads (lilac_cuda_gated_norm, whichever kernel
+ * LILAC_CUDA_PF_WARP_NORM picks) against float64, within 2e-6 of each value's
+ * magnitude. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -422,6 +425,51 @@ static void bench(void)
     }
 }
 
+/* lilac_cuda_gated_norm over rows of dv values: o = o / sqrt(mean(o^2) + eps) * w * silu(z), against float64,
+ * each value within 2e-6 of its magnitude (a few float32 roundings, rsqrtf's and expf's 2 ulp); dv 130 is not
+ * a multiple of 4 (the block kernel whichever switch). */
+static void test_gated_norm(void)
+{
+    static const int DVS[] = {128, 96, 512, 130, 4};
+    double worst = 0;
+    for (size_t di = 0; di < sizeof DVS / sizeof DVS[0]; di++) {
+        const int dv = DVS[di], rows = 37;
+        const size_t n = (size_t)rows * dv;
+        float *o = malloc(n * sizeof(float)), *z = malloc(n * sizeof(float)), *w = malloc(dv * sizeof(float)),
+              *got = malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            o[i] = rnd_normal() * (i % 7 == 0 ? 10.0f : 1.0f), z[i] = rnd_normal();
+        for (int i = 0; i < dv; i++)
+            w[i] = 1 + 0.1f * rnd_normal();
+        float *d_o = ct_dmalloc(n * sizeof(float)), *d_z = ct_dmalloc(n * sizeof(float)),
+              *d_w = ct_dmalloc(dv * sizeof(float));
+        ct_up(d_o, o, n * sizeof(float));
+        ct_up(d_z, z, n * sizeof(float));
+        ct_up(d_w, w, dv * sizeof(float));
+        lilac_cuda_gated_norm(d_o, d_z, d_w, rows, dv, 1e-6f, NULL);
+        const char *m = check_msg();
+        CHECKF(m == NULL, "gated norm dv %d: %s", dv, m ? m : "");
+        ct_down(got, d_o, n * sizeof(float));
+        for (int r = 0; r < rows; r++) {
+            double ss = 0;
+            for (int i = 0; i < dv; i++)
+                ss += (double)o[(size_t)r * dv + i] * o[(size_t)r * dv + i];
+            const double rs = 1 / sqrt(ss / dv + 1e-6);
+            for (int i = 0; i < dv; i++) {
+                const size_t k = (size_t)r * dv + i;
+                const double g = z[k], ref = o[k] * rs * w[i] * (g / (1 + exp(-g)));
+                const double e = fabs(got[k] - ref) / (fabs(ref) + 1e-30);
+                worst = fmax(worst, isnan(got[k]) ? INFINITY : e);
+            }
+        }
+        lilac_cuda_free(d_o), lilac_cuda_free(d_z), lilac_cuda_free(d_w);
+        free(o), free(z), free(w), free(got);
+    }
+    CHECKF(worst <= 2e-6, "gated norm: relative error %.3g", worst);
+    printf("gated norm (%s kernel): max relative error %.3g\n",
+           getenv("LILAC_CUDA_PF_WARP_NORM") && atoi(getenv("LILAC_CUDA_PF_WARP_NORM")) ? "warp" : "block", worst);
+}
+
 int main(void)
 {
     char msg[512];
@@ -433,8 +481,10 @@ int main(void)
     printf("%s\ndevice: %s, cc %d.%d, %zu MiB of %zu MiB free\n", msg, name, maj, min, avail >> 20, total >> 20);
 
     const int bench_only = getenv("LILAC_CUDA_BENCH_ONLY") != NULL;
-    if (!bench_only)
+    if (!bench_only) {
         test_refusals();
+        test_gated_norm();
+    }
     for (int ti = 0; ti < N_TYPES && !bench_only; ti++) {
         test_type(ti);
         printf("%-5s matvec: %3d cases, max error %.3g of sum|w x|; experts: max %.3g; get_row: %s\n",

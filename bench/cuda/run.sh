@@ -42,6 +42,7 @@ do_test() {
     # a kernel that hangs must not eat the session's device time: every test under a timeout
     run_test kernels test_cuda_kernels
     run_test kernels-t8 test_cuda_kernels LILAC_CUDA_MV_T8=1 LILAC_CUDA_NO_BENCH=1
+    run_test kernels-warp-norm test_cuda_kernels LILAC_CUDA_PF_WARP_NORM=1 LILAC_CUDA_NO_BENCH=1
     run_test mma test_cuda_mma
     run_test mma-old-paths test_cuda_mma LILAC_CUDA_MMA_W8=0 LILAC_CUDA_MMA_XROWS=0
     run_test mma-dense-nt4 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=4
@@ -49,6 +50,7 @@ do_test() {
     run_test mma-dense-nt1 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=1
     run_test attn test_cuda_attn
     run_test dn test_cuda_dn
+    run_test dn-warp-norm test_cuda_dn LILAC_CUDA_PF_WARP_NORM=1
     run_test route test_cuda_route
     run_test model test_cuda_model
     run_test model-att-shape test_cuda_model LILAC_CUDA_ATT_RANGES=128 LILAC_CUDA_ATT_KEYS=16
@@ -66,6 +68,7 @@ do_test() {
     run_test prefill test_cuda_prefill
     run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0
+    run_test prefill-warp-norm test_cuda_prefill LILAC_CUDA_PF_WARP_NORM=1
     grep -h "launches of the fused" "$out"/model-*.txt 2>/dev/null
     grep -h "vs token path\|sequences vs alone\|timing" "$out"/prefill.txt "$out"/batch.txt "$out"/attn.txt \
         "$out"/dn.txt 2>/dev/null | head -12

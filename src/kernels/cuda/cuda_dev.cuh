@@ -188,6 +188,48 @@ static __device__ void dev_rmsnorm(const float *x, const float *w, float *y, int
         y[i] = gate ? __ldcg(x + i) * r * (w ? w[i] : 1.0f) * silu(gate[i]) : __ldcg(x + i) * r * (w ? w[i] : 1.0f);
 }
 
+// A row of n values at x (n % 4 == 0, n <= 128 NQ, x 16-aligned) normalized in place by one warp, as
+// dev_rmsnorm (MEAN: r = 1 / sqrt(mean(x^2) + eps)) or k_pf_dn_qk_norm (r = post / sqrt(sum(x^2) + eps)) writes
+// it: x r w silu(gate), w and gate may be NULL (else 16-aligned); the sum of squares in another order.
+template <int NQ, bool MEAN>
+static __device__ __forceinline__ void dev_norm_row_warp(float *x, const float *w, const float *gate, int n, float eps,
+                                                         float post)
+{
+    const int lane = threadIdx.x & 31;
+    float4 v[NQ], wv[NQ], gv[NQ];
+    float ss = 0.f;
+#pragma unroll
+    for (int q = 0; q < NQ; q++) { /* every load in flight before the sum */
+        const int i = 4 * (lane + 32 * q);
+        const bool ok = i < n;
+        v[q] = ok ? __ldcg(reinterpret_cast<const float4 *>(x + i)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        wv[q] = ok && w ? *reinterpret_cast<const float4 *>(w + i) : make_float4(1.f, 1.f, 1.f, 1.f);
+        gv[q] = ok && gate ? *reinterpret_cast<const float4 *>(gate + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int q = 0; q < NQ; q++)
+        ss += v[q].x * v[q].x + v[q].y * v[q].y + v[q].z * v[q].z + v[q].w * v[q].w;
+    ss = warp_sum(ss);
+    const float r = MEAN ? rsqrtf(ss / n + eps) : rsqrtf(ss + eps) * post;
+    auto f = [&](float a, float b, float c) { return gate ? a * r * b * silu(c) : a * r * b; };
+#pragma unroll
+    for (int q = 0; q < NQ; q++) {
+        const int i = 4 * (lane + 32 * q);
+        if (i < n)
+            *reinterpret_cast<float4 *>(x + i) = make_float4(f(v[q].x, wv[q].x, gv[q].x), f(v[q].y, wv[q].y, gv[q].y),
+                                                             f(v[q].z, wv[q].z, gv[q].z), f(v[q].w, wv[q].w, gv[q].w));
+    }
+}
+
+/* LILAC_CUDA_PF_WARP_NORM=1 (written in session 11, not yet run on a GPU): the prefill's gated norm and q/k norm
+ * a warp a row (dev_norm_row_warp) instead of a block of 128 threads a row (pp512: 16,384 blocks a call; the
+ * gated norm took 37 us, the q/k norm 14, ncu, session 10). Read once. */
+static inline bool pf_warp_norm()
+{
+    static std::atomic<int> on{-1};
+    return env_switch_once(on, "LILAC_CUDA_PF_WARP_NORM", false);
+}
+
 // A head of hd values at x, in place: RMSNorm with w, then NeoX rotary on
 // the first rot dims at position pos. By one block.
 static __device__ void dev_norm_rope(float *x, const float *w, int hd, int rot, int pos, float theta, float eps)

@@ -236,7 +236,8 @@ __device__ __forceinline__ void xsum_put(float *xsum, int NB, int row, int blk, 
 {
     const float v = s * 0.015625f;
     const __half h = __float2half_rn(v), l = __float2half_rn(v - __half2float(h));
-    __half *d = reinterpret_cast<__half *>(xsum) + ((size_t)row * NB + (blk & ~7) + 2 * ((blk & 7) >> 1)) * 2 + (blk & 1);
+    __half *d =
+        reinterpret_cast<__half *>(xsum) + ((size_t)row * NB + (blk & ~7) + 2 * ((blk & 7) >> 1)) * 2 + (blk & 1);
     d[0] = h;
     d[2] = l;
 }
@@ -477,7 +478,8 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
          * warp w's half-warp hf copies rows wr + 2k (k < 8, wr = 16 w + hf), lane gl granules gl + 16 gp.
          * A4 (every row's chunk 16-aligned): BYTES / 16 granules from the chunk's start; else each chunk's
          * own 16-byte granules around it. */
-        static_assert(MM_THREADS == 2 * BM && BM == 16 * (MM_THREADS / 32), "a warp copies 16 rows, a thread a table row");
+        static_assert(MM_THREADS == 2 * BM && BM == 16 * (MM_THREADS / 32),
+                      "a warp copies 16 rows, a thread a table row");
         constexpr int GP = (G + 15) / 16;
         const int wr = warp * 16 + (lane >> 4), gl = lane & 15;
         const uint8_t *const wsrc = W + (size_t)(row0 + wr) * p.row_bytes;
@@ -489,7 +491,8 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
         /* the scale tables' row (a thread a row and half its sub-blocks) and, A4 apart, its alignment */
         const int tr = tid & (BM - 1), jb = tid >> 7;
         const bool tok = row0 + tr < p.rows;
-        const int tal = A4 ? 0 : (int)(reinterpret_cast<uintptr_t>(W + (size_t)(tok ? row0 + tr : 0) * p.row_bytes) & 15);
+        const int tal =
+            A4 ? 0 : (int)(reinterpret_cast<uintptr_t>(W + (size_t)(tok ? row0 + tr : 0) * p.row_bytes) & 15);
 
         auto issue = [&](int kb, int buf) {
             uint8_t *const wd = wbuf + buf * BM * SLOT + wr * SLOT + 16 * gl;
@@ -543,7 +546,8 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
             lrow[r] = wm * 16 * MT + (r >> 1) * 16 + (r & 1) * 8 + g;
             roff[r] = 0;
             const int row = row0 + lrow[r];
-            ral[r] = A4 ? 0 : (int)(reinterpret_cast<uintptr_t>(W + (size_t)(row < p.rows ? row : 0) * p.row_bytes) & 15);
+            ral[r] =
+                A4 ? 0 : (int)(reinterpret_cast<uintptr_t>(W + (size_t)(row < p.rows ? row : 0) * p.row_bytes) & 15);
         }
 
         issue(0, 0);

@@ -498,9 +498,30 @@ __global__ void k_gated_norm(float *o, const float *z, const float *w, int dv, f
     dev_rmsnorm(x, w, x, dv, eps, z + (size_t)blockIdx.x * dv);
 }
 
+// k_gated_norm a warp a row (pf_warp_norm), 8 rows a block.
+template <int NQ>
+__global__ void k_gated_norm_warp(float *o, const float *z, const float *w, int rows, int dv, float eps)
+{
+    const int row = blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (row < rows)
+        dev_norm_row_warp<NQ, true>(o + (size_t)row * dv, w, z + (size_t)row * dv, dv, eps, 1.0f);
+}
+
 extern "C" void lilac_cuda_gated_norm(float *o, const float *z, const float *w, int rows, int dv, float eps,
                                       lilac_cuda_stream *s)
 {
+    if (rows < 1)
+        return;
+    if (pf_warp_norm() && dv % 4 == 0 && dv <= 512 && ((uintptr_t)o & 15) == 0 && ((uintptr_t)z & 15) == 0 &&
+        ((uintptr_t)w & 15) == 0) {
+        const unsigned grid = (unsigned)((rows + 7) / 8);
+        switch ((dv + 127) / 128) {
+        case 1: k_gated_norm_warp<1><<<grid, 256, 0, CS(s)>>>(o, z, w, rows, dv, eps); return;
+        case 2: k_gated_norm_warp<2><<<grid, 256, 0, CS(s)>>>(o, z, w, rows, dv, eps); return;
+        case 3: k_gated_norm_warp<3><<<grid, 256, 0, CS(s)>>>(o, z, w, rows, dv, eps); return;
+        default: k_gated_norm_warp<4><<<grid, 256, 0, CS(s)>>>(o, z, w, rows, dv, eps); return;
+        }
+    }
     k_gated_norm<<<rows, 128, 0, CS(s)>>>(o, z, w, dv, eps);
 }
 

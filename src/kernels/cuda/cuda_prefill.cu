@@ -244,6 +244,18 @@ __global__ void k_pf_dn_qk_norm(float *conv, int C, int nk, int dk)
     }
 }
 
+// k_pf_dn_qk_norm a warp a head row (pf_warp_norm): warp w of the grid takes row w % (2 nk) (q heads, then k
+// heads) of token w / (2 nk).
+template <int NQ> __global__ void k_pf_dn_qk_norm_warp(float *conv, int C, int nk, int dk, int n)
+{
+    const long long w = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (w >= (long long)2 * nk * n)
+        return;
+    const int t = (int)(w / (2 * nk)), hw = (int)(w - (long long)t * 2 * nk);
+    dev_norm_row_warp<NQ, false>(conv + (size_t)t * C + (size_t)hw * dk, nullptr, nullptr, dk, 1e-6f,
+                                 hw < nk ? rsqrtf((float)dk) : 1.0f);
+}
+
 // g = ssm_a * softplus(a + dt), beta = sigmoid(b), for the [n][nv] gates.
 __global__ void k_pf_dn_gates(float *a, float *b, const float *ssm_a, const float *ssm_dt, int nv, int total)
 {
@@ -1145,7 +1157,8 @@ static int launch_dn_chunk(float *S, const float *conv, int C, const float *g, c
     }
     const int nsub = (n + DC_L - 1) / DC_L;
     if (tp)
-        k_pf_dn_tp<<<dim3((unsigned)nv, (unsigned)nsub), DC_T, smem_tp, st>>>(conv, C, g, beta, nk, nv, dk, tiled, n, tp);
+        k_pf_dn_tp<<<dim3((unsigned)nv, (unsigned)nsub), DC_T, smem_tp, st>>>(conv, C, g, beta, nk, nv, dk, tiled, n,
+                                                                             tp);
     const dim3 grid((unsigned)nv, (unsigned)(dv / DC_BC));
     kern<<<grid, DC_T, smem, st>>>(S, conv, C, g, beta, o, nk, nv, dk, dv, tiled, n, tp, nsub);
     return 0;
@@ -1159,7 +1172,17 @@ extern "C" int lilac_cuda_pf_deltanet_form(float *conv_out, int C, float *a, flo
     if (n < 1)
         return 0;
     const cudaStream_t st = CS(s);
-    k_pf_dn_qk_norm<<<dim3((unsigned)nk, (unsigned)n), 128, 0, st>>>(conv_out, C, nk, dk);
+    if (pf_warp_norm() && dk % 4 == 0 && dk <= 512 && C % 4 == 0 && ((uintptr_t)conv_out & 15) == 0) {
+        const unsigned grid = (unsigned)(((long long)2 * nk * n + 7) / 8);
+        switch ((dk + 127) / 128) {
+        case 1: k_pf_dn_qk_norm_warp<1><<<grid, 256, 0, st>>>(conv_out, C, nk, dk, n); break;
+        case 2: k_pf_dn_qk_norm_warp<2><<<grid, 256, 0, st>>>(conv_out, C, nk, dk, n); break;
+        case 3: k_pf_dn_qk_norm_warp<3><<<grid, 256, 0, st>>>(conv_out, C, nk, dk, n); break;
+        default: k_pf_dn_qk_norm_warp<4><<<grid, 256, 0, st>>>(conv_out, C, nk, dk, n); break;
+        }
+    } else {
+        k_pf_dn_qk_norm<<<dim3((unsigned)nk, (unsigned)n), 128, 0, st>>>(conv_out, C, nk, dk);
+    }
     k_pf_dn_gates<<<(n * nv + 127) / 128, 128, 0, st>>>(a, b, ssm_a, ssm_dt, nv, n * nv);
     int took = 0;
     if (chunked && launch_dn_chunk(S, conv_out, C, a, b, o, nk, nv, dk, dv, tiled, n, tp, st) == 0) {
