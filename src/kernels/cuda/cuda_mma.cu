@@ -8,8 +8,10 @@
  *    q * sc, at most 1953; Q6_K q - 32; Q8_0 q; Q4_0 q - 8). The float
  *    scales are applied in float32 to the mma result of the run of values
  *    they scale (a Q4_K/Q5_K super-block, a Q8_0/Q4_0 block, 16 values of
- *    Q6_K), and the K-quant minimum as -dmin m * sum(x) over the 32 values,
- *    the sums precomputed in float32;
+ *    Q6_K); the K-quant minimum, -dmin sum_s m_s sum(x over run s), as one
+ *    more mma a super-block: the 6-bit m exact in fp16, the run sums as
+ *    fp16 hi + lo of sum 2^-6 (22 bits; xsum_put), times dmin 2^6 in
+ *    float32;
  *  - activations: a pre-pass (k_mma_prep) scales each row of x by a power
  *    of two 2^sh (exact) so that its largest |value| lies in [2^13, 2^14),
  *    and splits every value v into hi = fp16(v) and lo = fp16(v - hi): two
@@ -28,8 +30,9 @@
  * warp 32 rows (two m16 tiles) x 8 NT tokens (NT n8 tiles), or 16 rows x 16. K goes by 256 columns (a K-quant
  * super-block, 8 Q8_0/Q4_0 blocks): the rows' raw bytes (the 16-byte
  * granules around them, cp.async) and the tokens' hi/lo digits go to shared
- * memory, double-buffered; per-row scales are decoded once a stage into
- * small tables; every thread then decodes its A fragments from the raw
+ * memory, double-buffered (a half-warp copies a row's granules, the
+ * addresses set up once an item); per-row scales are decoded once a stage
+ * into small tables, a thread a row; every thread then decodes its A fragments from the raw
  * bytes (a LOP3 and an HFMA2 per two values: 1024 + q as fp16 is the code
  * bits ORed into 0x6400) and reads its B fragments with one 16-byte load
  * per n-tile, the pre-pass having stored the digits in fragment order.
