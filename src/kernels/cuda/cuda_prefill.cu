@@ -474,7 +474,9 @@ __global__ void k_pf_dn_recurrent1(float *S_all, const float *conv, int C, const
 //   S = e^{G_last} S + (diag(e^{G_last - G}) K)^T V'.
 // A block takes value head j = blockIdx.x and DC_BC columns of S (blockIdx.y),
 // its S slice in shared memory for the whole chunk; A, T and P depend on
-// k, q, g, beta only and each block of the head computes them. T is built
+// k, q, g, beta only: given a buffer, k_pf_dn_tp computes them first for
+// every head and sub-chunk at once (dc_tp), else each block of the head
+// computes them for itself, sub-chunk after sub-chunk. T is built
 // from the inverses of the four 16 x 16 diagonal blocks of I - A (a thread a
 // column, forward substitution in registers), then block row b of T from
 // the rows above: T_bc = T_bb sum_{c <= e < b} A_be T_ec. Every product is
