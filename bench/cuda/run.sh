@@ -43,11 +43,13 @@ do_test() {
     run_test kernels test_cuda_kernels
     run_test kernels-t8 test_cuda_kernels LILAC_CUDA_MV_T8=1 LILAC_CUDA_NO_BENCH=1
     run_test kernels-warp-norm test_cuda_kernels LILAC_CUDA_PF_WARP_NORM=1 LILAC_CUDA_NO_BENCH=1
+    run_test wgmma test_cuda_wgmma
     run_test mma test_cuda_mma
     run_test mma-old-paths test_cuda_mma LILAC_CUDA_MMA_W8=0 LILAC_CUDA_MMA_XROWS=0
     run_test mma-dense-nt4 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=4
     run_test mma-dense-nt2 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=2
     run_test mma-dense-nt1 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=1
+    run_test mma-wgmma test_cuda_mma LILAC_CUDA_MMA_WGMMA=1 LILAC_CUDA_MMA_DENSE_NT=4
     run_test attn test_cuda_attn
     run_test dn test_cuda_dn
     run_test dn-warp-norm test_cuda_dn LILAC_CUDA_PF_WARP_NORM=1
@@ -69,6 +71,8 @@ do_test() {
     run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0
     run_test prefill-warp-norm test_cuda_prefill LILAC_CUDA_PF_WARP_NORM=1
+    run_test prefill-wgmma test_cuda_prefill LILAC_CUDA_MMA_WGMMA=1
+    grep -h "convention" "$out"/wgmma.txt 2>/dev/null
     grep -h "launches of the fused" "$out"/model-*.txt 2>/dev/null
     grep -h "vs token path\|sequences vs alone\|timing" "$out"/prefill.txt "$out"/batch.txt "$out"/attn.txt \
         "$out"/dn.txt 2>/dev/null | head -12

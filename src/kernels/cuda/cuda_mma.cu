@@ -63,13 +63,19 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "format/dtype.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_dev.cuh"
 #include "kernels/cuda/cuda_sizes.h"
+#include "kernels/cuda/cuda_wgmma.cuh"
 #include "util/env.h"
+
+#ifndef LILAC_CUDA_ARCHS
+#define LILAC_CUDA_ARCHS "?"
+#endif
 
 namespace {
 
@@ -79,6 +85,7 @@ constexpr int BM = 32 * MM_WARPS_M;  /* weight rows a block */
 constexpr int XB = LILAC_CUDA_XQ_BLOCK; /* 128 bytes of digits a token and 32 columns: hi[32], lo[32] */
 constexpr int XROW = 8 * XB + 64;    /* a token's 256 columns in shared memory, padded (bank spread) */
 constexpr int MAX_EXPERT = 1024;     /* grouped: experts the tile prefix in shared memory holds */
+constexpr int WG_XSTAGE = 32 * 16 * 128; /* k_mma's WG: a stage's digits, 32 k chunks x 16 n groups x 128 bytes */
 /* lilac_cuda_matvec: fewer tokens stay on the CUDA cores. From 16 on the H200, batched decode of the
  * 35B-A3B file gave 673-695 tok/s at 32 sequences (k_mv: 793) and 1038-1075 at 64 (k_mv: 931). */
 constexpr int MIN_TOK = 48;
@@ -260,7 +267,10 @@ template <bool VEC> __device__ __forceinline__ void prep_load(const float *s, fl
     }
 }
 
-template <bool VEC>
+/* WGL: each run's 8 granules in wgmma's order instead (see k_mma's WG): granule 4 h + 2 digit + parity holds
+ * values 16 h + parity + 2 i (i < 8) of the digit (hi, lo), i.e. words 2 h + parity + 4 m (m < 4) of the
+ * fragment order's: a k16 step's "even" and "odd" core-matrix rows. */
+template <bool VEC, bool WGL>
 __global__ void __launch_bounds__(256) k_mma_prep(const float *x, long long x_stride, const int32_t *map, int n,
                                                   const int32_t *n_dev, int K, uint8_t *xq, float *xsum, int *xexp)
 {
@@ -320,10 +330,21 @@ __global__ void __launch_bounds__(256) k_mma_prep(const float *x, long long x_st
                         lo[4 * t + 2 * h + k] = h2u(__halves2half2(la, lb));
                     }
             uint4 *d = reinterpret_cast<uint4 *>(xq + ((size_t)row * NB + blk) * XB);
+            if (WGL) {
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                d[i] = make_uint4(hi[4 * i], hi[4 * i + 1], hi[4 * i + 2], hi[4 * i + 3]);
-                d[4 + i] = make_uint4(lo[4 * i], lo[4 * i + 1], lo[4 * i + 2], lo[4 * i + 3]);
+                for (int h = 0; h < 2; h++)
+#pragma unroll
+                    for (int par = 0; par < 2; par++) {
+                        const int w = 2 * h + par;
+                        d[4 * h + par] = make_uint4(hi[w], hi[w + 4], hi[w + 8], hi[w + 12]);
+                        d[4 * h + 2 + par] = make_uint4(lo[w], lo[w + 4], lo[w + 8], lo[w + 12]);
+                    }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    d[i] = make_uint4(hi[4 * i], hi[4 * i + 1], hi[4 * i + 2], hi[4 * i + 3]);
+                    d[4 + i] = make_uint4(lo[4 * i], lo[4 * i + 1], lo[4 * i + 2], lo[4 * i + 3]);
+                }
             }
             xsum_put(xsum, NB, row, blk, sum);
         }
@@ -377,10 +398,19 @@ template <int NT, bool W8> struct Lay {
 
 /* 16-token tiles (NT = 1) fit two blocks an SM in shared memory (Q6_K, the largest: 106 KB); ask for the
  * registers of two as well (they use 108-115 without the bound). */
-template <int TYPE, bool A4, int NT, bool W8>
+/* WG (LILAC_CUDA_MMA_WGMMA=1; written in session 11, NOT yet run on a GPU): 64-token tiles in the 8 x 1 layout
+ * with each warpgroup's 64 rows x (64 tokens' hi digits, then their lo) by one wgmma m64n128k16 a 16-column
+ * step (cuda_wgmma.cuh): A the registers Dec makes, B the digits in shared memory as no-swizzle K-major core
+ * matrices (k_mma_prep's WGL layout: a run's "even" values 0, 2, .., 14 of a half, then its odd ones, Dec's
+ * k order), core matrix (chunk 4 s + 2 h + parity, n group digit 8 + token / 8) at (16 chunk + group) 128
+ * bytes. In the 4 x 2 layout both token warps decode the same rows, and the 16 mma.sync a warp a step are
+ * most of the remaining instructions. Each wgmma is waited for before the next step's decode (the A
+ * registers must outlive it). K-quant super-block types (KIND_SB) only. */
+template <int TYPE, bool A4, int NT, bool W8, bool WG = false>
 __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
 {
     using Q = MQ<TYPE>;
+    static_assert(!WG || (NT == 4 && W8 && Q::KIND == KIND_SB), "wgmma tiles: 64 tokens, 8 x 1, K-quant");
     using SM = Smem<TYPE, NT>;
     using LY = Lay<NT, W8>;
     constexpr int BN = SM::BN, SLOT = Q::SLOT, G = SLOT / 16;
@@ -514,14 +544,17 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
                         cp16(wd + 2 * k * SLOT + 256 * gp, sk - a + 16 * gi, 16);
                 }
             }
-            uint8_t *const xb = xbuf + buf * BN * XROW;
+            uint8_t *const xb = xbuf + buf * (WG ? WG_XSTAGE : BN * XROW);
             const int q = tid & 63;
+            /* WG: granule q = 8 s + 4 h + 2 digit + parity of the token's stage to core matrix (4 s + 2 h +
+             * parity, digit 8 + t / 8), row t % 8 */
+            const int qd = WG ? ((4 * (q >> 3) + 2 * ((q >> 2) & 1) + (q & 1)) * 16 + 8 * ((q >> 1) & 1)) * 128 : 16 * q;
 #pragma unroll
             for (int j = 0; j < BN / 4; j++) {
                 const int t = (tid >> 6) + 4 * j, xt = xr[t];
                 const bool ok = xt >= 0;
                 const uint8_t *src = p.xq + (ok ? ((size_t)xt * NB + (size_t)kb * 8) * XB + 16 * q : 0);
-                cp16(xb + t * XROW + 16 * q, src, ok ? 16 : 0);
+                cp16(xb + (WG ? qd + (t >> 3) * 128 + (t & 7) * 16 : t * XROW + qd), src, ok ? 16 : 0);
             }
             if (Q::KIND == KIND_SB && tid < 2 * BN) {
                 float *sb = sbuf + buf * BN * 8;
@@ -533,6 +566,12 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
             cp_commit();
         };
 
+        /* WG: the warpgroup's D, n8 block j < 8 the hi digits of tokens 8 j .., j >= 8 the lo (the first wgmma of
+         * a stage overwrites it) */
+        float dw[WG ? 64 : 1];
+#pragma unroll
+        for (int i = 0; i < (WG ? 64 : 1); i++)
+            dw[i] = 0.f;
         float acc[MT][NW][4];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
@@ -562,6 +601,10 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
             } else {
                 cp_wait<0>();
             }
+#if LILAC_WGMMA
+            if (WG)
+                wg_smem_fence(); /* the digits cp.async wrote, for wgmma's reads */
+#endif
             __syncthreads();
             const uint8_t *wb = wbuf + buf * BM * SLOT;
             /* the scale tables of this stage: thread (tr, jb) row tr's sub-blocks jb, jb + 2, ... */
@@ -631,6 +674,33 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
                     }
                 }
             };
+            if constexpr (WG) {
+#if LILAC_WGMMA
+                const uint8_t *const xw = xbuf + buf * WG_XSTAGE;
+#pragma unroll 1
+                for (int s = 0; s < 8; s++) {
+                    const uint2 ma0 = tabh[s * BM + lrow[0]], ma1 = tabh[s * BM + lrow[1]];
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        uint32_t a[4];
+                        Dec<TYPE, A4>::run(wb + roff[0], s, h, tig, ma0, a[0], a[2]);
+                        Dec<TYPE, A4>::run(wb + roff[1], s, h, tig, ma1, a[1], a[3]);
+                        wg_fence();
+                        wg_m64n128k16(dw, a[0], a[1], a[2], a[3], wg_desc(xw + (4 * s + 2 * h) * 2048, 2048, 128),
+                                      s | h);
+                        wg_commit();
+                        wg_wait<0>();
+                    }
+                }
+#pragma unroll
+                for (int nt = 0; nt < NW; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        frag[0][nt][e] = dw[4 * nt + e] + dw[4 * (nt + 8) + e];
+#else
+                __trap(); /* launch_wg launches it only where the build has sm_90a */
+#endif
+            } else {
             if (Q::KIND == KIND_SB)
                 fzero();
 #pragma unroll 2
@@ -670,6 +740,7 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
                 }
                 if (Q::KIND == KIND_32)
                     fold(tabf + s * BM);
+            }
             }
             if (Q::KIND == KIND_SB) { /* the minimum: acc -= dmin (row) sum_s m_s (row) xsum_s (token), one mma of
                                          k = the 8 runs' hi then lo sums (A: the m pairs twice) */
@@ -736,6 +807,7 @@ struct Scratch {
     const float *mx;
     long long mstride;
     int mn, mK;
+    bool mwg; /* in the wgmma layout (k_mma_prep's WGL) */
 };
 std::mutex g_scr_mu;
 Scratch g_scr[16];
@@ -777,7 +849,7 @@ void *scratch(cudaStream_t st, size_t bytes)
         if (g_n_scr == 16)
             return nullptr;
         sc = &g_scr[g_n_scr++];
-        *sc = Scratch{dev, st, nullptr, 0, 0, nullptr, 0, 0, 0};
+        *sc = Scratch{dev, st, nullptr, 0, 0, nullptr, 0, 0, 0, false};
     }
     if (sc->p) { /* earlier products on st may still read it */
         if (cudaStreamSynchronize(st) != cudaSuccess) {
@@ -820,16 +892,16 @@ bool xq_get(cudaStream_t st, int n, int K, XQ &q)
 /* k_mma_prep over n rows (count: min(n, *n_dev) when n_dev is set): a block a row (at most 65535 blocks,
  * grid-strided past that), a thread a run of 32 columns (whole warps, at most 256). */
 void launch_prep(const float *x, long long x_stride, const int32_t *map, int n, const int32_t *n_dev, int K,
-                 const XQ &q, cudaStream_t st)
+                 const XQ &q, cudaStream_t st, bool wgl)
 {
     const int nb = K / 32, threads = nb >= 256 ? 256 : (nb + 31) / 32 * 32;
     const unsigned grid = (unsigned)(n < 65535 ? n : 65535);
     if (grid < 1)
         return;
-    if ((reinterpret_cast<uintptr_t>(x) & 15) == 0 && x_stride % 4 == 0)
-        k_mma_prep<true><<<grid, threads, 0, st>>>(x, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
-    else
-        k_mma_prep<false><<<grid, threads, 0, st>>>(x, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
+    const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0 && x_stride % 4 == 0;
+    auto kern = vec ? (wgl ? k_mma_prep<true, true> : k_mma_prep<true, false>)
+                    : (wgl ? k_mma_prep<false, true> : k_mma_prep<false, false>);
+    kern<<<grid, threads, 0, st>>>(x, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
 }
 
 /* The pre-pass of a product into q (xq_get's, just taken for n rows of K). same_x: the caller says x has not
@@ -837,21 +909,21 @@ void launch_prep(const float *x, long long x_stride, const int32_t *map, int n, 
  * that stride (the last pre-pass converted exactly them: neither a map nor a device count), the pre-pass is
  * skipped: the same digits (lilac_cuda_matvec_multi: a prefill's qkv, z, alpha and beta of one normed x). */
 void prep(const float *x, long long x_stride, const int32_t *map, int n, const int32_t *n_dev, int K, const XQ &q,
-          cudaStream_t st, bool same_x)
+          cudaStream_t st, bool same_x, bool wgl = false)
 {
     const bool plain = !map && !n_dev;
     {
         std::lock_guard<std::mutex> lk(g_scr_mu);
         Scratch *sc = scratch_of(st, nullptr);
         if (sc && sc->p == q.xq && same_x && plain && sc->mn == n && sc->mx == x && sc->mstride == x_stride &&
-            sc->mK == K)
+            sc->mK == K && sc->mwg == wgl)
             return;
         if (sc) { /* what this pre-pass leaves */
-            sc->mx = x, sc->mstride = x_stride, sc->mK = K;
+            sc->mx = x, sc->mstride = x_stride, sc->mK = K, sc->mwg = wgl;
             sc->mn = plain ? n : 0;
         }
     }
-    launch_prep(x, x_stride, map, n, n_dev, K, q, st);
+    launch_prep(x, x_stride, map, n, n_dev, K, q, st, wgl);
 }
 
 int blocks_per_sm(const void *kern, int smem)
@@ -871,9 +943,10 @@ bool w8_enabled()
     return env_switch_once(on, "LILAC_CUDA_MMA_W8", true);
 }
 
-template <int TYPE, bool A4, int NT, bool W8> bool launch_k(MM p, long long max_items, cudaStream_t st)
+template <int TYPE, bool A4, int NT, bool W8, bool WG = false> bool launch_k(MM p, long long max_items, cudaStream_t st)
 {
-    auto kern = k_mma<TYPE, A4, NT, W8>;
+    static_assert(!WG || 2 * WG_XSTAGE <= Smem<TYPE, NT>::X, "the wgmma digits fit the digits' buffers");
+    auto kern = k_mma<TYPE, A4, NT, W8, WG>;
     constexpr int smem = Smem<TYPE, NT>::TOTAL;
     static std::atomic<int> per_sm{0};
     int per = per_sm.load(std::memory_order_relaxed);
@@ -913,6 +986,41 @@ template <int NT> bool launch_type(const MM &p, bool a16, long long max_items, c
     case LILAC_Q6_K: return launch_mma<LILAC_Q6_K, false, NT>(p, max_items, st);
     case LILAC_Q8_0: return launch_mma<LILAC_Q8_0, false, NT>(p, max_items, st);
     case LILAC_Q4_0: return launch_mma<LILAC_Q4_0, false, NT>(p, max_items, st);
+    default: return false;
+    }
+}
+
+/* LILAC_CUDA_MMA_WGMMA=1 (k_mma's WG; NOT yet run on a GPU): where the build has sm_90a and the device is
+ * compute capability 9.0. Read once. */
+bool wg_enabled()
+{
+    static std::atomic<int> on{-1};
+    int v = on.load(std::memory_order_relaxed);
+    if (v < 0) {
+        v = lilac_env_switch("LILAC_CUDA_MMA_WGMMA", false) && strstr(LILAC_CUDA_ARCHS, "90a") != nullptr;
+        int dev = 0, maj = 0, min = 0;
+        if (v && (cudaGetDevice(&dev) != cudaSuccess ||
+                  cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+                  cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)) {
+            (void)cudaGetLastError();
+            v = 0;
+        }
+        v = v && maj == 9 && min == 0;
+        on.store(v, std::memory_order_relaxed);
+    }
+    return v != 0;
+}
+
+/* A dense product's 64-token tiles on wgmma (k_mma's WG): Q4_K and Q5_K; false (nothing launched) otherwise. */
+bool launch_wg(const MM &p, bool a16, long long max_items, cudaStream_t st, int type)
+{
+    switch (type) {
+    case LILAC_Q4_K:
+        return a16 ? launch_k<LILAC_Q4_K, true, 4, true, true>(p, max_items, st)
+                   : launch_k<LILAC_Q4_K, false, 4, true, true>(p, max_items, st);
+    case LILAC_Q5_K:
+        return a16 ? launch_k<LILAC_Q5_K, true, 4, true, true>(p, max_items, st)
+                   : launch_k<LILAC_Q5_K, false, 4, true, true>(p, max_items, st);
     default: return false;
     }
 }
@@ -1041,11 +1149,12 @@ int lilac_cuda_matvec_mma_x(const lilac_cuda_mat *W, const float *x, float *y, i
     p.rows = (int)W->rows;
     p.K = K;
     p.row_tiles = (p.rows + BM - 1) / BM;
-    prep(x, K, nullptr, n_tok, nullptr, K, q, st, same_x != 0);
     const int nt = dense_nt(n_tok, p.row_tiles);
+    const bool wg = nt == 4 && (W->type == LILAC_Q4_K || W->type == LILAC_Q5_K) && wg_enabled();
+    prep(x, K, nullptr, n_tok, nullptr, K, q, st, same_x != 0, wg); /* wg: the digits in wgmma's layout */
     const int BN = MM_WARPS_N * 8 * nt;
     const long long items = (long long)((n_tok + BN - 1) / BN) * p.row_tiles;
-    return launch_nt(nt, p, a16, items, st, W->type) ? 0 : -1;
+    return (wg ? launch_wg(p, a16, items, st, W->type) : launch_nt(nt, p, a16, items, st, W->type)) ? 0 : -1;
 }
 
 int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert,

@@ -144,6 +144,12 @@ void lilac_cuda_pf_deltanet(float *conv_out, int C, float *a, float *b, const fl
 int lilac_cuda_pf_deltanet_form(float *conv_out, int C, float *a, float *b, const float *ssm_a, const float *ssm_dt,
                                 float *S, float *o, const float *z, const float *norm_w, int nk, int nv, int dk, int dv,
                                 int tiled, float eps, int n, int chunked, float *tp, lilac_cuda_stream *s);
+/* cuda_wgmma.cuh's assumptions checked on the GPU: d (64 x 128) = a (64 x K, row-major) times b (128 x K,
+ * row-major: b's rows are the product's columns)^T, both rounded to fp16, by one warpgroup's wgmma with A from
+ * registers and B in shared memory under descriptor convention `variant` (0: the one cuda_wgmma.cuh documents;
+ * 1: its strides the other way round). K a multiple of 16 up to 64. 0, or -1 with msg (no sm_90a build or
+ * device, a CUDA error). */
+int lilac_cuda_wgmma_probe(const float *a, const float *b, float *d, int K, int variant, char *msg, size_t cap);
 /* Whether the routing calls below take E experts, k a token (k <= 64). */
 int lilac_cuda_pf_moe_supported(int n_expert, int k);
 /* topk for n tokens: logits [n][E], idx and w [n][k]. */

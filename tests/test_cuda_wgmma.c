@@ -1,0 +1,98 @@
+/* test_cuda_wgmma: the assumptions of cuda_wgmma.cuh (the register layout of
+ * wgmma's A and D, the shared-memory descriptor of a no-swizzle K-major B and
+ * which of its strides runs along K) checked on the GPU, through
+ * lilac_cuda_wgmma_probe: a 64 x K by K x 128 product of small integers
+ * (exact in fp16, their sums exact in float32) against the same product on
+ * the CPU, bit for bit, for K = 16, 32 and 64. Convention 0 (the one
+ * cuda_wgmma.cuh documents) must match; convention 1 (the strides the other
+ * way round) is run too and reported, so that a failure says which one the
+ * hardware follows.
+ *
+ * Without a usable CUDA device it skips (exit 77), unless
+ * LILAC_REQUIRE_CUDA=1; a build without sm_90a or a device other than
+ * compute capability 9.0 skips with that reason. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda.h"
+#include "cudatest.h"
+
+#ifdef LILAC_CUDA
+#include "kernels/cuda/cuda_ops.h"
+
+/* Mismatches of the probe's d against a b^T; where the first one is. */
+static int probe(int K, int variant, const float *a, const float *b, const float *ref, char *why, size_t cap,
+                 int *unsupported)
+{
+    float *d = malloc(sizeof(float) * 64 * 128);
+    char msg[256] = "";
+    int bad = -1;
+    *unsupported = 0;
+    if (!d)
+        return -1;
+    if (lilac_cuda_wgmma_probe(a, b, d, K, variant, msg, sizeof msg) != 0) {
+        snprintf(why, cap, "%s", msg);
+        *unsupported = 1;
+        free(d);
+        return -1;
+    }
+    bad = 0;
+    for (int r = 0; r < 64; r++)
+        for (int c = 0; c < 128; c++)
+            if (!(d[r * 128 + c] == ref[r * 128 + c])) {
+                if (!bad)
+                    snprintf(why, cap, "first at row %d column %d: %g, expected %g", r, c, d[r * 128 + c],
+                             ref[r * 128 + c]);
+                bad++;
+            }
+    free(d);
+    return bad;
+}
+
+static void test_k(int K)
+{
+    float *a = malloc(sizeof(float) * 64 * K), *b = malloc(sizeof(float) * 128 * K),
+          *ref = malloc(sizeof(float) * 64 * 128);
+    /* distinct small integers: a misplaced element changes the sum */
+    for (int i = 0; i < 64 * K; i++)
+        a[i] = (float)((int)(rnd() % 15) - 7);
+    for (int i = 0; i < 128 * K; i++)
+        b[i] = (float)((int)(rnd() % 31) - 15);
+    for (int r = 0; r < 64; r++)
+        for (int c = 0; c < 128; c++) {
+            float s = 0;
+            for (int k = 0; k < K; k++)
+                s += a[r * K + k] * b[c * K + k];
+            ref[r * 128 + c] = s;
+        }
+    char why0[256] = "", why1[256] = "";
+    int uns = 0;
+    const int bad0 = probe(K, 0, a, b, ref, why0, sizeof why0, &uns);
+    if (uns) {
+        free(a), free(b), free(ref);
+        SKIP("%s", why0);
+    }
+    const int bad1 = probe(K, 1, a, b, ref, why1, sizeof why1, &uns);
+    printf("K %2d: convention 0 (LBO along K): %d of 8192 differ%s%s; convention 1: %d differ%s%s\n", K, bad0,
+           bad0 ? ", " : "", bad0 ? why0 : "", bad1, bad1 ? ", " : "", bad1 ? why1 : "");
+    CHECKF(bad0 == 0, "wgmma probe K %d: convention 0 gives %d wrong values (%s)%s", K, bad0, why0,
+           bad1 == 0 ? "; convention 1 is right: swap the strides in cuda_wgmma.cuh" : "");
+    free(a), free(b), free(ref);
+}
+#endif
+
+int main(void)
+{
+    char msg[512];
+    ct_rng = 0x3C6EF372FE94F82Bull;
+    ct_require_cuda(msg, sizeof msg);
+#ifdef LILAC_CUDA
+    test_k(16);
+    test_k(32);
+    test_k(64);
+#else
+    SKIP("built without CUDA");
+#endif
+    TEST_END();
+}
