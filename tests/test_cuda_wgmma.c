@@ -4,9 +4,9 @@
  * lilac_cuda_wgmma_probe: a 64 x K by K x 128 product of small integers
  * (exact in fp16, their sums exact in float32) against the same product on
  * the CPU, bit for bit, for K = 16, 32 and 64. Convention 0 (the one
- * cuda_wgmma.cuh documents) must match; convention 1 (the strides the other
- * way round) is run too and reported, so that a failure says which one the
- * hardware follows.
+ * cuda_wgmma.cuh documents: the leading byte offset along K) must match;
+ * convention 1 (the descriptor's two offsets swapped) is run too and
+ * reported, so that a failure says which one the hardware follows.
  *
  * Without a usable CUDA device it skips (exit 77), unless
  * LILAC_REQUIRE_CUDA=1; a build without sm_90a or a device other than

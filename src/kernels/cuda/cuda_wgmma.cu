@@ -23,23 +23,22 @@ __device__ __forceinline__ uint32_t pack2(__half lo, __half hi)
     return (uint32_t)__half_as_ushort(lo) | ((uint32_t)__half_as_ushort(hi) << 16);
 }
 
-/* variant 0: core matrix (k chunk kc, n group ng) at (16 kc + ng) 128 bytes: LBO (along K) 2048, SBO (along N)
- * 128; variant 1: at (ng K / 8 + kc) 128 bytes with the strides given the other way round (LBO 128 along K,
- * SBO K 16 along N). One block of 128 threads. */
+/* B's core matrix (k chunk kc, n group ng) at (16 kc + ng) 128 bytes: 2048 bytes between neighbours along K,
+ * 128 along N. variant 0 describes it as cuda_wgmma.cuh does (LBO 2048, the K direction; SBO 128); variant 1
+ * with the two fields swapped (LBO 128, SBO 2048), the other reading of the PTX ISA. One block of 128
+ * threads. */
 __global__ void __launch_bounds__(128) k_wgmma_probe(const __half *A, const __half *B, float *D, int K, int variant)
 {
 #if LILAC_WGMMA
     __shared__ alignas(128) __half bs[128 * PROBE_MAX_K];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int KC = K / 8;
     for (int i = tid; i < 128 * K; i += 128) {
         const int n = i / K, k = i - n * K, kc = k >> 3, ng = n >> 3;
-        const int cm = variant ? ng * KC + kc : kc * 16 + ng;
-        bs[cm * 64 + (n & 7) * 8 + (k & 7)] = B[(size_t)n * K + k];
+        bs[(kc * 16 + ng) * 64 + (n & 7) * 8 + (k & 7)] = B[(size_t)n * K + k];
     }
     wg_smem_fence();
     __syncthreads();
-    const uint32_t lbo = variant ? 128u : 2048u, sbo = variant ? (uint32_t)KC * 128u : 128u;
+    const uint32_t lbo = variant ? 128u : 2048u, sbo = variant ? 2048u : 128u;
     float d[64];
 #pragma unroll
     for (int i = 0; i < 64; i++)
@@ -49,7 +48,7 @@ __global__ void __launch_bounds__(128) k_wgmma_probe(const __half *A, const __ha
         const __half *a_r0 = A + (size_t)r0 * K + k0 + 2 * t, *a_r1 = A + (size_t)r1 * K + k0 + 2 * t;
         const uint32_t a0 = pack2(a_r0[0], a_r0[1]), a1 = pack2(a_r1[0], a_r1[1]);
         const uint32_t a2 = pack2(a_r0[8], a_r0[9]), a3 = pack2(a_r1[8], a_r1[9]);
-        const __half *start = bs + (size_t)(variant ? k0 / 8 : (k0 / 8) * 16) * 64;
+        const __half *start = bs + (size_t)(k0 / 8) * 16 * 64;
         wg_fence();
         wg_m64n128k16(d, a0, a1, a2, a3, wg_desc(start, lbo, sbo), k0 > 0);
         wg_commit();
