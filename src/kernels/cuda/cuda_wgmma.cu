@@ -18,10 +18,12 @@ namespace {
 
 constexpr int PROBE_MAX_K = 64;
 
+#if LILAC_WGMMA
 __device__ __forceinline__ uint32_t pack2(__half lo, __half hi)
 {
     return (uint32_t)__half_as_ushort(lo) | ((uint32_t)__half_as_ushort(hi) << 16);
 }
+#endif
 
 /* B's core matrix (k chunk kc, n group ng) at (16 kc + ng) 128 bytes: 2048 bytes between neighbours along K,
  * 128 along N. variant 0 describes it as cuda_wgmma.cuh does (LBO 2048, the K direction; SBO 128); variant 1
