@@ -71,7 +71,7 @@ do_test() {
     run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0
     run_test prefill-warp-norm test_cuda_prefill LILAC_CUDA_PF_WARP_NORM=1
-    run_test prefill-wgmma test_cuda_prefill LILAC_CUDA_MMA_WGMMA=1
+    run_test prefill-wgmma test_cuda_prefill LILAC_CUDA_MMA_WGMMA=1 LILAC_CUDA_MMA_DENSE_NT=4
     grep -h "convention" "$out"/wgmma.txt 2>/dev/null
     grep -h "launches of the fused" "$out"/model-*.txt 2>/dev/null
     grep -h "vs token path\|sequences vs alone\|timing" "$out"/prefill.txt "$out"/batch.txt "$out"/attn.txt \
