@@ -506,7 +506,7 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
         }
         __syncthreads();
 
-        /* The weights' copies, set up once an item (session 9's issue loop divided by G and multiplied 64-bit
+        /* The weights' copies, set up once an item (until session 11 the issue loop divided by G and multiplied 64-bit
          * row addresses for every granule of every stage: a fifth of the grouped product's instructions):
          * warp w's half-warp hf copies rows wr + 2k (k < 8, wr = 16 w + hf), lane gl granules gl + 16 gp.
          * A4 (every row's chunk 16-aligned): BYTES / 16 granules from the chunk's start; else each chunk's
