@@ -691,6 +691,20 @@ __device__ __forceinline__ void dc_tp(const float *Ks, const float *Qs, int KS, 
     }
 }
 
+// tp's layout (k_pf_dn_tp writes it, k_pf_dn_chunk<true> reads it): value head j's sub-chunk sc at
+// dc_tp_slice, T then P, [DC_L][DC_L] each; float4 e of a slice is at dc_tp_smem in shared memory (Ts, Ps:
+// DC_TS-float rows). Thread tid moves float4s tid + u DC_T, u < DC_TP_U.
+#define DC_TP_U (2 * DC_L * DC_L / 4 / DC_T)
+__device__ __forceinline__ size_t dc_tp_slice(int j, int nsub, int sc)
+{
+    return ((size_t)j * nsub + sc) * 2 * DC_L * DC_L;
+}
+__device__ __forceinline__ float4 *dc_tp_smem(float *Ts, float *Ps, int e)
+{
+    const int m = e / (DC_L * DC_L / 4), r = e - m * (DC_L * DC_L / 4), i = r / (DC_L / 4), c4 = r - i * (DC_L / 4);
+    return reinterpret_cast<float4 *>((m ? Ps : Ts) + i * DC_TS + 4 * c4);
+}
+
 // PRE: T and P precomputed by k_pf_dn_tp into tp (nsub sub-chunks a value head); else computed here, by each
 // of a head's dv / DC_BC blocks.
 template <bool PRE>
@@ -733,14 +747,10 @@ __global__ void __launch_bounds__(DC_T, 1)
         }
         dc_stage_gb(g, beta, nv, j, t0, L, Gs, eG, eK, Bs, tid);
         if (PRE) { // T and P of this sub-chunk from k_pf_dn_tp
-            const float *src = tp + ((size_t)j * nsub + t0 / DC_L) * 2 * DC_L * DC_L;
+            const float4 *src = reinterpret_cast<const float4 *>(tp + dc_tp_slice(j, nsub, t0 / DC_L));
 #pragma unroll
-            for (int u = 0; u < 2 * DC_L * DC_L / 4 / DC_T; u++) {
-                const int e = tid + u * DC_T, m = e / (DC_L * DC_L / 4), r = e - m * (DC_L * DC_L / 4);
-                const int i = r / (DC_L / 4), c4 = r - i * (DC_L / 4);
-                *reinterpret_cast<float4 *>((m ? Ps : Ts) + i * DC_TS + 4 * c4) =
-                    __ldg(reinterpret_cast<const float4 *>(src + (size_t)e * 4));
-            }
+            for (int u = 0; u < DC_TP_U; u++)
+                *dc_tp_smem(Ts, Ps, tid + u * DC_T) = __ldg(src + tid + u * DC_T);
         }
         __syncthreads();
         if (!PRE)
@@ -1129,13 +1139,10 @@ __global__ void __launch_bounds__(DC_T, 2)
     dc_stage_gb(g, beta, nv, j, t0, L, Gs, eG, eK, Bs, tid);
     __syncthreads();
     dc_tp(Ks, Qs, KS, dk, Gs, Bs, Ts, Ps, Ms, tid >> 4, tid & 15, tid);
-    float *dst = tp + ((size_t)j * gridDim.y + sc) * 2 * DC_L * DC_L;
+    float4 *dst = reinterpret_cast<float4 *>(tp + dc_tp_slice(j, gridDim.y, sc));
 #pragma unroll
-    for (int u = 0; u < 2 * DC_L * DC_L / 4 / DC_T; u++) {
-        const int e = tid + u * DC_T, m = e / (DC_L * DC_L / 4), r = e - m * (DC_L * DC_L / 4);
-        const int i = r / (DC_L / 4), c4 = r - i * (DC_L / 4);
-        reinterpret_cast<float4 *>(dst)[e] = *reinterpret_cast<const float4 *>((m ? Ps : Ts) + i * DC_TS + 4 * c4);
-    }
+    for (int u = 0; u < DC_TP_U; u++)
+        dst[tid + u * DC_T] = *dc_tp_smem(Ts, Ps, tid + u * DC_T);
 }
 
 } // namespace
