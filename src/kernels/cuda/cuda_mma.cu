@@ -63,7 +63,6 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 
 #include "format/dtype.h"
@@ -72,10 +71,6 @@
 #include "kernels/cuda/cuda_sizes.h"
 #include "kernels/cuda/cuda_wgmma.cuh"
 #include "util/env.h"
-
-#ifndef LILAC_CUDA_ARCHS
-#define LILAC_CUDA_ARCHS "?"
-#endif
 
 namespace {
 
@@ -698,7 +693,7 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
                     for (int e = 0; e < 4; e++)
                         frag[0][nt][e] = dw[4 * nt + e] + dw[4 * (nt + 8) + e];
 #else
-                __trap(); /* launch_wg launches it only where the build has sm_90a */
+                __trap(); /* wg_enabled lets it launch only where the build has sm_90a */
 #endif
             } else {
             if (Q::KIND == KIND_SB)
@@ -969,8 +964,14 @@ template <int TYPE, bool A4, int NT, bool W8, bool WG = false> bool launch_k(MM 
     return true;
 }
 
-template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, cudaStream_t st)
+/* wg: 64-token K-quant tiles on wgmma (k_mma's WG; the caller checked wg_enabled and converted x in WGL). */
+template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, cudaStream_t st, bool wg)
 {
+    if constexpr (NT == 4 && MQ<TYPE>::KIND == KIND_SB)
+        if (wg)
+            return launch_k<TYPE, A4, NT, true, true>(p, max_items, st);
+    if (wg)
+        return false;
     /* 32- and 64-token tiles in the 8 x 1 layout too (LILAC_CUDA_MMA_W8_WIDE, session 10): pp512 7,451 against
      * 7,612, pp4096 6,955 against 7,108 (H200, one call): removed */
     if (NT == 1 && w8_enabled())
@@ -978,14 +979,14 @@ template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, 
     return launch_k<TYPE, A4, NT, false>(p, max_items, st);
 }
 
-template <int NT> bool launch_type(const MM &p, bool a16, long long max_items, cudaStream_t st, int type)
+template <int NT> bool launch_type(const MM &p, bool a16, long long max_items, cudaStream_t st, int type, bool wg)
 {
     switch (type) {
-    case LILAC_Q4_K: return a16 ? launch_mma<LILAC_Q4_K, true, NT>(p, max_items, st) : launch_mma<LILAC_Q4_K, false, NT>(p, max_items, st);
-    case LILAC_Q5_K: return a16 ? launch_mma<LILAC_Q5_K, true, NT>(p, max_items, st) : launch_mma<LILAC_Q5_K, false, NT>(p, max_items, st);
-    case LILAC_Q6_K: return launch_mma<LILAC_Q6_K, false, NT>(p, max_items, st);
-    case LILAC_Q8_0: return launch_mma<LILAC_Q8_0, false, NT>(p, max_items, st);
-    case LILAC_Q4_0: return launch_mma<LILAC_Q4_0, false, NT>(p, max_items, st);
+    case LILAC_Q4_K: return a16 ? launch_mma<LILAC_Q4_K, true, NT>(p, max_items, st, wg) : launch_mma<LILAC_Q4_K, false, NT>(p, max_items, st, wg);
+    case LILAC_Q5_K: return a16 ? launch_mma<LILAC_Q5_K, true, NT>(p, max_items, st, wg) : launch_mma<LILAC_Q5_K, false, NT>(p, max_items, st, wg);
+    case LILAC_Q6_K: return launch_mma<LILAC_Q6_K, false, NT>(p, max_items, st, wg);
+    case LILAC_Q8_0: return launch_mma<LILAC_Q8_0, false, NT>(p, max_items, st, wg);
+    case LILAC_Q4_0: return launch_mma<LILAC_Q4_0, false, NT>(p, max_items, st, wg);
     default: return false;
     }
 }
@@ -997,40 +998,19 @@ bool wg_enabled()
     static std::atomic<int> on{-1};
     int v = on.load(std::memory_order_relaxed);
     if (v < 0) {
-        v = lilac_env_switch("LILAC_CUDA_MMA_WGMMA", false) && strstr(LILAC_CUDA_ARCHS, "90a") != nullptr;
-        int dev = 0, maj = 0, min = 0;
-        if (v && (cudaGetDevice(&dev) != cudaSuccess ||
-                  cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-                  cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)) {
-            (void)cudaGetLastError();
-            v = 0;
-        }
-        v = v && maj == 9 && min == 0;
+        char why[128];
+        v = lilac_env_switch("LILAC_CUDA_MMA_WGMMA", false) && !wg_unavailable(why, sizeof why);
         on.store(v, std::memory_order_relaxed);
     }
     return v != 0;
 }
 
-/* A dense product's 64-token tiles on wgmma (k_mma's WG): Q4_K and Q5_K; false (nothing launched) otherwise. */
-bool launch_wg(const MM &p, bool a16, long long max_items, cudaStream_t st, int type)
+/* launch_type at nt n8 tiles a warp (1, 2 or 4); wg (nt 4 only): on wgmma. */
+bool launch_nt(int nt, const MM &p, bool a16, long long max_items, cudaStream_t st, int type, bool wg = false)
 {
-    switch (type) {
-    case LILAC_Q4_K:
-        return a16 ? launch_k<LILAC_Q4_K, true, 4, true, true>(p, max_items, st)
-                   : launch_k<LILAC_Q4_K, false, 4, true, true>(p, max_items, st);
-    case LILAC_Q5_K:
-        return a16 ? launch_k<LILAC_Q5_K, true, 4, true, true>(p, max_items, st)
-                   : launch_k<LILAC_Q5_K, false, 4, true, true>(p, max_items, st);
-    default: return false;
-    }
-}
-
-/* launch_type at nt n8 tiles a warp (1, 2 or 4). */
-bool launch_nt(int nt, const MM &p, bool a16, long long max_items, cudaStream_t st, int type)
-{
-    return nt == 4   ? launch_type<4>(p, a16, max_items, st, type)
-           : nt == 2 ? launch_type<2>(p, a16, max_items, st, type)
-                     : launch_type<1>(p, a16, max_items, st, type);
+    return nt == 4   ? launch_type<4>(p, a16, max_items, st, type, wg)
+           : nt == 2 ? launch_type<2>(p, a16, max_items, st, type, wg)
+                     : launch_type<1>(p, a16, max_items, st, type, wg);
 }
 
 size_t chunk_bytes(int type)
@@ -1154,7 +1134,7 @@ int lilac_cuda_matvec_mma_x(const lilac_cuda_mat *W, const float *x, float *y, i
     prep(x, K, nullptr, n_tok, nullptr, K, q, st, same_x != 0, wg); /* wg: the digits in wgmma's layout */
     const int BN = MM_WARPS_N * 8 * nt;
     const long long items = (long long)((n_tok + BN - 1) / BN) * p.row_tiles;
-    return (wg ? launch_wg(p, a16, items, st, W->type) : launch_nt(nt, p, a16, items, st, W->type)) ? 0 : -1;
+    return launch_nt(nt, p, a16, items, st, W->type, wg) ? 0 : -1;
 }
 
 int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert,

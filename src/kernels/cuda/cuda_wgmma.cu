@@ -8,7 +8,6 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -78,26 +77,10 @@ __global__ void k_to_half(const float *x, __half *y, int n)
 extern "C" int lilac_cuda_wgmma_probe(const float *a, const float *b, float *d, int K, int variant, char *msg,
                                       size_t cap)
 {
-#if defined(LILAC_CUDA_ARCHS)
-    if (!strstr(LILAC_CUDA_ARCHS, "90a")) {
-        snprintf(msg, cap, "built for %s, without sm_90a (wgmma)", LILAC_CUDA_ARCHS);
+    if (wg_unavailable(msg, cap))
         return -1;
-    }
-#endif
     if (K < 16 || K > PROBE_MAX_K || K % 16) {
         snprintf(msg, cap, "K %d: a multiple of 16 up to %d", K, PROBE_MAX_K);
-        return -1;
-    }
-    int dev = 0, maj = 0, min = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        snprintf(msg, cap, "no CUDA device");
-        return -1;
-    }
-    if (maj != 9 || min != 0) {
-        snprintf(msg, cap, "wgmma needs compute capability 9.0 (this device: %d.%d)", maj, min);
         return -1;
     }
     float *fa = nullptr, *fb = nullptr, *fd = nullptr;
@@ -121,11 +104,7 @@ extern "C" int lilac_cuda_wgmma_probe(const float *a, const float *b, float *d, 
         snprintf(msg, cap, "probe kernel: %s", cudaGetErrorString(cudaGetLastError()));
         goto done;
     }
-#if defined(LILAC_CUDA_ARCHS)
     snprintf(msg, cap, "built for %s", LILAC_CUDA_ARCHS);
-#else
-    msg[0] = 0;
-#endif
     rc = 0;
 done:
     (void)cudaGetLastError();

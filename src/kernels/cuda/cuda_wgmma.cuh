@@ -18,13 +18,44 @@
 #ifndef LILAC_KERNELS_CUDA_WGMMA_CUH
 #define LILAC_KERNELS_CUDA_WGMMA_CUH
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+#ifndef LILAC_CUDA_ARCHS
+#define LILAC_CUDA_ARCHS "?"
+#endif
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define LILAC_WGMMA 1
 #else
 #define LILAC_WGMMA 0
 #endif
+
+/* Why wgmma cannot run here, into msg: the build has no sm_90a, there is no device, or the current one is not
+ * compute capability 9.0; NULL where it can. */
+static inline const char *wg_unavailable(char *msg, size_t cap)
+{
+    if (!strstr(LILAC_CUDA_ARCHS, "90a")) {
+        snprintf(msg, cap, "built for %s, without sm_90a (wgmma)", LILAC_CUDA_ARCHS);
+        return msg;
+    }
+    int dev = 0, maj = 0, min = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        snprintf(msg, cap, "no CUDA device");
+        return msg;
+    }
+    if (maj != 9 || min != 0) {
+        snprintf(msg, cap, "wgmma needs compute capability 9.0 (this device: %d.%d)", maj, min);
+        return msg;
+    }
+    return nullptr;
+}
 
 /* The descriptor of a no-swizzle K-major operand at shared address smem (16-aligned), lbo and sbo in bytes. */
 __device__ __forceinline__ uint64_t wg_desc(const void *smem, uint32_t lbo, uint32_t sbo)
