@@ -516,11 +516,15 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
 #pragma unroll
         for (int k = 0; k < 8; k++)
             wok |= (row0 + wr + 2 * k < p.rows ? 1u : 0u) << k;
-        /* the scale tables' row (a thread a row and half its sub-blocks) and, A4 apart, its alignment */
+        /* a row's first chunk's alignment (0 under A4; the first row's for rows past the matrix): its chunk of
+         * stage kb sits (al + kb BYTES) & 15 into its first granule */
+        auto row_al = [&](int row) {
+            return A4 ? 0 : (int)(reinterpret_cast<uintptr_t>(W + (size_t)(row < p.rows ? row : 0) * p.row_bytes) & 15);
+        };
+        /* the scale tables' row (a thread a row and half its sub-blocks) */
         const int tr = tid & (BM - 1), jb = tid >> 7;
         const bool tok = row0 + tr < p.rows;
-        const int tal =
-            A4 ? 0 : (int)(reinterpret_cast<uintptr_t>(W + (size_t)(tok ? row0 + tr : 0) * p.row_bytes) & 15);
+        const int tal = row_al(row0 + tr);
 
         auto issue = [&](int kb, int buf) {
             uint8_t *const wd = wbuf + buf * BM * SLOT + wr * SLOT + 16 * gl;
@@ -577,14 +581,12 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
                     acc[mt][nt][e] = 0.f;
 
         /* this thread's rows (r = 2 mt + half: row g + 8 half of m-tile mt) */
-        int lrow[NR], roff[NR], ral[NR]; /* ral: the row's alignment (A4 apart) */
+        int lrow[NR], roff[NR], ral[NR]; /* ral: row_al of the row */
 #pragma unroll
         for (int r = 0; r < NR; r++) {
             lrow[r] = wm * 16 * MT + (r >> 1) * 16 + (r & 1) * 8 + g;
             roff[r] = 0;
-            const int row = row0 + lrow[r];
-            ral[r] =
-                A4 ? 0 : (int)(reinterpret_cast<uintptr_t>(W + (size_t)(row < p.rows ? row : 0) * p.row_bytes) & 15);
+            ral[r] = row_al(row0 + lrow[r]);
         }
 
         issue(0, 0);
@@ -982,8 +984,12 @@ template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, 
 template <int NT> bool launch_type(const MM &p, bool a16, long long max_items, cudaStream_t st, int type, bool wg)
 {
     switch (type) {
-    case LILAC_Q4_K: return a16 ? launch_mma<LILAC_Q4_K, true, NT>(p, max_items, st, wg) : launch_mma<LILAC_Q4_K, false, NT>(p, max_items, st, wg);
-    case LILAC_Q5_K: return a16 ? launch_mma<LILAC_Q5_K, true, NT>(p, max_items, st, wg) : launch_mma<LILAC_Q5_K, false, NT>(p, max_items, st, wg);
+    case LILAC_Q4_K:
+        return a16 ? launch_mma<LILAC_Q4_K, true, NT>(p, max_items, st, wg)
+                   : launch_mma<LILAC_Q4_K, false, NT>(p, max_items, st, wg);
+    case LILAC_Q5_K:
+        return a16 ? launch_mma<LILAC_Q5_K, true, NT>(p, max_items, st, wg)
+                   : launch_mma<LILAC_Q5_K, false, NT>(p, max_items, st, wg);
     case LILAC_Q6_K: return launch_mma<LILAC_Q6_K, false, NT>(p, max_items, st, wg);
     case LILAC_Q8_0: return launch_mma<LILAC_Q8_0, false, NT>(p, max_items, st, wg);
     case LILAC_Q4_0: return launch_mma<LILAC_Q4_0, false, NT>(p, max_items, st, wg);
