@@ -467,7 +467,7 @@ static void test_gated_norm(void)
     }
     CHECKF(worst <= 2e-6, "gated norm: relative error %.3g", worst);
     printf("gated norm (%s kernel): max relative error %.3g\n",
-           getenv("LILAC_CUDA_PF_WARP_NORM") && atoi(getenv("LILAC_CUDA_PF_WARP_NORM")) ? "warp" : "block", worst);
+           getenv("LILAC_CUDA_PF_WARP_NORM") && !atoi(getenv("LILAC_CUDA_PF_WARP_NORM")) ? "block" : "warp", worst);
 }
 
 int main(void)

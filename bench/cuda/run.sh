@@ -28,9 +28,11 @@ do_build() {
 
 # One CUDA test, its whole output in $out/LABEL.txt; printed: its summary
 # line and first failures (the device tool returns only so much).
+# TEST_ONLY: a regex of the labels to run (e.g. 'mma.*|prefill'), the rest passed over.
 run_test() { # LABEL TEST [VAR=VALUE...]
     local label=$1 t=$2
     shift 2
+    [[ -n "${TEST_ONLY:-}" && ! "$label" =~ ^(${TEST_ONLY})$ ]] && return 0
     env LILAC_REQUIRE_CUDA=1 "$@" timeout "${TEST_TIMEOUT:-180}" "$build/tests/$t" >"$out/$label.txt" 2>&1
     local rc=$?
     echo "$label: rc=$rc $(grep -E 'checks, [0-9]+ failed' "$out/$label.txt" | tail -1)"
@@ -42,7 +44,7 @@ do_test() {
     # a kernel that hangs must not eat the session's device time: every test under a timeout
     run_test kernels test_cuda_kernels
     run_test kernels-t8 test_cuda_kernels LILAC_CUDA_MV_T8=1 LILAC_CUDA_NO_BENCH=1
-    run_test kernels-warp-norm test_cuda_kernels LILAC_CUDA_PF_WARP_NORM=1 LILAC_CUDA_NO_BENCH=1
+    run_test kernels-block-norm test_cuda_kernels LILAC_CUDA_PF_WARP_NORM=0 LILAC_CUDA_NO_BENCH=1
     run_test wgmma test_cuda_wgmma
     run_test mma test_cuda_mma
     run_test mma-old-paths test_cuda_mma LILAC_CUDA_MMA_W8=0 LILAC_CUDA_MMA_XROWS=0
@@ -52,7 +54,7 @@ do_test() {
     run_test mma-wgmma test_cuda_mma LILAC_CUDA_MMA_WGMMA=1 LILAC_CUDA_MMA_DENSE_NT=4
     run_test attn test_cuda_attn
     run_test dn test_cuda_dn
-    run_test dn-warp-norm test_cuda_dn LILAC_CUDA_PF_WARP_NORM=1
+    run_test dn-block-norm test_cuda_dn LILAC_CUDA_PF_WARP_NORM=0
     run_test route test_cuda_route
     run_test model test_cuda_model
     run_test model-att-shape test_cuda_model LILAC_CUDA_ATT_RANGES=128 LILAC_CUDA_ATT_KEYS=16
@@ -70,9 +72,9 @@ do_test() {
     run_test prefill test_cuda_prefill
     run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0
-    run_test prefill-warp-norm test_cuda_prefill LILAC_CUDA_PF_WARP_NORM=1
+    run_test prefill-block-norm test_cuda_prefill LILAC_CUDA_PF_WARP_NORM=0
     run_test prefill-wgmma test_cuda_prefill LILAC_CUDA_MMA_WGMMA=1 LILAC_CUDA_MMA_DENSE_NT=4
-    grep -h "convention" "$out"/wgmma.txt 2>/dev/null
+    grep -h "wgmma probe" "$out"/wgmma.txt 2>/dev/null
     grep -h "launches of the fused" "$out"/model-*.txt 2>/dev/null
     grep -h "vs token path\|sequences vs alone\|timing" "$out"/prefill.txt "$out"/batch.txt "$out"/attn.txt \
         "$out"/dn.txt 2>/dev/null | head -12

@@ -221,13 +221,14 @@ static __device__ __forceinline__ void dev_norm_row_warp(float *x, const float *
     }
 }
 
-/* LILAC_CUDA_PF_WARP_NORM=1 (written in session 11, not yet run on a GPU): the prefill's gated norm and q/k norm
- * a warp a row (dev_norm_row_warp) instead of a block of 128 threads a row (pp512: 16,384 blocks a call; the
- * gated norm took 37 us, the q/k norm 14, ncu, session 10). Read once. */
+/* The prefill's gated norm and q/k norm a warp a row (dev_norm_row_warp) instead of a block of 128 threads a row
+ * (pp512: 16,384 blocks a call; the gated norm took 37 us, the q/k norm 14, ncu, session 10): pp512 9,423
+ * against 9,292, pp4096 10,573 against 10,401 (H200, alternated in one call, session 12).
+ * LILAC_CUDA_PF_WARP_NORM=0: the block kernels. Read once. */
 static inline bool pf_warp_norm()
 {
     static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_PF_WARP_NORM", false);
+    return env_switch_once(on, "LILAC_CUDA_PF_WARP_NORM", true);
 }
 
 // A head of hd values at x, in place: RMSNorm with w, then NeoX rotary on

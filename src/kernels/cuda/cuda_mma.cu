@@ -674,21 +674,30 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
             if constexpr (WG) {
 #if LILAC_WGMMA
                 const uint8_t *const xw = xbuf + buf * WG_XSTAGE;
-#pragma unroll 1
-                for (int s = 0; s < 8; s++) {
-                    const uint2 ma0 = tabh[s * BM + lrow[0]], ma1 = tabh[s * BM + lrow[1]];
+                /* step i = 2 s + h; A double-buffered: step i + 1's decode runs while step i's wgmma does, into
+                 * the registers step i - 1's (waited for) read */
+                uint32_t a[2][4];
+                auto dec = [&](int i, uint32_t(&ad)[4]) {
+                    const int s = i >> 1, h = i & 1;
+                    Dec<TYPE, A4>::run(wb + roff[0], s, h, tig, tabh[s * BM + lrow[0]], ad[0], ad[2]);
+                    Dec<TYPE, A4>::run(wb + roff[1], s, h, tig, tabh[s * BM + lrow[1]], ad[1], ad[3]);
+                };
+                dec(0, a[0]);
 #pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        uint32_t a[4];
-                        Dec<TYPE, A4>::run(wb + roff[0], s, h, tig, ma0, a[0], a[2]);
-                        Dec<TYPE, A4>::run(wb + roff[1], s, h, tig, ma1, a[1], a[3]);
-                        wg_fence();
-                        wg_m64n128k16(dw, a[0], a[1], a[2], a[3], wg_desc(xw + (4 * s + 2 * h) * 2048, 2048, 128),
-                                      s | h);
-                        wg_commit();
-                        wg_wait<0>();
+                for (int i = 0; i < 16; i++) {
+                    wg_fence_operand(a[i & 1]);
+                    wg_fence();
+                    wg_m64n128k16(dw, a[i & 1][0], a[i & 1][1], a[i & 1][2], a[i & 1][3],
+                                  wg_desc(xw + 2 * i * 2048, 2048, 128), i);
+                    wg_commit();
+                    if (i + 1 < 16) {
+                        wg_wait<1>();
+                        wg_fence_operand(a[(i + 1) & 1]);
+                        dec(i + 1, a[(i + 1) & 1]);
                     }
                 }
+                wg_wait<0>();
+                wg_fence_operand(dw);
 #pragma unroll
                 for (int nt = 0; nt < NW; nt++)
 #pragma unroll
@@ -1174,22 +1183,23 @@ int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride,
     p.rows = (int)W->rows;
     p.K = K;
     p.row_tiles = (p.rows + BM - 1) / BM;
-    if (by_row) /* x row r's digits at row r */
-        prep(x, x_stride, nullptr, n_x, nullptr, K, q, st, false);
-    else /* pair i's digits at row i; the pairs in all are offsets[n_expert] (read on the device) */
-        prep(x, x_stride, rows_of_x, n_pairs, offsets + n_expert, K, q, st, false);
     /* tokens a tile from the mean pairs of an expert; items: sum ceil(c_e / BN) <= n_expert + n_pairs / BN.
      * Measured and removed: experts of over 16 pairs in a second launch of 32-token tiles with the 8 warps
      * along the rows (each weight decoded once for up to 32 tokens; one block an SM, 134 KB of shared memory):
      * pp512 7,205 against 7,449 (H200, one call, 2026-11-30). */
     const long long mean = n_pairs / n_expert;
     const int nt = mean >= 48 ? 4 : mean >= 24 ? 2 : 1;
+    const bool wg = nt == 4 && (W->type == LILAC_Q4_K || W->type == LILAC_Q5_K) && wg_enabled();
+    if (by_row) /* x row r's digits at row r */
+        prep(x, x_stride, nullptr, n_x, nullptr, K, q, st, false, wg);
+    else /* pair i's digits at row i; the pairs in all are offsets[n_expert] (read on the device) */
+        prep(x, x_stride, rows_of_x, n_pairs, offsets + n_expert, K, q, st, false, wg);
     const int BN = MM_WARPS_N * 8 * nt;
     long long tiles = (long long)n_expert + n_pairs / BN + 1, tiles2 = (long long)n_expert * ((max_pairs + BN - 1) / BN);
     if (tiles2 < tiles)
         tiles = tiles2;
     const long long items = tiles * p.row_tiles;
-    return launch_nt(nt, p, a16, items, st, W->type) ? 0 : -1;
+    return launch_nt(nt, p, a16, items, st, W->type, wg) ? 0 : -1;
 }
 
 } // extern "C"

@@ -146,10 +146,9 @@ int lilac_cuda_pf_deltanet_form(float *conv_out, int C, float *a, float *b, cons
                                 int tiled, float eps, int n, int chunked, float *tp, lilac_cuda_stream *s);
 /* cuda_wgmma.cuh's assumptions checked on the GPU: d (64 x 128) = a (64 x K, row-major) times b (128 x K,
  * row-major: b's rows are the product's columns)^T, both rounded to fp16, by one warpgroup's wgmma with A from
- * registers and B in shared memory under descriptor convention `variant` (0: the one cuda_wgmma.cuh documents;
- * 1: the leading and stride byte offsets swapped). K a multiple of 16 up to 64. 0, or -1 with msg (no sm_90a build or
+ * registers and B in shared memory as cuda_wgmma.cuh describes it. K a multiple of 16 up to 64. 0, or -1 with msg (no sm_90a build or
  * device, a CUDA error). */
-int lilac_cuda_wgmma_probe(const float *a, const float *b, float *d, int K, int variant, char *msg, size_t cap);
+int lilac_cuda_wgmma_probe(const float *a, const float *b, float *d, int K, char *msg, size_t cap);
 /* Whether the routing calls below take E experts, k a token (k <= 64). */
 int lilac_cuda_pf_moe_supported(int n_expert, int k);
 /* topk for n tokens: logits [n][E], idx and w [n][k]. */

@@ -72,6 +72,20 @@ template <int N> __device__ __forceinline__ void wg_wait()
 {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+/* Registers an in-flight wgmma reads or writes, pinned in place for the compiler (CUTLASS's
+ * warpgroup_fence_operand): no access to them moves across this point. */
+template <int N> __device__ __forceinline__ void wg_fence_operand(float (&r)[N])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N> __device__ __forceinline__ void wg_fence_operand(uint32_t (&r)[N])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        asm volatile("" : "+r"(r[i])::"memory");
+}
 /* Shared memory the threads wrote, visible to wgmma (call before the barrier that publishes it). */
 __device__ __forceinline__ void wg_smem_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
