@@ -401,7 +401,7 @@ template <int NT, bool W8> struct Lay {
  * bytes. In the 4 x 2 layout both token warps decode the same rows, and the 16 mma.sync a warp a step are
  * most of the remaining instructions. Each wgmma is waited for before the next step's decode (the A
  * registers must outlive it). K-quant super-block types (KIND_SB) only. */
-template <int TYPE, bool A4, int NT, bool W8, bool WG = false>
+template <int TYPE, bool A4, int NT, bool W8, int WG = 0>
 __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
 {
     using Q = MQ<TYPE>;
@@ -674,26 +674,39 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
             if constexpr (WG) {
 #if LILAC_WGMMA
                 const uint8_t *const xw = xbuf + buf * WG_XSTAGE;
-                /* step i = 2 s + h; A double-buffered: step i + 1's decode runs while step i's wgmma does, into
-                 * the registers step i - 1's (waited for) read */
-                uint32_t a[2][4];
-                auto dec = [&](int i, uint32_t(&ad)[4]) {
-                    const int s = i >> 1, h = i & 1;
-                    Dec<TYPE, A4>::run(wb + roff[0], s, h, tig, tabh[s * BM + lrow[0]], ad[0], ad[2]);
-                    Dec<TYPE, A4>::run(wb + roff[1], s, h, tig, tabh[s * BM + lrow[1]], ad[1], ad[3]);
+                /* step i = 2 s + h, in groups of WG steps (one commit a group: each wgmma is a rendezvous of the
+                 * warpgroup, each wait one more); A double-buffered by group: group q + 1's decode runs while
+                 * group q's wgmmas do, into the registers group q - 1's (waited for) read */
+                constexpr int NG = 16 / WG;
+                uint32_t a[2][WG][4];
+                auto dec = [&](int q, uint32_t(&ad)[WG][4]) {
+#pragma unroll
+                    for (int u = 0; u < WG; u++) {
+                        const int i = q * WG + u, s = i >> 1, h = i & 1;
+                        Dec<TYPE, A4>::run(wb + roff[0], s, h, tig, tabh[s * BM + lrow[0]], ad[u][0], ad[u][2]);
+                        Dec<TYPE, A4>::run(wb + roff[1], s, h, tig, tabh[s * BM + lrow[1]], ad[u][1], ad[u][3]);
+                    }
                 };
                 dec(0, a[0]);
 #pragma unroll
-                for (int i = 0; i < 16; i++) {
-                    wg_fence_operand(a[i & 1]);
+                for (int q = 0; q < NG; q++) {
+#pragma unroll
+                    for (int u = 0; u < WG; u++)
+                        wg_fence_operand(a[q & 1][u]);
                     wg_fence();
-                    wg_m64n128k16(dw, a[i & 1][0], a[i & 1][1], a[i & 1][2], a[i & 1][3],
-                                  wg_desc(xw + 2 * i * 2048, 2048, 128), i);
+#pragma unroll
+                    for (int u = 0; u < WG; u++) {
+                        const int i = q * WG + u;
+                        wg_m64n128k16(dw, a[q & 1][u][0], a[q & 1][u][1], a[q & 1][u][2], a[q & 1][u][3],
+                                      wg_desc(xw + 2 * i * 2048, 2048, 128), i);
+                    }
                     wg_commit();
-                    if (i + 1 < 16) {
+                    if (q + 1 < NG) {
                         wg_wait<1>();
-                        wg_fence_operand(a[(i + 1) & 1]);
-                        dec(i + 1, a[(i + 1) & 1]);
+#pragma unroll
+                        for (int u = 0; u < WG; u++)
+                            wg_fence_operand(a[(q + 1) & 1][u]);
+                        dec(q + 1, a[(q + 1) & 1]);
                     }
                 }
                 wg_wait<0>();
@@ -949,7 +962,7 @@ bool w8_enabled()
     return env_switch_once(on, "LILAC_CUDA_MMA_W8", true);
 }
 
-template <int TYPE, bool A4, int NT, bool W8, bool WG = false> bool launch_k(MM p, long long max_items, cudaStream_t st)
+template <int TYPE, bool A4, int NT, bool W8, int WG = 0> bool launch_k(MM p, long long max_items, cudaStream_t st)
 {
     static_assert(!WG || 2 * WG_XSTAGE <= Smem<TYPE, NT>::X, "the wgmma digits fit the digits' buffers");
     auto kern = k_mma<TYPE, A4, NT, W8, WG>;
@@ -975,12 +988,16 @@ template <int TYPE, bool A4, int NT, bool W8, bool WG = false> bool launch_k(MM 
     return true;
 }
 
-/* wg: 64-token K-quant tiles on wgmma (k_mma's WG; the caller checked wg_enabled and converted x in WGL). */
-template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, cudaStream_t st, bool wg)
+/* wg (2 or 4, the steps a group): 64-token K-quant tiles on wgmma (k_mma's WG; the caller checked wg_enabled
+ * and converted x in WGL). */
+template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, cudaStream_t st, int wg)
 {
-    if constexpr (NT == 4 && MQ<TYPE>::KIND == KIND_SB)
-        if (wg)
-            return launch_k<TYPE, A4, NT, true, true>(p, max_items, st);
+    if constexpr (NT == 4 && MQ<TYPE>::KIND == KIND_SB) {
+        if (wg == 2)
+            return launch_k<TYPE, A4, NT, true, 2>(p, max_items, st);
+        if (wg == 4)
+            return launch_k<TYPE, A4, NT, true, 4>(p, max_items, st);
+    }
     if (wg)
         return false;
     /* 32- and 64-token tiles in the 8 x 1 layout too (LILAC_CUDA_MMA_W8_WIDE, session 10): pp512 7,451 against
@@ -990,7 +1007,7 @@ template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, 
     return launch_k<TYPE, A4, NT, false>(p, max_items, st);
 }
 
-template <int NT> bool launch_type(const MM &p, bool a16, long long max_items, cudaStream_t st, int type, bool wg)
+template <int NT> bool launch_type(const MM &p, bool a16, long long max_items, cudaStream_t st, int type, int wg)
 {
     switch (type) {
     case LILAC_Q4_K:
@@ -1006,22 +1023,25 @@ template <int NT> bool launch_type(const MM &p, bool a16, long long max_items, c
     }
 }
 
-/* LILAC_CUDA_MMA_WGMMA=1 (k_mma's WG; NOT yet run on a GPU): where the build has sm_90a and the device is
- * compute capability 9.0. Read once. */
-bool wg_enabled()
+/* LILAC_CUDA_MMA_WGMMA=2 or 4 (k_mma's WG with that many steps a group; 1 is 4): where the build has sm_90a
+ * and the device is compute capability 9.0; 0 where not. Read once. */
+int wg_enabled()
 {
     static std::atomic<int> on{-1};
     int v = on.load(std::memory_order_relaxed);
     if (v < 0) {
         char why[128];
-        v = lilac_env_switch("LILAC_CUDA_MMA_WGMMA", false) && !wg_unavailable(why, sizeof why);
+        v = lilac_env_int("LILAC_CUDA_MMA_WGMMA", 0, 0, 4);
+        v = v == 1 ? 4 : v == 2 || v == 4 ? v : 0;
+        if (v && wg_unavailable(why, sizeof why))
+            v = 0;
         on.store(v, std::memory_order_relaxed);
     }
-    return v != 0;
+    return v;
 }
 
 /* launch_type at nt n8 tiles a warp (1, 2 or 4); wg (nt 4 only): on wgmma. */
-bool launch_nt(int nt, const MM &p, bool a16, long long max_items, cudaStream_t st, int type, bool wg = false)
+bool launch_nt(int nt, const MM &p, bool a16, long long max_items, cudaStream_t st, int type, int wg = 0)
 {
     return nt == 4   ? launch_type<4>(p, a16, max_items, st, type, wg)
            : nt == 2 ? launch_type<2>(p, a16, max_items, st, type, wg)
@@ -1145,8 +1165,8 @@ int lilac_cuda_matvec_mma_x(const lilac_cuda_mat *W, const float *x, float *y, i
     p.K = K;
     p.row_tiles = (p.rows + BM - 1) / BM;
     const int nt = dense_nt(n_tok, p.row_tiles);
-    const bool wg = nt == 4 && (W->type == LILAC_Q4_K || W->type == LILAC_Q5_K) && wg_enabled();
-    prep(x, K, nullptr, n_tok, nullptr, K, q, st, same_x != 0, wg); /* wg: the digits in wgmma's layout */
+    const int wg = nt == 4 && (W->type == LILAC_Q4_K || W->type == LILAC_Q5_K) ? wg_enabled() : 0;
+    prep(x, K, nullptr, n_tok, nullptr, K, q, st, same_x != 0, wg != 0); /* wg: the digits in wgmma's layout */
     const int BN = MM_WARPS_N * 8 * nt;
     const long long items = (long long)((n_tok + BN - 1) / BN) * p.row_tiles;
     return launch_nt(nt, p, a16, items, st, W->type, wg) ? 0 : -1;
@@ -1189,11 +1209,11 @@ int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride,
      * pp512 7,205 against 7,449 (H200, one call, 2026-11-30). */
     const long long mean = n_pairs / n_expert;
     const int nt = mean >= 48 ? 4 : mean >= 24 ? 2 : 1;
-    const bool wg = nt == 4 && (W->type == LILAC_Q4_K || W->type == LILAC_Q5_K) && wg_enabled();
+    const int wg = nt == 4 && (W->type == LILAC_Q4_K || W->type == LILAC_Q5_K) ? wg_enabled() : 0;
     if (by_row) /* x row r's digits at row r */
-        prep(x, x_stride, nullptr, n_x, nullptr, K, q, st, false, wg);
+        prep(x, x_stride, nullptr, n_x, nullptr, K, q, st, false, wg != 0);
     else /* pair i's digits at row i; the pairs in all are offsets[n_expert] (read on the device) */
-        prep(x, x_stride, rows_of_x, n_pairs, offsets + n_expert, K, q, st, false, wg);
+        prep(x, x_stride, rows_of_x, n_pairs, offsets + n_expert, K, q, st, false, wg != 0);
     const int BN = MM_WARPS_N * 8 * nt;
     long long tiles = (long long)n_expert + n_pairs / BN + 1, tiles2 = (long long)n_expert * ((max_pairs + BN - 1) / BN);
     if (tiles2 < tiles)

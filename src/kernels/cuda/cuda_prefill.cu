@@ -504,10 +504,13 @@ static size_t dn_tp_smem(int dk)
 
 __device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
 
-// acc[r][s] += sum over m of A[hi + 16 r][m] B[m][lo + 16 s] for a block-lower-triangular A (64 x 64, rows DC_TS
-// floats apart: row block r reaches column blocks <= r) and B (64 rows DC_XS floats apart): T X and P V'.
-__device__ __forceinline__ void dc_tri_mm(const float *A, const float *B, int hi, int lo, float (&acc)[4][2])
+// acc[r][s] += sum over m of A[hi + HS r][m] B[m][lo + 16 s] (HS = 64 / R: a thread's R rows) for a
+// block-lower-triangular A (64 x 64, rows DC_TS floats apart: the rows of 16-row block b reach column blocks
+// <= b) and B (64 rows DC_XS floats apart): T X and P V'. Each sum in m order whatever R.
+template <int R>
+__device__ __forceinline__ void dc_tri_mm(const float *A, const float *B, int hi, int lo, float (&acc)[R][2])
 {
+    constexpr int HS = DC_L / R;
 #pragma unroll
     for (int mb = 0; mb < 4; mb++)
 #pragma unroll 2
@@ -519,8 +522,11 @@ __device__ __forceinline__ void dc_tri_mm(const float *A, const float *B, int hi
                 xv[u][1] = B[(m + u) * DC_XS + lo + 16];
             }
 #pragma unroll
-            for (int r = mb; r < 4; r++) {
-                const float4 t = ld4(A + (hi + 16 * r) * DC_TS + m);
+            for (int r = 0; r < R; r++) {
+                const int blk = R == 4 ? r : (hi + HS * r) / 16; /* the row's 16-row block (hi < HS) */
+                if (blk < mb) /* above the diagonal: compile-time at R 4, warp-uniform at 2 */
+                    continue;
+                const float4 t = ld4(A + (hi + HS * r) * DC_TS + m);
 #pragma unroll
                 for (int s = 0; s < 2; s++) {
                     acc[r][s] = fmaf(t.x, xv[0][s], acc[r][s]);
@@ -534,15 +540,16 @@ __device__ __forceinline__ void dc_tri_mm(const float *A, const float *B, int hi
 
 // q and k of rows t0 .. t0 + DC_L (qb, kb: the head's columns of row 0, rows C floats apart) into Qs, Ks
 // ([DC_L][KS]); rows past L zero. Every thread.
+template <int NTH = DC_T>
 __device__ __forceinline__ void dc_stage_qk(const float *qb, const float *kb, int C, int t0, int L, int dk, float *Qs,
                                             float *Ks, int KS, int tid)
 {
     const int q4 = dk >> 2;
-    for (int e0 = tid; e0 < DC_L * q4; e0 += 8 * DC_T) {
+    for (int e0 = tid; e0 < DC_L * q4; e0 += 8 * NTH) {
         float4 qv[8], kv[8];
 #pragma unroll
         for (int u = 0; u < 8; u++) {
-            const int e = e0 + u * DC_T, i = e / q4, d4 = e - i * q4;
+            const int e = e0 + u * NTH, i = e / q4, d4 = e - i * q4;
             qv[u] = kv[u] = make_float4(0.f, 0.f, 0.f, 0.f);
             if (e < DC_L * q4 && i < L) {
                 const size_t off = (size_t)(t0 + i) * C + 4 * d4;
@@ -552,7 +559,7 @@ __device__ __forceinline__ void dc_stage_qk(const float *qb, const float *kb, in
         }
 #pragma unroll
         for (int u = 0; u < 8; u++) {
-            const int e = e0 + u * DC_T, i = e / q4, d4 = e - i * q4;
+            const int e = e0 + u * NTH, i = e / q4, d4 = e - i * q4;
             if (e < DC_L * q4) {
                 *reinterpret_cast<float4 *>(Qs + i * KS + 4 * d4) = qv[u];
                 *reinterpret_cast<float4 *>(Ks + i * KS + 4 * d4) = kv[u];
@@ -706,9 +713,13 @@ __device__ __forceinline__ float4 *dc_tp_smem(float *Ts, float *Ps, int e)
 }
 
 // PRE: T and P precomputed by k_pf_dn_tp into tp (nsub sub-chunks a value head); else computed here, by each
-// of a head's dv / DC_BC blocks.
-template <bool PRE>
-__global__ void __launch_bounds__(DC_T, 1)
+// of a head's dv / DC_BC blocks. NTH threads (DC_T, or 2 DC_T with PRE): thread (hi, lo) = (tid / 16, tid % 16)
+// takes rows hi + HS r (r < R, HS = NTH / 16) and columns lo + 16 s of a sub-chunk's 64 x DC_BC products, and
+// rows 4 hi + 4 HS h + u of the state's update; every sum in the same order whatever NTH (the same bits). The
+// block's shared memory (~150 KB) holds one block an SM: 2 DC_T threads, twice the warps, to hide the FMAs'
+// and shared loads' latency (8 warps an SM issued at ~0.4 an SM sub-partition and cycle, ncu, session 11).
+template <bool PRE, int NTH = DC_T>
+__global__ void __launch_bounds__(NTH, 1)
     k_pf_dn_chunk(float *S_all, const float *conv, int C, const float *g, const float *beta, float *o_all, int nk,
                   int nv, int dk, int dv, int tiled, int n, const float *tp, int nsub)
 {
@@ -724,10 +735,12 @@ __global__ void __launch_bounds__(DC_T, 1)
     float *const Ms = Vn + DC_L * DC_XS;                  // [16][DC_XS] sum_e A_be T_ec
     float *const Gs = Ms + 16 * DC_XS, *const eG = Gs + DC_L, *const eK = eG + DC_L, *const Bs = eK + DC_L;
     const int j = blockIdx.x, c0 = blockIdx.y * DC_BC, tid = threadIdx.x;
-    const int hi = tid >> 4, lo = tid & 15; // tiles: rows hi + 16 r, columns lo + 16 s
+    static_assert(NTH == DC_T || (PRE && NTH == 2 * DC_T), "dc_tp's tiles are DC_T threads'");
+    constexpr int HS = NTH / 16, R = DC_L / HS, NH = (DC_MAXDK + 4 * HS - 1) / (4 * HS);
+    const int hi = tid >> 4, lo = tid & 15; // tiles: rows hi + HS r, columns lo + 16 s
     const int kh = tiled ? j % nk : j / (nv / nk);
     float *S = S_all + (size_t)j * dk * dv + c0;
-    for (int e = tid; e < dk * DC_BC; e += DC_T) {
+    for (int e = tid; e < dk * DC_BC; e += NTH) {
         const int d = e / DC_BC, c = e - d * DC_BC;
         Ss[d * DC_SS + c] = S[(size_t)d * dv + c];
     }
@@ -736,10 +749,10 @@ __global__ void __launch_bounds__(DC_T, 1)
     for (int t0 = 0; t0 < n; t0 += DC_L) {
         const int L = min(DC_L, n - t0);
         __syncthreads(); // the previous sub-chunk's k, V' and S are consumed
-        dc_stage_qk(qb, kb, C, t0, L, dk, Qs, Ks, KS, tid);
+        dc_stage_qk<NTH>(qb, kb, C, t0, L, dk, Qs, Ks, KS, tid);
 #pragma unroll
-        for (int u = 0; u < DC_L * DC_BC / 4 / DC_T; u++) {
-            const int e = tid + u * DC_T, i = e / (DC_BC / 4), c4 = e - i * (DC_BC / 4);
+        for (int u = 0; u < DC_L * DC_BC / 4 / NTH; u++) {
+            const int e = tid + u * NTH, i = e / (DC_BC / 4), c4 = e - i * (DC_BC / 4);
             float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
             if (i < L)
                 v = __ldg(reinterpret_cast<const float4 *>(vb + (size_t)(t0 + i) * C + 4 * c4));
@@ -749,18 +762,18 @@ __global__ void __launch_bounds__(DC_T, 1)
         if (PRE) { // T and P of this sub-chunk from k_pf_dn_tp
             const float4 *src = reinterpret_cast<const float4 *>(tp + dc_tp_slice(j, nsub, t0 / DC_L));
 #pragma unroll
-            for (int u = 0; u < DC_TP_U; u++)
-                *dc_tp_smem(Ts, Ps, tid + u * DC_T) = __ldg(src + tid + u * DC_T);
+            for (int u = 0; u < 2 * DC_L * DC_L / 4 / NTH; u++)
+                *dc_tp_smem(Ts, Ps, tid + u * NTH) = __ldg(src + tid + u * NTH);
         }
         __syncthreads();
         if (!PRE)
             dc_tp(Ks, Qs, KS, dk, Gs, Bs, Ts, Ps, Ms, hi, lo, tid);
         // ---- K S and Q S (the state before the sub-chunk): X, and o's first term ----
-        float oa[4][2];
+        float oa[R][2];
         {
-            float ks[4][2], qs[4][2];
+            float ks[R][2], qs[R][2];
 #pragma unroll
-            for (int r = 0; r < 4; r++)
+            for (int r = 0; r < R; r++)
                 ks[r][0] = ks[r][1] = qs[r][0] = qs[r][1] = 0.f;
             for (int d = 0; d < dk; d += 4) {
                 float sv[4][2];
@@ -770,8 +783,8 @@ __global__ void __launch_bounds__(DC_T, 1)
                     sv[u][1] = Ss[(d + u) * DC_SS + lo + 16];
                 }
 #pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    const float4 kr = ld4(Ks + (hi + 16 * r) * KS + d), qr = ld4(Qs + (hi + 16 * r) * KS + d);
+                for (int r = 0; r < R; r++) {
+                    const float4 kr = ld4(Ks + (hi + HS * r) * KS + d), qr = ld4(Qs + (hi + HS * r) * KS + d);
 #pragma unroll
                     for (int s = 0; s < 2; s++) {
                         ks[r][s] = fmaf(kr.x, sv[0][s], ks[r][s]);
@@ -786,8 +799,8 @@ __global__ void __launch_bounds__(DC_T, 1)
                 }
             }
 #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int i = hi + 16 * r;
+            for (int r = 0; r < R; r++) {
+                const int i = hi + HS * r;
                 const float eg = eG[i], bt = Bs[i];
 #pragma unroll
                 for (int s = 0; s < 2; s++) {
@@ -800,43 +813,43 @@ __global__ void __launch_bounds__(DC_T, 1)
         __syncthreads();
         // ---- V' = T X (T lower triangular: row block r reaches column blocks <= r) ----
         {
-            float vn[4][2];
+            float vn[R][2];
 #pragma unroll
-            for (int r = 0; r < 4; r++)
+            for (int r = 0; r < R; r++)
                 vn[r][0] = vn[r][1] = 0.f;
-            dc_tri_mm(Ts, Xs, hi, lo, vn);
+            dc_tri_mm<R>(Ts, Xs, hi, lo, vn);
 #pragma unroll
-            for (int r = 0; r < 4; r++)
+            for (int r = 0; r < R; r++)
 #pragma unroll
                 for (int s = 0; s < 2; s++)
-                    Vn[(hi + 16 * r) * DC_XS + lo + 16 * s] = vn[r][s];
+                    Vn[(hi + HS * r) * DC_XS + lo + 16 * s] = vn[r][s];
         }
         __syncthreads();
         // ---- o += P V' ----
-        dc_tri_mm(Ps, Vn, hi, lo, oa);
+        dc_tri_mm<R>(Ps, Vn, hi, lo, oa);
 #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int i = hi + 16 * r;
+        for (int r = 0; r < R; r++) {
+            const int i = hi + HS * r;
             if (i < L) {
                 float *orow = o_all + (size_t)(t0 + i) * nv * dv + (size_t)j * dv + c0 + lo;
                 orow[0] = oa[r][0];
                 orow[16] = oa[r][1];
             }
         }
-        // ---- S = e^{G_last} S + (diag(e^{G_last - G}) K)^T V': rows 4 hi + 64 h + u, columns lo + 16 s ----
+        // ---- S = e^{G_last} S + (diag(e^{G_last - G}) K)^T V': rows 4 hi + 4 HS h + u, columns lo + 16 s ----
         {
-            float sa[DC_MAXDK / 64][4][2];
+            float sa[NH][4][2];
 #pragma unroll
-            for (int h = 0; h < DC_MAXDK / 64; h++)
+            for (int h = 0; h < NH; h++)
 #pragma unroll
                 for (int u = 0; u < 4; u++)
                     sa[h][u][0] = sa[h][u][1] = 0.f;
             for (int i = 0; i < L; i++) {
                 const float ek = eK[i], v0 = Vn[i * DC_XS + lo] * ek, v1 = Vn[i * DC_XS + lo + 16] * ek;
 #pragma unroll
-                for (int h = 0; h < DC_MAXDK / 64; h++) {
-                    if (4 * hi + 64 * h < dk) {
-                        const float4 kv = ld4(Ks + i * KS + 4 * hi + 64 * h);
+                for (int h = 0; h < NH; h++) {
+                    if (4 * hi + 4 * HS * h < dk) {
+                        const float4 kv = ld4(Ks + i * KS + 4 * hi + 4 * HS * h);
                         sa[h][0][0] = fmaf(kv.x, v0, sa[h][0][0]);
                         sa[h][0][1] = fmaf(kv.x, v1, sa[h][0][1]);
                         sa[h][1][0] = fmaf(kv.y, v0, sa[h][1][0]);
@@ -850,11 +863,11 @@ __global__ void __launch_bounds__(DC_T, 1)
             }
             const float el = eG[L - 1];
 #pragma unroll
-            for (int h = 0; h < DC_MAXDK / 64; h++)
-                if (4 * hi + 64 * h < dk) {
+            for (int h = 0; h < NH; h++)
+                if (4 * hi + 4 * HS * h < dk) {
 #pragma unroll
                     for (int u = 0; u < 4; u++) {
-                        float *sp = Ss + (4 * hi + 64 * h + u) * DC_SS + lo;
+                        float *sp = Ss + (4 * hi + 4 * HS * h + u) * DC_SS + lo;
                         sp[0] = fmaf(el, sp[0], sa[h][u][0]);
                         sp[16] = fmaf(el, sp[16], sa[h][u][1]);
                     }
@@ -862,7 +875,7 @@ __global__ void __launch_bounds__(DC_T, 1)
         }
     }
     __syncthreads();
-    for (int e = tid; e < dk * DC_BC; e += DC_T) {
+    for (int e = tid; e < dk * DC_BC; e += NTH) {
         const int d = e / DC_BC, c = e - d * DC_BC;
         S[(size_t)d * dv + c] = Ss[d * DC_SS + c];
     }
@@ -1149,6 +1162,13 @@ __global__ void __launch_bounds__(DC_T, 2)
 
 // The chunked kernel for this shape, or -1 (nothing launched) where it does not take it: dk and dv multiples
 // of 32, dk <= DC_MAXDK, q, k and v rows float4-aligned, the shared memory granted.
+/* LILAC_CUDA_DN_WIDE=1: k_pf_dn_chunk<true> on 2 DC_T threads (the same bits). Read once. */
+static bool dn_wide()
+{
+    static std::atomic<int> on{-1};
+    return env_switch_once(on, "LILAC_CUDA_DN_WIDE", false);
+}
+
 static int launch_dn_chunk(float *S, const float *conv, int C, const float *g, const float *beta, float *o, int nk,
                            int nv, int dk, int dv, int tiled, int n, float *tp, cudaStream_t st)
 {
@@ -1156,7 +1176,8 @@ static int launch_dn_chunk(float *S, const float *conv, int C, const float *g, c
         ((uintptr_t)conv & 15) != 0 || ((uintptr_t)tp & 15) != 0)
         return -1;
     const size_t smem = dn_chunk_smem(dk), smem_tp = dn_tp_smem(dk);
-    auto kern = tp ? k_pf_dn_chunk<true> : k_pf_dn_chunk<false>;
+    const bool wide = tp && dn_wide();
+    auto kern = wide ? k_pf_dn_chunk<true, 2 * DC_T> : tp ? k_pf_dn_chunk<true> : k_pf_dn_chunk<false>;
     if ((smem > 48 * 1024 &&
          cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) ||
         (tp && smem_tp > 48 * 1024 &&
@@ -1169,7 +1190,7 @@ static int launch_dn_chunk(float *S, const float *conv, int C, const float *g, c
         k_pf_dn_tp<<<dim3((unsigned)nv, (unsigned)nsub), DC_T, smem_tp, st>>>(conv, C, g, beta, nk, nv, dk, tiled, n,
                                                                              tp);
     const dim3 grid((unsigned)nv, (unsigned)(dv / DC_BC));
-    kern<<<grid, DC_T, smem, st>>>(S, conv, C, g, beta, o, nk, nv, dk, dv, tiled, n, tp, nsub);
+    kern<<<grid, wide ? 2 * DC_T : DC_T, smem, st>>>(S, conv, C, g, beta, o, nk, nv, dk, dv, tiled, n, tp, nsub);
     return 0;
 }
 
