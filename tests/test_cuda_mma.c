@@ -380,7 +380,7 @@ static void test_type(int ti)
     for (int e = 0; e < 16; e++)
         c2[e] = e == 5 ? 0 : 60 + (int)(rnd() % 90);
     test_grouped(ti, 16, 130, 256, c2, 0, "mean ~100 pairs");
-    test_grouped(ti, 16, 130, 256, c2, 1, "mean ~100 pairs"); /* 64-token tiles over x rows (wgmma's too) */
+    test_grouped(ti, 16, 130, 256, c2, 1, "mean ~100 pairs"); /* 64-token tiles over x rows */
 }
 
 /* lilac_cuda_matvec_multi: several matrices over one x, the tensor-core products converting x once, give the

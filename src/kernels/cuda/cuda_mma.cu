@@ -69,7 +69,6 @@
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_dev.cuh"
 #include "kernels/cuda/cuda_sizes.h"
-#include "kernels/cuda/cuda_wgmma.cuh"
 #include "util/env.h"
 
 namespace {
@@ -80,7 +79,6 @@ constexpr int BM = 32 * MM_WARPS_M;  /* weight rows a block */
 constexpr int XB = LILAC_CUDA_XQ_BLOCK; /* 128 bytes of digits a token and 32 columns: hi[32], lo[32] */
 constexpr int XROW = 8 * XB + 64;    /* a token's 256 columns in shared memory, padded (bank spread) */
 constexpr int MAX_EXPERT = 1024;     /* grouped: experts the tile prefix in shared memory holds */
-constexpr int WG_XSTAGE = 32 * 16 * 128; /* k_mma's WG: a stage's digits, 32 k chunks x 16 n groups x 128 bytes */
 /* lilac_cuda_matvec: fewer tokens stay on the CUDA cores. From 16 on the H200, batched decode of the
  * 35B-A3B file gave 673-695 tok/s at 32 sequences (k_mv: 793) and 1038-1075 at 64 (k_mv: 931). */
 constexpr int MIN_TOK = 48;
@@ -262,10 +260,7 @@ template <bool VEC> __device__ __forceinline__ void prep_load(const float *s, fl
     }
 }
 
-/* WGL: each run's 8 granules in wgmma's order instead (see k_mma's WG): granule 4 h + 2 digit + parity holds
- * values 16 h + parity + 2 i (i < 8) of the digit (hi, lo), i.e. words 2 h + parity + 4 m (m < 4) of the
- * fragment order's: a k16 step's "even" and "odd" core-matrix rows. */
-template <bool VEC, bool WGL>
+template <bool VEC>
 __global__ void __launch_bounds__(256) k_mma_prep(const float *x, long long x_stride, const int32_t *map, int n,
                                                   const int32_t *n_dev, int K, uint8_t *xq, float *xsum, int *xexp)
 {
@@ -325,21 +320,10 @@ __global__ void __launch_bounds__(256) k_mma_prep(const float *x, long long x_st
                         lo[4 * t + 2 * h + k] = h2u(__halves2half2(la, lb));
                     }
             uint4 *d = reinterpret_cast<uint4 *>(xq + ((size_t)row * NB + blk) * XB);
-            if (WGL) {
 #pragma unroll
-                for (int h = 0; h < 2; h++)
-#pragma unroll
-                    for (int par = 0; par < 2; par++) {
-                        const int w = 2 * h + par;
-                        d[4 * h + par] = make_uint4(hi[w], hi[w + 4], hi[w + 8], hi[w + 12]);
-                        d[4 * h + 2 + par] = make_uint4(lo[w], lo[w + 4], lo[w + 8], lo[w + 12]);
-                    }
-            } else {
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    d[i] = make_uint4(hi[4 * i], hi[4 * i + 1], hi[4 * i + 2], hi[4 * i + 3]);
-                    d[4 + i] = make_uint4(lo[4 * i], lo[4 * i + 1], lo[4 * i + 2], lo[4 * i + 3]);
-                }
+            for (int i = 0; i < 4; i++) {
+                d[i] = make_uint4(hi[4 * i], hi[4 * i + 1], hi[4 * i + 2], hi[4 * i + 3]);
+                d[4 + i] = make_uint4(lo[4 * i], lo[4 * i + 1], lo[4 * i + 2], lo[4 * i + 3]);
             }
             xsum_put(xsum, NB, row, blk, sum);
         }
@@ -393,19 +377,10 @@ template <int NT, bool W8> struct Lay {
 
 /* 16-token tiles (NT = 1) fit two blocks an SM in shared memory (Q6_K, the largest: 106 KB); ask for the
  * registers of two as well (they use 108-115 without the bound). */
-/* WG (LILAC_CUDA_MMA_WGMMA=1; written in session 11, NOT yet run on a GPU): 64-token tiles in the 8 x 1 layout
- * with each warpgroup's 64 rows x (64 tokens' hi digits, then their lo) by one wgmma m64n128k16 a 16-column
- * step (cuda_wgmma.cuh): A the registers Dec makes, B the digits in shared memory as no-swizzle K-major core
- * matrices (k_mma_prep's WGL layout: a run's "even" values 0, 2, .., 14 of a half, then its odd ones, Dec's
- * k order), core matrix (chunk 4 s + 2 h + parity, n group digit 8 + token / 8) at (16 chunk + group) 128
- * bytes. In the 4 x 2 layout both token warps decode the same rows, and the 16 mma.sync a warp a step are
- * most of the remaining instructions. Each wgmma is waited for before the next step's decode (the A
- * registers must outlive it). K-quant super-block types (KIND_SB) only. */
-template <int TYPE, bool A4, int NT, bool W8, int WG = 0>
+template <int TYPE, bool A4, int NT, bool W8>
 __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
 {
     using Q = MQ<TYPE>;
-    static_assert(!WG || (NT == 4 && W8 && Q::KIND == KIND_SB), "wgmma tiles: 64 tokens, 8 x 1, K-quant");
     using SM = Smem<TYPE, NT>;
     using LY = Lay<NT, W8>;
     constexpr int BN = SM::BN, SLOT = Q::SLOT, G = SLOT / 16;
@@ -543,17 +518,14 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
                         cp16(wd + 2 * k * SLOT + 256 * gp, sk - a + 16 * gi, 16);
                 }
             }
-            uint8_t *const xb = xbuf + buf * (WG ? WG_XSTAGE : BN * XROW);
+            uint8_t *const xb = xbuf + buf * BN * XROW;
             const int q = tid & 63;
-            /* WG: granule q = 8 s + 4 h + 2 digit + parity of the token's stage to core matrix (4 s + 2 h +
-             * parity, digit 8 + t / 8), row t % 8 */
-            const int qd = WG ? ((4 * (q >> 3) + 2 * ((q >> 2) & 1) + (q & 1)) * 16 + 8 * ((q >> 1) & 1)) * 128 : 16 * q;
 #pragma unroll
             for (int j = 0; j < BN / 4; j++) {
                 const int t = (tid >> 6) + 4 * j, xt = xr[t];
                 const bool ok = xt >= 0;
                 const uint8_t *src = p.xq + (ok ? ((size_t)xt * NB + (size_t)kb * 8) * XB + 16 * q : 0);
-                cp16(xb + (WG ? qd + (t >> 3) * 128 + (t & 7) * 16 : t * XROW + qd), src, ok ? 16 : 0);
+                cp16(xb + t * XROW + 16 * q, src, ok ? 16 : 0);
             }
             if (Q::KIND == KIND_SB && tid < 2 * BN) {
                 float *sb = sbuf + buf * BN * 8;
@@ -565,12 +537,6 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
             cp_commit();
         };
 
-        /* WG: the warpgroup's D, n8 block j < 8 the hi digits of tokens 8 j .., j >= 8 the lo (the first wgmma of
-         * a stage overwrites it) */
-        float dw[WG ? 64 : 1];
-#pragma unroll
-        for (int i = 0; i < (WG ? 64 : 1); i++)
-            dw[i] = 0.f;
         float acc[MT][NW][4];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
@@ -598,10 +564,6 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
             } else {
                 cp_wait<0>();
             }
-#if LILAC_WGMMA
-            if (WG)
-                wg_smem_fence(); /* the digits cp.async wrote, for wgmma's reads */
-#endif
             __syncthreads();
             const uint8_t *wb = wbuf + buf * BM * SLOT;
             /* the scale tables of this stage: thread (tr, jb) row tr's sub-blocks jb, jb + 2, ... */
@@ -671,55 +633,6 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
                     }
                 }
             };
-            if constexpr (WG) {
-#if LILAC_WGMMA
-                const uint8_t *const xw = xbuf + buf * WG_XSTAGE;
-                /* step i = 2 s + h, in groups of WG steps (one commit a group: each wgmma is a rendezvous of the
-                 * warpgroup, each wait one more); A double-buffered by group: group q + 1's decode runs while
-                 * group q's wgmmas do, into the registers group q - 1's (waited for) read */
-                constexpr int NG = 16 / WG;
-                uint32_t a[2][WG][4];
-                auto dec = [&](int q, uint32_t(&ad)[WG][4]) {
-#pragma unroll
-                    for (int u = 0; u < WG; u++) {
-                        const int i = q * WG + u, s = i >> 1, h = i & 1;
-                        Dec<TYPE, A4>::run(wb + roff[0], s, h, tig, tabh[s * BM + lrow[0]], ad[u][0], ad[u][2]);
-                        Dec<TYPE, A4>::run(wb + roff[1], s, h, tig, tabh[s * BM + lrow[1]], ad[u][1], ad[u][3]);
-                    }
-                };
-                dec(0, a[0]);
-#pragma unroll
-                for (int q = 0; q < NG; q++) {
-#pragma unroll
-                    for (int u = 0; u < WG; u++)
-                        wg_fence_operand(a[q & 1][u]);
-                    wg_fence();
-#pragma unroll
-                    for (int u = 0; u < WG; u++) {
-                        const int i = q * WG + u;
-                        wg_m64n128k16(dw, a[q & 1][u][0], a[q & 1][u][1], a[q & 1][u][2], a[q & 1][u][3],
-                                      wg_desc(xw + 2 * i * 2048, 2048, 128), i);
-                    }
-                    wg_commit();
-                    if (q + 1 < NG) {
-                        wg_wait<1>();
-#pragma unroll
-                        for (int u = 0; u < WG; u++)
-                            wg_fence_operand(a[(q + 1) & 1][u]);
-                        dec(q + 1, a[(q + 1) & 1]);
-                    }
-                }
-                wg_wait<0>();
-                wg_fence_operand(dw);
-#pragma unroll
-                for (int nt = 0; nt < NW; nt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        frag[0][nt][e] = dw[4 * nt + e] + dw[4 * (nt + 8) + e];
-#else
-                __trap(); /* wg_enabled lets it launch only where the build has sm_90a */
-#endif
-            } else {
             if (Q::KIND == KIND_SB)
                 fzero();
 #pragma unroll 2
@@ -759,7 +672,6 @@ __global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
                 }
                 if (Q::KIND == KIND_32)
                     fold(tabf + s * BM);
-            }
             }
             if (Q::KIND == KIND_SB) { /* the minimum: acc -= dmin (row) sum_s m_s (row) xsum_s (token), one mma of
                                          k = the 8 runs' hi then lo sums (A: the m pairs twice) */
@@ -826,7 +738,6 @@ struct Scratch {
     const float *mx;
     long long mstride;
     int mn, mK;
-    bool mwg; /* in the wgmma layout (k_mma_prep's WGL) */
 };
 std::mutex g_scr_mu;
 Scratch g_scr[16];
@@ -868,7 +779,7 @@ void *scratch(cudaStream_t st, size_t bytes)
         if (g_n_scr == 16)
             return nullptr;
         sc = &g_scr[g_n_scr++];
-        *sc = Scratch{dev, st, nullptr, 0, 0, nullptr, 0, 0, 0, false};
+        *sc = Scratch{dev, st, nullptr, 0, 0, nullptr, 0, 0, 0};
     }
     if (sc->p) { /* earlier products on st may still read it */
         if (cudaStreamSynchronize(st) != cudaSuccess) {
@@ -911,16 +822,16 @@ bool xq_get(cudaStream_t st, int n, int K, XQ &q)
 /* k_mma_prep over n rows (count: min(n, *n_dev) when n_dev is set): a block a row (at most 65535 blocks,
  * grid-strided past that), a thread a run of 32 columns (whole warps, at most 256). */
 void launch_prep(const float *x, long long x_stride, const int32_t *map, int n, const int32_t *n_dev, int K,
-                 const XQ &q, cudaStream_t st, bool wgl)
+                 const XQ &q, cudaStream_t st)
 {
     const int nb = K / 32, threads = nb >= 256 ? 256 : (nb + 31) / 32 * 32;
     const unsigned grid = (unsigned)(n < 65535 ? n : 65535);
     if (grid < 1)
         return;
-    const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0 && x_stride % 4 == 0;
-    auto kern = vec ? (wgl ? k_mma_prep<true, true> : k_mma_prep<true, false>)
-                    : (wgl ? k_mma_prep<false, true> : k_mma_prep<false, false>);
-    kern<<<grid, threads, 0, st>>>(x, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
+    if ((reinterpret_cast<uintptr_t>(x) & 15) == 0 && x_stride % 4 == 0)
+        k_mma_prep<true><<<grid, threads, 0, st>>>(x, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
+    else
+        k_mma_prep<false><<<grid, threads, 0, st>>>(x, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
 }
 
 /* The pre-pass of a product into q (xq_get's, just taken for n rows of K). same_x: the caller says x has not
@@ -928,21 +839,21 @@ void launch_prep(const float *x, long long x_stride, const int32_t *map, int n, 
  * that stride (the last pre-pass converted exactly them: neither a map nor a device count), the pre-pass is
  * skipped: the same digits (lilac_cuda_matvec_multi: a prefill's qkv, z, alpha and beta of one normed x). */
 void prep(const float *x, long long x_stride, const int32_t *map, int n, const int32_t *n_dev, int K, const XQ &q,
-          cudaStream_t st, bool same_x, bool wgl = false)
+          cudaStream_t st, bool same_x)
 {
     const bool plain = !map && !n_dev;
     {
         std::lock_guard<std::mutex> lk(g_scr_mu);
         Scratch *sc = scratch_of(st, nullptr);
         if (sc && sc->p == q.xq && same_x && plain && sc->mn == n && sc->mx == x && sc->mstride == x_stride &&
-            sc->mK == K && sc->mwg == wgl)
+            sc->mK == K)
             return;
         if (sc) { /* what this pre-pass leaves */
-            sc->mx = x, sc->mstride = x_stride, sc->mK = K, sc->mwg = wgl;
+            sc->mx = x, sc->mstride = x_stride, sc->mK = K;
             sc->mn = plain ? n : 0;
         }
     }
-    launch_prep(x, x_stride, map, n, n_dev, K, q, st, wgl);
+    launch_prep(x, x_stride, map, n, n_dev, K, q, st);
 }
 
 int blocks_per_sm(const void *kern, int smem)
@@ -962,10 +873,9 @@ bool w8_enabled()
     return env_switch_once(on, "LILAC_CUDA_MMA_W8", true);
 }
 
-template <int TYPE, bool A4, int NT, bool W8, int WG = 0> bool launch_k(MM p, long long max_items, cudaStream_t st)
+template <int TYPE, bool A4, int NT, bool W8> bool launch_k(MM p, long long max_items, cudaStream_t st)
 {
-    static_assert(!WG || 2 * WG_XSTAGE <= Smem<TYPE, NT>::X, "the wgmma digits fit the digits' buffers");
-    auto kern = k_mma<TYPE, A4, NT, W8, WG>;
+    auto kern = k_mma<TYPE, A4, NT, W8>;
     constexpr int smem = Smem<TYPE, NT>::TOTAL;
     static std::atomic<int> per_sm{0};
     int per = per_sm.load(std::memory_order_relaxed);
@@ -988,64 +898,41 @@ template <int TYPE, bool A4, int NT, bool W8, int WG = 0> bool launch_k(MM p, lo
     return true;
 }
 
-/* wg (2 or 4, the steps a group): 64-token K-quant tiles on wgmma (k_mma's WG; the caller checked wg_enabled
- * and converted x in WGL). */
-template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, cudaStream_t st, int wg)
+template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, cudaStream_t st)
 {
-    if constexpr (NT == 4 && MQ<TYPE>::KIND == KIND_SB) {
-        if (wg == 2)
-            return launch_k<TYPE, A4, NT, true, 2>(p, max_items, st);
-        if (wg == 4)
-            return launch_k<TYPE, A4, NT, true, 4>(p, max_items, st);
-    }
-    if (wg)
-        return false;
     /* 32- and 64-token tiles in the 8 x 1 layout too (LILAC_CUDA_MMA_W8_WIDE, session 10): pp512 7,451 against
-     * 7,612, pp4096 6,955 against 7,108 (H200, one call): removed */
+     * 7,612, pp4096 6,955 against 7,108 (H200, one call): removed. So was wgmma (LILAC_CUDA_MMA_WGMMA, sessions
+     * 11-12, commit 4d82488): 64-token K-quant tiles in the 8 x 1 layout, a warpgroup's 64 rows x the 64 tokens'
+     * hi and lo digits by one wgmma m64n128k16 a 16-column step, A from the registers Dec makes (double-buffered,
+     * 1, 2 or 4 steps a commit), B the digits as no-swizzle K-major core matrices: pp512 8,900 against 9,385,
+     * pp4096 9,830 against 10,600 (H200, alternated in one call); test_cuda_wgmma keeps its layout checked. */
     if (NT == 1 && w8_enabled())
         return launch_k<TYPE, A4, NT, true>(p, max_items, st);
     return launch_k<TYPE, A4, NT, false>(p, max_items, st);
 }
 
-template <int NT> bool launch_type(const MM &p, bool a16, long long max_items, cudaStream_t st, int type, int wg)
+template <int NT> bool launch_type(const MM &p, bool a16, long long max_items, cudaStream_t st, int type)
 {
     switch (type) {
     case LILAC_Q4_K:
-        return a16 ? launch_mma<LILAC_Q4_K, true, NT>(p, max_items, st, wg)
-                   : launch_mma<LILAC_Q4_K, false, NT>(p, max_items, st, wg);
+        return a16 ? launch_mma<LILAC_Q4_K, true, NT>(p, max_items, st)
+                   : launch_mma<LILAC_Q4_K, false, NT>(p, max_items, st);
     case LILAC_Q5_K:
-        return a16 ? launch_mma<LILAC_Q5_K, true, NT>(p, max_items, st, wg)
-                   : launch_mma<LILAC_Q5_K, false, NT>(p, max_items, st, wg);
-    case LILAC_Q6_K: return launch_mma<LILAC_Q6_K, false, NT>(p, max_items, st, wg);
-    case LILAC_Q8_0: return launch_mma<LILAC_Q8_0, false, NT>(p, max_items, st, wg);
-    case LILAC_Q4_0: return launch_mma<LILAC_Q4_0, false, NT>(p, max_items, st, wg);
+        return a16 ? launch_mma<LILAC_Q5_K, true, NT>(p, max_items, st)
+                   : launch_mma<LILAC_Q5_K, false, NT>(p, max_items, st);
+    case LILAC_Q6_K: return launch_mma<LILAC_Q6_K, false, NT>(p, max_items, st);
+    case LILAC_Q8_0: return launch_mma<LILAC_Q8_0, false, NT>(p, max_items, st);
+    case LILAC_Q4_0: return launch_mma<LILAC_Q4_0, false, NT>(p, max_items, st);
     default: return false;
     }
 }
 
-/* LILAC_CUDA_MMA_WGMMA=2 or 4 (k_mma's WG with that many steps a group; 1 is 4): where the build has sm_90a
- * and the device is compute capability 9.0; 0 where not. Read once. */
-int wg_enabled()
+/* launch_type at nt n8 tiles a warp (1, 2 or 4). */
+bool launch_nt(int nt, const MM &p, bool a16, long long max_items, cudaStream_t st, int type)
 {
-    static std::atomic<int> on{-1};
-    int v = on.load(std::memory_order_relaxed);
-    if (v < 0) {
-        char why[128];
-        v = lilac_env_int("LILAC_CUDA_MMA_WGMMA", 0, 0, 4);
-        v = v == 1 ? 4 : v == 2 || v == 4 ? v : 0;
-        if (v && wg_unavailable(why, sizeof why))
-            v = 0;
-        on.store(v, std::memory_order_relaxed);
-    }
-    return v;
-}
-
-/* launch_type at nt n8 tiles a warp (1, 2 or 4); wg (nt 4 only): on wgmma. */
-bool launch_nt(int nt, const MM &p, bool a16, long long max_items, cudaStream_t st, int type, int wg = 0)
-{
-    return nt == 4   ? launch_type<4>(p, a16, max_items, st, type, wg)
-           : nt == 2 ? launch_type<2>(p, a16, max_items, st, type, wg)
-                     : launch_type<1>(p, a16, max_items, st, type, wg);
+    return nt == 4   ? launch_type<4>(p, a16, max_items, st, type)
+           : nt == 2 ? launch_type<2>(p, a16, max_items, st, type)
+                     : launch_type<1>(p, a16, max_items, st, type);
 }
 
 size_t chunk_bytes(int type)
@@ -1164,12 +1051,11 @@ int lilac_cuda_matvec_mma_x(const lilac_cuda_mat *W, const float *x, float *y, i
     p.rows = (int)W->rows;
     p.K = K;
     p.row_tiles = (p.rows + BM - 1) / BM;
+    prep(x, K, nullptr, n_tok, nullptr, K, q, st, same_x != 0);
     const int nt = dense_nt(n_tok, p.row_tiles);
-    const int wg = nt == 4 && (W->type == LILAC_Q4_K || W->type == LILAC_Q5_K) ? wg_enabled() : 0;
-    prep(x, K, nullptr, n_tok, nullptr, K, q, st, same_x != 0, wg != 0); /* wg: the digits in wgmma's layout */
     const int BN = MM_WARPS_N * 8 * nt;
     const long long items = (long long)((n_tok + BN - 1) / BN) * p.row_tiles;
-    return launch_nt(nt, p, a16, items, st, W->type, wg) ? 0 : -1;
+    return launch_nt(nt, p, a16, items, st, W->type) ? 0 : -1;
 }
 
 int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert,
@@ -1203,23 +1089,22 @@ int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride,
     p.rows = (int)W->rows;
     p.K = K;
     p.row_tiles = (p.rows + BM - 1) / BM;
+    if (by_row) /* x row r's digits at row r */
+        prep(x, x_stride, nullptr, n_x, nullptr, K, q, st, false);
+    else /* pair i's digits at row i; the pairs in all are offsets[n_expert] (read on the device) */
+        prep(x, x_stride, rows_of_x, n_pairs, offsets + n_expert, K, q, st, false);
     /* tokens a tile from the mean pairs of an expert; items: sum ceil(c_e / BN) <= n_expert + n_pairs / BN.
      * Measured and removed: experts of over 16 pairs in a second launch of 32-token tiles with the 8 warps
      * along the rows (each weight decoded once for up to 32 tokens; one block an SM, 134 KB of shared memory):
      * pp512 7,205 against 7,449 (H200, one call, 2026-11-30). */
     const long long mean = n_pairs / n_expert;
     const int nt = mean >= 48 ? 4 : mean >= 24 ? 2 : 1;
-    const int wg = nt == 4 && (W->type == LILAC_Q4_K || W->type == LILAC_Q5_K) ? wg_enabled() : 0;
-    if (by_row) /* x row r's digits at row r */
-        prep(x, x_stride, nullptr, n_x, nullptr, K, q, st, false, wg != 0);
-    else /* pair i's digits at row i; the pairs in all are offsets[n_expert] (read on the device) */
-        prep(x, x_stride, rows_of_x, n_pairs, offsets + n_expert, K, q, st, false, wg != 0);
     const int BN = MM_WARPS_N * 8 * nt;
     long long tiles = (long long)n_expert + n_pairs / BN + 1, tiles2 = (long long)n_expert * ((max_pairs + BN - 1) / BN);
     if (tiles2 < tiles)
         tiles = tiles2;
     const long long items = tiles * p.row_tiles;
-    return launch_nt(nt, p, a16, items, st, W->type, wg) ? 0 : -1;
+    return launch_nt(nt, p, a16, items, st, W->type) ? 0 : -1;
 }
 
 } // extern "C"

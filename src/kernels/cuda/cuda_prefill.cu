@@ -1162,11 +1162,12 @@ __global__ void __launch_bounds__(DC_T, 2)
 
 // The chunked kernel for this shape, or -1 (nothing launched) where it does not take it: dk and dv multiples
 // of 32, dk <= DC_MAXDK, q, k and v rows float4-aligned, the shared memory granted.
-/* LILAC_CUDA_DN_WIDE=1: k_pf_dn_chunk<true> on 2 DC_T threads (the same bits). Read once. */
+/* k_pf_dn_chunk<true> on 2 DC_T threads (the same bits): pp512 9,423 against 9,385, pp4096 10,628 against
+ * 10,598 (H200, alternated in one call, session 12). LILAC_CUDA_DN_WIDE=0: on DC_T. Read once. */
 static bool dn_wide()
 {
     static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_DN_WIDE", false);
+    return env_switch_once(on, "LILAC_CUDA_DN_WIDE", true);
 }
 
 static int launch_dn_chunk(float *S, const float *conv, int C, const float *g, const float *beta, float *o, int nk,

@@ -1,5 +1,7 @@
 /* cuda_wgmma: Hopper's warpgroup matrix product (wgmma.mma_async, sm_90a), the pieces a tensor-core product
  * needs: the shared-memory matrix descriptor, the fences, and m64n128k16 f16 x f16 -> f32 with A from registers.
+ * Checked on the H200 (session 12). No product uses it now: k_mma on wgmma was slower than on mma.sync (see
+ * launch_mma in cuda_mma.cu; the code is in commit 4d82488).
  * Only where the target has the sm_90a features (__CUDA_ARCH_FEAT_SM90_ALL); LILAC_WGMMA says whether it does.
  *
  * What these assume (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"; checked on the GPU
@@ -71,20 +73,6 @@ __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.s
 template <int N> __device__ __forceinline__ void wg_wait()
 {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-/* Registers an in-flight wgmma reads or writes, pinned in place for the compiler (CUTLASS's
- * warpgroup_fence_operand): no access to them moves across this point. */
-template <int N> __device__ __forceinline__ void wg_fence_operand(float (&r)[N])
-{
-#pragma unroll
-    for (int i = 0; i < N; i++)
-        asm volatile("" : "+f"(r[i])::"memory");
-}
-template <int N> __device__ __forceinline__ void wg_fence_operand(uint32_t (&r)[N])
-{
-#pragma unroll
-    for (int i = 0; i < N; i++)
-        asm volatile("" : "+r"(r[i])::"memory");
 }
 /* Shared memory the threads wrote, visible to wgmma (call before the barrier that publishes it). */
 __device__ __forceinline__ void wg_smem_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
