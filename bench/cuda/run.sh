@@ -51,6 +51,7 @@ do_test() {
     run_test mma-dense-nt4 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=4
     run_test mma-dense-nt2 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=2
     run_test mma-dense-nt1 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=1
+    run_test mma-t24 test_cuda_mma LILAC_CUDA_MMA_T24=1
     run_test attn test_cuda_attn
     run_test dn test_cuda_dn
     run_test dn-block-norm test_cuda_dn LILAC_CUDA_PF_WARP_NORM=0
@@ -74,6 +75,7 @@ do_test() {
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0
     run_test prefill-block-norm test_cuda_prefill LILAC_CUDA_PF_WARP_NORM=0
     run_test prefill-dn-narrow test_cuda_prefill LILAC_CUDA_DN_WIDE=0
+    run_test prefill-t24 test_cuda_prefill LILAC_CUDA_MMA_T24=1
     grep -h "wgmma probe" "$out"/wgmma.txt 2>/dev/null
     grep -h "launches of the fused" "$out"/model-*.txt 2>/dev/null
     grep -h "vs token path\|sequences vs alone\|timing" "$out"/prefill.txt "$out"/batch.txt "$out"/attn.txt \

@@ -26,8 +26,8 @@
  *  makes that row's outputs NaN; an all-zero row gives zeros.
  *
  * Kernel (k_mma): a block of 8 warps (4 along the rows, 2 along the tokens;
- * for NT = 1, 8 x 1) computes BM = 128 weight rows x BN = 16 * NT tokens; a
- * warp 32 rows (two m16 tiles) x 8 NT tokens (NT n8 tiles), or 16 rows x 16. K goes by 256 columns (a K-quant
+ * for 16- and 24-token tiles, 8 x 1) computes BM = 128 weight rows x BN = TN tokens (16, 24, 32 or 64); a
+ * warp 32 rows (two m16 tiles) x TN / 2 tokens (TN / 16 n8 tiles), or 16 rows x TN. K goes by 256 columns (a K-quant
  * super-block, 8 Q8_0/Q4_0 blocks): the rows' raw bytes (the 16-byte
  * granules around them, cp.async) and the tokens' hi/lo digits go to shared
  * memory, double-buffered (a half-warp copies a row's granules, the
@@ -48,7 +48,7 @@
  * table of the tile's BN rows in shared memory); else (down: x a pair) it
  * writes a pair's digits at the pair's index. LILAC_CUDA_MMA_XROWS=0: a
  * pair's digits at its index always (the same digits: the same bits).
- * Tiles of 16 tokens (NT = 1, the usual expert tile: ~16 pairs an expert)
+ * Tiles of 16 tokens (the usual expert tile: ~16 pairs an expert)
  * put the 8 warps along the rows (see Lay) and ask for two blocks an SM;
  * LILAC_CUDA_MMA_W8=0 keeps the 4 x 2 layout.
  *
@@ -347,13 +347,15 @@ struct MM {
     int rows, K, row_tiles;
 };
 
-template <int TYPE, int NT> struct Smem {
+/* A block's shared memory at TN tokens a tile. */
+template <int TYPE, int TN> struct Smem {
     using Q = MQ<TYPE>;
-    static constexpr int BN = MM_WARPS_N * 8 * NT;
+    static constexpr int BN = TN;
     static constexpr int W = 2 * BM * Q::SLOT;
     static constexpr int X = 2 * BN * XROW;
     static constexpr int XS = Q::KIND == KIND_SB ? 2 * BN * 8 * 4 : 0;
-    static constexpr int TF = Q::NTAB * BM * 4;                      /* float table [NTAB][BM] */
+    /* float table [NTAB][BM]; KIND_SB: the minima's fp16 pairs [4][BM] and dmin [BM] in its place */
+    static constexpr int TF = (Q::KIND == KIND_SB ? 5 : Q::NTAB) * BM * 4;
     static constexpr int TH = Q::KIND == KIND_SB ? 8 * BM * 8 : 0;   /* (mult, add) [8][BM] */
     static constexpr int TD = Q::KIND == KIND_SB ? BM * 4 : 0;       /* d [BM] */
     static constexpr int TP = (MAX_EXPERT + 4) * 4;                  /* tile prefix */
@@ -362,27 +364,27 @@ template <int TYPE, int NT> struct Smem {
 };
 
 /* The warps of a block: W8 = false, 4 along the rows (two m16 tiles, 32 rows, each) x 2 along the tokens
- * (NT n8 tiles each); W8 = true, 8 along the rows (one m16 tile each) x 1 (2 NT n8 tiles). The grouped
- * products' tiles of 16 tokens (NT = 1) take W8: in the 4 x 2 layout both warps of a row range decode the
+ * (TN / 16 n8 tiles each); W8 = true, 8 along the rows (one m16 tile each) x 1 (TN / 8 n8 tiles). The grouped
+ * products' tiles of 16 tokens take W8 (and 24-token ones, which only it divides): in the 4 x 2 layout both warps of a row range decode the
  * same A fragments for 8 tokens each, and the decode (a shared load, a LOP3 and two HFMA2 per 4 values)
  * is about half of a stage's instructions there; in 8 x 1 each row is decoded once per block for its 16
  * tokens, for two more 16-byte B loads a step (per warp and 32 values: 4 decodes and 4 B loads instead of
  * 8 and 2, the 4 mma's the same). Those products are bound by instruction issue (a 16-token tile does
  * ~1k instructions a thread per 256 columns against 18 KB of weights), not by DRAM. */
-template <int NT, bool W8> struct Lay {
+template <int TN, bool W8> struct Lay {
     static constexpr int WM = W8 ? 8 : MM_WARPS_M, WN = MM_THREADS / 32 / WM, MT = BM / 16 / WM;
-    static constexpr int BN = MM_WARPS_N * 8 * NT, NW = BN / (8 * WN); /* n8 tiles a warp */
+    static constexpr int BN = TN, NW = BN / (8 * WN); /* n8 tiles a warp */
     static_assert(WM * WN * 32 == MM_THREADS && WM * MT * 16 == BM && NW * 8 * WN == BN, "warp layout");
 };
 
-/* 16-token tiles (NT = 1) fit two blocks an SM in shared memory (Q6_K, the largest: 106 KB); ask for the
- * registers of two as well (they use 108-115 without the bound). */
-template <int TYPE, bool A4, int NT, bool W8>
-__global__ void __launch_bounds__(MM_THREADS, NT == 1 ? 2 : 1) k_mma(const MM p)
+/* TN tokens a tile. 16-token tiles fit two blocks an SM in shared memory (Q6_K, the largest: 106 KB), and
+ * 24-token Q4_K ones (113 KB); ask for the registers of two as well (they use 108-115 without the bound). */
+template <int TYPE, bool A4, int TN, bool W8>
+__global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p)
 {
     using Q = MQ<TYPE>;
-    using SM = Smem<TYPE, NT>;
-    using LY = Lay<NT, W8>;
+    using SM = Smem<TYPE, TN>;
+    using LY = Lay<TN, W8>;
     constexpr int BN = SM::BN, SLOT = Q::SLOT, G = SLOT / 16;
     constexpr int MT = LY::MT, NW = LY::NW, WM = LY::WM, NR = 2 * MT; /* NR: rows a thread (per k) */
     static_assert(BN == LY::BN, "tile width");
@@ -873,10 +875,10 @@ bool w8_enabled()
     return env_switch_once(on, "LILAC_CUDA_MMA_W8", true);
 }
 
-template <int TYPE, bool A4, int NT, bool W8> bool launch_k(MM p, long long max_items, cudaStream_t st)
+template <int TYPE, bool A4, int TN, bool W8> bool launch_k(MM p, long long max_items, cudaStream_t st)
 {
-    auto kern = k_mma<TYPE, A4, NT, W8>;
-    constexpr int smem = Smem<TYPE, NT>::TOTAL;
+    auto kern = k_mma<TYPE, A4, TN, W8>;
+    constexpr int smem = Smem<TYPE, TN>::TOTAL;
     static std::atomic<int> per_sm{0};
     int per = per_sm.load(std::memory_order_relaxed);
     if (!per) {
@@ -898,7 +900,7 @@ template <int TYPE, bool A4, int NT, bool W8> bool launch_k(MM p, long long max_
     return true;
 }
 
-template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, cudaStream_t st)
+template <int TYPE, bool A4, int TN> bool launch_mma(MM p, long long max_items, cudaStream_t st)
 {
     /* 32- and 64-token tiles in the 8 x 1 layout too (LILAC_CUDA_MMA_W8_WIDE, session 10): pp512 7,451 against
      * 7,612, pp4096 6,955 against 7,108 (H200, one call): removed. So was wgmma (LILAC_CUDA_MMA_WGMMA, sessions
@@ -906,33 +908,43 @@ template <int TYPE, bool A4, int NT> bool launch_mma(MM p, long long max_items, 
      * hi and lo digits by one wgmma m64n128k16 a 16-column step, A from the registers Dec makes (double-buffered,
      * 1, 2 or 4 steps a commit), B the digits as no-swizzle K-major core matrices: pp512 8,900 against 9,385,
      * pp4096 9,830 against 10,600 (H200, alternated in one call); test_cuda_wgmma keeps its layout checked. */
-    if (NT == 1 && w8_enabled())
-        return launch_k<TYPE, A4, NT, true>(p, max_items, st);
-    return launch_k<TYPE, A4, NT, false>(p, max_items, st);
-}
-
-template <int NT> bool launch_type(const MM &p, bool a16, long long max_items, cudaStream_t st, int type)
-{
-    switch (type) {
-    case LILAC_Q4_K:
-        return a16 ? launch_mma<LILAC_Q4_K, true, NT>(p, max_items, st)
-                   : launch_mma<LILAC_Q4_K, false, NT>(p, max_items, st);
-    case LILAC_Q5_K:
-        return a16 ? launch_mma<LILAC_Q5_K, true, NT>(p, max_items, st)
-                   : launch_mma<LILAC_Q5_K, false, NT>(p, max_items, st);
-    case LILAC_Q6_K: return launch_mma<LILAC_Q6_K, false, NT>(p, max_items, st);
-    case LILAC_Q8_0: return launch_mma<LILAC_Q8_0, false, NT>(p, max_items, st);
-    case LILAC_Q4_0: return launch_mma<LILAC_Q4_0, false, NT>(p, max_items, st);
-    default: return false;
+    if constexpr (TN == 24) { /* three n8 tiles a warp: the 8 x 1 layout only */
+        return launch_k<TYPE, A4, TN, true>(p, max_items, st);
+    } else {
+        if (TN == 16 && w8_enabled())
+            return launch_k<TYPE, A4, TN, true>(p, max_items, st);
+        return launch_k<TYPE, A4, TN, false>(p, max_items, st);
     }
 }
 
-/* launch_type at nt n8 tiles a warp (1, 2 or 4). */
-bool launch_nt(int nt, const MM &p, bool a16, long long max_items, cudaStream_t st, int type)
+template <int TN> bool launch_type(const MM &p, bool a16, long long max_items, cudaStream_t st, int type)
 {
-    return nt == 4   ? launch_type<4>(p, a16, max_items, st, type)
-           : nt == 2 ? launch_type<2>(p, a16, max_items, st, type)
-                     : launch_type<1>(p, a16, max_items, st, type);
+    if constexpr (TN == 24) { /* Q4_K alone fits two blocks an SM at 24 tokens */
+        return type == LILAC_Q4_K && (a16 ? launch_mma<LILAC_Q4_K, true, TN>(p, max_items, st)
+                                          : launch_mma<LILAC_Q4_K, false, TN>(p, max_items, st));
+    } else {
+    switch (type) {
+    case LILAC_Q4_K:
+        return a16 ? launch_mma<LILAC_Q4_K, true, TN>(p, max_items, st)
+                   : launch_mma<LILAC_Q4_K, false, TN>(p, max_items, st);
+    case LILAC_Q5_K:
+        return a16 ? launch_mma<LILAC_Q5_K, true, TN>(p, max_items, st)
+                   : launch_mma<LILAC_Q5_K, false, TN>(p, max_items, st);
+    case LILAC_Q6_K: return launch_mma<LILAC_Q6_K, false, TN>(p, max_items, st);
+    case LILAC_Q8_0: return launch_mma<LILAC_Q8_0, false, TN>(p, max_items, st);
+    case LILAC_Q4_0: return launch_mma<LILAC_Q4_0, false, TN>(p, max_items, st);
+    default: return false;
+    }
+    }
+}
+
+/* launch_type at tn tokens a tile (16, 24 (Q4_K), 32 or 64). */
+bool launch_tn(int tn, const MM &p, bool a16, long long max_items, cudaStream_t st, int type)
+{
+    return tn == 64   ? launch_type<64>(p, a16, max_items, st, type)
+           : tn == 32 ? launch_type<32>(p, a16, max_items, st, type)
+           : tn == 24 ? launch_type<24>(p, a16, max_items, st, type)
+                      : launch_type<16>(p, a16, max_items, st, type);
 }
 
 size_t chunk_bytes(int type)
@@ -982,6 +994,14 @@ int dense_nt(int n_tok, int row_tiles)
     const long long sms = dev_sm_count();
     auto items = [&](int nt) { return (long long)((n_tok + 16 * nt - 1) / (16 * nt)) * row_tiles; };
     return 2 * items(4) >= sms ? 4 : 2 * items(2) >= sms ? 2 : 1;
+}
+
+/* LILAC_CUDA_MMA_T24=1 (written in session 12, NOT yet run on a GPU): see lilac_cuda_matvec_grouped_mma. Read
+ * once. */
+bool t24_enabled()
+{
+    static std::atomic<int> on{-1};
+    return env_switch_once(on, "LILAC_CUDA_MMA_T24", false);
 }
 
 std::atomic<int> g_mma_on{-1};
@@ -1052,10 +1072,9 @@ int lilac_cuda_matvec_mma_x(const lilac_cuda_mat *W, const float *x, float *y, i
     p.K = K;
     p.row_tiles = (p.rows + BM - 1) / BM;
     prep(x, K, nullptr, n_tok, nullptr, K, q, st, same_x != 0);
-    const int nt = dense_nt(n_tok, p.row_tiles);
-    const int BN = MM_WARPS_N * 8 * nt;
+    const int BN = 16 * dense_nt(n_tok, p.row_tiles);
     const long long items = (long long)((n_tok + BN - 1) / BN) * p.row_tiles;
-    return launch_nt(nt, p, a16, items, st, W->type) ? 0 : -1;
+    return launch_tn(BN, p, a16, items, st, W->type) ? 0 : -1;
 }
 
 int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert,
@@ -1096,15 +1115,17 @@ int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride,
     /* tokens a tile from the mean pairs of an expert; items: sum ceil(c_e / BN) <= n_expert + n_pairs / BN.
      * Measured and removed: experts of over 16 pairs in a second launch of 32-token tiles with the 8 warps
      * along the rows (each weight decoded once for up to 32 tokens; one block an SM, 134 KB of shared memory):
-     * pp512 7,205 against 7,449 (H200, one call, 2026-11-30). */
+     * pp512 7,205 against 7,449 (H200, one call, 2026-11-30).
+     * LILAC_CUDA_MMA_T24=1: Q4_K experts of 12 to 23 pairs on average in 24-token tiles (8 x 1 warps, three n8
+     * tiles a warp; two blocks an SM still fit): at pp512 (Poisson(16) pairs an expert) ~1.02 tiles an expert
+     * instead of ~1.43, so each weight is decoded ~30 % fewer times for ~7 % more tensor-core work. */
     const long long mean = n_pairs / n_expert;
-    const int nt = mean >= 48 ? 4 : mean >= 24 ? 2 : 1;
-    const int BN = MM_WARPS_N * 8 * nt;
+    const int BN = mean >= 48 ? 64 : mean >= 24 ? 32 : mean >= 12 && W->type == LILAC_Q4_K && t24_enabled() ? 24 : 16;
     long long tiles = (long long)n_expert + n_pairs / BN + 1, tiles2 = (long long)n_expert * ((max_pairs + BN - 1) / BN);
     if (tiles2 < tiles)
         tiles = tiles2;
     const long long items = tiles * p.row_tiles;
-    return launch_nt(nt, p, a16, items, st, W->type) ? 0 : -1;
+    return launch_tn(BN, p, a16, items, st, W->type) ? 0 : -1;
 }
 
 } // extern "C"
