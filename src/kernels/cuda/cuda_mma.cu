@@ -354,8 +354,9 @@ template <int TYPE, int TN> struct Smem {
     static constexpr int W = 2 * BM * Q::SLOT;
     static constexpr int X = 2 * BN * XROW;
     static constexpr int XS = Q::KIND == KIND_SB ? 2 * BN * 8 * 4 : 0;
-    /* float table [NTAB][BM]; KIND_SB: the minima's fp16 pairs [4][BM] and dmin [BM] in its place */
-    static constexpr int TF = (Q::KIND == KIND_SB ? 5 : Q::NTAB) * BM * 4;
+    /* float table [NTAB][BM]; KIND_SB: the minima's fp16 pairs [4][BM] and dmin [BM] in its place, which at
+     * 24 tokens is all it takes (two blocks an SM; the other widths keep the layout last run on a GPU) */
+    static constexpr int TF = (Q::KIND == KIND_SB && TN == 24 ? 5 : Q::NTAB) * BM * 4;
     static constexpr int TH = Q::KIND == KIND_SB ? 8 * BM * 8 : 0;   /* (mult, add) [8][BM] */
     static constexpr int TD = Q::KIND == KIND_SB ? BM * 4 : 0;       /* d [BM] */
     static constexpr int TP = (MAX_EXPERT + 4) * 4;                  /* tile prefix */
