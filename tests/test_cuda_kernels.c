@@ -427,7 +427,9 @@ static void bench(void)
 
 /* lilac_cuda_gated_norm over rows of dv values: o = o / sqrt(mean(o^2) + eps) * w * silu(z), against float64,
  * each value within 2e-6 of its magnitude (a few float32 roundings, rsqrtf's and expf's 2 ulp); dv 130 is not
- * a multiple of 4 (the block kernel whichever switch). */
+ * a multiple of 4 (the block kernel whichever switch). cuda_ops.h's calls exist in CUDA builds only (the
+ * others skip before them). */
+#ifdef LILAC_CUDA
 static void test_gated_norm(void)
 {
     static const int DVS[] = {128, 96, 512, 130, 4};
@@ -469,6 +471,9 @@ static void test_gated_norm(void)
     printf("gated norm (%s kernel): max relative error %.3g\n",
            getenv("LILAC_CUDA_PF_WARP_NORM") && !atoi(getenv("LILAC_CUDA_PF_WARP_NORM")) ? "block" : "warp", worst);
 }
+#else
+static void test_gated_norm(void) {}
+#endif
 
 int main(void)
 {
@@ -481,6 +486,11 @@ int main(void)
     printf("%s\ndevice: %s, cc %d.%d, %zu MiB of %zu MiB free\n", msg, name, maj, min, avail >> 20, total >> 20);
 
     const int bench_only = getenv("LILAC_CUDA_BENCH_ONLY") != NULL;
+    /* LILAC_CUDA_GEMM_SPLIT=1: the float GEMM splits K into parts in the tensor-core scratch, which it borrows
+     * and does not grow: give the default stream's 64 MiB of it first, and require that the split ran */
+    const int split = getenv("LILAC_CUDA_GEMM_SPLIT") && atoi(getenv("LILAC_CUDA_GEMM_SPLIT"));
+    if (split)
+        CHECKF(lilac_cuda_mma_reserve(NULL, (size_t)64 << 20) == 0, "could not reserve the tensor-core scratch");
     if (!bench_only) {
         test_refusals();
         test_gated_norm();
@@ -491,6 +501,13 @@ int main(void)
                tname(TYPES[ti]), cases[ti], worst_mv[ti], worst_ex[ti], gr_bad[ti] ? "MISMATCH" : "bit-exact");
         fflush(stdout);
     }
+#ifdef LILAC_CUDA
+    if (split && !bench_only) {
+        const long n = lilac_cuda_gemm_split_launches();
+        printf("float GEMM with K split: %ld launches\n", n);
+        CHECKF(n > 0, "LILAC_CUDA_GEMM_SPLIT=1, yet no GEMM split K");
+    }
+#endif
     if (!getenv("LILAC_CUDA_NO_BENCH"))
         bench();
     TEST_END();

@@ -16,6 +16,7 @@
 #include "format/dtype.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_dev.cuh"
+#include "kernels/cuda/cuda_ops.h"
 #include "util/env.h"
 
 namespace {
@@ -47,15 +48,19 @@ template <> __device__ __forceinline__ float ldw<LILAC_BF16>(const uint8_t *row,
 // The next tile's loads are issued before the current one is computed. At TT 2 a tile is 128 columns: the
 // router's 2048 were 64 tiles of 32, each a memory round trip one after another (123 us a call, ncu, H200,
 // 2026-11-30). Each output is a float32 FMA chain in k order whatever the tile: the same bits.
+// Split K (gridDim.z > 1, k_gemm_sum after): block z sums columns [kc z, kc (z + 1)) into part z (y's layout,
+// n rows apart), still in k order; the parts are then added in z order.
 template <int TYPE, int TT>
 __global__ void __launch_bounds__(G_THREADS) k_gemm_f(const uint8_t *w, size_t row_bytes, int rows, int K,
-                                                      const float *x, int n, float *y)
+                                                      const float *x, int n, float *y, int kc)
 {
     constexpr int GM = 16 * TT, GN = 16 * TT, GK = gk_of(TT), NL = GM * GK / G_THREADS;
     static_assert(GM == GN && NL * G_THREADS == GM * GK, "tile shape");
     __shared__ float Ws[GK][GM + 1], Xs[GK][GN + 1]; /* [k][row], [k][token]; +1: the transposing stores spread */
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int r0 = blockIdx.x * GM, t0 = blockIdx.y * GN;
+    const int kb = blockIdx.z * kc, ke = min(K, kb + kc); /* this block's columns (all of them unsplit) */
+    y += (size_t)blockIdx.z * n * rows;
     float acc[TT][TT];
 #pragma unroll
     for (int i = 0; i < TT; i++)
@@ -68,12 +73,12 @@ __global__ void __launch_bounds__(G_THREADS) k_gemm_f(const uint8_t *w, size_t r
         for (int l = 0; l < NL; l++) {
             const int e = tid + l * G_THREADS, rr = e / GK, kk = e % GK, k = k0 + kk;
             const int r = r0 + rr, t = t0 + rr;
-            wv[l] = r < rows && k < K ? ldw<TYPE>(w + (size_t)r * row_bytes, k) : 0.f;
-            xv[l] = t < n && k < K ? __ldg(x + (size_t)t * K + k) : 0.f;
+            wv[l] = r < rows && k < ke ? ldw<TYPE>(w + (size_t)r * row_bytes, k) : 0.f;
+            xv[l] = t < n && k < ke ? __ldg(x + (size_t)t * K + k) : 0.f;
         }
     };
-    load(0);
-    for (int k0 = 0; k0 < K; k0 += GK) {
+    load(kb);
+    for (int k0 = kb; k0 < ke; k0 += GK) {
         __syncthreads(); /* the previous tile is consumed */
 #pragma unroll
         for (int l = 0; l < NL; l++) {
@@ -82,7 +87,7 @@ __global__ void __launch_bounds__(G_THREADS) k_gemm_f(const uint8_t *w, size_t r
             Xs[kk][rr] = xv[l];
         }
         __syncthreads();
-        if (k0 + GK < K)
+        if (k0 + GK < ke)
             load(k0 + GK); /* in flight while this tile is computed */
 #pragma unroll 8
         for (int kk = 0; kk < GK; kk++) {
@@ -111,28 +116,78 @@ __global__ void __launch_bounds__(G_THREADS) k_gemm_f(const uint8_t *w, size_t r
     }
 }
 
+// y[i] = part[0][i] + part[1][i] + ... (nz parts of m floats each, in order).
+__global__ void k_gemm_sum(const float *part, int nz, size_t m, float *y)
+{
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= m)
+        return;
+    float v = part[i];
+    for (int z = 1; z < nz; z++)
+        v += part[(size_t)z * m + i];
+    y[i] = v;
+}
+
 int esize(int type) { return type == LILAC_F32 ? 4 : type == LILAC_F16 || type == LILAC_BF16 ? 2 : 0; }
 
 template <int TYPE, int TT>
-void launch(const uint8_t *w, size_t row_bytes, int rows, int K, const float *x, int n, float *y, cudaStream_t st)
+void launch(const uint8_t *w, size_t row_bytes, int rows, int K, const float *x, int n, float *y, cudaStream_t st,
+            int nz = 1, int kc = 0)
 {
-    const dim3 grid((unsigned)((rows + 16 * TT - 1) / (16 * TT)), (unsigned)((n + 16 * TT - 1) / (16 * TT)));
-    k_gemm_f<TYPE, TT><<<grid, G_THREADS, 0, st>>>(w, row_bytes, rows, K, x, n, y);
+    const dim3 grid((unsigned)((rows + 16 * TT - 1) / (16 * TT)), (unsigned)((n + 16 * TT - 1) / (16 * TT)),
+                    (unsigned)nz);
+    k_gemm_f<TYPE, TT><<<grid, G_THREADS, 0, st>>>(w, row_bytes, rows, K, x, n, y, nz > 1 ? kc : K);
+}
+
+/* LILAC_CUDA_GEMM_SPLIT=1 (written in session 12, NOT yet run on a GPU): where the 64 x 64 tiles leave the GPU
+ * short of two blocks an SM, K split over blockIdx.z into parts in the tensor-core products' scratch (borrowed:
+ * no growth; without room, the 32 x 32 tiles as before), added by k_gemm_sum. The prefill's F32 router (257 x
+ * 2048, 512 tokens: 40 tiles of 64 x 64) takes 7 parts of 320 columns: 280 blocks of 16 FMAs a thread per two
+ * 16-byte-wide shared loads, where its 32 x 32 tiles (144 blocks) do 4 FMAs per 4 loads (4.3 % of pp512 in ncu,
+ * session 12). Read once. */
+std::atomic<long> g_split{0}; /* launches that split K (lilac_cuda_gemm_split_launches) */
+
+bool split_enabled()
+{
+    static std::atomic<int> on{-1};
+    return env_switch_once(on, "LILAC_CUDA_GEMM_SPLIT", false);
 }
 
 template <int TYPE>
-void launch_t(const uint8_t *w, size_t row_bytes, int rows, int K, const float *x, int n, float *y, cudaStream_t st)
+void launch_t(const uint8_t *w, size_t row_bytes, int rows, int K, const float *x, int n, float *y,
+              lilac_cuda_stream *s)
 {
-    const long long big = (long long)((rows + 63) / 64) * ((n + 63) / 64);
-    if (big >= dev_sm_count())
+    const cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
+    const long long big = (long long)((rows + 63) / 64) * ((n + 63) / 64), sms = dev_sm_count();
+    if (big >= sms) {
         launch<TYPE, 4>(w, row_bytes, rows, K, x, n, y, st);
-    else
-        launch<TYPE, 2>(w, row_bytes, rows, K, x, n, y, st);
+        return;
+    }
+    if (split_enabled()) {
+        constexpr int GK = gk_of(4);
+        int nz = (int)(2 * sms / big); /* parts: the grid within two blocks an SM (one wave) */
+        const int tiles = (K + GK - 1) / GK; /* column tiles */
+        nz = nz > tiles ? tiles : nz;
+        const int kc = (tiles + (nz > 1 ? nz : 1) - 1) / (nz > 1 ? nz : 1) * GK;
+        nz = (K + kc - 1) / kc;
+        const size_t m = (size_t)n * rows;
+        float *part = nz > 1 ? static_cast<float *>(lilac_cuda_mma_scratch_borrow(s, (size_t)nz * m * sizeof(float)))
+                             : nullptr;
+        if (part) {
+            launch<TYPE, 4>(w, row_bytes, rows, K, x, n, part, st, nz, kc);
+            k_gemm_sum<<<(unsigned)((m + 255) / 256), 256, 0, st>>>(part, nz, m, y);
+            g_split.fetch_add(1, std::memory_order_relaxed);
+            return;
+        }
+    }
+    launch<TYPE, 2>(w, row_bytes, rows, K, x, n, y, st);
 }
 
 } // namespace
 
 extern "C" {
+
+long lilac_cuda_gemm_split_launches(void) { return g_split.load(std::memory_order_relaxed); }
 
 int lilac_cuda_gemm_min_tokens(void)
 {
@@ -149,13 +204,12 @@ int lilac_cuda_matvec_gemm(const lilac_cuda_mat *W, const float *x, float *y, in
         W->cols > 0x7fffffff || W->row_bytes < (size_t)W->cols * es || W->row_bytes % es ||
         reinterpret_cast<uintptr_t>(W->data) % es || (n_tok + 31) / 32 > 65535)
         return -1;
-    const cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
     const uint8_t *w = static_cast<const uint8_t *>(W->data);
     const int rows = (int)W->rows, K = (int)W->cols;
     switch (W->type) {
-    case LILAC_F32: launch_t<LILAC_F32>(w, W->row_bytes, rows, K, x, n_tok, y, st); break;
-    case LILAC_F16: launch_t<LILAC_F16>(w, W->row_bytes, rows, K, x, n_tok, y, st); break;
-    default: launch_t<LILAC_BF16>(w, W->row_bytes, rows, K, x, n_tok, y, st); break;
+    case LILAC_F32: launch_t<LILAC_F32>(w, W->row_bytes, rows, K, x, n_tok, y, s); break;
+    case LILAC_F16: launch_t<LILAC_F16>(w, W->row_bytes, rows, K, x, n_tok, y, s); break;
+    default: launch_t<LILAC_BF16>(w, W->row_bytes, rows, K, x, n_tok, y, s); break;
     }
     return 0;
 }

@@ -1023,6 +1023,16 @@ int lilac_cuda_mma_supported(int type) { return chunk_bytes(type) != 0; }
 
 int lilac_cuda_mma_reserve(lilac_cuda_stream *s, size_t bytes) { return scratch(S(s), bytes) ? 0 : -1; }
 
+void *lilac_cuda_mma_scratch_borrow(lilac_cuda_stream *s, size_t bytes)
+{
+    std::lock_guard<std::mutex> lk(g_scr_mu);
+    Scratch *sc = scratch_of(S(s), nullptr);
+    if (!sc || !sc->p || sc->cap < bytes)
+        return nullptr;
+    sc->mn = 0; /* its digits are about to be overwritten: no pre-pass may skip on them */
+    return sc->p;
+}
+
 unsigned lilac_cuda_mma_scratch_gen(lilac_cuda_stream *s)
 {
     std::lock_guard<std::mutex> lk(g_scr_mu);

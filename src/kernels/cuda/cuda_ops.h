@@ -144,6 +144,12 @@ void lilac_cuda_pf_deltanet(float *conv_out, int C, float *a, float *b, const fl
 int lilac_cuda_pf_deltanet_form(float *conv_out, int C, float *a, float *b, const float *ssm_a, const float *ssm_dt,
                                 float *S, float *o, const float *z, const float *norm_w, int nk, int nv, int dk, int dv,
                                 int tiled, float eps, int n, int chunked, float *tp, lilac_cuda_stream *s);
+/* Up to bytes of the tensor-core products' scratch of stream s (cuda_mma.cu), for a caller's temporary use on s
+ * between products: NULL where it holds fewer bytes (it does not grow here). The pre-pass's memo of the digits it
+ * holds is dropped. */
+void *lilac_cuda_mma_scratch_borrow(lilac_cuda_stream *s, size_t bytes);
+/* The float GEMM's launches so far that split K (cuda_gemm.cu, LILAC_CUDA_GEMM_SPLIT=1). */
+long lilac_cuda_gemm_split_launches(void);
 /* cuda_wgmma.cuh's assumptions checked on the GPU: d (64 x 128) = a (64 x K, row-major) times b (128 x K,
  * row-major: b's rows are the product's columns)^T, both rounded to fp16, by one warpgroup's wgmma with A from
  * registers and B in shared memory as cuda_wgmma.cuh describes it. K a multiple of 16 up to 64. 0, or -1 with msg (no sm_90a build or
