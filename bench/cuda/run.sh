@@ -45,6 +45,7 @@ do_test() {
     run_test kernels test_cuda_kernels
     run_test kernels-t8 test_cuda_kernels LILAC_CUDA_MV_T8=1 LILAC_CUDA_NO_BENCH=1
     run_test kernels-block-norm test_cuda_kernels LILAC_CUDA_PF_WARP_NORM=0 LILAC_CUDA_NO_BENCH=1
+    run_test kernels-gemm-split test_cuda_kernels LILAC_CUDA_GEMM_SPLIT=1 LILAC_CUDA_NO_BENCH=1
     run_test wgmma test_cuda_wgmma
     run_test mma test_cuda_mma
     run_test mma-old-paths test_cuda_mma LILAC_CUDA_MMA_W8=0 LILAC_CUDA_MMA_XROWS=0
@@ -76,6 +77,7 @@ do_test() {
     run_test prefill-block-norm test_cuda_prefill LILAC_CUDA_PF_WARP_NORM=0
     run_test prefill-dn-narrow test_cuda_prefill LILAC_CUDA_DN_WIDE=0
     run_test prefill-t24 test_cuda_prefill LILAC_CUDA_MMA_T24=1
+    run_test prefill-gemm-split test_cuda_prefill LILAC_CUDA_GEMM_SPLIT=1
     grep -h "wgmma probe" "$out"/wgmma.txt 2>/dev/null
     grep -h "launches of the fused" "$out"/model-*.txt 2>/dev/null
     grep -h "vs token path\|sequences vs alone\|timing" "$out"/prefill.txt "$out"/batch.txt "$out"/attn.txt \
