@@ -141,10 +141,10 @@ void launch(const uint8_t *w, size_t row_bytes, int rows, int K, const float *x,
 
 /* LILAC_CUDA_GEMM_SPLIT=1 (written in session 12, NOT yet run on a GPU): where the 64 x 64 tiles leave the GPU
  * short of two blocks an SM, K split over blockIdx.z into parts in the tensor-core products' scratch (borrowed:
- * no growth; without room, the 32 x 32 tiles as before), added by k_gemm_sum. The prefill's F32 router (257 x
- * 2048, 512 tokens: 40 tiles of 64 x 64) takes 7 parts of 320 columns: 280 blocks of 16 FMAs a thread per two
- * 16-byte-wide shared loads, where its 32 x 32 tiles (144 blocks) do 4 FMAs per 4 loads (4.3 % of pp512 in ncu,
- * session 12). Read once. */
+ * no growth; without room, the 32 x 32 tiles as before), added by k_gemm_sum in part order. The prefill's F32
+ * router (257 x 2048, 512 tokens: 40 tiles of 64 x 64) takes 6 parts of 352 columns, 240 blocks (two an SM at
+ * 128 registers) of 16 FMAs a thread per 8 shared loads, where its 32 x 32 tiles (144 blocks) do 4 FMAs per 4
+ * loads (4.3 % of pp512 in ncu, session 12). Read once. */
 std::atomic<long> g_split{0}; /* launches that split K (lilac_cuda_gemm_split_launches) */
 
 bool split_enabled()
