@@ -96,7 +96,8 @@ int main(void)
         const char *var;
         int kind;
     } fused[] = {{"LILAC_CUDA_MOE_FUSED", LILAC_CUDA_FUSED_MOE},
-                 {"LILAC_CUDA_QKV_CONV", LILAC_CUDA_FUSED_QKV_CONV}};
+                 {"LILAC_CUDA_QKV_CONV", LILAC_CUDA_FUSED_QKV_CONV},
+                 {"LILAC_CUDA_DOWN_SUM", LILAC_CUDA_FUSED_DOWN_SUM}};
     for (size_t i = 0; i < sizeof fused / sizeof fused[0]; i++) {
         const char *v = getenv(fused[i].var);
         if (!v || strcmp(v, "1"))

@@ -67,6 +67,7 @@ do_test() {
     run_test model-moe-fused test_cuda_model LILAC_CUDA_MOE_FUSED=1
     run_test model-qkv-conv test_cuda_model LILAC_CUDA_QKV_CONV=1
     run_test model-both-fused test_cuda_model LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1
+    run_test model-down-sum test_cuda_model LILAC_CUDA_DOWN_SUM=1
     run_test batch test_cuda_batch
     run_test batch-graph test_cuda_batch LILAC_CUDA_BATCH_GRAPH=1
     run_test batch-grouped test_cuda_batch LILAC_CUDA_PAIRS=0

@@ -117,6 +117,15 @@ int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s)
     return -1;
 }
 
+int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k, const float *g,
+                            const float *u, const float *wt, const float *sh, float *x, const float *norm_w, float *xn,
+                            float eps, float *part, unsigned *count, lilac_cuda_stream *s)
+{
+    (void)W, (void)expert_stride, (void)idx, (void)k, (void)g, (void)u, (void)wt, (void)sh, (void)x, (void)norm_w;
+    (void)xn, (void)eps, (void)part, (void)count, (void)s;
+    return -1;
+}
+
 long lilac_cuda_fused_launches(int kind)
 {
     (void)kind;

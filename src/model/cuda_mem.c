@@ -69,7 +69,8 @@ uint64_t lilac_cuda_decode_sizes(const lilac_hparams *hp, size_t *bytes)
         2 * sizeof(int32_t),                                      /* tok: the token, its position */
         2 * k * sizeof(int32_t),                                  /* idx */
         2 * sizeof(unsigned),                                     /* count: the route's, the sum's */
-        LILAC_CUDA_SUM_GRID_MAXB * f,                             /* part: the sum's blocks' squares */
+        (LILAC_CUDA_SUM_GRID_MAXB > LILAC_CUDA_DOWN_SUM_MAXB ? LILAC_CUDA_SUM_GRID_MAXB : LILAC_CUDA_DOWN_SUM_MAXB) *
+            f, /* part: the sum's blocks' squares (or lilac_cuda_moe_down_sum's) */
     };
     return fill(b, LILAC_CUDA_DEC_NBUF, bytes);
 }

@@ -540,6 +540,10 @@ typedef struct {
     bool route_tail;
     /* SUM_GRID=0: the experts' sum and the next norm by one block, not over a grid */
     bool sum_grid;
+    /* DOWN_SUM=1 (written in session 12, NOT yet run on a GPU): the routed down product, the experts' sum and
+     * the next norm in one kernel (lilac_cuda_moe_down_sum) instead of the down product and the sum kernel;
+     * where it does not take the layer, those two */
+    bool down_sum;
 } step_sw;
 
 static const step_sw *step_switches(void)
@@ -553,6 +557,7 @@ static const step_sw *step_switches(void)
             .norm_router = lilac_env_switch("LILAC_CUDA_NORM_ROUTER", true),
             .route_tail = lilac_env_switch("LILAC_CUDA_ROUTE_TAIL", false),
             .sum_grid = lilac_env_switch("LILAC_CUDA_SUM_GRID", true),
+            .down_sum = lilac_env_switch("LILAC_CUDA_DOWN_SUM", false),
         };
         read = true;
     }
@@ -703,6 +708,13 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         }
         if (shared)
             lilac_cuda_fork(aux, s, cm->ev[1]);
+        if (sw->down_sum && !lilac_cuda_moe_down_sum(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
+                                                     cm->rw, shared ? cm->sho : NULL, cm->x, next_norm, cm->xn, eps,
+                                                     cm->part, cm->count + 1, s)) {
+            if (g_trace == 1)
+                trace_name("moe_down_sum", "");
+            continue;
+        }
         OP("matvec_experts", lilac_cuda_matvec_fused(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
                                                      1, cm->ex, 0, s));
         /* x += the experts' sum, and the next layer's input norm (the output norm after the last layer) */

@@ -42,6 +42,7 @@
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_dev.cuh"
 #include "kernels/cuda/cuda_dq.cuh"
+#include "kernels/cuda/cuda_sizes.h"
 #include "util/env.h"
 #include "kernels/cuda/cuda_trace.cuh"
 
@@ -862,6 +863,103 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, 1)) k_mv_conv(c
     TRACE_END(LILAC_TK_MV);
 }
 
+/* The decode step's routed down product, the experts' sum and the next layer's input norm in one kernel
+ * (lilac_cuda_moe_down_sum; LILAC_CUDA_DOWN_SUM=1, written in session 12, NOT yet run on a GPU): instead of
+ * k_mv over k slots into ex and then k_moe_sum_norm_grid, a block takes DS_ROWS rows of every slot, warp s
+ * slot s (k <= DS_MAXK); each row's k dots (k_mv's arithmetic: Unit dot, DS_LPR lanes a row) meet in shared
+ * memory, and DS_ROWS threads add them into x as the sum kernel does (the experts by slot, the shared one,
+ * then x: its bits); the squares' parts by block, the last block adds them (a block reduction, the same
+ * order every run) and writes xn. One launch and one L2 round trip of ex fewer a layer. */
+constexpr int DS_MAXK = NWARPS;                 /* slots: a warp each */
+constexpr int DS_R = 2;                         /* rows a lane group */
+constexpr int DS_LPR = 4;                       /* lanes a row (a power of two) */
+constexpr int DS_ROWS = 32 / DS_LPR * DS_R;     /* rows a block */
+static_assert(LILAC_CUDA_DOWN_SUM_MAXB <= NTHREADS, "the last block reduces a part a thread");
+
+struct DS {
+    const uint8_t *w; /* expert 0 */
+    size_t row_bytes, expert_stride;
+    const int32_t *idx;  /* the k slots' experts */
+    const float *wt;     /* their weights, then (sh) the shared expert's gate */
+    const float *g, *u;  /* slot s's input silu(g) u at g + s x_slot, u + s x_slot */
+    long long x_slot;
+    const float *sh;     /* the shared expert's output, or NULL */
+    float *x;            /* the residual stream: x += the sum */
+    const float *norm_w; /* the next norm's weights (NULL: no norm) */
+    float *xn, *part;    /* the normed x; the blocks' sums of squares */
+    unsigned *count;     /* dev_last_block's (zero between launches) */
+    int rows, cols, k;
+    float eps;
+};
+
+template <int TYPE, bool A16> __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
+{
+    using UT = Unit<TYPE>;
+    constexpr int R = DS_R, US = UT::VPU + 4, NRUN = UT::NRUN;
+    TRACE_START(LILAC_TK_MOE_DOWN_SUM);
+    griddep_launch_dependents();
+    extern __shared__ float4 smem4[];
+    const int U = d.cols / UT::VPU, XS = U * US, SS = U * NRUN;
+    float *const xs = reinterpret_cast<float *>(smem4); /* [DS_MAXK][XS] */
+    float *const ss = xs + DS_MAXK * XS;                 /* [DS_MAXK][SS] */
+    float *const vs = ss + DS_MAXK * SS;                 /* [DS_MAXK][DS_ROWS]: the rows' dots by slot */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane & (DS_LPR - 1), grp = lane / DS_LPR;
+    const int row0 = blockIdx.x * DS_ROWS, rg = row0 + grp * R;
+    griddep_wait(); /* idx, the inputs, x and the shared expert's output come from the kernels before */
+    TRACE_WAITED(LILAC_TK_MOE_DOWN_SUM);
+    const bool has = warp < d.k;
+    const uint8_t *W = d.w + (has ? (size_t)__ldg(d.idx + warp) * d.expert_stride : 0);
+    const uint8_t *rowp[R];
+    bool ok[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        ok[r] = has && rg + r < d.rows;
+        rowp[r] = W + (size_t)(ok[r] ? rg + r : 0) * d.row_bytes;
+    }
+    typename UT::Pay a[R], b[R];
+    int u = sub;
+    if (u < U)
+        load_rows<TYPE, A16, R>(rowp, ok, u, a); /* in flight while x is loaded */
+    load_x<UT, DS_MAXK>(d.g, d.u, d.x_slot, d.k, 0, U, xs, XS, ss, SS); /* slot s as token s; ends with a barrier */
+    float tot[R][1];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        tot[r][0] = 0.f;
+    if (has)
+        mv_units<TYPE, A16, R, 1>(rowp, ok, u, 0, U, DS_LPR, a, b, xs + warp * XS, XS, ss + warp * SS, SS, 1, tot);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const float v = lanes_sum(tot[r][0], DS_LPR); /* every lane: whole-warp shuffles */
+        if (has && sub == 0)
+            vs[warp * DS_ROWS + grp * R + r] = v;
+    }
+    __syncthreads();
+    float o = 0.0f;
+    const int t = threadIdx.x, e = row0 + t;
+    if (t < DS_ROWS && e < d.rows) { /* k_moe_sum_norm_grid's sum, in its order */
+        const float xv = __ldcg(d.x + e), sv = d.sh ? __ldcg(d.sh + e) : 0.0f,
+                    g = d.sh ? __ldcg(d.wt + d.k) : 0.0f;
+        for (int i = 0; i < d.k; i++)
+            o += __ldcg(d.wt + i) * vs[i * DS_ROWS + t];
+        if (d.sh)
+            o += g * sv;
+        o += xv;
+        d.x[e] = o;
+    }
+    if (!d.norm_w) {
+        TRACE_END(LILAC_TK_MOE_DOWN_SUM);
+        return;
+    }
+    const float sq = block_sum(t < DS_ROWS && e < d.rows ? o * o : 0.0f);
+    if (t == 0)
+        d.part[blockIdx.x] = sq;
+    if (dev_last_block(d.count)) {
+        const float tt = block_sum(t < (int)gridDim.x ? __ldcg(d.part + t) : 0.0f); /* a fixed tree: every run */
+        dev_scale_store(d.x, rsqrtf(tt / d.rows + d.eps), d.norm_w, d.xn, d.rows);
+    }
+    TRACE_END(LILAC_TK_MOE_DOWN_SUM);
+}
+
 /* The scalar fallback, for layouts the fast kernel does not take (float
  * rows not a multiple of 16 values or not 16-byte aligned, odd addresses):
  * a warp a row, values dequantized one by one. */
@@ -1588,6 +1686,51 @@ static std::atomic<long> g_fused_launches[LILAC_CUDA_FUSED_KINDS];
 long lilac_cuda_fused_launches(int kind)
 {
     return kind >= 0 && kind < LILAC_CUDA_FUSED_KINDS ? g_fused_launches[kind].load(std::memory_order_relaxed) : 0;
+}
+
+int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k, const float *g,
+                            const float *u, const float *wt, const float *sh, float *x, const float *norm_w, float *xn,
+                            float eps, float *part, unsigned *count, lilac_cuda_stream *s)
+{
+    if (!mat_ok(W) || !idx || !g || !u || !wt || !x || (norm_w && (!xn || !part || !count)) || k < 1 ||
+        k > DS_MAXK || W->cols > INT_MAX || W->rows > INT_MAX)
+        return -1;
+    const long long nb = (W->rows + DS_ROWS - 1) / DS_ROWS;
+    if (nb > LILAC_CUDA_DOWN_SUM_MAXB)
+        return -1;
+    DS d{};
+    d.w = static_cast<const uint8_t *>(W->data);
+    d.row_bytes = W->row_bytes, d.expert_stride = expert_stride;
+    d.idx = idx, d.wt = wt, d.g = g, d.u = u, d.x_slot = W->cols, d.sh = sh;
+    d.x = x, d.norm_w = norm_w, d.xn = xn, d.part = part, d.count = count;
+    d.rows = (int)W->rows, d.cols = (int)W->cols, d.k = k, d.eps = eps;
+    const int align = mv_align(W, expert_stride);
+    const cudaStream_t st = S(s);
+    /* shared memory: the k inputs (DS_MAXK slots' room) and their run sums, then the dots */
+    auto smem = [&](int vpu, int nrun) {
+        const long long U = W->cols / vpu;
+        return (size_t)sizeof(float) * (size_t)(DS_MAXK * U * (vpu + 4) + DS_MAXK * U * nrun + DS_MAXK * DS_ROWS);
+    };
+    auto go = [&](auto kern, int vpu, int nrun) {
+        const size_t sm = smem(vpu, nrun);
+        if (W->cols % vpu || sm > 48 * 1024)
+            return -1;
+        launch_dependent(kern, dim3((unsigned)nb), dim3(NTHREADS), sm, st, d);
+        g_fused_launches[LILAC_CUDA_FUSED_DOWN_SUM].fetch_add(1, std::memory_order_relaxed);
+        return 0;
+    };
+    switch (align ? W->type : -1) {
+    case LILAC_Q4_K:
+        return align == 16 ? go(k_moe_down_sum<LILAC_Q4_K, true>, Unit<LILAC_Q4_K>::VPU, Unit<LILAC_Q4_K>::NRUN)
+                           : go(k_moe_down_sum<LILAC_Q4_K, false>, Unit<LILAC_Q4_K>::VPU, Unit<LILAC_Q4_K>::NRUN);
+    case LILAC_Q5_K:
+        return align == 16 ? go(k_moe_down_sum<LILAC_Q5_K, true>, Unit<LILAC_Q5_K>::VPU, Unit<LILAC_Q5_K>::NRUN)
+                           : go(k_moe_down_sum<LILAC_Q5_K, false>, Unit<LILAC_Q5_K>::VPU, Unit<LILAC_Q5_K>::NRUN);
+    case LILAC_Q6_K: return go(k_moe_down_sum<LILAC_Q6_K, false>, Unit<LILAC_Q6_K>::VPU, Unit<LILAC_Q6_K>::NRUN);
+    case LILAC_Q8_0: return go(k_moe_down_sum<LILAC_Q8_0, false>, Unit<LILAC_Q8_0>::VPU, Unit<LILAC_Q8_0>::NRUN);
+    case LILAC_Q4_0: return go(k_moe_down_sum<LILAC_Q4_0, false>, Unit<LILAC_Q4_0>::VPU, Unit<LILAC_Q4_0>::NRUN);
+    default: return -1;
+    }
 }
 
 int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, float *conv_state, const float *conv_w,

@@ -27,6 +27,8 @@ static inline size_t lilac_cuda_att_rows_part_floats(int n_head, int hd, int n)
  * whose sums of squares its part buffer holds. */
 #define LILAC_CUDA_SUM_GRID_T 256
 #define LILAC_CUDA_SUM_GRID_MAXB 64
+/* lilac_cuda_moe_down_sum's blocks at most (16 rows each), whose squares the same part buffer holds. */
+#define LILAC_CUDA_DOWN_SUM_MAXB 256
 
 /* The tensor-core products' scratch (cuda_mma.cu's xq_get): for n rows of K columns, the digits
  * (LILAC_CUDA_XQ_BLOCK bytes a row and 32 columns), a float sum a block (the array padded to 256
