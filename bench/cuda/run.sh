@@ -53,6 +53,7 @@ do_test() {
     run_test mma-dense-nt2 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=2
     run_test mma-dense-nt1 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=1
     run_test mma-t24 test_cuda_mma LILAC_CUDA_MMA_T24=1
+    run_test mma-t24-dense test_cuda_mma LILAC_CUDA_MMA_T24=2 LILAC_CUDA_MMA_DENSE_NT=4
     run_test attn test_cuda_attn
     run_test dn test_cuda_dn
     run_test dn-block-norm test_cuda_dn LILAC_CUDA_PF_WARP_NORM=0
@@ -77,7 +78,7 @@ do_test() {
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0
     run_test prefill-block-norm test_cuda_prefill LILAC_CUDA_PF_WARP_NORM=0
     run_test prefill-dn-narrow test_cuda_prefill LILAC_CUDA_DN_WIDE=0
-    run_test prefill-t24 test_cuda_prefill LILAC_CUDA_MMA_T24=1
+    run_test prefill-t24 test_cuda_prefill LILAC_CUDA_MMA_T24=2
     run_test prefill-gemm-split test_cuda_prefill LILAC_CUDA_GEMM_SPLIT=1
     grep -h "wgmma probe" "$out"/wgmma.txt 2>/dev/null
     grep -h "launches of the fused" "$out"/model-*.txt 2>/dev/null

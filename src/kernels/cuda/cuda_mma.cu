@@ -997,12 +997,19 @@ int dense_nt(int n_tok, int row_tiles)
     return 2 * items(4) >= sms ? 4 : 2 * items(2) >= sms ? 2 : 1;
 }
 
-/* LILAC_CUDA_MMA_T24=1 (written in session 12, NOT yet run on a GPU): see lilac_cuda_matvec_grouped_mma. Read
- * once. */
-bool t24_enabled()
+/* LILAC_CUDA_MMA_T24 (written in session 12, NOT yet run on a GPU): 1, the grouped Q4_K products' 24-token
+ * tiles (see lilac_cuda_matvec_grouped_mma); 2, the dense Q4_K ones' too (two blocks of 8 warps an SM, each weight
+ * decoded once per 24 tokens, where the 64-token 4 x 2 tiles hold one block an SM and decode each weight twice
+ * per 64). Read once. */
+int t24_mode()
 {
-    static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_MMA_T24", false);
+    static std::atomic<int> mode{-1};
+    int v = mode.load(std::memory_order_relaxed);
+    if (v < 0) {
+        v = lilac_env_int("LILAC_CUDA_MMA_T24", 0, 0, 2);
+        mode.store(v, std::memory_order_relaxed);
+    }
+    return v;
 }
 
 std::atomic<int> g_mma_on{-1};
@@ -1083,7 +1090,8 @@ int lilac_cuda_matvec_mma_x(const lilac_cuda_mat *W, const float *x, float *y, i
     p.K = K;
     p.row_tiles = (p.rows + BM - 1) / BM;
     prep(x, K, nullptr, n_tok, nullptr, K, q, st, same_x != 0);
-    const int BN = 16 * dense_nt(n_tok, p.row_tiles);
+    const int nt = dense_nt(n_tok, p.row_tiles);
+    const int BN = nt == 4 && W->type == LILAC_Q4_K && t24_mode() == 2 ? 24 : 16 * nt;
     const long long items = (long long)((n_tok + BN - 1) / BN) * p.row_tiles;
     return launch_tn(BN, p, a16, items, st, W->type) ? 0 : -1;
 }
@@ -1131,7 +1139,7 @@ int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride,
      * tiles a warp; two blocks an SM still fit): at pp512 (Poisson(16) pairs an expert) ~1.02 tiles an expert
      * instead of ~1.43, so each weight is decoded ~30 % fewer times for ~7 % more tensor-core work. */
     const long long mean = n_pairs / n_expert;
-    const int BN = mean >= 48 ? 64 : mean >= 24 ? 32 : mean >= 12 && W->type == LILAC_Q4_K && t24_enabled() ? 24 : 16;
+    const int BN = mean >= 48 ? 64 : mean >= 24 ? 32 : mean >= 12 && W->type == LILAC_Q4_K && t24_mode() ? 24 : 16;
     long long tiles = (long long)n_expert + n_pairs / BN + 1, tiles2 = (long long)n_expert * ((max_pairs + BN - 1) / BN);
     if (tiles2 < tiles)
         tiles = tiles2;
