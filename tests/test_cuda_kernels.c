@@ -23,6 +23,7 @@
 #include "kernels/cpu/quantize.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_sizes.h"
 #include "cudatest.h"
 
 #define TOL 1e-5
@@ -278,6 +279,8 @@ out:
     free(out);
 }
 
+static void test_down_sum(int type, int64_t rows, int64_t cols, int k, int shared, int normed, int exact);
+
 static void test_type(int ti)
 {
     const int type = TYPES[ti];
@@ -350,6 +353,103 @@ static void test_type(int ti)
     test_experts(ti, type, 333, 2048, 1, 0);
     test_experts(ti, type, 96, 512, 1, 1);
     test_experts(ti, type, 40, 2048, 0, 1);
+    if (type != LILAC_F32 && type != LILAC_F16 && type != LILAC_BF16) {
+        test_down_sum(type, 2048, 512, 8, 1, 1, 1); /* the 35B-A3B's shape */
+        test_down_sum(type, 200, 256, 3, 0, 1, 0);
+        test_down_sum(type, 96, 1024, 8, 1, 0, 0);
+    }
+}
+
+/* lilac_cuda_moe_down_sum (the decode step's down product, the experts' sum and the next norm in one kernel)
+ * against the two kernels it replaces, lilac_cuda_matvec_fused over k slots and lilac_cuda_moe_sum_norm_grid:
+ * exact (the 35B-A3B's 512 columns, where k_mv takes 4 lanes a row as the fused kernel does): x bit for bit,
+ * the same dots added in the same order; else within 1e-6 of max |x| (a row's lanes may split otherwise);
+ * xn within 1e-6 of each value (its sum of squares in other parts). rows not a multiple of 16 leave the last
+ * block part-filled; k under 8 leaves warps idle. Quantized types only (the others return -1). */
+static int ds_cases, ds_bad;
+static void test_down_sum(int type, int64_t rows, int64_t cols, int k, int shared, int normed, int exact)
+{
+    enum { N_EXP = 16 };
+    static const int32_t IDX[8] = {3, 15, 0, 3, 7, 7, 12, 1};
+    char what[256], msg[512];
+    snprintf(what, sizeof what, "%s down+sum, %d of %d experts of %lld x %lld%s%s", tname(type), k, N_EXP,
+             (long long)rows, (long long)cols, shared ? ", shared expert" : "", normed ? ", norm" : "");
+    const size_t rb = lilac_dtype_row_bytes(type, cols), stride = (size_t)rows * rb + 64;
+    uint8_t *host;
+    float *deq;
+    experts_make(type, rows, cols, stride, N_EXP, &host, &deq);
+    const size_t ng = (size_t)k * (size_t)cols;
+    float *g = malloc(sizeof(float) * ng), *u = malloc(sizeof(float) * ng), *wt = malloc(sizeof(float) * 9);
+    float *x0 = malloc(sizeof(float) * (size_t)rows), *sh = malloc(sizeof(float) * (size_t)rows);
+    float *nw = malloc(sizeof(float) * (size_t)rows);
+    float *xa = malloc(sizeof(float) * (size_t)rows), *xb = malloc(sizeof(float) * (size_t)rows);
+    float *na = malloc(sizeof(float) * (size_t)rows), *nb = malloc(sizeof(float) * (size_t)rows);
+    for (size_t i = 0; i < ng; i++)
+        g[i] = 4 * rnd_sym(), u[i] = rnd_sym();
+    for (int i = 0; i < 9; i++)
+        wt[i] = 0.05f + 0.2f * (rnd_sym() + 1);
+    for (int64_t r = 0; r < rows; r++)
+        x0[r] = 2 * rnd_sym(), sh[r] = rnd_sym(), nw[r] = 1 + 0.5f * rnd_sym();
+    void *dw = NULL, *didx = NULL, *dcnt = NULL;
+    float *dg = dev_floats(g, ng), *du = dev_floats(u, ng), *dwt = dev_floats(wt, 9), *dsh = dev_floats(sh, rows);
+    float *dnw = dev_floats(nw, rows), *dxa = dev_floats(x0, rows), *dxb = dev_floats(x0, rows);
+    float *dna = dev_floats(NULL, rows), *dnb = dev_floats(NULL, rows), *dex = dev_floats(NULL, (size_t)k * rows);
+    float *dpart = dev_floats(NULL, LILAC_CUDA_DOWN_SUM_MAXB);
+    if (lilac_cuda_malloc(&dw, stride * N_EXP, msg, sizeof msg) ||
+        lilac_cuda_upload(dw, host, stride * N_EXP, msg, sizeof msg) ||
+        lilac_cuda_malloc(&didx, sizeof IDX, msg, sizeof msg) ||
+        lilac_cuda_upload(didx, IDX, sizeof IDX, msg, sizeof msg) ||
+        lilac_cuda_malloc(&dcnt, 2 * sizeof(unsigned), msg, sizeof msg)) {
+        CHECKF(0, "%s: %s", what, msg);
+    } else if (dg && du && dwt && dsh && dnw && dxa && dxb && dna && dnb && dex && dpart) {
+        lilac_cuda_memset(dcnt, 0, 2 * sizeof(unsigned), NULL);
+        lilac_cuda_memset(dna, 0, sizeof(float) * (size_t)rows, NULL);
+        lilac_cuda_memset(dnb, 0, sizeof(float) * (size_t)rows, NULL);
+        const lilac_cuda_mat m = {.data = dw, .type = type, .rows = rows, .cols = cols, .row_bytes = rb};
+        unsigned *cnt = dcnt;
+        lilac_cuda_matvec_fused(&m, stride, didx, k, dg, du, 1, dex, 0, NULL);
+        const int ra = lilac_cuda_moe_sum_norm_grid(dxa, dex, dwt, k, shared ? dsh : NULL, dwt + k,
+                                                    normed ? dnw : NULL, dna, (int)rows, 1e-6f, dpart, cnt, NULL);
+        const long before = lilac_cuda_fused_launches(LILAC_CUDA_FUSED_DOWN_SUM);
+        const int rb2 = lilac_cuda_moe_down_sum(&m, stride, didx, k, dg, du, dwt, shared ? dsh : NULL, dxb,
+                                                normed ? dnw : NULL, dnb, 1e-6f, dpart, cnt + 1, NULL);
+        const char *err = check_msg();
+        unsigned cnts[2] = {1, 1};
+        if (err || ra || rb2) {
+            CHECKF(0, "%s: %s (sum kernel %d, fused %d)", what, err ? err : "not taken", ra, rb2);
+        } else if (lilac_cuda_download(xa, dxa, sizeof(float) * (size_t)rows, NULL, msg, sizeof msg) ||
+                   lilac_cuda_download(xb, dxb, sizeof(float) * (size_t)rows, NULL, msg, sizeof msg) ||
+                   lilac_cuda_download(na, dna, sizeof(float) * (size_t)rows, NULL, msg, sizeof msg) ||
+                   lilac_cuda_download(nb, dnb, sizeof(float) * (size_t)rows, NULL, msg, sizeof msg) ||
+                   lilac_cuda_download(cnts, dcnt, sizeof cnts, NULL, msg, sizeof msg)) {
+            CHECKF(0, "%s: download: %s", what, msg);
+        } else {
+            CHECKF(lilac_cuda_fused_launches(LILAC_CUDA_FUSED_DOWN_SUM) == before + 1, "%s: not counted", what);
+            CHECKF(cnts[0] == 0 && cnts[1] == 0, "%s: counters left at %u, %u (must be zero)", what, cnts[0],
+                   cnts[1]);
+            int xdiff = 0, ndiff = 0;
+            double xmax = 0;
+            for (int64_t r = 0; r < rows; r++)
+                xmax = fmax(xmax, fabs((double)xa[r]));
+            for (int64_t r = 0; r < rows; r++) {
+                xdiff += exact ? memcmp(&xa[r], &xb[r], sizeof(float)) != 0
+                               : !(fabs((double)xa[r] - xb[r]) <= 1e-6 * xmax);
+                const double e = fabs((double)na[r] - nb[r]), mag = fabs((double)na[r]);
+                ndiff += !(e <= 1e-6 * mag + 1e-30);
+            }
+            CHECKF(xdiff == 0, "%s: x differs from the two kernels' (%s) in %d of %lld rows", what,
+                   exact ? "bit for bit" : "1e-6 of max |x|", xdiff, (long long)rows);
+            CHECKF(ndiff == 0, "%s: xn differs by more than 1e-6 in %d of %lld rows", what, ndiff, (long long)rows);
+            ds_cases++;
+            ds_bad += xdiff + ndiff > 0;
+        }
+    }
+    lilac_cuda_free(dw), lilac_cuda_free(didx), lilac_cuda_free(dcnt);
+    lilac_cuda_free(dg), lilac_cuda_free(du), lilac_cuda_free(dwt), lilac_cuda_free(dsh), lilac_cuda_free(dnw);
+    lilac_cuda_free(dxa), lilac_cuda_free(dxb), lilac_cuda_free(dna), lilac_cuda_free(dnb), lilac_cuda_free(dex);
+    lilac_cuda_free(dpart);
+    free(host), free(deq), free(g), free(u), free(wt), free(x0), free(sh), free(nw), free(xa), free(xb), free(na),
+        free(nb);
 }
 
 /* Refused calls are reported by lilac_cuda_check. */
@@ -501,6 +601,9 @@ int main(void)
                tname(TYPES[ti]), cases[ti], worst_mv[ti], worst_ex[ti], gr_bad[ti] ? "MISMATCH" : "bit-exact");
         fflush(stdout);
     }
+    if (!bench_only)
+        printf("down product with the experts' sum and norm: %d cases, %d differ from the two kernels\n", ds_cases,
+               ds_bad);
 #ifdef LILAC_CUDA
     if (split && !bench_only) {
         const long n = lilac_cuda_gemm_split_launches();
