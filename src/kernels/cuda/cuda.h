@@ -123,8 +123,8 @@ int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s);
 int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, float *conv_state, const float *conv_w,
                            int K, float *conv_out, lilac_cuda_stream *s);
 /* The decode step's routed down product with the experts' sum and the next norm (LILAC_CUDA_DOWN_SUM=1): x +=
- * sum_i wt[i] (W[idx[i]] . silu(g_i) u_i) (g_i, u_i: rows W->cols apart) + wt[k] sh (sh set: the shared expert's
- * output) + nothing else, in lilac_cuda_moe_sum_norm_grid's order, then xn = RMSNorm(x) * norm_w (norm_w set;
+ * sum_i wt[i] (W[idx[i]] . silu(g_i) u_i) (g_i, u_i: rows W->cols apart), + wt[k] sh where sh (the shared
+ * expert's output) is set, in lilac_cuda_moe_sum_norm_grid's order; then xn = RMSNorm(x) * norm_w (norm_w set;
  * part: LILAC_CUDA_DOWN_SUM_MAXB floats, count: one unsigned, zero before the first call and after each), one
  * kernel. 0 when launched; -1 when it does not take the call (k over 8, the type, alignment or shape): then
  * nothing ran. */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include <atomic>
+#include <type_traits>
 
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_trace.cuh" /* dev_norm_router records its wait */
@@ -218,6 +219,18 @@ static __device__ __forceinline__ void dev_norm_row_warp(float *x, const float *
         if (i < n)
             *reinterpret_cast<float4 *>(x + i) = make_float4(f(v[q].x, wv[q].x, gv[q].x), f(v[q].y, wv[q].y, gv[q].y),
                                                              f(v[q].z, wv[q].z, gv[q].z), f(v[q].w, wv[q].w, gv[q].w));
+    }
+}
+
+/* f(std::integral_constant<int, NQ>{}) with dev_norm_row_warp's NQ for rows of n values (n <= 512): the one
+ * switch from a row's width to the kernel instance, for each kernel over it. */
+template <class F> static inline void norm_row_warp_nq(int n, F &&f)
+{
+    switch ((n + 127) / 128) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    default: f(std::integral_constant<int, 4>{}); break;
     }
 }
 

@@ -163,16 +163,14 @@ void launch_t(const uint8_t *w, size_t row_bytes, int rows, int K, const float *
         launch<TYPE, 4>(w, row_bytes, rows, K, x, n, y, st);
         return;
     }
-    if (split_enabled()) {
-        constexpr int GK = gk_of(4);
-        int nz = (int)(2 * sms / big); /* parts: the grid within two blocks an SM (one wave) */
-        const int tiles = (K + GK - 1) / GK; /* column tiles */
-        nz = nz > tiles ? tiles : nz;
-        const int kc = (tiles + (nz > 1 ? nz : 1) - 1) / (nz > 1 ? nz : 1) * GK;
-        nz = (K + kc - 1) / kc;
+    constexpr int GK = gk_of(4);
+    const int tiles = (K + GK - 1) / GK; /* column tiles */
+    /* parts: the grid within two blocks an SM (one wave), each a whole number of column tiles */
+    const int want = (int)(2 * sms / big) < tiles ? (int)(2 * sms / big) : tiles;
+    if (split_enabled() && want > 1) {
+        const int kc = (tiles + want - 1) / want * GK, nz = (K + kc - 1) / kc;
         const size_t m = (size_t)n * rows;
-        float *part = nz > 1 ? static_cast<float *>(lilac_cuda_mma_scratch_borrow(s, (size_t)nz * m * sizeof(float)))
-                             : nullptr;
+        float *part = static_cast<float *>(lilac_cuda_mma_scratch_borrow(s, (size_t)nz * m * sizeof(float)));
         if (part) {
             launch<TYPE, 4>(w, row_bytes, rows, K, x, n, part, st, nz, kc);
             k_gemm_sum<<<(unsigned)((m + 255) / 256), 256, 0, st>>>(part, nz, m, y);

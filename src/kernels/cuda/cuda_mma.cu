@@ -26,8 +26,9 @@
  *  makes that row's outputs NaN; an all-zero row gives zeros.
  *
  * Kernel (k_mma): a block of 8 warps (4 along the rows, 2 along the tokens;
- * for 16- and 24-token tiles, 8 x 1) computes BM = 128 weight rows x BN = TN tokens (16, 24, 32 or 64); a
- * warp 32 rows (two m16 tiles) x TN / 2 tokens (TN / 16 n8 tiles), or 16 rows x TN. K goes by 256 columns (a K-quant
+ * for 16- and 24-token tiles, 8 x 1) computes BM = 128 weight rows x BN = TN
+ * tokens (16, 24, 32 or 64); a warp 32 rows (two m16 tiles) x TN / 2 tokens
+ * (TN / 16 n8 tiles), or 16 rows x TN. K goes by 256 columns (a K-quant
  * super-block, 8 Q8_0/Q4_0 blocks): the rows' raw bytes (the 16-byte
  * granules around them, cp.async) and the tokens' hi/lo digits go to shared
  * memory, double-buffered (a half-warp copies a row's granules, the
@@ -366,8 +367,8 @@ template <int TYPE, int TN> struct Smem {
 
 /* The warps of a block: W8 = false, 4 along the rows (two m16 tiles, 32 rows, each) x 2 along the tokens
  * (TN / 16 n8 tiles each); W8 = true, 8 along the rows (one m16 tile each) x 1 (TN / 8 n8 tiles). The grouped
- * products' tiles of 16 tokens take W8 (and 24-token ones, which only it divides): in the 4 x 2 layout both warps of a row range decode the
- * same A fragments for 8 tokens each, and the decode (a shared load, a LOP3 and two HFMA2 per 4 values)
+ * products' tiles of 16 tokens take W8 (and 24-token ones, which only it divides): in the 4 x 2 layout both
+ * warps of a row range decode the same A fragments for 8 tokens each, and the decode (a shared load, a LOP3 and two HFMA2 per 4 values)
  * is about half of a stage's instructions there; in 8 x 1 each row is decoded once per block for its 16
  * tokens, for two more 16-byte B loads a step (per warp and 32 values: 4 decodes and 4 B loads instead of
  * 8 and 2, the 4 mma's the same). Those products are bound by instruction issue (a 16-token tile does
@@ -920,22 +921,22 @@ template <int TYPE, bool A4, int TN> bool launch_mma(MM p, long long max_items, 
 
 template <int TN> bool launch_type(const MM &p, bool a16, long long max_items, cudaStream_t st, int type)
 {
-    if constexpr (TN == 24) { /* Q4_K alone fits two blocks an SM at 24 tokens */
+    if constexpr (TN == 24) { /* Q4_K alone fits two blocks an SM at 24 tokens (t24_takes) */
         return type == LILAC_Q4_K && (a16 ? launch_mma<LILAC_Q4_K, true, TN>(p, max_items, st)
                                           : launch_mma<LILAC_Q4_K, false, TN>(p, max_items, st));
     } else {
-    switch (type) {
-    case LILAC_Q4_K:
-        return a16 ? launch_mma<LILAC_Q4_K, true, TN>(p, max_items, st)
-                   : launch_mma<LILAC_Q4_K, false, TN>(p, max_items, st);
-    case LILAC_Q5_K:
-        return a16 ? launch_mma<LILAC_Q5_K, true, TN>(p, max_items, st)
-                   : launch_mma<LILAC_Q5_K, false, TN>(p, max_items, st);
-    case LILAC_Q6_K: return launch_mma<LILAC_Q6_K, false, TN>(p, max_items, st);
-    case LILAC_Q8_0: return launch_mma<LILAC_Q8_0, false, TN>(p, max_items, st);
-    case LILAC_Q4_0: return launch_mma<LILAC_Q4_0, false, TN>(p, max_items, st);
-    default: return false;
-    }
+        switch (type) {
+        case LILAC_Q4_K:
+            return a16 ? launch_mma<LILAC_Q4_K, true, TN>(p, max_items, st)
+                       : launch_mma<LILAC_Q4_K, false, TN>(p, max_items, st);
+        case LILAC_Q5_K:
+            return a16 ? launch_mma<LILAC_Q5_K, true, TN>(p, max_items, st)
+                       : launch_mma<LILAC_Q5_K, false, TN>(p, max_items, st);
+        case LILAC_Q6_K: return launch_mma<LILAC_Q6_K, false, TN>(p, max_items, st);
+        case LILAC_Q8_0: return launch_mma<LILAC_Q8_0, false, TN>(p, max_items, st);
+        case LILAC_Q4_0: return launch_mma<LILAC_Q4_0, false, TN>(p, max_items, st);
+        default: return false;
+        }
     }
 }
 
@@ -997,11 +998,11 @@ int dense_nt(int n_tok, int row_tiles)
     return 2 * items(4) >= sms ? 4 : 2 * items(2) >= sms ? 2 : 1;
 }
 
-/* LILAC_CUDA_MMA_T24 (written in session 12, NOT yet run on a GPU): 1, the grouped Q4_K products' 24-token
- * tiles (see lilac_cuda_matvec_grouped_mma); 2, the dense Q4_K ones' too (two blocks of 8 warps an SM, each weight
- * decoded once per 24 tokens, where the 64-token 4 x 2 tiles hold one block an SM and decode each weight twice
- * per 64). Read once. */
-int t24_mode()
+/* Whether a product of `type` at LILAC_CUDA_MMA_T24 level `level` takes 24-token tiles (written in session 12,
+ * NOT yet run on a GPU). The switch: 1, the grouped Q4_K products' (see lilac_cuda_matvec_grouped_mma); 2, the
+ * dense Q4_K ones' 64-token tiles too (two blocks of 8 warps an SM, each weight decoded once per 24 tokens, where
+ * the 64-token 4 x 2 tiles hold one block an SM and decode each weight twice per 64). Read once. */
+bool t24_takes(int type, int level)
 {
     static std::atomic<int> mode{-1};
     int v = mode.load(std::memory_order_relaxed);
@@ -1009,7 +1010,7 @@ int t24_mode()
         v = lilac_env_int("LILAC_CUDA_MMA_T24", 0, 0, 2);
         mode.store(v, std::memory_order_relaxed);
     }
-    return v;
+    return type == LILAC_Q4_K && v >= level;
 }
 
 std::atomic<int> g_mma_on{-1};
@@ -1091,7 +1092,7 @@ int lilac_cuda_matvec_mma_x(const lilac_cuda_mat *W, const float *x, float *y, i
     p.row_tiles = (p.rows + BM - 1) / BM;
     prep(x, K, nullptr, n_tok, nullptr, K, q, st, same_x != 0);
     const int nt = dense_nt(n_tok, p.row_tiles);
-    const int BN = nt == 4 && W->type == LILAC_Q4_K && t24_mode() == 2 ? 24 : 16 * nt;
+    const int BN = nt == 4 && t24_takes(W->type, 2) ? 24 : 16 * nt;
     const long long items = (long long)((n_tok + BN - 1) / BN) * p.row_tiles;
     return launch_tn(BN, p, a16, items, st, W->type) ? 0 : -1;
 }
@@ -1139,7 +1140,7 @@ int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride,
      * tiles a warp; two blocks an SM still fit): at pp512 (Poisson(16) pairs an expert) ~1.02 tiles an expert
      * instead of ~1.43, so each weight is decoded ~30 % fewer times for ~7 % more tensor-core work. */
     const long long mean = n_pairs / n_expert;
-    const int BN = mean >= 48 ? 64 : mean >= 24 ? 32 : mean >= 12 && W->type == LILAC_Q4_K && t24_mode() ? 24 : 16;
+    const int BN = mean >= 48 ? 64 : mean >= 24 ? 32 : mean >= 12 && t24_takes(W->type, 1) ? 24 : 16;
     long long tiles = (long long)n_expert + n_pairs / BN + 1, tiles2 = (long long)n_expert * ((max_pairs + BN - 1) / BN);
     if (tiles2 < tiles)
         tiles = tiles2;

@@ -515,12 +515,10 @@ extern "C" void lilac_cuda_gated_norm(float *o, const float *z, const float *w, 
     if (pf_warp_norm() && dv % 4 == 0 && dv <= 512 && ((uintptr_t)o & 15) == 0 && ((uintptr_t)z & 15) == 0 &&
         ((uintptr_t)w & 15) == 0) {
         const unsigned grid = (unsigned)((rows + 7) / 8);
-        switch ((dv + 127) / 128) {
-        case 1: k_gated_norm_warp<1><<<grid, 256, 0, CS(s)>>>(o, z, w, rows, dv, eps); return;
-        case 2: k_gated_norm_warp<2><<<grid, 256, 0, CS(s)>>>(o, z, w, rows, dv, eps); return;
-        case 3: k_gated_norm_warp<3><<<grid, 256, 0, CS(s)>>>(o, z, w, rows, dv, eps); return;
-        default: k_gated_norm_warp<4><<<grid, 256, 0, CS(s)>>>(o, z, w, rows, dv, eps); return;
-        }
+        norm_row_warp_nq(dv, [&](auto nq) {
+            k_gated_norm_warp<decltype(nq)::value><<<grid, 256, 0, CS(s)>>>(o, z, w, rows, dv, eps);
+        });
+        return;
     }
     k_gated_norm<<<rows, 128, 0, CS(s)>>>(o, z, w, dv, eps);
 }

@@ -152,8 +152,8 @@ void *lilac_cuda_mma_scratch_borrow(lilac_cuda_stream *s, size_t bytes);
 long lilac_cuda_gemm_split_launches(void);
 /* cuda_wgmma.cuh's assumptions checked on the GPU: d (64 x 128) = a (64 x K, row-major) times b (128 x K,
  * row-major: b's rows are the product's columns)^T, both rounded to fp16, by one warpgroup's wgmma with A from
- * registers and B in shared memory as cuda_wgmma.cuh describes it. K a multiple of 16 up to 64. 0, or -1 with msg (no sm_90a build or
- * device, a CUDA error). */
+ * registers and B in shared memory as cuda_wgmma.cuh describes it. K a multiple of 16 up to 64. 0, or -1 with
+ * msg (no sm_90a build or device, a CUDA error). */
 int lilac_cuda_wgmma_probe(const float *a, const float *b, float *d, int K, char *msg, size_t cap);
 /* Whether the routing calls below take E experts, k a token (k <= 64). */
 int lilac_cuda_pf_moe_supported(int n_expert, int k);

@@ -700,8 +700,8 @@ __device__ __forceinline__ void dc_tp(const float *Ks, const float *Qs, int KS, 
 
 // tp's layout (k_pf_dn_tp writes it, k_pf_dn_chunk<true> reads it): value head j's sub-chunk sc at
 // dc_tp_slice, T then P, [DC_L][DC_L] each; float4 e of a slice is at dc_tp_smem in shared memory (Ts, Ps:
-// DC_TS-float rows). Thread tid moves float4s tid + u DC_T, u < DC_TP_U.
-#define DC_TP_U (2 * DC_L * DC_L / 4 / DC_T)
+// DC_TS-float rows). Thread tid of nth moves float4s tid + u nth, u < DC_TP_U(nth).
+#define DC_TP_U(nth) (2 * DC_L * DC_L / 4 / (nth))
 __device__ __forceinline__ size_t dc_tp_slice(int j, int nsub, int sc)
 {
     return ((size_t)j * nsub + sc) * 2 * DC_L * DC_L;
@@ -762,7 +762,7 @@ __global__ void __launch_bounds__(NTH, 1)
         if (PRE) { // T and P of this sub-chunk from k_pf_dn_tp
             const float4 *src = reinterpret_cast<const float4 *>(tp + dc_tp_slice(j, nsub, t0 / DC_L));
 #pragma unroll
-            for (int u = 0; u < 2 * DC_L * DC_L / 4 / NTH; u++)
+            for (int u = 0; u < DC_TP_U(NTH); u++)
                 *dc_tp_smem(Ts, Ps, tid + u * NTH) = __ldg(src + tid + u * NTH);
         }
         __syncthreads();
@@ -1154,14 +1154,12 @@ __global__ void __launch_bounds__(DC_T, 2)
     dc_tp(Ks, Qs, KS, dk, Gs, Bs, Ts, Ps, Ms, tid >> 4, tid & 15, tid);
     float4 *dst = reinterpret_cast<float4 *>(tp + dc_tp_slice(j, gridDim.y, sc));
 #pragma unroll
-    for (int u = 0; u < DC_TP_U; u++)
+    for (int u = 0; u < DC_TP_U(DC_T); u++)
         dst[tid + u * DC_T] = *dc_tp_smem(Ts, Ps, tid + u * DC_T);
 }
 
 } // namespace
 
-// The chunked kernel for this shape, or -1 (nothing launched) where it does not take it: dk and dv multiples
-// of 32, dk <= DC_MAXDK, q, k and v rows float4-aligned, the shared memory granted.
 /* k_pf_dn_chunk<true> on 2 DC_T threads (the same bits): pp512 9,423 against 9,385, pp4096 10,628 against
  * 10,598 (H200, alternated in one call, session 12). LILAC_CUDA_DN_WIDE=0: on DC_T. Read once. */
 static bool dn_wide()
@@ -1170,6 +1168,8 @@ static bool dn_wide()
     return env_switch_once(on, "LILAC_CUDA_DN_WIDE", true);
 }
 
+// The chunked kernel for this shape, or -1 (nothing launched) where it does not take it: dk and dv multiples
+// of 32, dk <= DC_MAXDK, q, k and v rows float4-aligned, the shared memory granted.
 static int launch_dn_chunk(float *S, const float *conv, int C, const float *g, const float *beta, float *o, int nk,
                            int nv, int dk, int dv, int tiled, int n, float *tp, cudaStream_t st)
 {
@@ -1205,12 +1205,9 @@ extern "C" int lilac_cuda_pf_deltanet_form(float *conv_out, int C, float *a, flo
     const cudaStream_t st = CS(s);
     if (pf_warp_norm() && dk % 4 == 0 && dk <= 512 && C % 4 == 0 && ((uintptr_t)conv_out & 15) == 0) {
         const unsigned grid = (unsigned)(((long long)2 * nk * n + 7) / 8);
-        switch ((dk + 127) / 128) {
-        case 1: k_pf_dn_qk_norm_warp<1><<<grid, 256, 0, st>>>(conv_out, C, nk, dk, n); break;
-        case 2: k_pf_dn_qk_norm_warp<2><<<grid, 256, 0, st>>>(conv_out, C, nk, dk, n); break;
-        case 3: k_pf_dn_qk_norm_warp<3><<<grid, 256, 0, st>>>(conv_out, C, nk, dk, n); break;
-        default: k_pf_dn_qk_norm_warp<4><<<grid, 256, 0, st>>>(conv_out, C, nk, dk, n); break;
-        }
+        norm_row_warp_nq(dk, [&](auto nq) {
+            k_pf_dn_qk_norm_warp<decltype(nq)::value><<<grid, 256, 0, st>>>(conv_out, C, nk, dk, n);
+        });
     } else {
         k_pf_dn_qk_norm<<<dim3((unsigned)nk, (unsigned)n), 128, 0, st>>>(conv_out, C, nk, dk);
     }
