@@ -870,10 +870,12 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, 1)) k_mv_conv(c
  * memory, and DS_ROWS threads add them into x as the sum kernel does (the experts by slot, the shared one,
  * then x: its bits); the squares' parts by block, the last block adds them (a block reduction, the same
  * order every run) and writes xn. One launch and one L2 round trip of ex fewer a layer. */
-constexpr int DS_MAXK = NWARPS;                 /* slots: a warp each */
-constexpr int DS_R = 2;                         /* rows a lane group */
-constexpr int DS_LPR = 4;                       /* lanes a row (a power of two) */
-constexpr int DS_ROWS = 32 / DS_LPR * DS_R;     /* rows a block */
+constexpr int DS_MAXK = NWARPS; /* slots: a warp each */
+constexpr int DS_LPR = 4;       /* lanes a row (a power of two) */
+/* Rows a block at R rows a lane group. R 1 is k_mv's (cfg_rows_t(1)) and gives its bits; R 2 (half the blocks,
+ * each loading the k inputs once for twice the rows) differed from them in the last bits of Q4_K and Q5_K rows
+ * (H200, 2026-11-30: 1,063 of 2,048 x values), as ptxas schedules the two rows' folds otherwise. */
+__host__ __device__ constexpr int ds_rows(int R) { return 32 / DS_LPR * R; }
 static_assert(LILAC_CUDA_DOWN_SUM_MAXB <= NTHREADS, "the last block reduces a part a thread");
 
 struct DS {
@@ -892,10 +894,10 @@ struct DS {
     float eps;
 };
 
-template <int TYPE, bool A16> __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
+template <int TYPE, bool A16, int R> __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
 {
     using UT = Unit<TYPE>;
-    constexpr int R = DS_R, US = UT::VPU + 4, NRUN = UT::NRUN;
+    constexpr int US = UT::VPU + 4, NRUN = UT::NRUN, DS_ROWS = ds_rows(R);
     TRACE_START(LILAC_TK_MOE_DOWN_SUM);
     griddep_launch_dependents();
     extern __shared__ float4 smem4[];
@@ -1416,6 +1418,47 @@ void matvec(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, i
     k_mv_scalar<<<grid, NTHREADS, 0, st>>>(p, W->type);
 }
 
+/* LILAC_CUDA_DOWN_SUM_R: lilac_cuda_moe_down_sum's rows a lane group (ds_rows), 1 (k_mv's bits) or 2. */
+int ds_r()
+{
+    static std::atomic<int> r{0};
+    int v = r.load(std::memory_order_relaxed);
+    if (!v) {
+        const char *e = getenv("LILAC_CUDA_DOWN_SUM_R");
+        v = e && e[0] == '2' && !e[1] ? 2 : 1;
+        r.store(v, std::memory_order_relaxed);
+    }
+    return v;
+}
+
+/* k_moe_down_sum at R rows a lane group over W's rows; -1 (nothing launched) where it does not take W. */
+template <int R> int ds_launch(const lilac_cuda_mat *W, size_t expert_stride, const DS &d, cudaStream_t st)
+{
+    const long long nb = (W->rows + ds_rows(R) - 1) / ds_rows(R);
+    if (nb > LILAC_CUDA_DOWN_SUM_MAXB)
+        return -1;
+    /* shared memory: the k inputs (DS_MAXK slots' room) and their run sums, then the dots */
+    auto go = [&](auto kern, int vpu, int nrun) {
+        const long long U = W->cols / vpu;
+        const size_t sm = sizeof(float) * (size_t)(DS_MAXK * U * (vpu + 4) + DS_MAXK * U * nrun + DS_MAXK * ds_rows(R));
+        if (W->cols % vpu || sm > 48 * 1024)
+            return -1;
+        launch_dependent(kern, dim3((unsigned)nb), dim3(NTHREADS), sm, st, d);
+        return 0;
+    };
+#define DS_GO(T, A) go(k_moe_down_sum<T, A, R>, Unit<T>::VPU, Unit<T>::NRUN)
+    const int align = mv_align(W, expert_stride);
+    switch (align ? W->type : -1) {
+    case LILAC_Q4_K: return align == 16 ? DS_GO(LILAC_Q4_K, true) : DS_GO(LILAC_Q4_K, false);
+    case LILAC_Q5_K: return align == 16 ? DS_GO(LILAC_Q5_K, true) : DS_GO(LILAC_Q5_K, false);
+    case LILAC_Q6_K: return DS_GO(LILAC_Q6_K, false);
+    case LILAC_Q8_0: return DS_GO(LILAC_Q8_0, false);
+    case LILAC_Q4_0: return DS_GO(LILAC_Q4_0, false);
+    default: return -1;
+    }
+#undef DS_GO
+}
+
 } // namespace
 
 /* ------------------------------------------------------------------ */
@@ -1695,43 +1738,19 @@ int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const
     if (!mat_ok(W) || !idx || !g || !u || !wt || !x || (norm_w && (!xn || !part || !count)) || k < 1 ||
         k > DS_MAXK || W->cols > INT_MAX || W->rows > INT_MAX)
         return -1;
-    const long long nb = (W->rows + DS_ROWS - 1) / DS_ROWS;
-    if (nb > LILAC_CUDA_DOWN_SUM_MAXB)
-        return -1;
     DS d{};
     d.w = static_cast<const uint8_t *>(W->data);
     d.row_bytes = W->row_bytes, d.expert_stride = expert_stride;
     d.idx = idx, d.wt = wt, d.g = g, d.u = u, d.x_slot = W->cols, d.sh = sh;
     d.x = x, d.norm_w = norm_w, d.xn = xn, d.part = part, d.count = count;
     d.rows = (int)W->rows, d.cols = (int)W->cols, d.k = k, d.eps = eps;
-    const int align = mv_align(W, expert_stride);
-    const cudaStream_t st = S(s);
-    /* shared memory: the k inputs (DS_MAXK slots' room) and their run sums, then the dots */
-    auto smem = [&](int vpu, int nrun) {
-        const long long U = W->cols / vpu;
-        return (size_t)sizeof(float) * (size_t)(DS_MAXK * U * (vpu + 4) + DS_MAXK * U * nrun + DS_MAXK * DS_ROWS);
-    };
-    auto go = [&](auto kern, int vpu, int nrun) {
-        const size_t sm = smem(vpu, nrun);
-        if (W->cols % vpu || sm > 48 * 1024)
-            return -1;
-        launch_dependent(kern, dim3((unsigned)nb), dim3(NTHREADS), sm, st, d);
+    const int rc = ds_r() == 2 ? ds_launch<2>(W, expert_stride, d, S(s)) : ds_launch<1>(W, expert_stride, d, S(s));
+    if (!rc)
         g_fused_launches[LILAC_CUDA_FUSED_DOWN_SUM].fetch_add(1, std::memory_order_relaxed);
-        return 0;
-    };
-    switch (align ? W->type : -1) {
-    case LILAC_Q4_K:
-        return align == 16 ? go(k_moe_down_sum<LILAC_Q4_K, true>, Unit<LILAC_Q4_K>::VPU, Unit<LILAC_Q4_K>::NRUN)
-                           : go(k_moe_down_sum<LILAC_Q4_K, false>, Unit<LILAC_Q4_K>::VPU, Unit<LILAC_Q4_K>::NRUN);
-    case LILAC_Q5_K:
-        return align == 16 ? go(k_moe_down_sum<LILAC_Q5_K, true>, Unit<LILAC_Q5_K>::VPU, Unit<LILAC_Q5_K>::NRUN)
-                           : go(k_moe_down_sum<LILAC_Q5_K, false>, Unit<LILAC_Q5_K>::VPU, Unit<LILAC_Q5_K>::NRUN);
-    case LILAC_Q6_K: return go(k_moe_down_sum<LILAC_Q6_K, false>, Unit<LILAC_Q6_K>::VPU, Unit<LILAC_Q6_K>::NRUN);
-    case LILAC_Q8_0: return go(k_moe_down_sum<LILAC_Q8_0, false>, Unit<LILAC_Q8_0>::VPU, Unit<LILAC_Q8_0>::NRUN);
-    case LILAC_Q4_0: return go(k_moe_down_sum<LILAC_Q4_0, false>, Unit<LILAC_Q4_0>::VPU, Unit<LILAC_Q4_0>::NRUN);
-    default: return -1;
-    }
+    return rc;
 }
+
+int lilac_cuda_moe_down_sum_rows(void) { return ds_r(); }
 
 int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, float *conv_state, const float *conv_w,
                            int K, float *conv_out, lilac_cuda_stream *s)
