@@ -354,7 +354,7 @@ static void test_type(int ti)
     test_experts(ti, type, 96, 512, 1, 1);
     test_experts(ti, type, 40, 2048, 0, 1);
     if (type != LILAC_F32 && type != LILAC_F16 && type != LILAC_BF16) {
-        /* the 35B-A3B's shape; bit for bit at one row a lane group (k_mv's), LILAC_CUDA_DOWN_SUM_R=2 not */
+        /* the 35B-A3B's shape; bit for bit at one row a lane group (k_mv's: LILAC_CUDA_DOWN_SUM_R=1), not at 2 */
         test_down_sum(type, 2048, 512, 8, 1, 1, lilac_cuda_moe_down_sum_rows() == 1);
         test_down_sum(type, 200, 256, 3, 0, 1, 0);
         test_down_sum(type, 96, 1024, 8, 1, 0, 0);
@@ -588,9 +588,9 @@ int main(void)
     printf("%s\ndevice: %s, cc %d.%d, %zu MiB of %zu MiB free\n", msg, name, maj, min, avail >> 20, total >> 20);
 
     const int bench_only = getenv("LILAC_CUDA_BENCH_ONLY") != NULL;
-    /* LILAC_CUDA_GEMM_SPLIT=1: the float GEMM splits K into parts in the tensor-core scratch, which it borrows
-     * and does not grow: give the default stream's 64 MiB of it first, and require that the split ran */
-    const int split = getenv("LILAC_CUDA_GEMM_SPLIT") && atoi(getenv("LILAC_CUDA_GEMM_SPLIT"));
+    /* The float GEMM splits K into parts in the tensor-core scratch (unless LILAC_CUDA_GEMM_SPLIT=0), which it
+     * borrows and does not grow: give the default stream's 64 MiB of it first, and require that the split ran */
+    const int split = !getenv("LILAC_CUDA_GEMM_SPLIT") || atoi(getenv("LILAC_CUDA_GEMM_SPLIT"));
     if (split)
         CHECKF(lilac_cuda_mma_reserve(NULL, (size_t)64 << 20) == 0, "could not reserve the tensor-core scratch");
     if (!bench_only) {
@@ -610,7 +610,7 @@ int main(void)
     if (split && !bench_only) {
         const long n = lilac_cuda_gemm_split_launches();
         printf("float GEMM with K split: %ld launches\n", n);
-        CHECKF(n > 0, "LILAC_CUDA_GEMM_SPLIT=1, yet no GEMM split K");
+        CHECKF(n > 0, "the GEMM's K split is on, yet no GEMM split K");
     }
 #endif
     if (!getenv("LILAC_CUDA_NO_BENCH"))

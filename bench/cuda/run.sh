@@ -45,15 +45,15 @@ do_test() {
     run_test kernels test_cuda_kernels
     run_test kernels-t8 test_cuda_kernels LILAC_CUDA_MV_T8=1 LILAC_CUDA_NO_BENCH=1
     run_test kernels-block-norm test_cuda_kernels LILAC_CUDA_PF_WARP_NORM=0 LILAC_CUDA_NO_BENCH=1
-    run_test kernels-gemm-split test_cuda_kernels LILAC_CUDA_GEMM_SPLIT=1 LILAC_CUDA_NO_BENCH=1
-    run_test kernels-down-sum-r2 test_cuda_kernels LILAC_CUDA_DOWN_SUM_R=2 LILAC_CUDA_NO_BENCH=1
+    run_test kernels-no-gemm-split test_cuda_kernels LILAC_CUDA_GEMM_SPLIT=0 LILAC_CUDA_NO_BENCH=1
+    run_test kernels-down-sum-r1 test_cuda_kernels LILAC_CUDA_DOWN_SUM_R=1 LILAC_CUDA_NO_BENCH=1
     run_test wgmma test_cuda_wgmma
     run_test mma test_cuda_mma
     run_test mma-old-paths test_cuda_mma LILAC_CUDA_MMA_W8=0 LILAC_CUDA_MMA_XROWS=0
     run_test mma-dense-nt4 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=4
     run_test mma-dense-nt2 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=2
     run_test mma-dense-nt1 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=1
-    run_test mma-t24 test_cuda_mma LILAC_CUDA_MMA_T24=1
+    run_test mma-t16 test_cuda_mma LILAC_CUDA_MMA_T24=0
     run_test mma-t24-dense test_cuda_mma LILAC_CUDA_MMA_T24=2 LILAC_CUDA_MMA_DENSE_NT=4
     run_test attn test_cuda_attn
     run_test dn test_cuda_dn
@@ -69,8 +69,8 @@ do_test() {
     run_test model-moe-fused test_cuda_model LILAC_CUDA_MOE_FUSED=1
     run_test model-qkv-conv test_cuda_model LILAC_CUDA_QKV_CONV=1
     run_test model-both-fused test_cuda_model LILAC_CUDA_MOE_FUSED=1 LILAC_CUDA_QKV_CONV=1
-    run_test model-down-sum test_cuda_model LILAC_CUDA_DOWN_SUM=1
-    run_test model-down-sum-r2 test_cuda_model LILAC_CUDA_DOWN_SUM=1 LILAC_CUDA_DOWN_SUM_R=2
+    run_test model-no-down-sum test_cuda_model LILAC_CUDA_DOWN_SUM=0
+    run_test model-down-sum-r1 test_cuda_model LILAC_CUDA_DOWN_SUM=1 LILAC_CUDA_DOWN_SUM_R=1
     run_test batch test_cuda_batch
     run_test batch-graph test_cuda_batch LILAC_CUDA_BATCH_GRAPH=1
     run_test batch-grouped test_cuda_batch LILAC_CUDA_PAIRS=0
@@ -81,7 +81,8 @@ do_test() {
     run_test prefill-block-norm test_cuda_prefill LILAC_CUDA_PF_WARP_NORM=0
     run_test prefill-dn-narrow test_cuda_prefill LILAC_CUDA_DN_WIDE=0
     run_test prefill-t24 test_cuda_prefill LILAC_CUDA_MMA_T24=2
-    run_test prefill-gemm-split test_cuda_prefill LILAC_CUDA_GEMM_SPLIT=1
+    run_test prefill-no-gemm-split test_cuda_prefill LILAC_CUDA_GEMM_SPLIT=0
+    run_test prefill-t16 test_cuda_prefill LILAC_CUDA_MMA_T24=0
     grep -h "wgmma probe" "$out"/wgmma.txt 2>/dev/null
     grep -h "launches of the fused" "$out"/model-*.txt 2>/dev/null
     grep -h "vs token path\|sequences vs alone\|timing" "$out"/prefill.txt "$out"/batch.txt "$out"/attn.txt \

@@ -126,7 +126,7 @@ int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const
     return -1;
 }
 
-int lilac_cuda_moe_down_sum_rows(void) { return 1; }
+int lilac_cuda_moe_down_sum_rows(void) { return 2; }
 
 long lilac_cuda_fused_launches(int kind)
 {

@@ -540,9 +540,10 @@ typedef struct {
     bool route_tail;
     /* SUM_GRID=0: the experts' sum and the next norm by one block, not over a grid */
     bool sum_grid;
-    /* DOWN_SUM=1 (written in session 12, NOT yet run on a GPU): the routed down product, the experts' sum and
-     * the next norm in one kernel (lilac_cuda_moe_down_sum) instead of the down product and the sum kernel;
-     * where it does not take the layer, those two */
+    /* DOWN_SUM (on; =0 off): the routed down product, the experts' sum and the next norm in one kernel
+     * (lilac_cuda_moe_down_sum) instead of the down product and the sum kernel; where it does not take the
+     * layer, those two. tg128 (H200, one call, 2026-11-30): 349.5/350.4 against 339.7/338.1 at two rows a
+     * lane group, 341.6/343.2 at one (LILAC_CUDA_DOWN_SUM_R=1, k_mv's bits) */
     bool down_sum;
 } step_sw;
 
@@ -557,7 +558,7 @@ static const step_sw *step_switches(void)
             .norm_router = lilac_env_switch("LILAC_CUDA_NORM_ROUTER", true),
             .route_tail = lilac_env_switch("LILAC_CUDA_ROUTE_TAIL", false),
             .sum_grid = lilac_env_switch("LILAC_CUDA_SUM_GRID", true),
-            .down_sum = lilac_env_switch("LILAC_CUDA_DOWN_SUM", false),
+            .down_sum = lilac_env_switch("LILAC_CUDA_DOWN_SUM", true),
         };
         read = true;
     }

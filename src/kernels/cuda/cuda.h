@@ -122,7 +122,7 @@ int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s);
  * 16-byte aligned, Q6_K, Q8_0). */
 int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, float *conv_state, const float *conv_w,
                            int K, float *conv_out, lilac_cuda_stream *s);
-/* The decode step's routed down product with the experts' sum and the next norm (LILAC_CUDA_DOWN_SUM=1): x +=
+/* The decode step's routed down product with the experts' sum and the next norm (LILAC_CUDA_DOWN_SUM=0: off): x +=
  * sum_i wt[i] (W[idx[i]] . silu(g_i) u_i) (g_i, u_i: rows W->cols apart), + wt[k] sh where sh (the shared
  * expert's output) is set, in lilac_cuda_moe_sum_norm_grid's order; then xn = RMSNorm(x) * norm_w (norm_w set;
  * part: LILAC_CUDA_DOWN_SUM_MAXB floats, count: one unsigned, zero before the first call and after each), one
@@ -131,7 +131,8 @@ int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, fl
 int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k, const float *g,
                             const float *u, const float *wt, const float *sh, float *x, const float *norm_w, float *xn,
                             float eps, float *part, unsigned *count, lilac_cuda_stream *s);
-/* Its rows a lane group (LILAC_CUDA_DOWN_SUM_R, 1 or 2): at 1 the routed down product's dots are k_mv's bits. */
+/* Its rows a lane group (LILAC_CUDA_DOWN_SUM_R, 2 by default or 1): at 1 the routed down product's dots are k_mv's
+ * bits. */
 int lilac_cuda_moe_down_sum_rows(void);
 /* How many times a fused kernel was launched (tests: that the fused path, not its fallback, ran). */
 enum { LILAC_CUDA_FUSED_MOE, LILAC_CUDA_FUSED_QKV_CONV, LILAC_CUDA_FUSED_DOWN_SUM, LILAC_CUDA_FUSED_KINDS };

@@ -139,18 +139,19 @@ void launch(const uint8_t *w, size_t row_bytes, int rows, int K, const float *x,
     k_gemm_f<TYPE, TT><<<grid, G_THREADS, 0, st>>>(w, row_bytes, rows, K, x, n, y, nz > 1 ? kc : K);
 }
 
-/* LILAC_CUDA_GEMM_SPLIT=1 (written in session 12, NOT yet run on a GPU): where the 64 x 64 tiles leave the GPU
+/* LILAC_CUDA_GEMM_SPLIT (on; =0 off): where the 64 x 64 tiles leave the GPU
  * short of two blocks an SM, K split over blockIdx.z into parts in the tensor-core products' scratch (borrowed:
  * no growth; without room, the 32 x 32 tiles as before), added by k_gemm_sum in part order. The prefill's F32
  * router (257 x 2048, 512 tokens: 40 tiles of 64 x 64) takes 6 parts of 352 columns, 240 blocks (two an SM at
  * 128 registers) of 16 FMAs a thread per 8 shared loads, where its 32 x 32 tiles (144 blocks) do 4 FMAs per 4
- * loads (4.3 % of pp512 in ncu, session 12). Read once. */
+ * loads (4.3 % of pp512 in ncu, session 12). pp512 9,605/9,631 and pp4096 10,900/10,831 against 9,440/9,445 and
+ * 10,722/10,679 (H200, one call, 2026-11-30). Read once. */
 std::atomic<long> g_split{0}; /* launches that split K (lilac_cuda_gemm_split_launches) */
 
 bool split_enabled()
 {
     static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_GEMM_SPLIT", false);
+    return env_switch_once(on, "LILAC_CUDA_GEMM_SPLIT", true);
 }
 
 template <int TYPE>

@@ -998,16 +998,17 @@ int dense_nt(int n_tok, int row_tiles)
     return 2 * items(4) >= sms ? 4 : 2 * items(2) >= sms ? 2 : 1;
 }
 
-/* Whether a product of `type` at LILAC_CUDA_MMA_T24 level `level` takes 24-token tiles (written in session 12,
- * NOT yet run on a GPU). The switch: 1, the grouped Q4_K products' (see lilac_cuda_matvec_grouped_mma); 2, the
- * dense Q4_K ones' 64-token tiles too (two blocks of 8 warps an SM, each weight decoded once per 24 tokens, where
- * the 64-token 4 x 2 tiles hold one block an SM and decode each weight twice per 64). Read once. */
+/* Whether a product of `type` at LILAC_CUDA_MMA_T24 level `level` takes 24-token tiles. The switch: 1 (the
+ * default), the grouped Q4_K products' (see lilac_cuda_matvec_grouped_mma); 2, the dense Q4_K ones' 64-token
+ * tiles too (two blocks of 8 warps an SM, each weight decoded once per 24 tokens, where the 64-token 4 x 2 tiles
+ * hold one block an SM and decode each weight twice per 64): slower, pp512 9,031/9,006 and pp4096
+ * 10,321/10,271 against 9,440/9,445 and 10,722/10,679 (H200, one call, 2026-11-30); 0, neither. Read once. */
 bool t24_takes(int type, int level)
 {
     static std::atomic<int> mode{-1};
     int v = mode.load(std::memory_order_relaxed);
     if (v < 0) {
-        v = lilac_env_int("LILAC_CUDA_MMA_T24", 0, 0, 2);
+        v = lilac_env_int("LILAC_CUDA_MMA_T24", 1, 0, 2);
         mode.store(v, std::memory_order_relaxed);
     }
     return type == LILAC_Q4_K && v >= level;
@@ -1136,9 +1137,10 @@ int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride,
      * Measured and removed: experts of over 16 pairs in a second launch of 32-token tiles with the 8 warps
      * along the rows (each weight decoded once for up to 32 tokens; one block an SM, 134 KB of shared memory):
      * pp512 7,205 against 7,449 (H200, one call, 2026-11-30).
-     * LILAC_CUDA_MMA_T24=1: Q4_K experts of 12 to 23 pairs on average in 24-token tiles (8 x 1 warps, three n8
-     * tiles a warp; two blocks an SM still fit): at pp512 (Poisson(16) pairs an expert) ~1.02 tiles an expert
-     * instead of ~1.43, so each weight is decoded ~30 % fewer times for ~7 % more tensor-core work. */
+     * Q4_K experts of 12 to 23 pairs on average in 24-token tiles (8 x 1 warps, three n8 tiles a warp; two blocks
+     * an SM still fit; LILAC_CUDA_MMA_T24=0: 16): at pp512 (Poisson(16) pairs an expert) ~1.02 tiles an expert
+     * instead of ~1.43, so each weight is decoded ~30 % fewer times for ~7 % more tensor-core work. pp512
+     * 9,721/9,718 against 9,440/9,445 (H200, one call, 2026-11-30; pp4096, whose experts take 64, the same). */
     const long long mean = n_pairs / n_expert;
     const int BN = mean >= 48 ? 64 : mean >= 24 ? 32 : mean >= 12 && t24_takes(W->type, 1) ? 24 : 16;
     long long tiles = (long long)n_expert + n_pairs / BN + 1, tiles2 = (long long)n_expert * ((max_pairs + BN - 1) / BN);

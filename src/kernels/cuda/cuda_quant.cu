@@ -864,7 +864,7 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, 1)) k_mv_conv(c
 }
 
 /* The decode step's routed down product, the experts' sum and the next layer's input norm in one kernel
- * (lilac_cuda_moe_down_sum; LILAC_CUDA_DOWN_SUM=1, written in session 12, NOT yet run on a GPU): instead of
+ * (lilac_cuda_moe_down_sum; the default since session 13, LILAC_CUDA_DOWN_SUM=0 off): instead of
  * k_mv over k slots into ex and then k_moe_sum_norm_grid, a block takes DS_ROWS rows of every slot, warp s
  * slot s (k <= DS_MAXK); each row's k dots (k_mv's arithmetic: Unit dot, DS_LPR lanes a row) meet in shared
  * memory, and DS_ROWS threads add them into x as the sum kernel does (the experts by slot, the shared one,
@@ -873,8 +873,9 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, 1)) k_mv_conv(c
 constexpr int DS_MAXK = NWARPS; /* slots: a warp each */
 constexpr int DS_LPR = 4;       /* lanes a row (a power of two) */
 /* Rows a block at R rows a lane group. R 1 is k_mv's (cfg_rows_t(1)) and gives its bits; R 2 (half the blocks,
- * each loading the k inputs once for twice the rows) differed from them in the last bits of Q4_K and Q5_K rows
- * (H200, 2026-11-30: 1,063 of 2,048 x values), as ptxas schedules the two rows' folds otherwise. */
+ * each loading the k inputs once for twice the rows; the faster) differs from them in the last bits of Q4_K and
+ * Q5_K rows (H200, 2026-11-30: 1,063 of 2,048 x values; within 1e-6 of max |x|). Why is not known: the PTX of
+ * the K-quant fold is the same sequence at R 1 and 2; ptxas may contract its mul/add otherwise. */
 __host__ __device__ constexpr int ds_rows(int R) { return 32 / DS_LPR * R; }
 static_assert(LILAC_CUDA_DOWN_SUM_MAXB <= NTHREADS, "the last block reduces a part a thread");
 
@@ -1418,14 +1419,15 @@ void matvec(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, i
     k_mv_scalar<<<grid, NTHREADS, 0, st>>>(p, W->type);
 }
 
-/* LILAC_CUDA_DOWN_SUM_R: lilac_cuda_moe_down_sum's rows a lane group (ds_rows), 1 (k_mv's bits) or 2. */
+/* LILAC_CUDA_DOWN_SUM_R: lilac_cuda_moe_down_sum's rows a lane group (ds_rows), 2 (the default: tg128 349.5/350.4
+ * against 341.6/343.2, H200, 2026-11-30) or 1 (k_mv's bits). */
 int ds_r()
 {
     static std::atomic<int> r{0};
     int v = r.load(std::memory_order_relaxed);
     if (!v) {
         const char *e = getenv("LILAC_CUDA_DOWN_SUM_R");
-        v = e && e[0] == '2' && !e[1] ? 2 : 1;
+        v = e && e[0] == '1' && !e[1] ? 1 : 2;
         r.store(v, std::memory_order_relaxed);
     }
     return v;
