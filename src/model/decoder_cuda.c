@@ -543,7 +543,7 @@ typedef struct {
     /* DOWN_SUM (on; =0 off): the routed down product, the experts' sum and the next norm in one kernel
      * (lilac_cuda_moe_down_sum) instead of the down product and the sum kernel; where it does not take the
      * layer, those two. tg128 (H200, one call, 2026-11-30): 349.5/350.4 against 339.7/338.1 at two rows a
-     * lane group, 341.6/343.2 at one (LILAC_CUDA_DOWN_SUM_R=1, k_mv's bits) */
+     * lane group, 341.6/343.2 at one (LILAC_CUDA_DOWN_SUM_R=1) */
     bool down_sum;
 } step_sw;
 

@@ -131,8 +131,7 @@ int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, fl
 int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k, const float *g,
                             const float *u, const float *wt, const float *sh, float *x, const float *norm_w, float *xn,
                             float eps, float *part, unsigned *count, lilac_cuda_stream *s);
-/* Its rows a lane group (LILAC_CUDA_DOWN_SUM_R, 2 by default or 1): at 1 the routed down product's dots are k_mv's
- * bits. */
+/* Its rows a lane group (LILAC_CUDA_DOWN_SUM_R, 2 by default or 1; the same bits). */
 int lilac_cuda_moe_down_sum_rows(void);
 /* How many times a fused kernel was launched (tests: that the fused path, not its fallback, ran). */
 enum { LILAC_CUDA_FUSED_MOE, LILAC_CUDA_FUSED_QKV_CONV, LILAC_CUDA_FUSED_DOWN_SUM, LILAC_CUDA_FUSED_KINDS };

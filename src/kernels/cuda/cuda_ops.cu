@@ -530,7 +530,7 @@ __global__ void k_swiglu(float *g, const float *u, int n)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
-        g[i] = silu(g[i]) * u[i];
+        g[i] = __fmul_rn(silu(g[i]), u[i]); /* cuda_quant.cu's glu: the same bits */
 }
 
 extern "C" void lilac_cuda_swiglu(float *g, const float *u, int n, lilac_cuda_stream *s)
@@ -699,12 +699,12 @@ __global__ void __launch_bounds__(SNG_T) k_moe_sum_norm_grid(float *x, const flo
             }
 #pragma unroll
             for (int ii = 0; ii < G; ii++)
-                if (i0 + ii < k)
-                    o += wi[ii] * v[ii];
+                if (i0 + ii < k) /* explicit FMAs: lilac_cuda_moe_down_sum's bits (cuda_quant.cu's kq_fold) */
+                    o = __fmaf_rn(wi[ii], v[ii], o);
         }
         if (sh)
-            o += g * sv;
-        o += xv;
+            o = __fmaf_rn(g, sv, o);
+        o = __fadd_rn(o, xv);
         x[e] = o;
     }
     if (!norm_w) {

@@ -198,13 +198,20 @@ __device__ __forceinline__ void kq_scales(const uint32_t (&h)[4], int j, float (
         sc = (C & 0x0F0F) | ((A >> 2) & 0x3030);
         mn = ((C >> 4) & 0x0F0F) | ((B >> 2) & 0x3030);
     }
-    const float d = h2f(h[0]) * QSCALE, dmin = h2f(h[0] >> 16);
-    ds[0] = d * u2f(sc & 0xFF), ds[1] = d * u2f(sc >> 8);
-    dm[0] = dmin * u2f(mn & 0xFF), dm[1] = dmin * u2f(mn >> 8);
+    const float d = __fmul_rn(h2f(h[0]), QSCALE), dmin = h2f(h[0] >> 16);
+    ds[0] = __fmul_rn(d, u2f(sc & 0xFF)), ds[1] = __fmul_rn(d, u2f(sc >> 8));
+    dm[0] = __fmul_rn(dmin, u2f(mn & 0xFF)), dm[1] = __fmul_rn(dmin, u2f(mn >> 8));
 }
 
 /* The K-quant fold: tot += d sc sum(q x) - dmin m sum(x) for the low and
- * high groups (runs 0-1 and 2-3 of the unit). */
+ * high groups (runs 0-1 and 2-3 of the unit). The folds' products and sums
+ * are written with explicit rounding (__fmul_rn, __fmaf_rn, ...): plain
+ * float * and + become PTX mul.f32/add.f32, which ptxas may fuse into FMAs
+ * one way in one kernel and another way in the next. k_moe_down_sum at two
+ * rows a lane group differed so from k_mv in Q4_K and Q5_K rows' last bits
+ * (H200, 2026-11-30; the PTX the same sequence, the SASS not). Every kernel
+ * that inlines a Unit's dot now gets the same bits for a row and token,
+ * whatever its rows a lane group or tokens a pass. */
 template <int R, int T>
 __device__ __forceinline__ void kq_fold(const float (&acc)[R][T][2], const float (&ds)[R][2], const float (&dm)[R][2],
                                         const float *su, int ss, int nt, float (&tot)[R][T])
@@ -214,10 +221,13 @@ __device__ __forceinline__ void kq_fold(const float (&acc)[R][T][2], const float
         if (T > 1 && t >= nt)
             break;
         const float4 s = *reinterpret_cast<const float4 *>(su + t * ss);
-        const float s0 = s.x + s.y, s1 = s.z + s.w;
+        const float s0 = __fadd_rn(s.x, s.y), s1 = __fadd_rn(s.z, s.w);
 #pragma unroll
-        for (int r = 0; r < R; r++)
-            tot[r][t] += ds[r][0] * acc[r][t][0] + ds[r][1] * acc[r][t][1] - (dm[r][0] * s0 + dm[r][1] * s1);
+        for (int r = 0; r < R; r++) {
+            const float q = __fmaf_rn(ds[r][0], acc[r][t][0], __fmul_rn(ds[r][1], acc[r][t][1]));
+            const float m = __fmaf_rn(dm[r][0], s0, __fmul_rn(dm[r][1], s1));
+            tot[r][t] = __fadd_rn(tot[r][t], __fsub_rn(q, m));
+        }
     }
 }
 
@@ -354,8 +364,8 @@ template <> struct Unit<LILAC_Q6_K> {
             const float d = h2f(p[r].d);
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                const float s = d * (u2f(((p[r].sc >> (8 * i)) & 0xFF) ^ 0x80) - 128.f); /* exact: 11 x 8 bits */
-                ds[r][i] = s * QSCALE, off[r][i] = s * 32.f;
+                const float s = __fmul_rn(d, u2f(((p[r].sc >> (8 * i)) & 0xFF) ^ 0x80) - 128.f); /* exact: 11 x 8 bits */
+                ds[r][i] = __fmul_rn(s, QSCALE), off[r][i] = __fmul_rn(s, 32.f);
             }
         }
 #pragma unroll
@@ -391,9 +401,11 @@ template <> struct Unit<LILAC_Q6_K> {
                 const float4 s = *reinterpret_cast<const float4 *>(su + t * ss);
                 const float slo = half ? s.y : s.x, shi = half ? s.w : s.z;
 #pragma unroll
-                for (int r = 0; r < R; r++)
-                    tot[r][t] += ds[r][half] * acc[r][t][0] + ds[r][2 + half] * acc[r][t][1] -
-                                 (off[r][half] * slo + off[r][2 + half] * shi);
+                for (int r = 0; r < R; r++) { /* kq_fold's explicit rounding, and why */
+                    const float q = __fmaf_rn(ds[r][half], acc[r][t][0], __fmul_rn(ds[r][2 + half], acc[r][t][1]));
+                    const float o = __fmaf_rn(off[r][half], slo, __fmul_rn(off[r][2 + half], shi));
+                    tot[r][t] = __fadd_rn(tot[r][t], __fsub_rn(q, o));
+                }
             }
         }
     }
@@ -448,7 +460,9 @@ template <> struct Unit<LILAC_Q8_0> {
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 const float d = h2f(p[r].d);
-                tot[r][t] += (d * QSCALE) * (acc[r][t][0] + acc[r][t][1]) - (d * 128.f) * (s.x + s.y);
+                /* kq_fold's explicit rounding, and why */
+                const float q = __fmul_rn(__fmul_rn(d, QSCALE), __fadd_rn(acc[r][t][0], acc[r][t][1]));
+                tot[r][t] = __fadd_rn(tot[r][t], __fsub_rn(q, __fmul_rn(__fmul_rn(d, 128.f), __fadd_rn(s.x, s.y))));
             }
         }
     }
@@ -496,7 +510,9 @@ template <> struct Unit<LILAC_Q4_0> {
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 const float d = h2f(p[r].d);
-                tot[r][t] += (d * QSCALE) * (acc[r][t][0] + acc[r][t][1]) - (d * 8.f) * (s.x + s.y);
+                /* kq_fold's explicit rounding, and why */
+                const float q = __fmul_rn(__fmul_rn(d, QSCALE), __fadd_rn(acc[r][t][0], acc[r][t][1]));
+                tot[r][t] = __fadd_rn(tot[r][t], __fsub_rn(q, __fmul_rn(__fmul_rn(d, 8.f), __fadd_rn(s.x, s.y))));
             }
         }
     }
@@ -611,7 +627,7 @@ __device__ __forceinline__ void conv_epilogue(const MV &p, long long c, float in
 }
 
 /* The SwiGLU activation as cuda_ops.cu's k_swiglu computes it (the same bits). */
-__device__ __forceinline__ float glu(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+__device__ __forceinline__ float glu(float g, float u) { return __fmul_rn(g / (1.0f + expf(-g)), u); }
 
 /* x[t][u0 * VPU ..) of nt tokens (the rest zero) into shared memory, value
  * i of unit u at u * (VPU + 4) + i times 2^(64 - xshift(i)) (the 16-byte
@@ -872,10 +888,9 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, 1)) k_mv_conv(c
  * order every run) and writes xn. One launch and one L2 round trip of ex fewer a layer. */
 constexpr int DS_MAXK = NWARPS; /* slots: a warp each */
 constexpr int DS_LPR = 4;       /* lanes a row (a power of two) */
-/* Rows a block at R rows a lane group. R 1 is k_mv's (cfg_rows_t(1)) and gives its bits; R 2 (half the blocks,
- * each loading the k inputs once for twice the rows; the faster) differs from them in the last bits of Q4_K and
- * Q5_K rows (H200, 2026-11-30: 1,063 of 2,048 x values; within 1e-6 of max |x|). Why is not known: the PTX of
- * the K-quant fold is the same sequence at R 1 and 2; ptxas may contract its mul/add otherwise. */
+/* Rows a block at R rows a lane group: 1 is k_mv's (cfg_rows_t(1)); 2 (the default) takes half the blocks, each
+ * loading the k inputs once for twice the rows. Both give k_mv's bits since the folds round explicitly (kq_fold;
+ * before that, R 2 differed from k_mv in the last bits of 1,063 of 2,048 Q4_K rows). */
 __host__ __device__ constexpr int ds_rows(int R) { return 32 / DS_LPR * R; }
 static_assert(LILAC_CUDA_DOWN_SUM_MAXB <= NTHREADS, "the last block reduces a part a thread");
 
@@ -942,11 +957,11 @@ template <int TYPE, bool A16, int R> __global__ void __launch_bounds__(NTHREADS)
     if (t < DS_ROWS && e < d.rows) { /* k_moe_sum_norm_grid's sum, in its order */
         const float xv = __ldcg(d.x + e), sv = d.sh ? __ldcg(d.sh + e) : 0.0f,
                     g = d.sh ? __ldcg(d.wt + d.k) : 0.0f;
-        for (int i = 0; i < d.k; i++)
-            o += __ldcg(d.wt + i) * vs[i * DS_ROWS + t];
+        for (int i = 0; i < d.k; i++) /* explicit FMAs, as the sum kernel's (kq_fold says why) */
+            o = __fmaf_rn(__ldcg(d.wt + i), vs[i * DS_ROWS + t], o);
         if (d.sh)
-            o += g * sv;
-        o += xv;
+            o = __fmaf_rn(g, sv, o);
+        o = __fadd_rn(o, xv);
         d.x[e] = o;
     }
     if (!d.norm_w) {
@@ -1420,7 +1435,7 @@ void matvec(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, i
 }
 
 /* LILAC_CUDA_DOWN_SUM_R: lilac_cuda_moe_down_sum's rows a lane group (ds_rows), 2 (the default: tg128 349.5/350.4
- * against 341.6/343.2, H200, 2026-11-30) or 1 (k_mv's bits). */
+ * against 341.6/343.2, H200, 2026-11-30) or 1 (k_mv's shape). */
 int ds_r()
 {
     static std::atomic<int> r{0};
