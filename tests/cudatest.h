@@ -20,6 +20,24 @@
  * of each kernel path, not their spread. */
 static inline bool ct_quick(void) { return lilac_env_switch("LILAC_CUDA_TEST_QUICK", false); }
 
+/* LILAC_CUDA_TEST_PARTS=a,b (racecheck, whose runs of a whole test exceed a call's time): the parts of a test
+ * named there alone; unset, every part. A test prints the parts it knows when none of them ran. */
+static inline bool ct_part(const char *name)
+{
+    const char *e = getenv("LILAC_CUDA_TEST_PARTS");
+    if (!e || !*e)
+        return true;
+    const size_t n = strlen(name);
+    for (const char *p = e; *p;) {
+        const char *c = strchr(p, ',');
+        const size_t len = c ? (size_t)(c - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n))
+            return true;
+        p += len + (c != NULL);
+    }
+    return false;
+}
+
 /* The generator's state: each test seeds it (ct_rng = ...) before drawing. */
 static uint64_t ct_rng = 0x9E3779B97F4A7C15ull;
 static inline uint64_t rnd(void)

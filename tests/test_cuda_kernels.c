@@ -281,7 +281,7 @@ out:
 
 static void test_down_sum(int type, int64_t rows, int64_t cols, int k, int shared, int normed, int exact);
 
-static void test_type(int ti)
+static void test_type_matvec(int ti)
 {
     const int type = TYPES[ti];
     const int64_t COLS[] = {256, 512, 2048, 4096}, ROWS[] = {1, 7, 333, 2048};
@@ -353,7 +353,15 @@ static void test_type(int ti)
     test_experts(ti, type, 333, 2048, 1, 0);
     test_experts(ti, type, 96, 512, 1, 1);
     test_experts(ti, type, 40, 2048, 0, 1);
-    if (type != LILAC_F32 && type != LILAC_F16 && type != LILAC_BF16) {
+}
+
+/* LILAC_CUDA_TEST_PARTS (cudatest.h): matvec (the products, experts and get_row), down_sum, norm, refusals */
+static void test_type(int ti)
+{
+    const int type = TYPES[ti];
+    if (ct_part("matvec"))
+        test_type_matvec(ti);
+    if (type != LILAC_F32 && type != LILAC_F16 && type != LILAC_BF16 && ct_part("down_sum")) {
         /* the 35B-A3B's shape: bit for bit at either rows a lane group (LILAC_CUDA_DOWN_SUM_R=1: k_mv's one) */
         test_down_sum(type, 2048, 512, 8, 1, 1, 1);
         test_down_sum(type, 200, 256, 3, 0, 1, 0);
@@ -593,21 +601,29 @@ int main(void)
     const int split = !getenv("LILAC_CUDA_GEMM_SPLIT") || atoi(getenv("LILAC_CUDA_GEMM_SPLIT"));
     if (split)
         CHECKF(lilac_cuda_mma_reserve(NULL, (size_t)64 << 20) == 0, "could not reserve the tensor-core scratch");
-    if (!bench_only) {
+    static const char *const PARTS[] = {"matvec", "down_sum", "norm", "refusals"};
+    int parts = 0;
+    for (size_t i = 0; i < sizeof PARTS / sizeof PARTS[0]; i++)
+        parts += ct_part(PARTS[i]);
+    CHECKF(parts > 0, "LILAC_CUDA_TEST_PARTS=%s names none of this test's parts (matvec, down_sum, norm, refusals)",
+           getenv("LILAC_CUDA_TEST_PARTS"));
+    if (!bench_only && ct_part("refusals"))
         test_refusals();
+    if (!bench_only && ct_part("norm"))
         test_gated_norm();
-    }
     for (int ti = 0; ti < N_TYPES && !bench_only; ti++) {
         test_type(ti);
         printf("%-5s matvec: %3d cases, max error %.3g of sum|w x|; experts: max %.3g; get_row: %s\n",
                tname(TYPES[ti]), cases[ti], worst_mv[ti], worst_ex[ti], gr_bad[ti] ? "MISMATCH" : "bit-exact");
         fflush(stdout);
     }
-    if (!bench_only)
+    if (!bench_only && ct_part("down_sum")) {
         printf("down product with the experts' sum and norm: %d cases, %d differ from the two kernels\n", ds_cases,
                ds_bad);
+        CHECKF(ds_cases > 0, "no case of the down product with the experts' sum ran");
+    }
 #ifdef LILAC_CUDA
-    if (split && !bench_only) {
+    if (split && !bench_only && ct_part("matvec")) {
         const long n = lilac_cuda_gemm_split_launches();
         printf("float GEMM with K split: %ld launches\n", n);
         CHECKF(n > 0, "the GEMM's K split is on, yet no GEMM split K");
