@@ -25,17 +25,7 @@ static inline bool ct_quick(void) { return lilac_env_switch("LILAC_CUDA_TEST_QUI
 static inline bool ct_part(const char *name)
 {
     const char *e = getenv("LILAC_CUDA_TEST_PARTS");
-    if (!e || !*e)
-        return true;
-    const size_t n = strlen(name);
-    for (const char *p = e; *p;) {
-        const char *c = strchr(p, ',');
-        const size_t len = c ? (size_t)(c - p) : strlen(p);
-        if (len == n && !strncmp(p, name, n))
-            return true;
-        p += len + (c != NULL);
-    }
-    return false;
+    return !e || !*e || lilac_env_list_has(e, name);
 }
 
 /* The generator's state: each test seeds it (ct_rng = ...) before drawing. */
