@@ -1309,19 +1309,19 @@ __global__ void __launch_bounds__(NTHREADS, 2) k_moe_fused(const MF f)
 #undef MF_W
 }
 
-/* The product's parameters (the launch shape apart: mv_shape): y[t][slot] = W[idx[slot]] . x, slots'
- * outputs W->rows apart where `slotted`, x slots x_slot floats apart (0: one shared x), tokens a row apart. */
 /* LILAC_CUDA_MV_PRE2=1 (written in session 13, NOT yet run on a GPU): at one token, a lane's first TWO units'
  * loads issued before x is loaded and (launched dependent) before the kernel before has finished, not the first
  * alone (k_mv, k_mv_conv, k_moe_fused's products, k_moe_down_sum). A lane of the qkv+z product has 4 units (8
  * lanes a row): with one unit in flight early its chain was x, then two memory round trips; with two, x and one.
- * Registers (sm_90a): Q4_K 75 -> 77, Q5_K 120 -> 122, Q6_K 120 -> 123; no spills. Read once. */
+ * Registers (sm_90a): Q4_K 75 -> 78, Q5_K 120 -> 122, Q6_K 120 -> 123; no spills. Read once. */
 bool mv_pre2()
 {
     static std::atomic<int> on{-1};
     return env_switch_once(on, "LILAC_CUDA_MV_PRE2", false);
 }
 
+/* The product's parameters (the launch shape apart: mv_shape): y[t][slot] = W[idx[slot]] . x, slots'
+ * outputs W->rows apart where `slotted`, x slots x_slot floats apart (0: one shared x), tokens a row apart. */
 MV mv_params(const lilac_cuda_mat *W, size_t stride, const int32_t *idx, bool slotted, const float *x,
              const float *x2, long long x_slot, float *y, int n_tok, int acc)
 {
@@ -1464,8 +1464,7 @@ int ds_r()
     static std::atomic<int> r{0};
     int v = r.load(std::memory_order_relaxed);
     if (!v) {
-        const char *e = getenv("LILAC_CUDA_DOWN_SUM_R");
-        v = e && e[0] == '1' && !e[1] ? 1 : 2;
+        v = lilac_env_int("LILAC_CUDA_DOWN_SUM_R", 2, 1, 2);
         r.store(v, std::memory_order_relaxed);
     }
     return v;
