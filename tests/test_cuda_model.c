@@ -90,20 +90,17 @@ int main(void)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (!ct_quick() || cases[i].step)
             run(fx, &cases[i]);
-    /* LILAC_CUDA_MOE_FUSED=1, LILAC_CUDA_QKV_CONV=1 (bench/cuda/run.sh test), and the down+sum kernel unless
-     * LILAC_CUDA_DOWN_SUM=0 (the default since session 13; the MoE kernel, where on, takes its layers): the
-     * Q4_K_M file's layers must have taken the fused kernels, not only their fallbacks */
-    const char *mf = getenv("LILAC_CUDA_MOE_FUSED");
-    const int moe_fused = mf && !strcmp(mf, "1");
+    /* LILAC_CUDA_QKV_CONV=1 (bench/cuda/run.sh test), and the down+sum kernel unless LILAC_CUDA_DOWN_SUM=0 (the
+     * default since session 13): the Q4_K_M file's layers must have taken the fused kernels, not only their
+     * fallbacks */
     static const struct {
         const char *var;
         int kind, dflt;
-    } fused[] = {{"LILAC_CUDA_MOE_FUSED", LILAC_CUDA_FUSED_MOE, 0},
-                 {"LILAC_CUDA_QKV_CONV", LILAC_CUDA_FUSED_QKV_CONV, 0},
+    } fused[] = {{"LILAC_CUDA_QKV_CONV", LILAC_CUDA_FUSED_QKV_CONV, 0},
                  {"LILAC_CUDA_DOWN_SUM", LILAC_CUDA_FUSED_DOWN_SUM, 1}};
     for (size_t i = 0; i < sizeof fused / sizeof fused[0]; i++) {
         const char *v = getenv(fused[i].var);
-        if (v ? strcmp(v, "1") != 0 : !fused[i].dflt || moe_fused)
+        if (v ? strcmp(v, "1") != 0 : !fused[i].dflt)
             continue;
         long n = lilac_cuda_fused_launches(fused[i].kind);
         CHECKF(n > 0, "%s=1: no layer ran the fused kernel", fused[i].var);

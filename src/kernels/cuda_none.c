@@ -111,12 +111,6 @@ void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, cons
         (void)s;
 }
 
-int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s)
-{
-    (void)a, (void)s;
-    return -1;
-}
-
 int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k, const float *g,
                             const float *u, const float *wt, const float *sh, float *x, const float *norm_w, float *xn,
                             float eps, float *part, unsigned *count, lilac_cuda_stream *s)

@@ -20,7 +20,6 @@ static const char *const k_names[LILAC_TK_COUNT] = {
     [LILAC_TK_ROUTE] = "k_route",
     [LILAC_TK_NORM_ROUTER] = "k_norm_router",
     [LILAC_TK_MOE_SUM_NORM] = "k_moe_sum_norm",
-    [LILAC_TK_MOE_FUSED] = "k_moe_fused",
     [LILAC_TK_MOE_DOWN_SUM] = "k_moe_down_sum",
 };
 
@@ -165,7 +164,6 @@ int lilac_trace_op_kernels(const char *op, int kernels[2])
         {"norm_router", 1, {LILAC_TK_NORM_ROUTER}},
         {"route", 1, {LILAC_TK_ROUTE}},
         {"moe_sum_norm", 1, {LILAC_TK_MOE_SUM_NORM}},
-        {"moe_fused", 1, {LILAC_TK_MOE_FUSED}},
         {"moe_down_sum", 1, {LILAC_TK_MOE_DOWN_SUM}},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)

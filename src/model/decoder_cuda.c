@@ -526,10 +526,6 @@ typedef struct {
      * 2026-11-30). The conv inside the DeltaNet kernel instead (a block a key head) was measured slower, 263
      * against 269 tok/s, and removed. */
     bool qkv_conv;
-    /* MOE_FUSED=1: the output product, norm, router, routing, experts and their sum as one cooperative
-     * kernel with grid barriers (lilac_cuda_moe_fused) instead of the chain; where it does not take the
-     * layer, the chain */
-    bool moe_fused;
     /* NORM_ROUTER=0: the post-attention norm and a float32 router apart (in one kernel: tg128 245 against 234
      * tok/s, H200, 2026-11-30) */
     bool norm_router;
@@ -554,7 +550,6 @@ static const step_sw *step_switches(void)
     if (!read) {
         sw = (step_sw){
             .qkv_conv = lilac_env_switch("LILAC_CUDA_QKV_CONV", false),
-            .moe_fused = lilac_env_switch("LILAC_CUDA_MOE_FUSED", false),
             .norm_router = lilac_env_switch("LILAC_CUDA_NORM_ROUTER", true),
             .route_tail = lilac_env_switch("LILAC_CUDA_ROUTE_TAIL", false),
             .sum_grid = lilac_env_switch("LILAC_CUDA_SUM_GRID", true),
@@ -643,23 +638,6 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             wout = &cl->ssm_out, xout = cm->o;
         }
         const float *next_norm = il + 1 < hp->n_layer ? cm->layers[il + 1].attn_norm : cm->output_norm;
-        if (sw->moe_fused && cl->gu_fused) {
-            lilac_cuda_moe mo = {
-                .out = wout, .out_x = xout, .router = &cl->router, .post_norm = cl->post_norm,
-                .gate = &cl->exp_gate, .down = &cl->exp_down, .gate_stride = cl->gate_stride,
-                .down_stride = cl->down_stride, .up_offset = hp->n_expert,
-                .sh_gate = shared ? &cl->sh_gate : NULL, .sh_up = shared ? &cl->sh_up : NULL,
-                .sh_down = shared ? &cl->sh_down : NULL, .sh_gate_inp = shared ? cl->sh_gate_inp : NULL,
-                .logits = cm->rl, .xn = cm->xn, .n_expert = hp->n_expert, .k = k, .norm_topk = hp->norm_topk,
-                .x = cm->x, .gbuf = cm->gbuf, .ex = cm->ex, .shg = cm->shg, .shu = cm->shu, .sho = cm->sho,
-                .xn_out = cm->xn, .next_norm = next_norm, .n_embd = E, .eps = eps,
-            };
-            if (!lilac_cuda_moe_fused(&mo, s)) {
-                if (g_trace == 1)
-                    trace_name("moe_fused", "");
-                continue;
-            }
-        }
         OP("matvec", lilac_cuda_matvec_fused(wout, 0, NULL, 1, xout, NULL, 0, cm->x, 1, s));
         const lilac_cuda_route_args ra = {
             .E = hp->n_expert, .k = k, .norm = hp->norm_topk, .up_offset = cl->gu_fused ? hp->n_expert : 0,

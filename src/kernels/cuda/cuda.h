@@ -91,31 +91,6 @@ void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, cons
                              const float *x, const float *x2, int x_stride, float *y, int accumulate,
                              lilac_cuda_stream *s);
 
-/* The decode step's MoE half for one token in one cooperative kernel (LILAC_CUDA_MOE_FUSED=1): optionally
- * x += out . out_x (the mixer's output product) and then xn = RMSNorm(x) * post_norm with the F32 router's
- * logits (router set: as lilac_cuda_norm_router; out needs router), else from the router's logits and the
- * normed input xn as given; the routing (as lilac_cuda_route), the routed experts' gate and up
- * (gate and up of one allocation: up expert e is gate expert up_offset + e) and down, the shared expert, and
- * x += their weighted sum with xn_out = RMSNorm(x) * next_norm (as lilac_cuda_moe_sum_norm), the kernel
- * boundaries between them replaced by grid barriers. gbuf [2k][expert_ff], ex [k][n_embd], shg, shu
- * [shared_ff], sho [n_embd] (dev). 0 when launched; -1 when it does not take the shapes or types (Q4_K,
- * Q5_K, Q6_K, Q8_0), or a cooperative launch failed: then nothing ran. */
-typedef struct lilac_cuda_moe {
-    const lilac_cuda_mat *out, *router; /* NULL: done before the call */
-    const float *out_x, *post_norm;
-    const lilac_cuda_mat *gate, *down;
-    size_t gate_stride, down_stride;
-    int up_offset;
-    const lilac_cuda_mat *sh_gate, *sh_up, *sh_down; /* NULL: no shared expert */
-    const float *sh_gate_inp;
-    const float *logits, *xn;
-    int n_expert, k, norm_topk;
-    float *x, *gbuf, *ex, *shg, *shu, *sho, *xn_out;
-    const float *next_norm;
-    int n_embd;
-    float eps;
-} lilac_cuda_moe;
-int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s);
 /* y = W . x for one token and, in the same kernel, the causal depthwise conv that follows a DeltaNet qkv
  * product (lilac_cuda_conv_step's arithmetic on y, conv_state advanced; channels = W->rows): opt-in
  * LILAC_CUDA_QKV_CONV=1. 0 when launched, -1 when it does not take the type or alignment (Q4_K and Q5_K
@@ -134,7 +109,7 @@ int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const
 /* Its rows a lane group (LILAC_CUDA_DOWN_SUM_R, 2 by default or 1; the same bits). */
 int lilac_cuda_moe_down_sum_rows(void);
 /* How many times a fused kernel was launched (tests: that the fused path, not its fallback, ran). */
-enum { LILAC_CUDA_FUSED_MOE, LILAC_CUDA_FUSED_QKV_CONV, LILAC_CUDA_FUSED_DOWN_SUM, LILAC_CUDA_FUSED_KINDS };
+enum { LILAC_CUDA_FUSED_QKV_CONV, LILAC_CUDA_FUSED_DOWN_SUM, LILAC_CUDA_FUSED_KINDS };
 long lilac_cuda_fused_launches(int kind);
 
 /* out[c] = value c of row r of W, c < cols (dev): an embedding lookup with r read on the device from *r_dev. */

@@ -446,7 +446,7 @@ static __device__ __forceinline__ bool dev_last_block(unsigned *count)
     return last;
 }
 
-/* The post-attention norm and a float32 router (k_norm_router; k_moe_fused's first phase): every block
+/* The post-attention norm and a float32 router (k_norm_router): every block
  * computes the norm itself into shared memory (dev_rmsnorm with the block's threads: with 256, k_rmsnorm's
  * bits), block vb == 0 writes xn, and warp w of block vb takes router rows (vb + nvb i) NR_WARPS + w,
  * prefetching a row's first PF float4 (PDL: before griddep_wait, while the kernel before ends; the sums'
@@ -492,7 +492,7 @@ static __device__ __forceinline__ void dev_norm_router(const float *x, const flo
         acc = warp_sum(acc);
         if (lane == 0 && row < n_exp)
             logits[row] = acc;
-        row += nvb * NR_WARPS; /* a grid smaller than the rows (k_moe_fused): the next row of this warp */
+        row += nvb * NR_WARPS; /* a grid smaller than the rows: the next row of this warp */
         if (row >= n_exp)
             break;
         wr = reinterpret_cast<const float4 *>(W + (size_t)row * row_floats);

@@ -634,7 +634,7 @@ __device__ __forceinline__ float glu(float g, float u) { return __fmul_rn(g / (1
  * i of unit u at u * (VPU + 4) + i times 2^(64 - xshift(i)) (the 16-byte
  * pad puts adjacent lanes' float4 reads in different banks), and the sums
  * of x over each run of 16 values. A thread a run. */
-template <class UT, int T, bool CG = false>
+template <class UT, int T>
 __device__ void load_x(const float *x, const float *x2, long long x_tok, int nt, int u0, int u1, float *xs, int XS,
                        float *ss, int SS)
 {
@@ -648,9 +648,8 @@ __device__ void load_x(const float *x, const float *x2, long long x_tok, int nt,
         float v[16], s = 0.f;
 #pragma unroll
         for (int k = 0; k < 16; k++) {
-            /* CG: x was written by other blocks of this kernel (k_moe_fused): from L2 */
-            const float xv = t >= nt ? 0.f : CG ? __ldcg(src + k) : src[k];
-            v[k] = t >= nt ? 0.f : src2 ? glu(xv, CG ? __ldcg(src2 + k) : src2[k]) : xv;
+            const float xv = t >= nt ? 0.f : src[k];
+            v[k] = t >= nt ? 0.f : src2 ? glu(xv, src2[k]) : xv;
             s += v[k];
             v[k] *= __int_as_float((127 + 64 - UT::xshift(16 * rr + k)) << 23);
         }
@@ -775,7 +774,7 @@ constexpr int cfg_lane_units(int T) { return T == 1 ? 4 : 1; }
  * applied as x is loaded, from the sum kernel's parts (LILAC_CUDA_NORM_FOLD):
  * 296.8 against 319.2/320.3, every block's serial norm before its x loads
  * costing more than the sum kernel's tail it removed. */
-template <int TYPE, bool A16, int R, int T, bool FUSED, bool CONV = false>
+template <int TYPE, bool A16, int R, int T, bool CONV = false>
 __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx, int nbx, int by, int nby)
 {
     using UT = Unit<TYPE>;
@@ -801,9 +800,7 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
         const int t0 = tc * T, nt = min(T, p.n_tok - t0);
         for (long long it = it0; it < it1; it++) {
             const long long slot = it / p.row_tiles, rt = it - slot * p.row_tiles;
-            /* FUSED: idx written earlier in this kernel, not through the read-only cache */
-            const uint8_t *W =
-                p.w + (idx ? (size_t)(FUSED ? __ldcg(idx + slot) : __ldg(idx + slot)) * p.expert_stride : 0);
+            const uint8_t *W = p.w + (idx ? (size_t)__ldg(idx + slot) * p.expert_stride : 0);
             const long long row0 = rt * rpt + warp * rpw + grp * R;
             const uint8_t *rowp[R];
             bool ok[R];
@@ -833,12 +830,12 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
                 if (pre2)
                     load_rows<TYPE, A16, R>(rowp, ok, u + lpr, b);
                 if (key != loaded) { /* the same for the whole block */
-                    if (!FUSED && loaded < 0) {
+                    if (loaded < 0) {
                         griddep_wait();
                         TRACE_WAITED(LILAC_TK_MV); /* the table takes a block's first wait */
                     }
                     __syncthreads();
-                    load_x<UT, T, FUSED>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0, u1,
+                    load_x<UT, T>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0, u1,
                                          xs, XS, ss, SS);
                     loaded = key;
                 }
@@ -870,7 +867,7 @@ __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(con
         griddep_wait();
         TRACE_WAITED(LILAC_TK_MV);
     }
-    mv_block<TYPE, A16, R, T, false>(p, p.idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
+    mv_block<TYPE, A16, R, T>(p, p.idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
     TRACE_END(LILAC_TK_MV);
 }
 
@@ -881,7 +878,7 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, 1)) k_mv_conv(c
 {
     TRACE_START(LILAC_TK_MV);
     griddep_launch_dependents();
-    mv_block<TYPE, A16, cfg_rows_t(1), 1, false, true>(p, nullptr, blockIdx.x, gridDim.x, 0, 1);
+    mv_block<TYPE, A16, cfg_rows_t(1), 1, true>(p, nullptr, blockIdx.x, gridDim.x, 0, 1);
     TRACE_END(LILAC_TK_MV);
 }
 
@@ -1209,109 +1206,9 @@ template <int TYPE, bool A16> void launch_t(const MV &p, cudaStream_t st, int sl
         launch_fast<TYPE, A16, 8>(p, st, slots);
 }
 
-/* ------------------------------------------------------------------ */
-/* The decode step's MoE half in one kernel (lilac_cuda_moe_fused) */
-
-/* A product of k_moe_fused: mv_block's parameters, its type and alignment. */
-struct MFP {
-    MV p;
-    int type;
-    bool a16;
-};
-constexpr int MF_ROUTE = 64; /* idx and w entries a block keeps (2k slots, the k weights and the shared gate) */
-
-struct MF {
-    MV out;                /* has_out: the mixer's output product, added into x (the residual) */
-    MV gu, sg, su, dn, sd; /* routed gate+up, shared gate, shared up | routed down, shared down */
-    int shared, has_out, has_router;
-    const float *post_norm, *router; /* has_router: the norm of x and the F32 router (dev_norm_router) */
-    long long router_row_floats;
-    float *rl; /* has_router: the router's logits written here (= logits) */
-    const float *logits, *gate_inp, *xn;
-    int n_expert, k, norm, up_offset, n_embd;
-    unsigned *bar; /* (dev) [2]: the grid barrier's count and generation (zero between launches) */
-    int32_t *idx;  /* (dev) [gridDim.x][MF_ROUTE]: each block's own routing */
-    float *w;     /* (dev) [gridDim.x][MF_ROUTE] */
-    float *x, *ex, *sho, *xn_out;
-    const float *norm_w;
-    float eps;
-};
-
-/* A barrier of the whole grid (every block resident: a cooperative launch), inline: cooperative_groups'
- * grid sync is a call, across which the products' registers spilled (~1 KB a thread). bar[0] counts the
- * blocks arrived, bar[1] is the generation the last one advances; both back to (0, +1) after each. */
-__device__ __forceinline__ void grid_barrier(unsigned *bar)
-{
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        volatile unsigned *gen = bar + 1;
-        const unsigned g = *gen; /* before arriving: the last arrival cannot have advanced it yet */
-        __threadfence();        /* this block's writes, before it counts as arrived */
-        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
-            atomicExch(bar, 0u);
-            __threadfence();
-            atomicAdd(bar + 1, 1u);
-        } else {
-            while (*gen == g)
-                __nanosleep(20);
-        }
-        __threadfence();
-    }
-    __syncthreads();
-}
-
-/* A layer's tail for one token, with grid barriers where the step had kernel boundaries: (has_out) x += the
- * mixer's output product; (has_router) every block norms x for itself and takes router rows
- * (dev_norm_router, k_norm_router's bits), block 0 writing xn; every block routes for itself (dev_route,
- * k_route's bits) into its own idx/w; the routed gate+up (2k slots) and the shared expert's gate and up
- * (type G); the routed down over SwiGLU of gate and up (k slots, type D) and the shared down (type SD);
- * block 0 sums into x and norms it for the next layer (dev_moe_sum_norm with 256 threads: the norm's sum
- * in another order than k_moe_sum_norm's 1024, float32 rounding apart). Launched cooperative: every block
- * resident, so grid_barrier cannot wait for a block that never runs. The types are template arguments:
- * mv_block inlined, as in k_mv (a called function choosing the type at run time spilled 4 KB a thread). */
-template <int G, bool GA, int D, bool DA, int SD, bool SDA>
-__global__ void __launch_bounds__(NTHREADS, 2) k_moe_fused(const MF f)
-{
-    /* nothing held in registers across the products (k_mv's bodies use up to 125 of the 128): the block's
-     * routing is found again from f at each use */
-#define MF_IDX (f.idx + (size_t)blockIdx.x * MF_ROUTE)
-#define MF_W (f.w + (size_t)blockIdx.x * MF_ROUTE)
-    constexpr int R = cfg_rows_t(1); /* mf_shape's (mv_shape at one token) */
-    TRACE_START(LILAC_TK_MOE_FUSED);
-    if (f.has_out) { /* x += the mixer's output product (the out matrix of G's type) */
-        mv_block<G, GA, R, 1, true>(f.out, nullptr, blockIdx.x, gridDim.x, 0, 1);
-        grid_barrier(f.bar);
-    }
-    if (f.has_router) { /* xn = RMSNorm(x) (block 0 writes it), the router's logits a warp a row */
-        dev_norm_router<false, 2>(f.x, f.post_norm, const_cast<float *>(f.xn), f.router, f.router_row_floats,
-                               f.n_expert, f.rl, f.n_embd, f.eps, blockIdx.x, gridDim.x);
-        grid_barrier(f.bar);
-    }
-    dev_route(f.logits, f.n_expert, f.k, f.norm, MF_IDX, MF_W, f.up_offset, blockIdx.x == 0 ? f.gate_inp : nullptr,
-              f.xn, f.n_embd);
-    __threadfence(); /* warp 0's idx and w, then read back through L2 (mv_block FUSED, dev_moe_sum_norm) */
-    __syncthreads();
-    mv_block<G, GA, R, 1, true>(f.gu, MF_IDX, blockIdx.x, gridDim.x, 0, 1);
-    if (f.shared) {
-        mv_block<G, GA, R, 1, true>(f.sg, nullptr, blockIdx.x, gridDim.x, 0, 1);
-        mv_block<G, GA, R, 1, true>(f.su, nullptr, blockIdx.x, gridDim.x, 0, 1);
-    }
-    grid_barrier(f.bar); /* gate and up (routed and shared) written */
-    mv_block<D, DA, R, 1, true>(f.dn, MF_IDX, blockIdx.x, gridDim.x, 0, 1);
-    if (f.shared)
-        mv_block<SD, SDA, R, 1, true>(f.sd, nullptr, blockIdx.x, gridDim.x, 0, 1);
-    grid_barrier(f.bar); /* the experts' outputs written */
-    if (blockIdx.x == 0)
-        dev_moe_sum_norm(f.x, f.ex, MF_W, f.k, f.gate_inp ? f.sho : nullptr, MF_W + f.k, f.norm_w, f.xn_out, f.n_embd,
-                         f.eps);
-    TRACE_END(LILAC_TK_MOE_FUSED);
-#undef MF_IDX
-#undef MF_W
-}
-
 /* LILAC_CUDA_MV_PRE2=1 (written in session 13, NOT yet run on a GPU): at one token, a lane's first TWO units'
  * loads issued before x is loaded and (launched dependent) before the kernel before has finished, not the first
- * alone (k_mv, k_mv_conv, k_moe_fused's products, k_moe_down_sum). A lane of the qkv+z product has 4 units (8
+ * alone (k_mv, k_mv_conv, k_moe_down_sum). A lane of the qkv+z product has 4 units (8
  * lanes a row): with one unit in flight early its chain was x, then two memory round trips; with two, x and one.
  * Registers (sm_90a): Q4_K 75 -> 78, Q5_K 120 -> 122, Q6_K 120 -> 123; no spills. Read once. */
 bool mv_pre2()
@@ -1351,36 +1248,6 @@ bool mat_ok(const lilac_cuda_mat *W)
     int blck, bsz;
     return W && W->data && block_of(W->type, &blck, &bsz) && W->rows >= 1 && W->cols % blck == 0 &&
            W->row_bytes >= (size_t)(W->cols / blck) * (size_t)bsz;
-}
-
-/* A product of lilac_cuda_moe as mv_block takes it; false where k_moe_fused has no body for the type or
- * alignment. */
-bool mf_product(MFP &q, const lilac_cuda_mat *W, size_t stride, bool routed, const float *x,
-                const float *x2, long long x_slot, float *y)
-{
-    if (!mat_ok(W))
-        return false;
-    const uintptr_t al = reinterpret_cast<uintptr_t>(W->data) | W->row_bytes | stride;
-    q = MFP{};
-    q.type = W->type;
-    q.a16 = (al & 15) == 0 && (W->type == LILAC_Q4_K || W->type == LILAC_Q5_K);
-    if ((al & 1) || !(W->type == LILAC_Q4_K || W->type == LILAC_Q5_K || W->type == LILAC_Q6_K ||
-                      W->type == LILAC_Q8_0))
-        return false;
-    /* idx: the block's own, given in the kernel (routed: y rows a slot apart) */
-    q.p = mv_params(W, stride, nullptr, routed, x, x2, x_slot, y, 1, 0);
-    return true;
-}
-
-/* mv_shape for the type. */
-int mf_shape(MFP &q, int slots, long long cap)
-{
-    switch (q.type) {
-    case LILAC_Q4_K: return mv_shape<LILAC_Q4_K, 1>(q.p, slots, cap);
-    case LILAC_Q5_K: return mv_shape<LILAC_Q5_K, 1>(q.p, slots, cap);
-    case LILAC_Q6_K: return mv_shape<LILAC_Q6_K, 1>(q.p, slots, cap);
-    default: return mv_shape<LILAC_Q8_0, 1>(q.p, slots, cap);
-    }
 }
 
 /* The alignment at which the fast kernel (launch_t) takes W's rows and expert stride: 16 (A16), 2, or 0 (none:
@@ -1821,172 +1688,6 @@ int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, fl
     return 0;
 }
 
-int lilac_cuda_moe_fused(const lilac_cuda_moe *a, lilac_cuda_stream *s)
-{
-    static int failed; /* a launch refused once (no cooperative launch here): the caller's path from then on */
-    if (failed || !a || a->k < 1 || 2 * a->k > MF_ROUTE || a->n_expert > ROUTE_EMAX || a->k > a->n_expert ||
-        a->n_embd > DEV_NR * NTHREADS || !a->gate || !a->down)
-        return -1;
-    const bool has_router = a->router != nullptr, has_out = a->out != nullptr;
-    if (has_router && (a->router->type != LILAC_F32 || a->router->rows != a->n_expert ||
-                       a->router->cols != a->n_embd || a->n_embd % 4 || a->router->row_bytes % 16 ||
-                       reinterpret_cast<uintptr_t>(a->router->data) % 16 || !a->post_norm))
-        return -1;
-    if (has_out && !has_router) /* the out product's x is the router's input: both or neither */
-        return -1;
-    const bool shared = a->sh_gate && a->sh_up && a->sh_down && a->sh_gate_inp;
-    const long long ff = a->gate->rows;
-    MFP q[5]; /* routed gate+up, shared gate, shared up, routed down, shared down */
-    bool ok = mf_product(q[0], a->gate, a->gate_stride, true, a->xn, nullptr, 0, a->gbuf) &&
-              mf_product(q[3], a->down, a->down_stride, true, a->gbuf, a->gbuf + (size_t)a->k * ff, ff, a->ex);
-    if (shared)
-        ok = ok && mf_product(q[1], a->sh_gate, 0, false, a->xn, nullptr, 0, a->shg) &&
-             mf_product(q[2], a->sh_up, 0, false, a->xn, nullptr, 0, a->shu) &&
-             mf_product(q[4], a->sh_down, 0, false, a->shg, a->shu, 0, a->sho);
-    else
-        q[1] = q[2] = q[0], q[4] = q[3]; /* not run: their types only pick the instantiation */
-    MFP qo{};
-    if (has_out)
-        ok = ok && mf_product(qo, a->out, 0, false, a->out_x, nullptr, 0, a->x) && a->out->rows == a->n_embd;
-    if (!ok || a->gate->cols != a->n_embd || a->down->rows != a->n_embd || a->down->cols != ff)
-        return -1;
-    qo.p.acc = 1;
-
-    /* the instantiations: gate and up Q4_K (16-byte aligned), downs Q4_K or Q6_K (the Q4_K_M mix) */
-    auto is = [](const MFP &m, int type, bool a16) { return m.type == type && (m.a16 || !a16); };
-    if (!is(q[0], LILAC_Q4_K, true) || !is(q[1], LILAC_Q4_K, true) || !is(q[2], LILAC_Q4_K, true) ||
-        (has_out && !is(qo, LILAC_Q4_K, true)))
-        return -1;
-    void (*kern)(MF) = nullptr;
-    int which = -1;
-    const bool d4 = is(q[3], LILAC_Q4_K, true), d6 = q[3].type == LILAC_Q6_K;
-    const bool s4 = is(q[4], LILAC_Q4_K, true), s6 = q[4].type == LILAC_Q6_K;
-    if (d4 && s6)
-        kern = k_moe_fused<LILAC_Q4_K, true, LILAC_Q4_K, true, LILAC_Q6_K, false>, which = 0;
-    else if (d6 && s6)
-        kern = k_moe_fused<LILAC_Q4_K, true, LILAC_Q6_K, false, LILAC_Q6_K, false>, which = 1;
-    else if (d4 && s4)
-        kern = k_moe_fused<LILAC_Q4_K, true, LILAC_Q4_K, true, LILAC_Q4_K, true>, which = 2;
-    else if (d6 && s4)
-        kern = k_moe_fused<LILAC_Q4_K, true, LILAC_Q6_K, false, LILAC_Q4_K, true>, which = 3;
-    else
-        return -1;
-    static int per_sm_of[4], smem_of[4], attr[4];
-    if (!attr[which]) {
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_MAX);
-        attr[which] = 1;
-    }
-    int &per_sm = per_sm_of[which];
-    /* the grid: every block resident (a cooperative launch's rule), at the occupancy of the largest tile */
-    int smem = has_router ? a->n_embd * (int)sizeof(float) : 0; /* dev_norm_router's normed x */
-    for (int i = 0; i < 6; i++) { /* a first shape for the shared memory, then the real one for the grid */
-        if (i == 5 && !has_out)
-            break;
-        MFP t = i < 5 ? q[i] : qo;
-        const int b = mf_shape(t, 1, 1);
-        smem = b > smem ? b : smem;
-    }
-    if (smem > smem_of[which]) /* the occupancy at the most shared memory asked for so far */
-        per_sm = 0, smem_of[which] = smem;
-    smem = smem_of[which];
-    if (!per_sm && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NTHREADS, (size_t)smem) !=
-                        cudaSuccess ||
-                    per_sm < 1)) {
-        (void)cudaGetLastError();
-        per_sm = 0;
-        failed = 1;
-        return -1;
-    }
-    /* LILAC_CUDA_MOE_FUSED_PER_SM=N: at most N blocks a multiprocessor (fewer blocks: cheaper barriers, fewer
-     * warps hiding the weights' latency; for measuring) */
-    static int cap_sm = -1;
-    if (cap_sm < 0) {
-        const char *e = getenv("LILAC_CUDA_MOE_FUSED_PER_SM");
-        cap_sm = e && atoi(e) > 0 ? atoi(e) : 0;
-    }
-    const long long grid = (long long)(cap_sm && cap_sm < per_sm ? cap_sm : per_sm) * dev_sm_count();
-    const int slots[5] = {2 * a->k, 1, 1, a->k, 1};
-    for (int i = 0; i < 5; i++)
-        (void)mf_shape(q[i], slots[i], grid);
-    if (has_out)
-        (void)mf_shape(qo, 1, grid);
-    MF f{};
-    f.out = qo.p;
-    f.gu = q[0].p, f.sg = q[1].p, f.su = q[2].p, f.dn = q[3].p, f.sd = q[4].p;
-    f.shared = shared;
-    f.has_out = has_out;
-    f.has_router = has_router;
-    f.post_norm = a->post_norm;
-    f.router = has_router ? static_cast<const float *>(a->router->data) : nullptr;
-    f.router_row_floats = has_router ? (long long)(a->router->row_bytes / sizeof(float)) : 0;
-    f.rl = const_cast<float *>(a->logits);
-
-    /* each block's routing: device scratch, allocated at the first (uncaptured) call */
-    static int32_t *idx;
-    static float *w;
-    static unsigned *bar;
-    static long long have;
-    if (have < grid) {
-        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-        if (cudaStreamIsCapturing(S(s), &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
-            return -1;
-        cudaFree(idx);
-        cudaFree(w);
-        idx = nullptr, w = nullptr, have = 0;
-        if (!bar && (cudaMalloc(&bar, 2 * sizeof *bar) != cudaSuccess || cudaMemset(bar, 0, 2 * sizeof *bar))) {
-            (void)cudaGetLastError();
-            cudaFree(bar);
-            bar = nullptr;
-            return -1;
-        }
-        if (cudaMalloc(&idx, (size_t)grid * MF_ROUTE * sizeof *idx) != cudaSuccess ||
-            cudaMalloc(&w, (size_t)grid * MF_ROUTE * sizeof *w) != cudaSuccess) {
-            (void)cudaGetLastError();
-            cudaFree(idx);
-            idx = nullptr;
-            return -1;
-        }
-        have = grid;
-    }
-    f.logits = a->logits;
-    f.gate_inp = shared ? a->sh_gate_inp : nullptr;
-    f.xn = a->xn;
-    f.n_expert = a->n_expert;
-    f.k = a->k;
-    f.norm = a->norm_topk;
-    f.up_offset = a->up_offset;
-    f.n_embd = a->n_embd;
-    f.bar = bar;
-    f.idx = idx;
-    f.w = w;
-    f.x = a->x;
-    f.ex = a->ex;
-    f.sho = a->sho;
-    f.xn_out = a->xn_out;
-    f.norm_w = a->next_norm;
-    f.eps = a->eps;
-
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)grid);
-    cfg.blockDim = dim3(NTHREADS);
-    cfg.dynamicSmemBytes = (size_t)smem;
-    cfg.stream = S(s);
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeCooperative;
-    at[0].val.cooperative = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    const cudaError_t st = cudaLaunchKernelEx(&cfg, kern, f);
-    if (st != cudaSuccess) {
-        fprintf(stderr, "cuda: the fused MoE kernel's cooperative launch failed (%s); the kernel chain from now\n",
-                cudaGetErrorString(st));
-        (void)cudaGetLastError();
-        failed = 1;
-        return -1;
-    }
-    g_fused_launches[LILAC_CUDA_FUSED_MOE].fetch_add(1, std::memory_order_relaxed);
-    return 0;
-}
 
 void lilac_cuda_get_row(const lilac_cuda_mat *W, const int32_t *r_dev, float *out, lilac_cuda_stream *s)
 {
