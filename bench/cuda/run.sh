@@ -67,7 +67,6 @@ do_test() {
     run_test model-route-one-pass test_cuda_model LILAC_CUDA_ROUTE_STAGED=0
     run_test model-pdl-set test_cuda_model LILAC_CUDA_PDL_SET=route,attention,combine,rope,sum,conv,rmsnorm
     run_test model-apart test_cuda_model LILAC_CUDA_NORM_ROUTER=0 LILAC_CUDA_PDL_ALL=1 LILAC_CUDA_SUM_GRID=0
-    run_test model-qkv-conv test_cuda_model LILAC_CUDA_QKV_CONV=1
     run_test model-no-down-sum test_cuda_model LILAC_CUDA_DOWN_SUM=0
     run_test model-down-sum-r1 test_cuda_model LILAC_CUDA_DOWN_SUM=1 LILAC_CUDA_DOWN_SUM_R=1
     run_test model-pre2 test_cuda_model LILAC_CUDA_MV_PRE2=1

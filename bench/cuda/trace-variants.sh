@@ -4,7 +4,7 @@
 # step's summary and the rows of layer 4 (a DeltaNet layer past the first
 # attention one). Whole tables in OUT/trace-N.txt. Needs run.sh build, synth.
 #
-#   bench/cuda/trace-variants.sh "LILAC_NONE=1" "LILAC_CUDA_QKV_CONV=1" ...
+#   bench/cuda/trace-variants.sh "LILAC_NONE=1" "LILAC_CUDA_DOWN_SUM=0" ...
 set -u
 # shellcheck source=bench/cuda/common.sh
 . "$(dirname "$0")/common.sh"

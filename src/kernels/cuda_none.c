@@ -137,13 +137,6 @@ int lilac_cuda_moe_sum_norm_grid(float *x, const float *ex, const float *w, int 
     return -1;
 }
 
-int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, float *conv_state, const float *conv_w,
-                           int K, float *conv_out, lilac_cuda_stream *s)
-{
-    (void)W, (void)x, (void)y, (void)conv_state, (void)conv_w, (void)K, (void)conv_out, (void)s;
-    return -1;
-}
-
 int lilac_cuda_pdl(void) { return 0; }
 int lilac_cuda_trace_begin(size_t cap, char *msg, size_t mcap)
 {

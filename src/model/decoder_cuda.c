@@ -522,10 +522,6 @@ static void timing_report(void)
  * 296.8 (every product block recomputing the norm's scale before its x loads, a serial phase dearer than the
  * sum kernel's tail it removed). */
 typedef struct {
-    /* QKV_CONV=1: the conv in the qkv product's kernel (lilac_cuda_matvec_conv): tg128 249 against 270 (H200,
-     * 2026-11-30). The conv inside the DeltaNet kernel instead (a block a key head) was measured slower, 263
-     * against 269 tok/s, and removed. */
-    bool qkv_conv;
     /* NORM_ROUTER=0: the post-attention norm and a float32 router apart (in one kernel: tg128 245 against 234
      * tok/s, H200, 2026-11-30) */
     bool norm_router;
@@ -549,7 +545,6 @@ static const step_sw *step_switches(void)
     static bool read;
     if (!read) {
         sw = (step_sw){
-            .qkv_conv = lilac_env_switch("LILAC_CUDA_QKV_CONV", false),
             .norm_router = lilac_env_switch("LILAC_CUDA_NORM_ROUTER", true),
             .route_tail = lilac_env_switch("LILAC_CUDA_ROUTE_TAIL", false),
             .sum_grid = lilac_env_switch("LILAC_CUDA_SUM_GRID", true),
@@ -607,7 +602,7 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             int tiled = m->w.ssm_v_tiled, K = hp->ssm_conv_kernel;
             /* qkv and z in one product where they share a type (z lands right after qkv), alpha and beta in one
              * on the second branch: two launches on the chain fewer */
-            const bool qkvz = cl->ssm_qkvz.data && !sw->qkv_conv;
+            const bool qkvz = cl->ssm_qkvz.data != NULL;
             if (!qkvz)
                 OP("matvec", lilac_cuda_matvec(&cl->ssm_z, cm->xn, cm->z, 1, aux));
             if (cl->ssm_ab.data) {
@@ -616,16 +611,9 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
                 OP("matvec", lilac_cuda_matvec(&cl->ssm_alpha, cm->xn, cm->a, 1, aux));
                 OP("matvec", lilac_cuda_matvec(&cl->ssm_beta, cm->xn, cm->b, 1, aux));
             }
-            bool conv_done = sw->qkv_conv &&
-                             !lilac_cuda_matvec_conv(&cl->ssm_qkv, cm->xn, cm->qkv, cs->conv[il], cl->ssm_conv, K,
-                                                     cm->conv, s);
-            if (conv_done && g_trace == 1)
-                trace_name("matvec", "");
-            if (!conv_done)
-                OP("matvec", lilac_cuda_matvec(qkvz ? &cl->ssm_qkvz : &cl->ssm_qkv, cm->xn, cm->qkv, 1, s));
+            OP("matvec", lilac_cuda_matvec(qkvz ? &cl->ssm_qkvz : &cl->ssm_qkv, cm->xn, cm->qkv, 1, s));
             lilac_cuda_fork(aux, s, cm->ev[1]);
-            if (!conv_done)
-                OP("conv_step", lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, K, s));
+            OP("conv_step", lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, K, s));
             if (lilac_cuda_deltanet_fused(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
                                           cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s)) { /* other shapes: */
                 if (g_trace == 1)

@@ -91,12 +91,6 @@ void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, cons
                              const float *x, const float *x2, int x_stride, float *y, int accumulate,
                              lilac_cuda_stream *s);
 
-/* y = W . x for one token and, in the same kernel, the causal depthwise conv that follows a DeltaNet qkv
- * product (lilac_cuda_conv_step's arithmetic on y, conv_state advanced; channels = W->rows): opt-in
- * LILAC_CUDA_QKV_CONV=1. 0 when launched, -1 when it does not take the type or alignment (Q4_K and Q5_K
- * 16-byte aligned, Q6_K, Q8_0). */
-int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, float *conv_state, const float *conv_w,
-                           int K, float *conv_out, lilac_cuda_stream *s);
 /* The decode step's routed down product with the experts' sum and the next norm (LILAC_CUDA_DOWN_SUM=0: off): x +=
  * sum_i wt[i] (W[idx[i]] . silu(g_i) u_i) (g_i, u_i: rows W->cols apart), + wt[k] sh where sh (the shared
  * expert's output) is set, in lilac_cuda_moe_sum_norm_grid's order; then xn = RMSNorm(x) * norm_w (norm_w set;
@@ -109,7 +103,7 @@ int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const
 /* Its rows a lane group (LILAC_CUDA_DOWN_SUM_R, 2 by default or 1; the same bits). */
 int lilac_cuda_moe_down_sum_rows(void);
 /* How many times a fused kernel was launched (tests: that the fused path, not its fallback, ran). */
-enum { LILAC_CUDA_FUSED_QKV_CONV, LILAC_CUDA_FUSED_DOWN_SUM, LILAC_CUDA_FUSED_KINDS };
+enum { LILAC_CUDA_FUSED_DOWN_SUM, LILAC_CUDA_FUSED_KINDS };
 long lilac_cuda_fused_launches(int kind);
 
 /* out[c] = value c of row r of W, c < cols (dev): an embedding lookup with r read on the device from *r_dev. */

@@ -601,31 +601,7 @@ struct MV {
     int n_tok, lpr_log2, ut, n_ct;
     int acc;  /* y += product (a residual add) instead of y = product */
     int pre2; /* at one token: a lane's first two units' loads before x's (mv_pre2) */
-    /* conv_out set (one token, no idx): row c of y is also channel c of a causal depthwise conv of conv_k
-     * taps (k_conv_step's arithmetic): conv_out[c] = silu(taps . (state, y[c])), the state shifted */
-    float *conv_state, *conv_out;
-    const float *conv_w;
-    int conv_k;
 };
-
-/* Channel c of the conv after a product (MV's conv_out): k_conv_step's sums in its order, on the value the
- * product just wrote. */
-__device__ __forceinline__ void conv_epilogue(const MV &p, long long c, float in)
-{
-    const long long C = p.rows;
-    const int K = p.conv_k;
-    const float *wc = p.conv_w + (size_t)c * K;
-    float *st = p.conv_state;
-    float s = 0;
-    for (int i = 0; i < K - 1; i++)
-        s += wc[i] * st[(size_t)i * C + c];
-    s += wc[K - 1] * in;
-    for (int i = 0; i + 1 < K - 1; i++)
-        st[(size_t)i * C + c] = st[(size_t)(i + 1) * C + c];
-    if (K > 1)
-        st[(size_t)(K - 2) * C + c] = in;
-    p.conv_out[c] = s / (1.0f + expf(-s));
-}
 
 /* The SwiGLU activation as cuda_ops.cu's k_swiglu computes it (the same bits). */
 __device__ __forceinline__ float glu(float g, float u) { return __fmul_rn(g / (1.0f + expf(-g)), u); }
@@ -774,7 +750,7 @@ constexpr int cfg_lane_units(int T) { return T == 1 ? 4 : 1; }
  * applied as x is loaded, from the sum kernel's parts (LILAC_CUDA_NORM_FOLD):
  * 296.8 against 319.2/320.3, every block's serial norm before its x loads
  * costing more than the sum kernel's tail it removed. */
-template <int TYPE, bool A16, int R, int T, bool CONV = false>
+template <int TYPE, bool A16, int R, int T>
 __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx, int nbx, int by, int nby)
 {
     using UT = Unit<TYPE>;
@@ -849,8 +825,6 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
                     if (sub == 0 && ok[r] && t < nt) {
                         float *yp = yb + (t0 + t) * p.y_tok + row0 + r;
                         *yp = p.acc ? *yp + v : v;
-                        if (CONV)
-                            conv_epilogue(p, row0 + r, v);
                     }
                 }
         }
@@ -868,17 +842,6 @@ __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(con
         TRACE_WAITED(LILAC_TK_MV);
     }
     mv_block<TYPE, A16, R, T>(p, p.idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
-    TRACE_END(LILAC_TK_MV);
-}
-
-/* One token's product with the conv after it (MV's conv_out): the DeltaNet qkv product and its conv step
- * in one kernel. */
-template <int TYPE, bool A16>
-__global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, 1)) k_mv_conv(const MV p)
-{
-    TRACE_START(LILAC_TK_MV);
-    griddep_launch_dependents();
-    mv_block<TYPE, A16, cfg_rows_t(1), 1, true>(p, nullptr, blockIdx.x, gridDim.x, 0, 1);
     TRACE_END(LILAC_TK_MV);
 }
 
@@ -1138,7 +1101,7 @@ template <int TYPE, int T> int mv_shape(MV &p, int slots, long long cap)
     return mv_smem<TYPE, T>(p.cols);
 }
 
-/* The blocks of KERN (k_mv or k_mv_conv, T tokens a pass) the device holds at once with the shared memory of
+/* The blocks of KERN (k_mv, T tokens a pass) the device holds at once with the shared memory of
  * a product of `cols` columns: launch_shaped's persistent grid, and the cap mv_shape shapes it by. */
 template <int TYPE, int T, auto KERN> long long mv_grid_cap(long long cols)
 {
@@ -1163,7 +1126,7 @@ template <int TYPE, int T, auto KERN> long long mv_grid_cap(long long cols)
     return (long long)per_sm * dev_sm_count();
 }
 
-/* KERN (k_mv or k_mv_conv, T tokens a pass) over the grid that fits, in mv_shape's shape. */
+/* KERN (k_mv, T tokens a pass) over the grid that fits, in mv_shape's shape. */
 template <int TYPE, int T, auto KERN> void launch_shaped(MV p, cudaStream_t st, int slots)
 {
     auto kern = KERN;
@@ -1208,7 +1171,7 @@ template <int TYPE, bool A16> void launch_t(const MV &p, cudaStream_t st, int sl
 
 /* LILAC_CUDA_MV_PRE2=1 (written in session 13, NOT yet run on a GPU): at one token, a lane's first TWO units'
  * loads issued before x is loaded and (launched dependent) before the kernel before has finished, not the first
- * alone (k_mv, k_mv_conv, k_moe_down_sum). A lane of the qkv+z product has 4 units (8
+ * alone (k_mv, k_moe_down_sum). A lane of the qkv+z product has 4 units (8
  * lanes a row): with one unit in flight early its chain was x, then two memory round trips; with two, x and one.
  * Registers (sm_90a): Q4_K 75 -> 78, Q5_K 120 -> 122, Q6_K 120 -> 123; no spills. Read once. */
 bool mv_pre2()
@@ -1657,36 +1620,6 @@ int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const
 }
 
 int lilac_cuda_moe_down_sum_rows(void) { return ds_r(); }
-
-int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, float *conv_state, const float *conv_w,
-                           int K, float *conv_out, lilac_cuda_stream *s)
-{
-    if (!mat_ok(W) || !x || !y || !conv_state || !conv_w || !conv_out || K < 1)
-        return -1;
-    MV p = mv_params(W, 0, nullptr, false, x, nullptr, 0, y, 1, 0);
-    p.conv_state = conv_state, p.conv_out = conv_out, p.conv_w = conv_w, p.conv_k = K;
-    const uintptr_t al = reinterpret_cast<uintptr_t>(W->data) | W->row_bytes;
-    const cudaStream_t st = S(s);
-    if (al & 1)
-        return -1;
-    switch (W->type) {
-    case LILAC_Q4_K:
-        if (al & 15)
-            return -1;
-        launch_shaped<LILAC_Q4_K, 1, k_mv_conv<LILAC_Q4_K, true>>(p, st, 1);
-        break;
-    case LILAC_Q5_K:
-        if (al & 15)
-            return -1;
-        launch_shaped<LILAC_Q5_K, 1, k_mv_conv<LILAC_Q5_K, true>>(p, st, 1);
-        break;
-    case LILAC_Q6_K: launch_shaped<LILAC_Q6_K, 1, k_mv_conv<LILAC_Q6_K, false>>(p, st, 1); break;
-    case LILAC_Q8_0: launch_shaped<LILAC_Q8_0, 1, k_mv_conv<LILAC_Q8_0, false>>(p, st, 1); break;
-    default: return -1;
-    }
-    g_fused_launches[LILAC_CUDA_FUSED_QKV_CONV].fetch_add(1, std::memory_order_relaxed);
-    return 0;
-}
 
 
 void lilac_cuda_get_row(const lilac_cuda_mat *W, const int32_t *r_dev, float *out, lilac_cuda_stream *s)
