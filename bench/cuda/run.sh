@@ -70,6 +70,8 @@ do_test() {
     run_test model-no-down-sum test_cuda_model LILAC_CUDA_DOWN_SUM=0
     run_test model-down-sum-r1 test_cuda_model LILAC_CUDA_DOWN_SUM=1 LILAC_CUDA_DOWN_SUM_R=1
     run_test model-pre2 test_cuda_model LILAC_CUDA_MV_PRE2=1
+    run_test model-l2-next test_cuda_model LILAC_CUDA_L2_NEXT=1
+    run_test model-l2-next-lines test_cuda_model LILAC_CUDA_L2_NEXT=2
     run_test batch test_cuda_batch
     run_test batch-graph test_cuda_batch LILAC_CUDA_BATCH_GRAPH=1
     run_test batch-grouped test_cuda_batch LILAC_CUDA_PAIRS=0
