@@ -522,7 +522,8 @@ static void timing_report(void)
  * DeltaNet kernel's warp 2 computing alpha and beta before its wait, 208.9 (one warp, 64 dots of 2048 columns
  * in series); NORM_FOLD=1, the next layer's input norm folded into its mixer's products from the sum's parts,
  * 296.8 (every product block recomputing the norm's scale before its x loads, a serial phase dearer than the
- * sum kernel's tail it removed). */
+ * sum kernel's tail it removed). Removed after session 13 (the code at bcc1639): QKV_CONV=1, the conv in the qkv
+ * product's kernel, 297 against 331-339; MOE_FUSED=1, the layer's tail as one cooperative kernel, 183. */
 typedef struct {
     /* NORM_ROUTER=0: the post-attention norm and a float32 router apart (in one kernel: tg128 245 against 234
      * tok/s, H200, 2026-11-30) */
@@ -539,6 +540,12 @@ typedef struct {
      * layer, those two. tg128 (H200, one call, 2026-11-30): 349.5/350.4 against 339.7/338.1 at two rows a
      * lane group, 341.6/343.2 at one (LILAC_CUDA_DOWN_SUM_R=1) */
     bool down_sum;
+    /* L2_NEXT=1 (bulk prefetches) or 2 (line prefetches) (written in session 13, NOT yet run on a GPU): at each
+     * layer's start, a small kernel on a third branch pulls the next layer's dense weights (~23 MB of the
+     * 35B-A3B's: the mixer's products, the router, the shared expert) into L2, so that the next layer's chain
+     * of latency-bound products reads them from L2 (50 MB) while this layer's experts stream from DRAM; joined
+     * at the next layer's start (l2_next). 0: off */
+    int l2_next;
 } step_sw;
 
 static const step_sw *step_switches(void)
@@ -551,23 +558,11 @@ static const step_sw *step_switches(void)
             .route_tail = lilac_env_switch("LILAC_CUDA_ROUTE_TAIL", false),
             .sum_grid = lilac_env_switch("LILAC_CUDA_SUM_GRID", true),
             .down_sum = lilac_env_switch("LILAC_CUDA_DOWN_SUM", true),
+            .l2_next = lilac_env_int("LILAC_CUDA_L2_NEXT", 0, 0, 2),
         };
         read = true;
     }
     return &sw;
-}
-
-/* LILAC_CUDA_L2_NEXT=1 (bulk prefetches) or 2 (line prefetches) (written in session 13, NOT yet run on a GPU):
- * at each layer's start, a small kernel on a third branch pulls the next layer's dense weights (~23 MB of the
- * 35B-A3B's: the mixer's products, the router, the shared expert) into L2, so that the next layer's chain of
- * latency-bound products reads them from L2 (50 MB) while this layer's experts stream from DRAM; joined at the
- * next layer's start. Read once. */
-static int l2_next_mode(void)
-{
-    static int mode = -1;
-    if (mode < 0)
-        mode = lilac_env_int("LILAC_CUDA_L2_NEXT", 0, 0, 2);
-    return mode;
 }
 
 /* Layer l's dense weights (its products' matrices but the routed experts') pulled into L2 on the third branch. */
@@ -628,7 +623,7 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
     const step_sw *sw = step_switches();
     OP("get_row", lilac_cuda_get_row(&cm->tok_embd, cm->tok, cm->x, s));
     OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cm->layers[0].attn_norm, cm->xn, 1, E, eps, s));
-    const int l2 = l2_next_mode();
+    const int l2 = sw->l2_next;
     for (int il = 0; il < hp->n_layer; il++) {
         const cuda_layer *cl = &cm->layers[il];
         g_trace_layer = il;
