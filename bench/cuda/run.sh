@@ -47,7 +47,6 @@ do_test() {
     run_test kernels-block-norm test_cuda_kernels LILAC_CUDA_PF_WARP_NORM=0 LILAC_CUDA_NO_BENCH=1
     run_test kernels-no-gemm-split test_cuda_kernels LILAC_CUDA_GEMM_SPLIT=0 LILAC_CUDA_NO_BENCH=1
     run_test kernels-down-sum-r1 test_cuda_kernels LILAC_CUDA_DOWN_SUM_R=1 LILAC_CUDA_NO_BENCH=1
-    run_test kernels-pre2 test_cuda_kernels LILAC_CUDA_MV_PRE2=1 LILAC_CUDA_NO_BENCH=1
     run_test wgmma test_cuda_wgmma
     run_test mma test_cuda_mma
     run_test mma-old-paths test_cuda_mma LILAC_CUDA_MMA_W8=0 LILAC_CUDA_MMA_XROWS=0
@@ -69,9 +68,6 @@ do_test() {
     run_test model-apart test_cuda_model LILAC_CUDA_NORM_ROUTER=0 LILAC_CUDA_PDL_ALL=1 LILAC_CUDA_SUM_GRID=0
     run_test model-no-down-sum test_cuda_model LILAC_CUDA_DOWN_SUM=0
     run_test model-down-sum-r1 test_cuda_model LILAC_CUDA_DOWN_SUM=1 LILAC_CUDA_DOWN_SUM_R=1
-    run_test model-pre2 test_cuda_model LILAC_CUDA_MV_PRE2=1
-    run_test model-l2-next test_cuda_model LILAC_CUDA_L2_NEXT=1
-    run_test model-l2-next-lines test_cuda_model LILAC_CUDA_L2_NEXT=2
     run_test batch test_cuda_batch
     run_test batch-graph test_cuda_batch LILAC_CUDA_BATCH_GRAPH=1
     run_test batch-grouped test_cuda_batch LILAC_CUDA_PAIRS=0

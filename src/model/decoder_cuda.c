@@ -199,11 +199,10 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
     if (hp->n_expert > 512 || hp->n_expert_used > 32)
         st = lilac_fail(err, LILAC_E_UNSUPPORTED, "the CUDA backend routes up to 512 experts, 32 a token (this model: %d, %d)",
                         hp->n_expert, hp->n_expert_used);
-    if (!st && (lilac_cuda_stream_new(&cm->stream, msg, sizeof msg) || lilac_cuda_stream_new(&cm->aux, msg, sizeof msg) ||
-                lilac_cuda_stream_new(&cm->pre, msg, sizeof msg)))
+    if (!st && (lilac_cuda_stream_new(&cm->stream, msg, sizeof msg) || lilac_cuda_stream_new(&cm->aux, msg, sizeof msg)))
         st = cuda_err(err, "stream", msg);
     for (int i = 0; !st && i < 2; i++)
-        if (lilac_cuda_event_new(&cm->ev[i]) || lilac_cuda_event_new(&cm->ev_pre[i]))
+        if (lilac_cuda_event_new(&cm->ev[i]))
             st = lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA: creating an event failed");
     cm->layers = calloc((size_t)hp->n_layer, sizeof *cm->layers);
     if (!st && !cm->layers)
@@ -319,8 +318,7 @@ void lilac_cuda_model_free(lilac_cuda_model *cm)
     free(cm->layers);
     lilac_cuda_host_free(cm->logits_host);
     for (int i = 0; i < 2; i++)
-        lilac_cuda_event_free(cm->ev[i]), lilac_cuda_event_free(cm->ev_pre[i]);
-    lilac_cuda_stream_free(cm->pre);
+        lilac_cuda_event_free(cm->ev[i]);
     lilac_cuda_stream_free(cm->aux);
     lilac_cuda_stream_free(cm->stream);
     free(cm);
@@ -540,12 +538,6 @@ typedef struct {
      * layer, those two. tg128 (H200, one call, 2026-11-30): 349.5/350.4 against 339.7/338.1 at two rows a
      * lane group, 341.6/343.2 at one (LILAC_CUDA_DOWN_SUM_R=1) */
     bool down_sum;
-    /* L2_NEXT=1 (bulk prefetches) or 2 (line prefetches) (written in session 13, NOT yet run on a GPU): at each
-     * layer's start, a small kernel on a third branch pulls the next layer's dense weights (~23 MB of the
-     * 35B-A3B's: the mixer's products, the router, the shared expert) into L2, so that the next layer's chain
-     * of latency-bound products reads them from L2 (50 MB) while this layer's experts stream from DRAM; joined
-     * at the next layer's start (l2_next). 0: off */
-    int l2_next;
 } step_sw;
 
 static const step_sw *step_switches(void)
@@ -558,48 +550,10 @@ static const step_sw *step_switches(void)
             .route_tail = lilac_env_switch("LILAC_CUDA_ROUTE_TAIL", false),
             .sum_grid = lilac_env_switch("LILAC_CUDA_SUM_GRID", true),
             .down_sum = lilac_env_switch("LILAC_CUDA_DOWN_SUM", true),
-            .l2_next = lilac_env_int("LILAC_CUDA_L2_NEXT", 0, 0, 2),
         };
         read = true;
     }
     return &sw;
-}
-
-/* Layer l's dense weights (its products' matrices but the routed experts') pulled into L2 on the third branch. */
-static void l2_next(lilac_cuda_model *cm, const lilac_hparams *hp, int l, int mode)
-{
-    const cuda_layer *cl = &cm->layers[l];
-    const lilac_cuda_mat *m[LILAC_CUDA_L2PF_MAX];
-    int n = 0;
-    if (hp->layer_kind[l] == LILAC_LAYER_ATTENTION) {
-        if (cl->wqk.data)
-            m[n++] = &cl->wqk;
-        else
-            m[n++] = &cl->wq, m[n++] = &cl->wk;
-        m[n++] = &cl->wv, m[n++] = &cl->wo;
-    } else {
-        if (cl->ssm_qkvz.data)
-            m[n++] = &cl->ssm_qkvz;
-        else
-            m[n++] = &cl->ssm_qkv, m[n++] = &cl->ssm_z;
-        if (cl->ssm_ab.data)
-            m[n++] = &cl->ssm_ab;
-        else
-            m[n++] = &cl->ssm_alpha, m[n++] = &cl->ssm_beta;
-        m[n++] = &cl->ssm_out;
-    }
-    m[n++] = &cl->router;
-    if (cl->sh_gu.data)
-        m[n++] = &cl->sh_gu;
-    else
-        m[n++] = &cl->sh_gate, m[n++] = &cl->sh_up;
-    m[n++] = &cl->sh_down;
-    const void *p[LILAC_CUDA_L2PF_MAX];
-    size_t b[LILAC_CUDA_L2PF_MAX];
-    for (int i = 0; i < n; i++)
-        p[i] = m[i]->data, b[i] = m[i]->data ? (size_t)m[i]->rows * m[i]->row_bytes : 0;
-    lilac_cuda_fork(cm->stream, cm->pre, cm->ev_pre[0]);
-    (void)lilac_cuda_l2_prefetch(p, b, n, mode, cm->pre);
 }
 
 /* One token at position pos; logits to cm->logits. */
@@ -623,14 +577,9 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
     const step_sw *sw = step_switches();
     OP("get_row", lilac_cuda_get_row(&cm->tok_embd, cm->tok, cm->x, s));
     OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cm->layers[0].attn_norm, cm->xn, 1, E, eps, s));
-    const int l2 = sw->l2_next;
     for (int il = 0; il < hp->n_layer; il++) {
         const cuda_layer *cl = &cm->layers[il];
         g_trace_layer = il;
-        if (l2 && il > 0) /* the prefetch issued at the layer before: joined (long done) */
-            lilac_cuda_fork(cm->pre, s, cm->ev_pre[1]);
-        if (l2 && il + 1 < hp->n_layer)
-            l2_next(cm, hp, il + 1, l2);
         /* x += mixer(xn): the small products of the same input on the second branch; the output product
          * (wout . xout, added into x) below */
         const lilac_cuda_mat *wout;

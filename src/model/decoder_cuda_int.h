@@ -28,8 +28,6 @@ struct lilac_cuda_model {
     lilac_cuda_stream *stream;
     lilac_cuda_stream *aux; /* the step's second branch (products independent of the main chain) */
     void *ev[2];            /* fork and join events */
-    lilac_cuda_stream *pre; /* LILAC_CUDA_L2_NEXT: the next layer's weights pulled into L2 on a third branch */
-    void *ev_pre[2];
     lilac_cuda_mat tok_embd, output;
     float *output_norm;
     cuda_layer *layers;

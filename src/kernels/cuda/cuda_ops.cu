@@ -586,58 +586,6 @@ extern "C" void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, 
     cudaStreamWaitEvent(CS(to), (cudaEvent_t)ev, 0);
 }
 
-// lilac_cuda_l2_prefetch's ranges: pieces of L2PF_PIECE bytes over all threads of the grid, each piece one bulk
-// prefetch (mode 1, the TMA unit's: sm_90) or a prefetch a 128-byte line (mode 2). Fire and forget: nothing
-// waits for the data. Session 8 issued bulk prefetches of 64 KiB from the route kernel's one thread, on the
-// chain (tg128 108 against 284): here they are spread over threads of a kernel off the chain.
-#define L2PF_PIECE 4096
-struct L2Pf {
-    const char *p[LILAC_CUDA_L2PF_MAX];
-    unsigned long long n[LILAC_CUDA_L2PF_MAX];
-    int count, mode;
-};
-
-__global__ void k_l2_prefetch(const L2Pf a)
-{
-    const unsigned long long nthr = (unsigned long long)gridDim.x * blockDim.x;
-    unsigned long long gid = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-    for (int m = 0; m < a.count; m++) {
-        /* 16-byte aligned inside the range (bulk prefetches need it); the few bytes at the ends go without */
-        const uintptr_t b0 = ((uintptr_t)a.p[m] + 15) & ~(uintptr_t)15, b1 = ((uintptr_t)a.p[m] + a.n[m]) & ~(uintptr_t)15;
-        if (b1 <= b0)
-            continue;
-        const unsigned long long len = b1 - b0, np = (len + L2PF_PIECE - 1) / L2PF_PIECE;
-        for (unsigned long long i = gid; i < np; i += nthr) {
-            const uintptr_t at = b0 + i * L2PF_PIECE;
-            const unsigned sz = (unsigned)(len - i * L2PF_PIECE < L2PF_PIECE ? len - i * L2PF_PIECE : L2PF_PIECE);
-            if (a.mode == 1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"(sz) : "memory");
-#endif
-            } else {
-                for (unsigned o = 0; o < sz; o += 128)
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(at + o));
-            }
-        }
-        gid = (gid + nthr - np % nthr) % nthr; /* the next range's first piece: the thread after this one's last */
-    }
-}
-
-extern "C" int lilac_cuda_l2_prefetch(const void *const *ptrs, const size_t *bytes, int n, int mode,
-                                      lilac_cuda_stream *s)
-{
-    if (n < 0 || n > LILAC_CUDA_L2PF_MAX || (mode != 1 && mode != 2))
-        return -1;
-    L2Pf a = {};
-    for (int i = 0; i < n; i++)
-        if (ptrs[i] && bytes[i])
-            a.p[a.count] = (const char *)ptrs[i], a.n[a.count++] = bytes[i];
-    a.mode = mode;
-    if (a.count)
-        k_l2_prefetch<<<16, 256, 0, CS(s)>>>(a);
-    return 0;
-}
-
 // The router's softmax, top-k and weights (the CPU's choice and order), the
 // ranks of all experts at once (dev_route; E <= 512, k <= 32). With
 // up_offset > 0, idx[k + i] = idx[i] + up_offset as well (the up matrices

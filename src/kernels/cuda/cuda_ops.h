@@ -39,11 +39,6 @@ int lilac_cuda_last_error(char *msg, size_t cap);
 int lilac_cuda_event_new(void **ev);
 void lilac_cuda_event_free(void *ev);
 void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, void *ev);
-/* The n ranges (ptrs[i], bytes[i]) of device memory pulled into L2 by a small kernel on s (the decode step's
- * next layer's dense weights, LILAC_CUDA_L2_NEXT: 1 bulk prefetches of 4 KiB, 2 a line prefetch a 128 bytes,
- * each from many threads). 0 when launched; -1 (nothing launched) for n over LILAC_CUDA_L2PF_MAX. */
-#define LILAC_CUDA_L2PF_MAX 10
-int lilac_cuda_l2_prefetch(const void *const *ptrs, const size_t *bytes, int n, int mode, lilac_cuda_stream *s);
 /* The router's softmax over E logits, the top k (ties to the lower index) listed in expert-index order as the
  * CPU adds them, weights renormalized when norm; with up_offset > 0 also idx[k + i] = idx[i] + up_offset, and
  * with gate_inp w[k] = sigmoid(gate_inp . xn) (the shared expert's gate), or without it but with gate_logit

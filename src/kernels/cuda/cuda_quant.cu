@@ -599,8 +599,7 @@ struct MV {
     long long y_tok, y_slot;
     long long row_tiles, items; /* items = slots x row tiles */
     int n_tok, lpr_log2, ut, n_ct;
-    int acc;  /* y += product (a residual add) instead of y = product */
-    int pre2; /* at one token: a lane's first two units' loads before x's (mv_pre2) */
+    int acc; /* y += product (a residual add) instead of y = product */
 };
 
 /* The SwiGLU activation as cuda_ops.cu's k_swiglu computes it (the same bits). */
@@ -652,22 +651,20 @@ __device__ __forceinline__ void load_rows(const uint8_t *const (&rowp)[R], const
 }
 
 /* A lane's units u, u + lpr, ... < u1 of its R rows into tot (x of units u0.. in xs/ss), the first one's loads
- * already in a (b_ready: the second one's in b too, mv_pre2), each next unit's loads issued before the current
- * one is computed: two steps an iteration, so that a and b swap roles without copies. k_mv and k_mv_grouped
- * share it (the same sums in the same order). */
+ * already in a, each next unit's loads issued before the current one is computed: two steps an iteration, so
+ * that a and b swap roles without copies. k_mv and k_mv_grouped share it (the same sums in the same
+ * order). */
 template <int TYPE, bool A16, int R, int T>
 __device__ __forceinline__ void mv_units(const uint8_t *const (&rowp)[R], const bool (&ok)[R], int u, int u0, int u1,
                                          int lpr, typename Unit<TYPE>::Pay (&a)[R], typename Unit<TYPE>::Pay (&b)[R],
-                                         const float *xs, int XS, const float *ss, int SS, int nt, float (&tot)[R][T],
-                                         bool b_ready = false)
+                                         const float *xs, int XS, const float *ss, int SS, int nt, float (&tot)[R][T])
 {
     using UT = Unit<TYPE>;
     constexpr int US = UT::VPU + 4, NRUN = UT::NRUN;
     while (u < u1) {
         int un = u + lpr;
-        if (un < u1 && !b_ready)
+        if (un < u1)
             load_rows<TYPE, A16, R>(rowp, ok, un, b);
-        b_ready = false;
         UT::template dot<R, T>(a, xs + (u - u0) * US, XS, ss + (u - u0) * NRUN, SS, u, nt, tot);
         u = un;
         if (u >= u1)
@@ -802,9 +799,6 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
                 int u = u0 + sub;
                 if (u < u1)
                     load_rows<TYPE, A16, R>(rowp, ok, u, a);
-                const bool pre2 = T == 1 && p.pre2 && u + lpr < u1; /* the second unit in flight too (mv_pre2) */
-                if (pre2)
-                    load_rows<TYPE, A16, R>(rowp, ok, u + lpr, b);
                 if (key != loaded) { /* the same for the whole block */
                     if (loaded < 0) {
                         griddep_wait();
@@ -815,7 +809,7 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
                                          xs, XS, ss, SS);
                     loaded = key;
                 }
-                mv_units<TYPE, A16, R, T>(rowp, ok, u, u0, u1, lpr, a, b, xs, XS, ss, SS, nt, tot, pre2);
+                mv_units<TYPE, A16, R, T>(rowp, ok, u, u0, u1, lpr, a, b, xs, XS, ss, SS, nt, tot);
             }
 #pragma unroll
             for (int r = 0; r < R; r++)
@@ -874,7 +868,6 @@ struct DS {
     unsigned *count;     /* dev_last_block's (zero between launches) */
     int rows, cols, k;
     float eps;
-    int pre2; /* mv_pre2 */
 };
 
 template <int TYPE, bool A16, int R> __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
@@ -905,17 +898,13 @@ template <int TYPE, bool A16, int R> __global__ void __launch_bounds__(NTHREADS)
     int u = sub;
     if (u < U)
         load_rows<TYPE, A16, R>(rowp, ok, u, a); /* in flight while x is loaded */
-    const bool pre2 = d.pre2 && u + DS_LPR < U; /* mv_pre2 */
-    if (pre2)
-        load_rows<TYPE, A16, R>(rowp, ok, u + DS_LPR, b);
     load_x<UT, DS_MAXK>(d.g, d.u, d.x_slot, d.k, 0, U, xs, XS, ss, SS); /* slot s as token s; ends with a barrier */
     float tot[R][1];
 #pragma unroll
     for (int r = 0; r < R; r++)
         tot[r][0] = 0.f;
     if (has)
-        mv_units<TYPE, A16, R, 1>(rowp, ok, u, 0, U, DS_LPR, a, b, xs + warp * XS, XS, ss + warp * SS, SS, 1, tot,
-                                  pre2);
+        mv_units<TYPE, A16, R, 1>(rowp, ok, u, 0, U, DS_LPR, a, b, xs + warp * XS, XS, ss + warp * SS, SS, 1, tot);
 #pragma unroll
     for (int r = 0; r < R; r++) {
         const float v = lanes_sum(tot[r][0], DS_LPR); /* every lane: whole-warp shuffles */
@@ -1169,24 +1158,12 @@ template <int TYPE, bool A16> void launch_t(const MV &p, cudaStream_t st, int sl
         launch_fast<TYPE, A16, 8>(p, st, slots);
 }
 
-/* LILAC_CUDA_MV_PRE2=1 (written in session 13, NOT yet run on a GPU): at one token, a lane's first TWO units'
- * loads issued before x is loaded and (launched dependent) before the kernel before has finished, not the first
- * alone (k_mv, k_moe_down_sum). A lane of the qkv+z product has 4 units (8
- * lanes a row): with one unit in flight early its chain was x, then two memory round trips; with two, x and one.
- * Registers (sm_90a): Q4_K 75 -> 78, Q5_K 120 -> 122, Q6_K 120 -> 123; no spills. Read once. */
-bool mv_pre2()
-{
-    static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_MV_PRE2", false);
-}
-
 /* The product's parameters (the launch shape apart: mv_shape): y[t][slot] = W[idx[slot]] . x, slots'
  * outputs W->rows apart where `slotted`, x slots x_slot floats apart (0: one shared x), tokens a row apart. */
 MV mv_params(const lilac_cuda_mat *W, size_t stride, const int32_t *idx, bool slotted, const float *x,
              const float *x2, long long x_slot, float *y, int n_tok, int acc)
 {
     MV p{};
-    p.pre2 = mv_pre2();
     p.w = static_cast<const uint8_t *>(W->data);
     p.row_bytes = W->row_bytes;
     p.expert_stride = stride;
@@ -1612,7 +1589,7 @@ int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const
     d.row_bytes = W->row_bytes, d.expert_stride = expert_stride;
     d.idx = idx, d.wt = wt, d.g = g, d.u = u, d.x_slot = W->cols, d.sh = sh;
     d.x = x, d.norm_w = norm_w, d.xn = xn, d.part = part, d.count = count;
-    d.rows = (int)W->rows, d.cols = (int)W->cols, d.k = k, d.eps = eps, d.pre2 = mv_pre2();
+    d.rows = (int)W->rows, d.cols = (int)W->cols, d.k = k, d.eps = eps;
     const int rc = ds_r() == 2 ? ds_launch<2>(W, expert_stride, d, S(s)) : ds_launch<1>(W, expert_stride, d, S(s));
     if (!rc)
         g_fused_launches[LILAC_CUDA_FUSED_DOWN_SUM].fetch_add(1, std::memory_order_relaxed);
