@@ -356,17 +356,139 @@ static void test_type_matvec(int ti)
 }
 
 /* LILAC_CUDA_TEST_PARTS (cudatest.h): matvec (the products, experts and get_row), down_sum, norm, refusals */
+static void test_like(int type);
+
 static void test_type(int ti)
 {
     const int type = TYPES[ti];
     if (ct_part("matvec"))
         test_type_matvec(ti);
+    if (ct_part("like"))
+        test_like(type);
     if (type != LILAC_F32 && type != LILAC_F16 && type != LILAC_BF16 && ct_part("down_sum")) {
         /* the 35B-A3B's shape: bit for bit at either rows a lane group (LILAC_CUDA_DOWN_SUM_R=1: k_mv's one) */
         test_down_sum(type, 2048, 512, 8, 1, 1, 1);
         test_down_sum(type, 200, 256, 3, 0, 1, 0);
         test_down_sum(type, 96, 1024, 8, 1, 0, 0);
     }
+}
+
+/* y (n floats, device) into host h and bit for bit against want: 1 when equal; reports the first difference. */
+static int same_bits(const char *what, const float *dy, float *h, const float *want, size_t n)
+{
+    char msg[512];
+    const char *err = check_msg();
+    if (err || lilac_cuda_download(h, dy, sizeof(float) * n, NULL, msg, sizeof msg)) {
+        CHECKF(0, "%s: %s", what, err ? err : msg);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&h[i], &want[i], sizeof(float))) {
+            CHECKF(0, "%s: value %zu is %.9g (0x%08x), the one-token product's %.9g", what, i, h[i],
+                   (unsigned)(*(const uint32_t *)&h[i]), want[i]);
+            return 0;
+        }
+    tu_checks++;
+    return 1;
+}
+
+/* lilac_cuda_matvec_like (the exact batched decode's products) against the one-token products it stands for,
+ * bit for bit: n tokens through W as one-token products of `like` (W's rows first of it: the step's joined
+ * matrices), plain, with the SwiGLU input and with y +=; and n tokens' k experts as n k pairs against each token's
+ * product of its k slots. Token counts that take 2, 4 and 8 tokens a pass and leave some of a pass empty. */
+static int like_cases;
+static void test_like(int type)
+{
+    enum { NT = 13, K = 8, N_EXP = 12 };
+    static const int NTOK[] = {2, 3, 5, 8, NT};
+    static const int64_t SHAPE[][3] = {{256, 2048, 3}, {2048, 2048, 1}, {96, 4096, 2}, {512, 512, 1}};
+    char what[256], msg[512];
+    for (size_t si = 0; si < sizeof SHAPE / sizeof SHAPE[0]; si++) {
+        const int64_t rows = SHAPE[si][0], cols = SHAPE[si][1], lrows = rows * SHAPE[si][2];
+        tmat L;
+        if (tmat_make(&L, type, lrows, cols, lilac_dtype_row_bytes(type, cols), 0, 0))
+            continue;
+        lilac_cuda_mat W = L.m; /* the first rows of like */
+        W.rows = rows;
+        const size_t nx = (size_t)NT * cols, ny = (size_t)NT * lrows;
+        float *x = malloc(sizeof(float) * nx), *x2 = malloc(sizeof(float) * nx), *want = malloc(sizeof(float) * ny);
+        float *h = malloc(sizeof(float) * ny);
+        for (size_t i = 0; i < nx; i++)
+            x[i] = ldexpf(rnd_sym(), (int)(rnd() % 9) - 4), x2[i] = rnd_sym();
+        float *dx = dev_floats(x, nx), *dx2 = dev_floats(x2, nx), *dy = dev_floats(NULL, ny);
+        float *d1 = dev_floats(NULL, (size_t)lrows);
+        if (dx && dx2 && dy && d1) {
+            for (int mode = 0; mode < 3; mode++) { /* plain, SwiGLU input, y += */
+                /* the reference: each token alone through like (lrows rows), W's rows of it kept */
+                for (int t = 0; t < NT; t++) {
+                    if (mode == 2)
+                        lilac_cuda_upload(d1, x2, sizeof(float) * (size_t)lrows, msg, sizeof msg);
+                    lilac_cuda_matvec_fused(&L.m, 0, NULL, 1, dx + (size_t)t * cols, mode == 1 ? dx2 + t * cols : NULL,
+                                            0, d1, mode == 2, NULL);
+                    lilac_cuda_download(want + (size_t)t * rows, d1, sizeof(float) * (size_t)rows, NULL, msg,
+                                        sizeof msg);
+                }
+                for (size_t ni = 0; ni < sizeof NTOK / sizeof NTOK[0]; ni++) {
+                    const int n = NTOK[ni];
+                    if (mode == 2)
+                        for (int t = 0; t < n; t++)
+                            lilac_cuda_upload(dy + (size_t)t * rows, x2, sizeof(float) * (size_t)rows, msg, sizeof msg);
+                    lilac_cuda_matvec_like(&W, 0, NULL, 1, dx, 0, mode == 1 ? dx2 : NULL, dy, n, mode == 2, &L.m, 0, 1,
+                                           NULL);
+                    snprintf(what, sizeof what, "%s like %lld of %lld x %lld rows, %d tokens, %s", tname(type),
+                             (long long)rows, (long long)lrows, (long long)cols, n,
+                             mode == 0 ? "plain" : mode == 1 ? "SwiGLU input" : "y +=");
+                    like_cases += same_bits(what, dy, h, want, (size_t)n * rows);
+                }
+            }
+        }
+        lilac_cuda_free(dx), lilac_cuda_free(dy), lilac_cuda_free(dx2), lilac_cuda_free(d1);
+        free(x), free(x2), free(want), free(h);
+        tmat_free(&L);
+    }
+    /* experts: n tokens' K slots as n K pairs (x a pair) against each token's product of 2K slots (gate and up in
+     * one allocation: K = gate slots, the up ones after) */
+    const int64_t rows = 512, cols = 2048;
+    const size_t rb = lilac_dtype_row_bytes(type, cols), stride = (size_t)rows * rb + 64;
+    uint8_t *host;
+    float *deq;
+    experts_make(type, rows, cols, stride, N_EXP, &host, &deq);
+    int32_t idx[NT * 2 * K], pidx[NT * K];
+    for (int t = 0; t < NT; t++)
+        for (int j = 0; j < K; j++) {
+            const int e = (int)(rnd() % (N_EXP / 2));
+            idx[t * 2 * K + j] = e, idx[t * 2 * K + K + j] = e + N_EXP / 2, pidx[t * K + j] = e;
+        }
+    float *x = malloc(sizeof(float) * (size_t)(NT * K * cols)), *want = malloc(sizeof(float) * (size_t)(NT * K * rows));
+    float *h = malloc(sizeof(float) * (size_t)(NT * K * rows));
+    for (int t = 0; t < NT; t++)
+        for (int64_t c = 0; c < cols; c++) {
+            const float v = ldexpf(rnd_sym(), (int)(rnd() % 9) - 4);
+            for (int j = 0; j < K; j++)
+                x[((size_t)t * K + j) * cols + c] = v; /* a pair's x row: its token's */
+        }
+    void *dw = NULL, *didx = NULL, *dpidx = NULL;
+    float *dx = dev_floats(x, (size_t)(NT * K * cols)), *dy = dev_floats(NULL, (size_t)(NT * 2 * K * rows));
+    if (!dx || !dy || lilac_cuda_malloc(&dw, stride * N_EXP, msg, sizeof msg) ||
+        lilac_cuda_upload(dw, host, stride * N_EXP, msg, sizeof msg) ||
+        lilac_cuda_malloc(&didx, sizeof idx, msg, sizeof msg) || lilac_cuda_upload(didx, idx, sizeof idx, msg, sizeof msg) ||
+        lilac_cuda_malloc(&dpidx, sizeof pidx, msg, sizeof msg) ||
+        lilac_cuda_upload(dpidx, pidx, sizeof pidx, msg, sizeof msg)) {
+        CHECKF(0, "%s like experts: %s", tname(type), msg);
+    } else {
+        const lilac_cuda_mat m = {.data = dw, .type = type, .rows = rows, .cols = cols, .row_bytes = rb};
+        for (int t = 0; t < NT; t++) { /* token t: 2K slots over its x (shared), the gate slots kept */
+            lilac_cuda_matvec_experts(&m, stride, (const int32_t *)didx + t * 2 * K, 2 * K, dx + (size_t)t * K * cols,
+                                      0, dy, NULL);
+            lilac_cuda_download(want + (size_t)t * K * rows, dy, sizeof(float) * (size_t)(K * rows), NULL, msg,
+                                sizeof msg);
+        }
+        lilac_cuda_matvec_like(&m, stride, dpidx, NT * K, dx, 1, NULL, dy, 1, 0, &m, stride, 2 * K, NULL);
+        snprintf(what, sizeof what, "%s like experts: %d tokens of %d pairs", tname(type), NT, K);
+        like_cases += same_bits(what, dy, h, want, (size_t)NT * K * rows);
+    }
+    lilac_cuda_free(dw), lilac_cuda_free(didx), lilac_cuda_free(dpidx), lilac_cuda_free(dx), lilac_cuda_free(dy);
+    free(host), free(deq), free(x), free(want), free(h);
 }
 
 /* lilac_cuda_moe_down_sum (the decode step's down product, the experts' sum and the next norm in one kernel)
@@ -601,11 +723,12 @@ int main(void)
     const int split = !getenv("LILAC_CUDA_GEMM_SPLIT") || atoi(getenv("LILAC_CUDA_GEMM_SPLIT"));
     if (split)
         CHECKF(lilac_cuda_mma_reserve(NULL, (size_t)64 << 20) == 0, "could not reserve the tensor-core scratch");
-    static const char *const PARTS[] = {"matvec", "down_sum", "norm", "refusals"};
+    static const char *const PARTS[] = {"matvec", "down_sum", "norm", "refusals", "like"};
     int parts = 0;
     for (size_t i = 0; i < sizeof PARTS / sizeof PARTS[0]; i++)
         parts += ct_part(PARTS[i]);
-    CHECKF(parts > 0, "LILAC_CUDA_TEST_PARTS=%s names none of this test's parts (matvec, down_sum, norm, refusals)",
+    CHECKF(parts > 0,
+           "LILAC_CUDA_TEST_PARTS=%s names none of this test's parts (matvec, down_sum, norm, refusals, like)",
            getenv("LILAC_CUDA_TEST_PARTS"));
     if (!bench_only && ct_part("refusals"))
         test_refusals();
@@ -616,6 +739,10 @@ int main(void)
         printf("%-5s matvec: %3d cases, max error %.3g of sum|w x|; experts: max %.3g; get_row: %s\n",
                tname(TYPES[ti]), cases[ti], worst_mv[ti], worst_ex[ti], gr_bad[ti] ? "MISMATCH" : "bit-exact");
         fflush(stdout);
+    }
+    if (!bench_only && ct_part("like")) {
+        printf("products as the one-token step's (matvec_like): %d cases bit for bit\n", like_cases);
+        CHECKF(like_cases > 0, "no case of lilac_cuda_matvec_like matched");
     }
     if (!bench_only && ct_part("down_sum")) {
         printf("down product with the experts' sum and norm: %d cases, %d differ from the two kernels\n", ds_cases,

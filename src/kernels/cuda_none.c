@@ -120,7 +120,25 @@ int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const
     return -1;
 }
 
-int lilac_cuda_moe_down_sum_rows(void) { return 2; }
+int lilac_cuda_moe_down_sum_batch(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
+                                  const float *g, const float *u, const float *wt, const float *sh, float *x,
+                                  const float *norm_w, float *xn, float eps, float *part, unsigned *count, int n,
+                                  long long idx_row, long long wt_row, long long gu_row, lilac_cuda_stream *s)
+{
+    (void)W, (void)expert_stride, (void)idx, (void)k, (void)g, (void)u, (void)wt, (void)sh, (void)x, (void)norm_w;
+    (void)xn, (void)eps, (void)part, (void)count, (void)n, (void)idx_row, (void)wt_row, (void)gu_row, (void)s;
+    return -1;
+}
+
+int lilac_cuda_moe_down_sum_r(void) { return 2; }
+
+void lilac_cuda_matvec_like(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int slots,
+                            const float *x, int x_stride, const float *x2, float *y, int n_tok, int accumulate,
+                            const lilac_cuda_mat *like, size_t like_stride, int like_slots, lilac_cuda_stream *s)
+{
+    (void)W, (void)expert_stride, (void)idx, (void)slots, (void)x, (void)x_stride, (void)x2, (void)y, (void)n_tok;
+    (void)accumulate, (void)like, (void)like_stride, (void)like_slots, (void)s;
+}
 
 long lilac_cuda_fused_launches(int kind)
 {

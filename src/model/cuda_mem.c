@@ -106,8 +106,8 @@ uint64_t lilac_cuda_prefill_sizes(const lilac_hparams *hp, int rows, size_t *byt
         T * nv * 4,                                     /* a */
         T * nv * 4,                                     /* b */
         T * nvd * 4,                                    /* o */
-        T * (size_t)hp->n_expert * 4,                   /* rl */
-        T * k * 4,                                      /* rw */
+        T * ((size_t)hp->n_expert + 1) * 4,             /* rl: the router's logits, the shared gate's */
+        T * (k + 1) * 4,                                /* rw: the weights, the shared gate */
         2 * T * k * ff * 4,                             /* gbuf: gate, then up outputs */
         T * k * E * 4,                                  /* ex */
         T * sff * 4,                                    /* shg */
@@ -123,6 +123,10 @@ uint64_t lilac_cuda_prefill_sizes(const lilac_hparams *hp, int rows, size_t *byt
         (size_t)hp->n_layer * 4 * LILAC_CUDA_PF_BATCH * sizeof(float *), /* ptrs */
         lilac_cuda_att_rows_part_floats(hp->n_head, hp->head_dim, LILAC_CUDA_PF_BATCH) * 4, /* att_part */
         lilac_cuda_dn_tp_floats(hp->ssm_v_heads > 0 ? hp->ssm_v_heads : 1, (int)T) * 4, /* dntp */
+        (size_t)LILAC_CUDA_PF_BATCH *
+            (LILAC_CUDA_SUM_GRID_MAXB > LILAC_CUDA_DOWN_SUM_MAXB ? LILAC_CUDA_SUM_GRID_MAXB : LILAC_CUDA_DOWN_SUM_MAXB) *
+            4,                                           /* bpart: the exact batched step's squares */
+        (size_t)LILAC_CUDA_PF_BATCH * sizeof(unsigned), /* bcount: its counters */
     };
     return fill(b, LILAC_CUDA_PF_NBUF, bytes);
 }

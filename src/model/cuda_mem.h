@@ -48,10 +48,10 @@ size_t lilac_cuda_conv_channels(const lilac_hparams *hp);
 uint64_t lilac_cuda_decode_sizes(const lilac_hparams *hp, size_t *bytes);
 
 /* The prefill's and batched decode's chunk buffers of `rows` tokens (decoder_cuda_prefill.c's pf_alloc, at the
- * first prompt of more than one token or the first batched step; the last, dntp, the delta rule's T and P),
- * bytes each in pf_alloc's order; bytes may be
- * NULL. Returns their sum. */
-#define LILAC_CUDA_PF_NBUF 30
+ * first prompt of more than one token or the first batched step; among the last, dntp, the delta rule's T and
+ * P, then bpart and bcount, the exact batched step's), bytes each in pf_alloc's order; bytes may be NULL.
+ * Returns their sum. */
+#define LILAC_CUDA_PF_NBUF 32
 uint64_t lilac_cuda_prefill_sizes(const lilac_hparams *hp, int rows, size_t *bytes);
 
 /* A bound on the tensor-core products' scratch (cuda_mma.cu: one buffer for the model's stream, grown to the

@@ -515,37 +515,20 @@ static void timing_report(void)
                     g_op_s[i] * 1e3, 100 * g_op_s[i] / total, g_op_s[i] / g_op_n[i] * 1e6);
 }
 
-/* The decode step's switches (LILAC_CUDA_*), read at its first call (measurements in bench/README.md).
- * Measured and removed (tg128, H200, one call, 2026-11-30, against 319.2/320.3 without): DN_AB=1, the
+/* The decode step's switches (lilac_cuda_step_sw, LILAC_CUDA_*), read at its first call (measurements in
+ * bench/README.md). Measured and removed (tg128, H200, one call, 2026-11-30, against 319.2/320.3 without): DN_AB=1, the
  * DeltaNet kernel's warp 2 computing alpha and beta before its wait, 208.9 (one warp, 64 dots of 2048 columns
  * in series); NORM_FOLD=1, the next layer's input norm folded into its mixer's products from the sum's parts,
  * 296.8 (every product block recomputing the norm's scale before its x loads, a serial phase dearer than the
  * sum kernel's tail it removed). Removed after session 13 (the code at bcc1639): QKV_CONV=1, the conv in the qkv
  * product's kernel, 297 against 331-339; MOE_FUSED=1, the layer's tail as one cooperative kernel, 183. */
-typedef struct {
-    /* NORM_ROUTER=0: the post-attention norm and a float32 router apart (in one kernel: tg128 245 against 234
-     * tok/s, H200, 2026-11-30) */
-    bool norm_router;
-    /* ROUTE_TAIL=1: the routing at the norm+router kernel's end, by its last block, where the router holds
-     * the shared gate's row too (or there is no shared expert), instead of the route kernel. Slower, the
-     * shared expert's branch starting after the routing: tg128 267 against 281 with one warp routing, 275
-     * against 282 with the block's staged ranks (H200, 2026-11-30). */
-    bool route_tail;
-    /* SUM_GRID=0: the experts' sum and the next norm by one block, not over a grid */
-    bool sum_grid;
-    /* DOWN_SUM (on; =0 off): the routed down product, the experts' sum and the next norm in one kernel
-     * (lilac_cuda_moe_down_sum) instead of the down product and the sum kernel; where it does not take the
-     * layer, those two. tg128 (H200, one call, 2026-11-30): 349.5/350.4 against 339.7/338.1 at two rows a
-     * lane group, 341.6/343.2 at one (LILAC_CUDA_DOWN_SUM_R=1) */
-    bool down_sum;
-} step_sw;
 
-static const step_sw *step_switches(void)
+const lilac_cuda_step_sw *lilac_cuda_step_switches(void)
 {
-    static step_sw sw;
+    static lilac_cuda_step_sw sw;
     static bool read;
     if (!read) {
-        sw = (step_sw){
+        sw = (lilac_cuda_step_sw){
             .norm_router = lilac_env_switch("LILAC_CUDA_NORM_ROUTER", true),
             .route_tail = lilac_env_switch("LILAC_CUDA_ROUTE_TAIL", false),
             .sum_grid = lilac_env_switch("LILAC_CUDA_SUM_GRID", true),
@@ -574,7 +557,7 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
     lilac_cuda_stream *aux = cm->aux;
     float eps = hp->norm_eps;
     bool shared = hp->shared_ff > 0;
-    const step_sw *sw = step_switches();
+    const lilac_cuda_step_sw *sw = lilac_cuda_step_switches();
     OP("get_row", lilac_cuda_get_row(&cm->tok_embd, cm->tok, cm->x, s));
     OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cm->layers[0].attn_norm, cm->xn, 1, E, eps, s));
     for (int il = 0; il < hp->n_layer; il++) {
@@ -906,6 +889,11 @@ lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const l
 bool lilac_cuda_decode_batch_wanted(const lilac_model *m, int n)
 {
     (void)m, (void)n;
+    return false;
+}
+bool lilac_cuda_batch_exact_wanted(const lilac_model *m)
+{
+    (void)m;
     return false;
 }
 lilac_status lilac_cuda_decode_batch(lilac_model *m, lilac_seq *const *seqs, const int32_t *tokens, int n,

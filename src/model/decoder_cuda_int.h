@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "kernels/cuda/cuda.h"
+#include "model/cuda_mem.h"
 #include "model/decoder_cuda.h"
 
 typedef struct cuda_layer {
@@ -57,6 +58,71 @@ struct lilac_cuda_seq {
     size_t bytes;
     int n_ctx;
 };
+
+/* The decode step's switches (LILAC_CUDA_*), read at its first call (decoder_cuda.c says what each measured):
+ * the batched step's exact mode (decoder_cuda_batch.c) takes the same paths. */
+typedef struct lilac_cuda_step_sw {
+    /* NORM_ROUTER=0: the post-attention norm and a float32 router apart (in one kernel: tg128 245 against 234
+     * tok/s, H200, 2026-11-30) */
+    bool norm_router;
+    /* ROUTE_TAIL=1: the routing at the norm+router kernel's end, by its last block, where the router holds
+     * the shared gate's row too (or there is no shared expert), instead of the route kernel. Slower, the
+     * shared expert's branch starting after the routing: tg128 267 against 281 with one warp routing, 275
+     * against 282 with the block's staged ranks (H200, 2026-11-30). */
+    bool route_tail;
+    /* SUM_GRID=0: the experts' sum and the next norm by one block, not over a grid */
+    bool sum_grid;
+    /* DOWN_SUM (on; =0 off): the routed down product, the experts' sum and the next norm in one kernel
+     * (lilac_cuda_moe_down_sum) instead of the down product and the sum kernel; where it does not take the
+     * layer, those two. tg128 (H200, one call, 2026-11-30): 349.5/350.4 against 339.7/338.1 at two rows a
+     * lane group, 341.6/343.2 at one (LILAC_CUDA_DOWN_SUM_R=1) */
+    bool down_sum;
+} lilac_cuda_step_sw;
+const lilac_cuda_step_sw *lilac_cuda_step_switches(void);
+
+/* The prefill's and batched decode's chunk activations, [rows][width] each (dev; decoder_cuda_prefill.c
+ * allocates them at the first use, sized by cuda_mem.c's table). */
+struct cuda_prefill {
+    int rows; /* the most tokens a chunk: lilac_cuda_pf_rows() when allocated */
+    /* gbuf: the experts' gate outputs of a chunk's P = nt k pairs, then their up outputs (gbuf + P ff): one
+     * grouped product can write both. rl: n_expert + 1 floats a row (the router's logits, the shared gate's);
+     * rw: n_expert_used + 1 (the weights, the shared gate) */
+    float *x, *xn, *tmp, *qg, *kb, *vb, *att, *qkv, *conv, *z, *a, *b, *o, *rl, *rw, *gbuf, *ex, *shg, *shu, *sho,
+        *logits;
+    int32_t *tok, *idx, *offsets, *pair_tok, *tok_pair; /* offsets [2 E + 1], pair_tok [2 rows k]: gate and up */
+    /* batched decode: each row's position, its sequence's state pointers [n_layer][4][PF_BATCH] (K, V, conv,
+     * ssm) and the attention's parts */
+    int32_t *pos;
+    float **ptrs;
+    float *att_part;
+    float *dntp; /* the delta rule's T and P (lilac_cuda_dn_tp_floats) */
+    /* the exact batched step's (decoder_cuda_batch.c): a row's blocks' sums of squares (the down+sum or sum
+     * grid kernel's, LILAC_CUDA_DOWN_SUM_MAXB floats a row) and its last-block counter (zero between launches) */
+    float *bpart;
+    unsigned *bcount;
+    float **ptrs_host; /* the host side of ptrs, in the same allocation as this struct */
+    /* LILAC_CUDA_BATCH_GRAPH=1: the batched step's layers captured per row count (forward_batch) */
+    void *bgraph[LILAC_CUDA_PF_BATCH + 1];
+    unsigned bgen[LILAC_CUDA_PF_BATCH + 1]; /* the tensor-core scratch's generation each was captured with */
+    bool bseen[LILAC_CUDA_PF_BATCH + 1], bgraph_failed;
+};
+
+/* A batched decode step: row t of the chunk is the one token of its own sequence (NULL: a prefill, every row
+ * of one sequence). */
+typedef struct pf_rows {
+    const int32_t *pos; /* (dev) [n] */
+    float **ptrs;       /* (dev) [n_layer][4][PF_BATCH] */
+} pf_rows;
+
+/* LILAC_CUDA_BATCH_EXACT (on; =0 off, read at each call): whether the batched decode step runs the one-token
+ * step's kernels row by row (decoder_cuda_batch.c), each sequence's logits the bits of its own step. */
+bool lilac_cuda_batch_exact_wanted(const lilac_model *m);
+/* The batched step's layers for the nt rows of pf (tokens, positions and state pointers uploaded: rows), the
+ * one-token step's math and bits; max_pos: the rows' largest position (the attention's key ranges); the
+ * final-normed rows to pf->xn. */
+lilac_status lilac_cuda_batch_exact(lilac_model *m, int nt, const pf_rows *rows, int max_pos, lilac_error *err);
+/* y rows = the lm head on nt rows of xn, as the one-token step computes it (exact mode) or not. */
+void lilac_cuda_batch_logits(lilac_model *m, const float *xn, float *y, int nt, bool exact);
 
 /* p = bytes of device memory owned by cm (freed with it), counted in cm->bytes. */
 lilac_status lilac_cuda_model_alloc(lilac_cuda_model *cm, void **p, size_t bytes, lilac_error *err);

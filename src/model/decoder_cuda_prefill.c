@@ -32,34 +32,6 @@
 #define PF_LOGIT_ROWS LILAC_CUDA_PF_LOGIT_ROWS /* rows of logits a download (LOGITS_ALL) */
 #define PF_BATCH LILAC_CUDA_PF_BATCH         /* sequences a batched decode step takes at once */
 
-/* A chunk's activations, [rows][width] each (dev). */
-struct cuda_prefill {
-    int rows; /* the most tokens a chunk: lilac_cuda_pf_rows() when allocated */
-    /* gbuf: the experts' gate outputs of a chunk's P = nt k pairs, then their up outputs (gbuf + P ff): one
-     * grouped product can write both */
-    float *x, *xn, *tmp, *qg, *kb, *vb, *att, *qkv, *conv, *z, *a, *b, *o, *rl, *rw, *gbuf, *ex, *shg, *shu, *sho,
-        *logits;
-    int32_t *tok, *idx, *offsets, *pair_tok, *tok_pair; /* offsets [2 E + 1], pair_tok [2 rows k]: gate and up */
-    /* batched decode: each row's position, its sequence's state pointers [n_layer][4][PF_BATCH] (K, V, conv,
-     * ssm) and the attention's parts */
-    int32_t *pos;
-    float **ptrs;
-    float *att_part;
-    float *dntp; /* the delta rule's T and P (lilac_cuda_dn_tp_floats) */
-    float **ptrs_host; /* the host side of ptrs, in the same allocation as this struct */
-    /* LILAC_CUDA_BATCH_GRAPH=1: the batched step's layers captured per row count (forward_batch) */
-    void *bgraph[PF_BATCH + 1];
-    unsigned bgen[PF_BATCH + 1]; /* the tensor-core scratch's generation each was captured with */
-    bool bseen[PF_BATCH + 1], bgraph_failed;
-};
-
-/* A batched decode step: row t of the chunk is the one token of its own sequence (NULL: a prefill, every row
- * of one sequence). */
-typedef struct pf_rows {
-    const int32_t *pos; /* (dev) [n] */
-    float **ptrs;       /* (dev) [n_layer][4][PF_BATCH] */
-} pf_rows;
-
 /* Tokens a chunk: LILAC_CUDA_PREFILL_CHUNK=N (smaller chunks for tests, larger ones where the buffers were
  * sized for them: lilac_cuda_pf_rows), else the buffers' rows; at most those. */
 static int chunk_tokens(const struct cuda_prefill *pf)
@@ -110,7 +82,7 @@ static lilac_status pf_alloc(lilac_model *m, lilac_error *err)
         (void **)&pf->ex,       (void **)&pf->shg,    (void **)&pf->shu,      (void **)&pf->sho,
         (void **)&pf->logits,   (void **)&pf->tok,    (void **)&pf->idx,      (void **)&pf->offsets,
         (void **)&pf->pair_tok, (void **)&pf->tok_pair, (void **)&pf->pos,    (void **)&pf->ptrs,
-        (void **)&pf->att_part, (void **)&pf->dntp,
+        (void **)&pf->att_part, (void **)&pf->dntp,   (void **)&pf->bpart,  (void **)&pf->bcount,
     };
     size_t sizes[LILAC_CUDA_PF_NBUF];
     pf->rows = lilac_cuda_pf_rows(); /* the environment's, or PF_MAX; the plan's where larger */
@@ -120,6 +92,8 @@ static lilac_status pf_alloc(lilac_model *m, lilac_error *err)
     lilac_status st = LILAC_OK;
     for (size_t i = 0; !st && i < LILAC_CUDA_PF_NBUF; i++)
         st = lilac_cuda_model_alloc(cm, bufs[i], sizes[i], err);
+    if (!st && lilac_cuda_memset(pf->bcount, 0, sizes[LILAC_CUDA_PF_NBUF - 1], cm->stream))
+        st = lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA: clearing the batched step's counters failed");
     if (st) { /* what was allocated stays in cm->allocs, freed with the model */
         free(pf);
         return st;
@@ -186,7 +160,7 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
                                              kvw, cl->k_norm, kp, vp, nkv, hd, hp->rope_dims, rows->pos,
                                              hp->rope_theta, hp->norm_eps, nt, s);
                 if (lilac_cuda_attention_rows(pf->qg, q_step, (long long)nh * q_step, kp, vp, rows->pos, nh, nkv, hd,
-                                              pf->att, pf->att_part, hp->attn_output_gate, nt, s))
+                                              pf->att, pf->att_part, hp->attn_output_gate, nt, 0, 0, s))
                     return lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA batched decode: attention with %d heads of %d",
                                       nh, hd);
                 lilac_cuda_op_mark(s, "pf attention", &t_);
@@ -428,15 +402,18 @@ lilac_status lilac_cuda_decode_batch(lilac_model *m, lilac_seq *const *seqs, con
     struct cuda_prefill *pf = cm->pf;
     float **ptrs = pf->ptrs_host;
     int32_t pos[PF_BATCH];
+    const bool exact = lilac_cuda_batch_exact_wanted(m); /* the one-token step's bits (decoder_cuda_batch.c) */
     st = LILAC_OK;
     for (int off = 0; !st && off < n; off += PF_BATCH) {
         int nt = n - off < PF_BATCH ? n - off : PF_BATCH;
         double t_ = 0; /* LILAC_CUDA_TIMING=1: the step's parts timed (lilac_cuda_op_mark) */
         lilac_cuda_op_mark(cm->stream, NULL, &t_);
         memset(ptrs, 0, (size_t)L * 4 * PF_BATCH * sizeof *ptrs);
+        int max_pos = 0;
         for (int t = 0; t < nt; t++) {
             lilac_cuda_seq *cs = seqs[off + t]->cuda;
             pos[t] = seqs[off + t]->pos;
+            max_pos = pos[t] > max_pos ? pos[t] : max_pos;
             for (int il = 0; il < L; il++) {
                 float **p = ptrs + (size_t)(4 * il) * PF_BATCH + t;
                 p[0] = cs->k[il], p[PF_BATCH] = cs->v[il], p[2 * PF_BATCH] = cs->conv[il], p[3 * PF_BATCH] = cs->ssm[il];
@@ -450,7 +427,7 @@ lilac_status lilac_cuda_decode_batch(lilac_model *m, lilac_seq *const *seqs, con
         }
         pf_rows rows = {pf->pos, pf->ptrs};
         lilac_cuda_op_mark(cm->stream, "pf upload", &t_);
-        if ((st = forward_batch(m, nt, &rows, err)))
+        if ((st = exact ? lilac_cuda_batch_exact(m, nt, &rows, max_pos, err) : forward_batch(m, nt, &rows, err)))
             break;
         lilac_cuda_op_mark(cm->stream, NULL, &t_);
         /* the logits of the rows that want them, PF_LOGIT_ROWS rows a product */
@@ -461,7 +438,7 @@ lilac_status lilac_cuda_decode_batch(lilac_model *m, lilac_seq *const *seqs, con
                 any |= logits[off + r0 + r] != NULL;
             if (!any)
                 continue;
-            lilac_cuda_matvec(&cm->output, pf->xn + (size_t)r0 * E, pf->logits, rn, cm->stream);
+            lilac_cuda_batch_logits(m, pf->xn + (size_t)r0 * E, pf->logits, rn, exact);
             if ((st = check(err)))
                 break;
             /* a download per run of rows whose destinations follow one another (lilac_batch's are one array) */

@@ -100,8 +100,24 @@ void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, cons
 int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k, const float *g,
                             const float *u, const float *wt, const float *sh, float *x, const float *norm_w, float *xn,
                             float eps, float *part, unsigned *count, lilac_cuda_stream *s);
+/* The same for n tokens at once, each of its own step (the batched decode, LILAC_CUDA_BATCH_EXACT): row t's idx,
+ * wt, g and u idx_row, wt_row and gu_row elements on from row 0's, its x, sh and xn W->rows floats, its part
+ * LILAC_CUDA_DOWN_SUM_MAXB floats, its count one unsigned; the same kernel as one token's (its bits). */
+int lilac_cuda_moe_down_sum_batch(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
+                                  const float *g, const float *u, const float *wt, const float *sh, float *x,
+                                  const float *norm_w, float *xn, float eps, float *part, unsigned *count, int n,
+                                  long long idx_row, long long wt_row, long long gu_row, lilac_cuda_stream *s);
 /* Its rows a lane group (LILAC_CUDA_DOWN_SUM_R, 2 by default or 1; the same bits). */
-int lilac_cuda_moe_down_sum_rows(void);
+int lilac_cuda_moe_down_sum_r(void);
+/* lilac_cuda_matvec_fused's product (idx set: `slots` slots, n_tok 1; idx NULL: slots 1, n_tok tokens, x rows
+ * and y rows W->cols and W->rows apart) with every dot in the order the one-token product of `like` (W's type
+ * and columns; its experts like_stride bytes apart) over like_slots slots would take: lanes a row from that
+ * product's shape, and the folds' explicit roundings, give each row the one-token step's bits (the batched
+ * decode's LILAC_CUDA_BATCH_EXACT; like may be a matrix W is part of: the step's joined products). Always on
+ * the CUDA cores. */
+void lilac_cuda_matvec_like(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int slots,
+                            const float *x, int x_stride, const float *x2, float *y, int n_tok, int accumulate,
+                            const lilac_cuda_mat *like, size_t like_stride, int like_slots, lilac_cuda_stream *s);
 /* How many times a fused kernel was launched (tests: that the fused path, not its fallback, ran). */
 enum { LILAC_CUDA_FUSED_DOWN_SUM, LILAC_CUDA_FUSED_KINDS };
 long lilac_cuda_fused_launches(int kind);

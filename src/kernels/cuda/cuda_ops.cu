@@ -370,19 +370,25 @@ static bool attention_gqa_takes(int n_head, int n_head_kv, int hd)
 /* Key ranges a row of a batched call: the batch's rows fill the device, and each holds its parts. */
 #define ATT_SPLIT_ROWS LILAC_CUDA_ATT_SPLIT_ROWS /* 16 */
 
-extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K, const float *V, const int *pos,
-                                     int n_head, int n_head_kv, int hd, float *out, float *scratch, int scratch_stride,
-                                     float *part, int gated, lilac_cuda_stream *s)
-{
-    const int G = n_head / n_head_kv;
-    /* The ranges: at most LILAC_CUDA_ATT_RANGES (1..ATT_SPLIT, default 256), of at least LILAC_CUDA_ATT_KEYS keys
+/* The ranges: at most LILAC_CUDA_ATT_RANGES (1..ATT_SPLIT, default 256), of at least LILAC_CUDA_ATT_KEYS keys
      * (1..4096, default a tile, 64). tg128 at depth 8192 (8193..8320 keys, H200, one call, 2026-11-30): 256
      * ranges (one tile each) 302.9 and 300.5 against 291.9 and 290.7 with 128 (65 keys a range, the second tile
      * nearly empty); with 16 or 32 keys a range at 256 ranges 295.1 and 293.3 against 316.1 at 64. At depth 0,
      * 16 keys a range 325.0 against 319.2/320.3 (within the machine's spread on a rerun: 338.8 against 335.9).
      * Read at each call: the host calls this only while capturing the step's graph or without one. */
-    const int nsplit = lilac_env_int("LILAC_CUDA_ATT_RANGES", ATT_SPLIT, 1, ATT_SPLIT),
-              min_keys = lilac_env_int("LILAC_CUDA_ATT_KEYS", ATT_TILE, 1, 4096);
+extern "C" void lilac_cuda_attention_ranges(int *nsplit, int *min_keys)
+{
+    *nsplit = lilac_env_int("LILAC_CUDA_ATT_RANGES", ATT_SPLIT, 1, ATT_SPLIT);
+    *min_keys = lilac_env_int("LILAC_CUDA_ATT_KEYS", ATT_TILE, 1, 4096);
+}
+
+extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K, const float *V, const int *pos,
+                                     int n_head, int n_head_kv, int hd, float *out, float *scratch, int scratch_stride,
+                                     float *part, int gated, lilac_cuda_stream *s)
+{
+    const int G = n_head / n_head_kv;
+    int nsplit, min_keys;
+    lilac_cuda_attention_ranges(&nsplit, &min_keys);
     if (attention_gqa_takes(n_head, n_head_kv, hd))
         launch_pdl(PDL_ATTN, k_attention_gqa, dim3(n_head_kv, nsplit), dim3(256), 0, CS(s), q, q_step, 0LL, K, V,
                    (float *const *)NULL, (float *const *)NULL, pos, n_head_kv * hd, hd, G, part, 0LL, nsplit,
@@ -401,17 +407,20 @@ extern "C" size_t lilac_cuda_attention_rows_part_floats(int n_head, int hd, int 
 
 extern "C" int lilac_cuda_attention_rows(const float *q, int q_step, long long q_tok, float *const *Kp,
                                          float *const *Vp, const int *pos, int n_head, int n_head_kv, int hd,
-                                         float *out, float *part, int gated, int n, lilac_cuda_stream *s)
+                                         float *out, float *part, int gated, int n, int nsplit, int min_keys,
+                                         lilac_cuda_stream *s)
 {
-    if (!attention_gqa_takes(n_head, n_head_kv, hd) || n < 1 || n > 65535)
+    if (!nsplit)
+        nsplit = ATT_SPLIT_ROWS, min_keys = ATT_TILE;
+    if (!attention_gqa_takes(n_head, n_head_kv, hd) || n < 1 || n > 65535 || nsplit < 1 || nsplit > ATT_SPLIT ||
+        min_keys < 1)
         return -1;
-    const long long part_tok = (long long)n_head * ATT_SPLIT_ROWS * (hd + 2);
-    k_attention_gqa<<<dim3(n_head_kv, ATT_SPLIT_ROWS, n), 256, 0, CS(s)>>>(
-        q, q_step, q_tok, NULL, NULL, Kp, Vp, pos, n_head_kv * hd, hd, n_head / n_head_kv, part, part_tok,
-        ATT_SPLIT_ROWS, ATT_TILE);
+    const long long part_tok = (long long)n_head * nsplit * (hd + 2);
+    k_attention_gqa<<<dim3(n_head_kv, nsplit, n), 256, 0, CS(s)>>>(q, q_step, q_tok, NULL, NULL, Kp, Vp, pos,
+                                                                   n_head_kv * hd, hd, n_head / n_head_kv, part,
+                                                                   part_tok, nsplit, min_keys);
     k_attention_combine<<<dim3(n_head, n), 256, 0, CS(s)>>>(q, q_step, q_tok, hd, part, part_tok, out,
-                                                           (long long)n_head * hd, gated, pos, ATT_SPLIT_ROWS,
-                                                           ATT_TILE);
+                                                           (long long)n_head * hd, gated, pos, nsplit, min_keys);
     return 0;
 }
 
@@ -591,12 +600,21 @@ extern "C" void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, 
 // up_offset > 0, idx[k + i] = idx[i] + up_offset as well (the up matrices
 // stored after the gate ones: one product over 2k slots). With gate_inp,
 // w[k] = sigmoid(gate_inp . xn) (the shared expert's gate).
+// Batched (lilac_cuda_route_rows): block b routes row b, its logits (and gate logit), idx, w l_row, i_row and
+// w_row elements on, its xn n_embd; the same kernel as one token's (the same bits).
 __global__ void k_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
-                        const float *gate_inp, const float *xn, int n_embd, const float *gate_logit, int staged)
+                        const float *gate_inp, const float *xn, int n_embd, const float *gate_logit, int staged,
+                        long long l_row, long long i_row, long long w_row)
 {
     TRACE_START(LILAC_TK_ROUTE);
     griddep_launch_dependents();
     griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
+    const long long b = blockIdx.x;
+    logits += b * l_row, idx += b * i_row, w += b * w_row;
+    if (xn)
+        xn += b * n_embd;
+    if (gate_logit)
+        gate_logit += b * l_row;
     dev_route(logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd, staged != 0, gate_inp ? nullptr : gate_logit);
     TRACE_END(LILAC_TK_ROUTE);
 }
@@ -604,20 +622,36 @@ __global__ void k_route(const float *logits, int E, int k, int norm, int32_t *id
 /* Tried and removed (session 8): the route kernel following the routing with bulk L2 prefetches
  * (cp.async.bulk.prefetch.L2, 64 KiB pieces) of the chosen experts and the next layer's dense weights, for the
  * latency-bound products after it: tg128 108 against 284 tok/s (H200, 2026-11-30). */
+/* The ranks in two stages (dev_route_staged; LILAC_CUDA_ROUTE_STAGED=0: one pass over all E for each expert, 84 %
+ * of the kernel's instructions in ncu): tg128 285.5 and 288.1 against 282.6 and 281.8, the kernel 10.7 us against
+ * 11.9 in the trace (H200, 2026-11-30). Read at each call: the host calls this only while capturing the step's
+ * graph or running without one. */
+static int route_staged()
+{
+    const char *st = getenv("LILAC_CUDA_ROUTE_STAGED");
+    return !(st && !strcmp(st, "0"));
+}
+
 extern "C" int lilac_cuda_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
                                 const float *gate_inp, const float *xn, int n_embd, const float *gate_logit,
                                 lilac_cuda_stream *s)
 {
     if (E > ROUTE_EMAX || k > 32 || k < 1 || k > E)
         return -1;
-    /* The ranks in two stages (dev_route_staged; LILAC_CUDA_ROUTE_STAGED=0: one pass over all E for each
-     * expert, 84 % of the kernel's instructions in ncu): tg128 285.5 and 288.1 against 282.6 and 281.8, the
-     * kernel 10.7 us against 11.9 in the trace (H200, 2026-11-30). Read at each call: the host calls this only
-     * while capturing the step's graph or running without one. */
-    const char *st = getenv("LILAC_CUDA_ROUTE_STAGED");
-    const int staged = !(st && !strcmp(st, "0"));
     launch_pdl(PDL_ROUTE, k_route, dim3(1), dim3(256), 0, CS(s), logits, E, k, norm, idx, w, up_offset, gate_inp, xn,
-               n_embd, gate_logit, staged);
+               n_embd, gate_logit, route_staged(), 0LL, 0LL, 0LL);
+    return 0;
+}
+
+extern "C" int lilac_cuda_route_rows(const float *logits, int E, int k, int norm, int32_t *idx, float *w,
+                                     int up_offset, const float *gate_inp, const float *xn, int n_embd,
+                                     const float *gate_logit, int n, long long l_row, long long i_row,
+                                     long long w_row, lilac_cuda_stream *s)
+{
+    if (E > ROUTE_EMAX || k > 32 || k < 1 || k > E || n < 1 || l_row < 0 || i_row < 0 || w_row < 0)
+        return -1;
+    k_route<<<dim3((unsigned)n), dim3(256), 0, CS(s)>>>(logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd,
+                                                       gate_logit, route_staged(), l_row, i_row, w_row);
     return 0;
 }
 
@@ -629,10 +663,14 @@ extern "C" int lilac_cuda_route(const float *logits, int E, int k, int norm, int
 __global__ void __launch_bounds__(32 * NR_WARPS) k_norm_router(const float *x, const float *norm_w, float *xn,
                                                                const float *W, long long row_floats, int n_exp,
                                                                float *logits, int n, float eps,
-                                                               const lilac_cuda_route_args r)
+                                                               const lilac_cuda_route_args r, long long l_row)
 {
     TRACE_START(LILAC_TK_NORM_ROUTER);
     griddep_launch_dependents();
+    { /* batched (lilac_cuda_norm_router_rows): blockIdx.y a row, the same kernel as one token's */
+        const long long b = blockIdx.y;
+        x += b * n, xn += b * n, logits += b * l_row;
+    }
     dev_norm_router<true>(x, norm_w, xn, W, row_floats, n_exp, logits, n, eps, blockIdx.x, gridDim.x);
     if (r.idx && dev_last_block(r.count)) /* the whole block: dev_route's block reductions */
         dev_route(logits, r.E, r.k, r.norm, r.idx, r.w, r.up_offset, nullptr, nullptr, 0, true,
@@ -655,18 +693,41 @@ extern "C" int lilac_cuda_norm_router(const float *x, const float *norm_w, float
             return -1;
     }
     launch_dependent(k_norm_router, dim3((unsigned)((n_exp + NR_WARPS - 1) / NR_WARPS)), dim3(32 * NR_WARPS),
-                     (size_t)n * sizeof(float), CS(s), x, norm_w, xn, W, row_floats, n_exp, logits, n, eps, r);
+                     (size_t)n * sizeof(float), CS(s), x, norm_w, xn, W, row_floats, n_exp, logits, n, eps, r, 0LL);
+    return 0;
+}
+
+extern "C" int lilac_cuda_norm_router_rows(const float *x, const float *norm_w, float *xn, const float *W,
+                                           long long row_floats, int n_exp, float *logits, long long l_row, int n,
+                                           float eps, int rows, lilac_cuda_stream *s)
+{
+    if (n < 4 || n % 4 || row_floats % 4 || reinterpret_cast<uintptr_t>(W) % 16 || n_exp < 1 ||
+        (size_t)n * sizeof(float) > 48 * 1024 || rows < 1 || rows > 65535 || l_row < n_exp)
+        return -1;
+    const lilac_cuda_route_args r = {};
+    k_norm_router<<<dim3((unsigned)((n_exp + NR_WARPS - 1) / NR_WARPS), (unsigned)rows), dim3(32 * NR_WARPS),
+                    (size_t)n * sizeof(float), CS(s)>>>(x, norm_w, xn, W, row_floats, n_exp, logits, n, eps, r, l_row);
     return 0;
 }
 
 // 1024 threads for E over 2048: at most 64 registers (its loads in flight took 80, too many to launch)
 __global__ void __launch_bounds__(1024)
     k_moe_sum_norm(float *x, const float *ex, const float *w, int k, const float *sh, const float *gsh,
-                   const float *norm_w, float *xn, int E, float eps)
+                   const float *norm_w, float *xn, int E, float eps, long long ex_row, long long w_row)
 {
     TRACE_START(LILAC_TK_MOE_SUM_NORM);
     griddep_launch_dependents();
     griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
+    { /* batched (lilac_cuda_moe_sum_norm_rows): block b a row, the same kernel as one token's */
+        const long long b = blockIdx.x;
+        x += b * E, ex += b * ex_row, w += b * w_row;
+        if (sh)
+            sh += b * E;
+        if (gsh)
+            gsh += b * w_row;
+        if (xn)
+            xn += b * E;
+    }
     dev_moe_sum_norm(x, ex, w, k, sh, gsh, norm_w, xn, E, eps);
     TRACE_END(LILAC_TK_MOE_SUM_NORM);
 }
@@ -680,11 +741,22 @@ __global__ void __launch_bounds__(1024)
 __global__ void __launch_bounds__(SNG_T) k_moe_sum_norm_grid(float *x, const float *ex, const float *w, int k,
                                                              const float *sh, const float *gsh,
                                                              const float *norm_w, float *xn, int E, float eps,
-                                                             float *part, unsigned *count)
+                                                             float *part, unsigned *count, long long ex_row,
+                                                             long long w_row)
 {
     TRACE_START(LILAC_TK_MOE_SUM_NORM);
     griddep_launch_dependents();
     griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
+    { /* batched (lilac_cuda_moe_sum_norm_grid_rows): blockIdx.y a row, the same kernel as one token's */
+        const long long b = blockIdx.y;
+        x += b * E, ex += b * ex_row, w += b * w_row, part += b * SNG_MAXB, count += b;
+        if (sh)
+            sh += b * E;
+        if (gsh)
+            gsh += b * w_row;
+        if (xn)
+            xn += b * E;
+    }
     const int e = blockIdx.x * SNG_T + threadIdx.x;
     float o = 0.0f;
     if (e < E) {
@@ -711,7 +783,7 @@ __global__ void __launch_bounds__(SNG_T) k_moe_sum_norm_grid(float *x, const flo
         TRACE_END(LILAC_TK_MOE_SUM_NORM);
         return;
     }
-    const float ss = block_sum(e < E ? o * o : 0.0f);
+    const float ss = block_sum(e < E ? __fmul_rn(o, o) : 0.0f);
     if (threadIdx.x == 0)
         part[blockIdx.x] = ss;
     if (dev_last_block(count)) {
@@ -738,7 +810,20 @@ extern "C" int lilac_cuda_moe_sum_norm_grid(float *x, const float *ex, const flo
     if (E < 1 || nb > SNG_MAXB || k < 0 || !part || !count)
         return -1;
     launch_pdl(PDL_SUM, k_moe_sum_norm_grid, dim3((unsigned)nb), dim3(SNG_T), 0, CS(s), x, ex, w, k, sh, gsh, norm_w,
-               xn, E, eps, part, count);
+               xn, E, eps, part, count, 0LL, 0LL);
+    return 0;
+}
+
+extern "C" int lilac_cuda_moe_sum_norm_grid_rows(float *x, const float *ex, const float *w, int k, const float *sh,
+                                                 const float *gsh, const float *norm_w, float *xn, int E, float eps,
+                                                 float *part, unsigned *count, int n, long long ex_row,
+                                                 long long w_row, lilac_cuda_stream *s)
+{
+    const int nb = (E + SNG_T - 1) / SNG_T;
+    if (E < 1 || nb > SNG_MAXB || k < 0 || !part || !count || n < 1 || n > 65535)
+        return -1;
+    k_moe_sum_norm_grid<<<dim3((unsigned)nb, (unsigned)n), dim3(SNG_T), 0, CS(s)>>>(x, ex, w, k, sh, gsh, norm_w, xn,
+                                                                                   E, eps, part, count, ex_row, w_row);
     return 0;
 }
 
@@ -748,7 +833,16 @@ extern "C" void lilac_cuda_moe_sum_norm(float *x, const float *ex, const float *
 {
     /* 256 threads: DEV_NR values each for E <= 2048, every load of an expert's group in flight at once */
     launch_pdl(PDL_SUM, k_moe_sum_norm, dim3(1), dim3(E <= DEV_NR * 256 ? 256 : 1024), 0, CS(s), x, ex, w, k, sh,
-               gsh, norm_w, xn, E, eps);
+               gsh, norm_w, xn, E, eps, 0LL, 0LL);
+}
+
+extern "C" void lilac_cuda_moe_sum_norm_rows(float *x, const float *ex, const float *w, int k, const float *sh,
+                                             const float *gsh, const float *norm_w, float *xn, int E, float eps,
+                                             int n, long long ex_row, long long w_row, lilac_cuda_stream *s)
+{
+    k_moe_sum_norm<<<dim3((unsigned)n), dim3(E <= DEV_NR * 256 ? 256 : 1024), 0, CS(s)>>>(x, ex, w, k, sh, gsh,
+                                                                                        norm_w, xn, E, eps, ex_row,
+                                                                                        w_row);
 }
 
 // Blocks [0, nh): q head b, RMSNorm and rotary; blocks [nh, nh + nkv): k

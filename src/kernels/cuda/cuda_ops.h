@@ -93,9 +93,33 @@ void lilac_cuda_norm_rope_kv_rows(float *q, const float *q_norm, int q_step, lon
 /* The parts buffer lilac_cuda_attention_rows needs for n rows (floats); the call is -1 (nothing launched) for a
  * shape it does not take. */
 size_t lilac_cuda_attention_rows_part_floats(int n_head, int hd, int n);
+/* nsplit 0: LILAC_CUDA_ATT_SPLIT_ROWS ranges of 64+ keys (the part buffer above); else nsplit ranges of
+ * min_keys+ keys, n_head nsplit (hd + 2) floats of parts a row: lilac_cuda_attention_ranges' values give each
+ * row the one-token step's ranges, and so its bits (the same kernels). */
 int lilac_cuda_attention_rows(const float *q, int q_step, long long q_tok, float *const *Kp, float *const *Vp,
                               const int *pos, int n_head, int n_head_kv, int hd, float *out, float *part, int gated,
-                              int n, lilac_cuda_stream *s);
+                              int n, int nsplit, int min_keys, lilac_cuda_stream *s);
+/* The one-token attention's key ranges: the most (LILAC_CUDA_ATT_RANGES) and the fewest keys a range
+ * (LILAC_CUDA_ATT_KEYS), read from the environment at each call. */
+void lilac_cuda_attention_ranges(int *nsplit, int *min_keys);
+/* The batched decode's rows with the one-token step's kernels (LILAC_CUDA_BATCH_EXACT), each the same kernel as
+ * its one-token call with blockIdx a row (the same bits): lilac_cuda_route for n rows (logits and the gate logit
+ * l_row floats apart, idx i_row, w w_row, xn n_embd); lilac_cuda_norm_router without the routing for `rows` rows
+ * (x, xn n apart, logits l_row); lilac_cuda_moe_sum_norm and _grid for n rows (ex ex_row floats apart, w and gsh
+ * w_row, x, sh, xn E; the grid's part LILAC_CUDA_SUM_GRID_MAXB floats, count one). -1 (nothing launched) for
+ * what the one-token call would refuse. */
+int lilac_cuda_route_rows(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
+                          const float *gate_inp, const float *xn, int n_embd, const float *gate_logit, int n,
+                          long long l_row, long long i_row, long long w_row, lilac_cuda_stream *s);
+int lilac_cuda_norm_router_rows(const float *x, const float *norm_w, float *xn, const float *W, long long row_floats,
+                                int n_exp, float *logits, long long l_row, int n, float eps, int rows,
+                                lilac_cuda_stream *s);
+void lilac_cuda_moe_sum_norm_rows(float *x, const float *ex, const float *w, int k, const float *sh, const float *gsh,
+                                  const float *norm_w, float *xn, int E, float eps, int n, long long ex_row,
+                                  long long w_row, lilac_cuda_stream *s);
+int lilac_cuda_moe_sum_norm_grid_rows(float *x, const float *ex, const float *w, int k, const float *sh,
+                                      const float *gsh, const float *norm_w, float *xn, int E, float eps, float *part,
+                                      unsigned *count, int n, long long ex_row, long long w_row, lilac_cuda_stream *s);
 void lilac_cuda_conv_step_rows(const float *in, float *const *statep, const float *w, float *out, int C, int K, int n,
                                lilac_cuda_stream *s);
 int lilac_cuda_deltanet_rows(const float *conv_out, const float *a, const float *b, const float *ssm_a,

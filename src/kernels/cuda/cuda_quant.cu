@@ -868,6 +868,9 @@ struct DS {
     unsigned *count;     /* dev_last_block's (zero between launches) */
     int rows, cols, k;
     float eps;
+    /* batched (blockIdx.y a row of its own token, lilac_cuda_moe_down_sum_batch): the row's idx, wt, g and u
+     * these many elements on; x, sh and xn W->rows, part LILAC_CUDA_DOWN_SUM_MAXB, count 1. 0 at one token. */
+    long long r_idx, r_wt, r_gu;
 };
 
 template <int TYPE, bool A16, int R> __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
@@ -883,10 +886,18 @@ template <int TYPE, bool A16, int R> __global__ void __launch_bounds__(NTHREADS)
     float *const vs = ss + DS_MAXK * SS;                 /* [DS_MAXK][DS_ROWS]: the rows' dots by slot */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane & (DS_LPR - 1), grp = lane / DS_LPR;
     const int row0 = blockIdx.x * DS_ROWS, rg = row0 + grp * R;
+    /* the batched call's row (one launch of the same kernel for every row: the token step's bits) */
+    const long long by = blockIdx.y, eo = by * d.rows;
+    const int32_t *const idx = d.idx + by * d.r_idx;
+    const float *const wt = d.wt + by * d.r_wt, *const g_in = d.g + by * d.r_gu, *const u_in = d.u + by * d.r_gu;
+    const float *const sh = d.sh ? d.sh + eo : nullptr;
+    float *const x = d.x + eo, *const xn = d.xn ? d.xn + eo : nullptr;
+    float *const part = d.part ? d.part + by * LILAC_CUDA_DOWN_SUM_MAXB : nullptr;
+    unsigned *const count = d.count ? d.count + by : nullptr;
     griddep_wait(); /* idx, the inputs, x and the shared expert's output come from the kernels before */
     TRACE_WAITED(LILAC_TK_MOE_DOWN_SUM);
     const bool has = warp < d.k;
-    const uint8_t *W = d.w + (has ? (size_t)__ldg(d.idx + warp) * d.expert_stride : 0);
+    const uint8_t *W = d.w + (has ? (size_t)__ldg(idx + warp) * d.expert_stride : 0);
     const uint8_t *rowp[R];
     bool ok[R];
 #pragma unroll
@@ -898,7 +909,7 @@ template <int TYPE, bool A16, int R> __global__ void __launch_bounds__(NTHREADS)
     int u = sub;
     if (u < U)
         load_rows<TYPE, A16, R>(rowp, ok, u, a); /* in flight while x is loaded */
-    load_x<UT, DS_MAXK>(d.g, d.u, d.x_slot, d.k, 0, U, xs, XS, ss, SS); /* slot s as token s; ends with a barrier */
+    load_x<UT, DS_MAXK>(g_in, u_in, d.x_slot, d.k, 0, U, xs, XS, ss, SS); /* slot s as token s; ends with a barrier */
     float tot[R][1];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -915,25 +926,24 @@ template <int TYPE, bool A16, int R> __global__ void __launch_bounds__(NTHREADS)
     float o = 0.0f;
     const int t = threadIdx.x, e = row0 + t;
     if (t < DS_ROWS && e < d.rows) { /* k_moe_sum_norm_grid's sum, in its order */
-        const float xv = __ldcg(d.x + e), sv = d.sh ? __ldcg(d.sh + e) : 0.0f,
-                    g = d.sh ? __ldcg(d.wt + d.k) : 0.0f;
+        const float xv = __ldcg(x + e), sv = sh ? __ldcg(sh + e) : 0.0f, g = sh ? __ldcg(wt + d.k) : 0.0f;
         for (int i = 0; i < d.k; i++) /* explicit FMAs, as the sum kernel's (kq_fold says why) */
-            o = __fmaf_rn(__ldcg(d.wt + i), vs[i * DS_ROWS + t], o);
-        if (d.sh)
+            o = __fmaf_rn(__ldcg(wt + i), vs[i * DS_ROWS + t], o);
+        if (sh)
             o = __fmaf_rn(g, sv, o);
         o = __fadd_rn(o, xv);
-        d.x[e] = o;
+        x[e] = o;
     }
     if (!d.norm_w) {
         TRACE_END(LILAC_TK_MOE_DOWN_SUM);
         return;
     }
-    const float sq = block_sum(t < DS_ROWS && e < d.rows ? o * o : 0.0f);
+    const float sq = block_sum(t < DS_ROWS && e < d.rows ? __fmul_rn(o, o) : 0.0f);
     if (t == 0)
-        d.part[blockIdx.x] = sq;
-    if (dev_last_block(d.count)) {
-        const float tt = block_sum(t < (int)gridDim.x ? __ldcg(d.part + t) : 0.0f); /* a fixed tree: every run */
-        dev_scale_store(d.x, rsqrtf(tt / d.rows + d.eps), d.norm_w, d.xn, d.rows);
+        part[blockIdx.x] = sq;
+    if (dev_last_block(count)) {
+        const float tt = block_sum(t < (int)gridDim.x ? __ldcg(part + t) : 0.0f); /* a fixed tree: every run */
+        dev_scale_store(x, rsqrtf(tt / d.rows + d.eps), d.norm_w, xn, d.rows);
     }
     TRACE_END(LILAC_TK_MOE_DOWN_SUM);
 }
@@ -967,14 +977,17 @@ __global__ void __launch_bounds__(NTHREADS) k_mv_scalar(const MV p, int type)
     TRACE_END(LILAC_TK_MV_SCALAR);
 }
 
-__global__ void k_get_row(const uint8_t *w, size_t row_bytes, long long rows, long long cols, int type,
-                          const int32_t *r_dev, float *out)
+/* Row r_dev[blockIdx.y] of W into out + blockIdx.y * cols: one token's embedding (lilac_cuda_get_row) or a
+ * chunk's (lilac_cuda_get_rows), by the same kernel (the same bits). */
+__global__ void k_get_rows(const uint8_t *w, size_t row_bytes, long long rows, long long cols, int type,
+                           const int32_t *r_dev, float *out)
 {
     TRACE_START(LILAC_TK_GET_ROW);
-    const long long r = *r_dev;
+    const long long r = r_dev[blockIdx.y];
+    float *o = out + (size_t)blockIdx.y * (size_t)cols;
     const long long step = (long long)gridDim.x * blockDim.x;
     for (long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += step)
-        out[c] = r >= 0 && r < rows ? dq_value(type, w + (size_t)r * row_bytes, c) : __int_as_float(0x7fc00000);
+        o[c] = r >= 0 && r < rows ? dq_value(type, w + (size_t)r * row_bytes, c) : __int_as_float(0x7fc00000);
     TRACE_END(LILAC_TK_GET_ROW);
 }
 
@@ -1059,8 +1072,9 @@ template <int TYPE, int T> int mv_smem(long long cols)
 }
 
 /* launch_fast's shape of the product over a grid of cap blocks (lanes a row, column tiles, row tiles, items);
- * the shared memory a block needs for it. */
-template <int TYPE, int T> int mv_shape(MV &p, int slots, long long cap)
+ * the shared memory a block needs for it. lpr_force >= 0: 2^lpr_force lanes a row, whatever the shape
+ * (lilac_cuda_matvec_like: a row's dot in the order another product's lanes take). */
+template <int TYPE, int T> int mv_shape(MV &p, int slots, long long cap, int lpr_force = -1)
 {
     using UT = Unit<TYPE>;
     constexpr int R = cfg_rows_t(T);
@@ -1082,8 +1096,10 @@ template <int TYPE, int T> int mv_shape(MV &p, int slots, long long cap)
         const long long rpt = (long long)NWARPS * R * (32 >> floor_log2(l));
         return (p.rows + rpt - 1) / rpt * slots;
     };
-    while (lpr < 32 && 2 * lpr * cfg_lane_units(T) <= U && tiles(lpr) < 2 * cap)
+    while (lpr_force < 0 && lpr < 32 && 2 * lpr * cfg_lane_units(T) <= U && tiles(lpr) < 2 * cap)
         lpr *= 2;
+    if (lpr_force >= 0)
+        lpr = 1 << lpr_force;
     p.lpr_log2 = floor_log2(lpr);
     p.row_tiles = tiles(lpr) / slots;
     p.items = p.row_tiles * slots;
@@ -1116,12 +1132,12 @@ template <int TYPE, int T, auto KERN> long long mv_grid_cap(long long cols)
 }
 
 /* KERN (k_mv, T tokens a pass) over the grid that fits, in mv_shape's shape. */
-template <int TYPE, int T, auto KERN> void launch_shaped(MV p, cudaStream_t st, int slots)
+template <int TYPE, int T, auto KERN> void launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force)
 {
     auto kern = KERN;
     const int smem = mv_smem<TYPE, T>(p.cols);
     const long long cap = mv_grid_cap<TYPE, T, KERN>(p.cols);
-    mv_shape<TYPE, T>(p, slots, cap);
+    mv_shape<TYPE, T>(p, slots, cap, lpr_force);
     const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
     /* Many tokens over few row tiles (a prefill chunk through a narrow matrix): the token chunks split over
      * blockIdx.y until there are two blocks a resident slot; each group reads the weights again (from L2). */
@@ -1131,9 +1147,28 @@ template <int TYPE, int T, auto KERN> void launch_shaped(MV p, cudaStream_t st, 
     launch_dependent(kern, dim3(grid, (unsigned)gy), dim3(NTHREADS), (size_t)smem, st, p);
 }
 
-template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int slots)
+template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int slots, int lpr_force)
 {
-    launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T>>(p, st, slots);
+    launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T>>(p, st, slots, lpr_force);
+}
+
+/* The lanes a row (log2) the one-token product of W (type TYPE at alignment A16) over `slots` slots takes:
+ * mv_shape at one token over k_mv's grid. */
+template <int TYPE, bool A16> int token_lpr(const lilac_cuda_mat *W, int slots)
+{
+    MV q{};
+    q.rows = W->rows, q.cols = W->cols;
+    mv_shape<TYPE, 1>(q, slots, mv_grid_cap<TYPE, 1, k_mv<TYPE, A16, cfg_rows_t(1), 1>>(W->cols));
+    return q.lpr_log2;
+}
+
+/* Whether T tokens a pass at 2^lpr_log2 lanes a row walk a lane's units in the one-token pass's order: their
+ * column tiles (each a lane's units sub, sub + lpr, ... from the tile's start) whole multiples of lpr, or the
+ * whole row. */
+template <int TYPE, int T> bool same_walk(long long cols, int lpr_log2)
+{
+    const int U = (int)(cols / Unit<TYPE>::VPU), a = mv_tile_units<TYPE, 1>(cols), b = mv_tile_units<TYPE, T>(cols);
+    return (a == U || a % (1 << lpr_log2) == 0) && (b == U || b % (1 << lpr_log2) == 0);
 }
 
 /* LILAC_CUDA_MV_T8=1: 8 tokens a pass for every type (cfg_max_tokens' 4 was chosen on prefill chunks; an
@@ -1146,16 +1181,21 @@ bool mv_t8()
     return on;
 }
 
-template <int TYPE, bool A16> void launch_t(const MV &p, cudaStream_t st, int slots)
+/* lpr_force >= 0: that many lanes a row (log2), and where a pass of T tokens would walk a lane's units in
+ * another order than one token's (same_walk), one token a pass. */
+template <int TYPE, bool A16> void launch_t(const MV &p, cudaStream_t st, int slots, int lpr_force = -1)
 {
+    const bool f = lpr_force >= 0;
     if (p.n_tok == 1)
-        launch_fast<TYPE, A16, 1>(p, st, slots);
-    else if (p.n_tok == 2)
-        launch_fast<TYPE, A16, 2>(p, st, slots);
-    else if (p.n_tok <= 4 || (cfg_max_tokens(TYPE) == 4 && !mv_t8()))
-        launch_fast<TYPE, A16, 4>(p, st, slots);
+        launch_fast<TYPE, A16, 1>(p, st, slots, lpr_force);
+    else if (p.n_tok == 2 && (!f || same_walk<TYPE, 2>(p.cols, lpr_force)))
+        launch_fast<TYPE, A16, 2>(p, st, slots, lpr_force);
+    else if ((p.n_tok <= 4 || (cfg_max_tokens(TYPE) == 4 && !mv_t8())) && (!f || same_walk<TYPE, 4>(p.cols, lpr_force)))
+        launch_fast<TYPE, A16, 4>(p, st, slots, lpr_force);
+    else if (!f || same_walk<TYPE, 8>(p.cols, lpr_force))
+        launch_fast<TYPE, A16, 8>(p, st, slots, lpr_force);
     else
-        launch_fast<TYPE, A16, 8>(p, st, slots);
+        launch_fast<TYPE, A16, 1>(p, st, slots, lpr_force);
 }
 
 /* The product's parameters (the launch shape apart: mv_shape): y[t][slot] = W[idx[slot]] . x, slots'
@@ -1210,31 +1250,55 @@ int mv_align(const lilac_cuda_mat *W, size_t stride)
     }
 }
 
-/* The fast kernel for W's type at mv_align's alignment; false (nothing launched) at 0. */
-bool mv_fast(const lilac_cuda_mat *W, int align, const MV &p, cudaStream_t st, int slots)
+/* The fast kernel for W's type at mv_align's alignment; false (nothing launched) at 0. lpr_force: launch_t's. */
+bool mv_fast(const lilac_cuda_mat *W, int align, const MV &p, cudaStream_t st, int slots, int lpr_force = -1)
 {
     if (!align)
         return false;
+    const int f = lpr_force;
     switch (W->type) {
     case LILAC_Q4_K:
-        align == 16 ? launch_t<LILAC_Q4_K, true>(p, st, slots) : launch_t<LILAC_Q4_K, false>(p, st, slots);
+        align == 16 ? launch_t<LILAC_Q4_K, true>(p, st, slots, f) : launch_t<LILAC_Q4_K, false>(p, st, slots, f);
         return true;
     case LILAC_Q5_K:
-        align == 16 ? launch_t<LILAC_Q5_K, true>(p, st, slots) : launch_t<LILAC_Q5_K, false>(p, st, slots);
+        align == 16 ? launch_t<LILAC_Q5_K, true>(p, st, slots, f) : launch_t<LILAC_Q5_K, false>(p, st, slots, f);
         return true;
-    case LILAC_Q6_K: launch_t<LILAC_Q6_K, false>(p, st, slots); return true;
-    case LILAC_Q8_0: launch_t<LILAC_Q8_0, false>(p, st, slots); return true;
-    case LILAC_Q4_0: launch_t<LILAC_Q4_0, false>(p, st, slots); return true;
-    case LILAC_F32: launch_t<LILAC_F32, true>(p, st, slots); return true;
-    case LILAC_F16: launch_t<LILAC_F16, true>(p, st, slots); return true;
-    case LILAC_BF16: launch_t<LILAC_BF16, true>(p, st, slots); return true;
+    case LILAC_Q6_K: launch_t<LILAC_Q6_K, false>(p, st, slots, f); return true;
+    case LILAC_Q8_0: launch_t<LILAC_Q8_0, false>(p, st, slots, f); return true;
+    case LILAC_Q4_0: launch_t<LILAC_Q4_0, false>(p, st, slots, f); return true;
+    case LILAC_F32: launch_t<LILAC_F32, true>(p, st, slots, f); return true;
+    case LILAC_F16: launch_t<LILAC_F16, true>(p, st, slots, f); return true;
+    case LILAC_BF16: launch_t<LILAC_BF16, true>(p, st, slots, f); return true;
     default: return false;
+    }
+}
+
+/* matvec's lpr_force for k_mv_scalar (a warp a row, whatever the call) */
+constexpr int MV_SCALAR = -2;
+
+/* token_lpr for W at mv_align's alignment align (stride: its experts'); MV_SCALAR where the fast kernel does not
+ * take it. */
+int mv_token_lpr(const lilac_cuda_mat *W, int align, int slots)
+{
+    if (!align)
+        return MV_SCALAR;
+    switch (W->type) {
+    case LILAC_Q4_K: return align == 16 ? token_lpr<LILAC_Q4_K, true>(W, slots) : token_lpr<LILAC_Q4_K, false>(W, slots);
+    case LILAC_Q5_K: return align == 16 ? token_lpr<LILAC_Q5_K, true>(W, slots) : token_lpr<LILAC_Q5_K, false>(W, slots);
+    case LILAC_Q6_K: return token_lpr<LILAC_Q6_K, false>(W, slots);
+    case LILAC_Q8_0: return token_lpr<LILAC_Q8_0, false>(W, slots);
+    case LILAC_Q4_0: return token_lpr<LILAC_Q4_0, false>(W, slots);
+    case LILAC_F32: return token_lpr<LILAC_F32, true>(W, slots);
+    case LILAC_F16: return token_lpr<LILAC_F16, true>(W, slots);
+    case LILAC_BF16: return token_lpr<LILAC_BF16, true>(W, slots);
+    default: return -1;
     }
 }
 
 /* Check W and run the product of `slots` slots. */
 void matvec(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int slots, const float *x,
-            long long x_slot, float *y, int n_tok, cudaStream_t st, const float *x2 = nullptr, int acc = 0)
+            long long x_slot, float *y, int n_tok, cudaStream_t st, const float *x2 = nullptr, int acc = 0,
+            int lpr_force = -1)
 {
     int blck, bsz;
     if (!W || !x || !y) {
@@ -1258,7 +1322,7 @@ void matvec(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, i
         return;
     }
     MV p = mv_params(W, expert_stride, idx, idx != nullptr, x, x2, x_slot, y, n_tok, acc);
-    if (mv_fast(W, mv_align(W, expert_stride), p, st, slots))
+    if (lpr_force != MV_SCALAR && mv_fast(W, mv_align(W, expert_stride), p, st, slots, lpr_force))
         return;
     const dim3 grid((unsigned)((W->rows + NWARPS - 1) / NWARPS), (unsigned)slots);
     k_mv_scalar<<<grid, NTHREADS, 0, st>>>(p, W->type);
@@ -1278,7 +1342,7 @@ int ds_r()
 }
 
 /* k_moe_down_sum at R rows a lane group over W's rows; -1 (nothing launched) where it does not take W. */
-template <int R> int ds_launch(const lilac_cuda_mat *W, size_t expert_stride, const DS &d, cudaStream_t st)
+template <int R> int ds_launch(const lilac_cuda_mat *W, size_t expert_stride, const DS &d, cudaStream_t st, int n = 1)
 {
     const long long nb = (W->rows + ds_rows(R) - 1) / ds_rows(R);
     if (nb > LILAC_CUDA_DOWN_SUM_MAXB)
@@ -1289,7 +1353,7 @@ template <int R> int ds_launch(const lilac_cuda_mat *W, size_t expert_stride, co
         const size_t sm = sizeof(float) * (size_t)(DS_MAXK * U * (vpu + 4) + DS_MAXK * U * nrun + DS_MAXK * ds_rows(R));
         if (W->cols % vpu || sm > 48 * 1024)
             return -1;
-        launch_dependent(kern, dim3((unsigned)nb), dim3(NTHREADS), sm, st, d);
+        launch_dependent(kern, dim3((unsigned)nb, (unsigned)n), dim3(NTHREADS), sm, st, d);
         return 0;
     };
 #define DS_GO(T, A) go(k_moe_down_sum<T, A, R>, Unit<T>::VPU, Unit<T>::NRUN)
@@ -1371,7 +1435,7 @@ int lilac_cuda_available(char *msg, size_t cap)
         return 0;
     }
     cudaFuncAttributes fa;
-    if ((e = cudaFuncGetAttributes(&fa, k_get_row)) != cudaSuccess) {
+    if ((e = cudaFuncGetAttributes(&fa, k_get_rows)) != cudaSuccess) {
         put_msg(msg, cap,
                 "lilac's CUDA kernels were built for architectures %s; device %d (%s) is compute capability %d.%d "
                 "(rebuild with -DCMAKE_CUDA_ARCHITECTURES=%d%d): %s",
@@ -1577,12 +1641,14 @@ long lilac_cuda_fused_launches(int kind)
     return kind >= 0 && kind < LILAC_CUDA_FUSED_KINDS ? g_fused_launches[kind].load(std::memory_order_relaxed) : 0;
 }
 
-int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k, const float *g,
-                            const float *u, const float *wt, const float *sh, float *x, const float *norm_w, float *xn,
-                            float eps, float *part, unsigned *count, lilac_cuda_stream *s)
+int lilac_cuda_moe_down_sum_batch(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
+                                  const float *g, const float *u, const float *wt, const float *sh, float *x,
+                                  const float *norm_w, float *xn, float eps, float *part, unsigned *count, int n,
+                                  long long idx_row, long long wt_row, long long gu_row, lilac_cuda_stream *s)
 {
     if (!mat_ok(W) || !idx || !g || !u || !wt || !x || (norm_w && (!xn || !part || !count)) || k < 1 ||
-        k > DS_MAXK || W->cols > INT_MAX || W->rows > INT_MAX)
+        k > DS_MAXK || W->cols > INT_MAX || W->rows > INT_MAX || n < 1 || n > 65535 || idx_row < 0 || wt_row < 0 ||
+        gu_row < 0)
         return -1;
     DS d{};
     d.w = static_cast<const uint8_t *>(W->data);
@@ -1590,13 +1656,42 @@ int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const
     d.idx = idx, d.wt = wt, d.g = g, d.u = u, d.x_slot = W->cols, d.sh = sh;
     d.x = x, d.norm_w = norm_w, d.xn = xn, d.part = part, d.count = count;
     d.rows = (int)W->rows, d.cols = (int)W->cols, d.k = k, d.eps = eps;
-    const int rc = ds_r() == 2 ? ds_launch<2>(W, expert_stride, d, S(s)) : ds_launch<1>(W, expert_stride, d, S(s));
+    d.r_idx = idx_row, d.r_wt = wt_row, d.r_gu = gu_row;
+    const int rc =
+        ds_r() == 2 ? ds_launch<2>(W, expert_stride, d, S(s), n) : ds_launch<1>(W, expert_stride, d, S(s), n);
     if (!rc)
         g_fused_launches[LILAC_CUDA_FUSED_DOWN_SUM].fetch_add(1, std::memory_order_relaxed);
     return rc;
 }
 
-int lilac_cuda_moe_down_sum_rows(void) { return ds_r(); }
+int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k, const float *g,
+                            const float *u, const float *wt, const float *sh, float *x, const float *norm_w, float *xn,
+                            float eps, float *part, unsigned *count, lilac_cuda_stream *s)
+{
+    return lilac_cuda_moe_down_sum_batch(W, expert_stride, idx, k, g, u, wt, sh, x, norm_w, xn, eps, part, count, 1,
+                                         0, 0, 0, s);
+}
+
+int lilac_cuda_moe_down_sum_r(void) { return ds_r(); }
+
+void lilac_cuda_matvec_like(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int slots,
+                            const float *x, int x_stride, const float *x2, float *y, int n_tok, int accumulate,
+                            const lilac_cuda_mat *like, size_t like_stride, int like_slots, lilac_cuda_stream *s)
+{
+    if (!W || !like || !like->data || like->type != W->type || like->cols != W->cols || like_slots < 1 ||
+        slots < 1 || slots > 65535 || (slots > 1 && (!idx || n_tok != 1)) || n_tok < 1) {
+        set_err("lilac_cuda_matvec_like: bad arguments (%d slots, %d tokens, like %d slots)", slots, n_tok,
+                like_slots);
+        return;
+    }
+    /* the one-token product's lanes a row; where the fast kernel does not take `like`, k_mv_scalar for W too */
+    const int lpr = W->data && mat_ok(W) ? mv_token_lpr(like, mv_align(like, like_stride), like_slots) : -1;
+    if (lpr >= 0 && !mv_align(W, expert_stride)) {
+        set_err("lilac_cuda_matvec_like: W (type %d) is not aligned as the product it stands for", W->type);
+        return;
+    }
+    matvec(W, expert_stride, idx, slots, x, x_stride ? W->cols : 0, y, n_tok, S(s), x2, accumulate, lpr);
+}
 
 
 void lilac_cuda_get_row(const lilac_cuda_mat *W, const int32_t *r_dev, float *out, lilac_cuda_stream *s)
@@ -1607,7 +1702,7 @@ void lilac_cuda_get_row(const lilac_cuda_mat *W, const int32_t *r_dev, float *ou
         return;
     }
     const long long blocks = (W->cols + 255) / 256;
-    k_get_row<<<(unsigned)(blocks < 1024 ? blocks : 1024), 256, 0, S(s)>>>(
+    k_get_rows<<<(unsigned)(blocks < 1024 ? blocks : 1024), 256, 0, S(s)>>>(
         static_cast<const uint8_t *>(W->data), W->row_bytes, W->rows, W->cols, W->type, r_dev, out);
 }
 
@@ -1669,16 +1764,6 @@ out:
 
 namespace {
 
-/* Row r_dev[blockIdx.y] of W into out + blockIdx.y * cols (k_get_row for many rows). */
-__global__ void k_get_rows(const uint8_t *w, size_t row_bytes, long long rows, long long cols, int type,
-                           const int32_t *r_dev, float *out)
-{
-    const long long r = r_dev[blockIdx.y];
-    float *o = out + (size_t)blockIdx.y * (size_t)cols;
-    const long long step = (long long)gridDim.x * blockDim.x;
-    for (long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += step)
-        o[c] = r >= 0 && r < rows ? dq_value(type, w + (size_t)r * row_bytes, c) : __int_as_float(0x7fc00000);
-}
 
 /* The grouped product: expert e's pairs are offsets[e] .. offsets[e + 1];
  * pair i reads x row rows[i] (i without rows) and writes y row i. */
