@@ -72,6 +72,11 @@ do_test() {
     run_test batch-graph test_cuda_batch LILAC_CUDA_BATCH_GRAPH=1
     run_test batch-grouped test_cuda_batch LILAC_CUDA_PAIRS=0
     run_test batch-t8 test_cuda_batch LILAC_CUDA_MV_T8=1
+    run_test batch-no-down-sum test_cuda_batch LILAC_CUDA_DOWN_SUM=0
+    run_test batch-sum-one-block test_cuda_batch LILAC_CUDA_DOWN_SUM=0 LILAC_CUDA_SUM_GRID=0
+    run_test batch-no-norm-router test_cuda_batch LILAC_CUDA_NORM_ROUTER=0
+    run_test batch-att-ranges test_cuda_batch LILAC_CUDA_ATT_KEYS=2
+    run_test batch-down-sum-r1 test_cuda_batch LILAC_CUDA_DOWN_SUM_R=1
     run_test prefill test_cuda_prefill
     run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0
@@ -111,6 +116,10 @@ do_bench() {
     for P in 8 32 64; do # batched decode, and each sequence's greedy tokens against its own alone
         $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 64 -P $P -r 1 --check-greedy 16 --json 2>&1 |
             tee -a "$out/bench.jsonl"
+    done
+    for P in 8 32 64; do # the same with the faster batched step whose sums take other orders
+        LILAC_CUDA_BATCH_EXACT=0 $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 64 -P $P -r 1 \
+            --check-greedy 16 --json 2>&1 | sed 's/^/BATCH_EXACT=0 /' | tee -a "$out/bench.jsonl"
     done
 }
 
