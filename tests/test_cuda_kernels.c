@@ -486,33 +486,6 @@ static void test_like(int type)
         lilac_cuda_matvec_like(&m, stride, dpidx, NT * K, dx, 1, NULL, dy, 1, 0, &m, stride, 2 * K, NULL);
         snprintf(what, sizeof what, "%s like experts: %d tokens of %d pairs", tname(type), NT, K);
         like_cases += same_bits(what, dy, h, want, (size_t)NT * K * rows);
-        /* the same pairs grouped by expert (tokens ascending), x rows by token, against the same bits */
-        int32_t offs[N_EXP + 1], ptok[NT * K], order[NT * K];
-        int np = 0;
-        for (int e = 0; e < N_EXP; e++) {
-            offs[e] = np;
-            for (int i = 0; i < NT * K; i++)
-                if (pidx[i] == e)
-                    order[np] = i, ptok[np++] = i / K;
-        }
-        offs[N_EXP] = np;
-        for (int q = 0; q < np; q++) /* the reference in sorted order */
-            memcpy(h + (size_t)q * rows, want + (size_t)order[q] * rows, sizeof(float) * (size_t)rows);
-        memcpy(want, h, sizeof(float) * (size_t)(np * rows));
-        void *doff = NULL, *dptok = NULL;
-        if (lilac_cuda_malloc(&doff, sizeof offs, msg, sizeof msg) || lilac_cuda_upload(doff, offs, sizeof offs, msg, sizeof msg) ||
-            lilac_cuda_malloc(&dptok, sizeof ptok, msg, sizeof msg) ||
-            lilac_cuda_upload(dptok, ptok, sizeof ptok, msg, sizeof msg)) {
-            CHECKF(0, "%s grouped like: %s", tname(type), msg);
-        } else {
-            const int rc = lilac_cuda_matvec_grouped_like(&m, stride, N_EXP, doff, dptok, NT, dx, (long long)K * cols,
-                                                          dy, &m, stride, 2 * K, NULL);
-            snprintf(what, sizeof what, "%s grouped like: %d tokens of %d pairs by expert", tname(type), NT, K);
-            CHECKF(rc == 0, "%s: refused", what);
-            if (rc == 0)
-                like_cases += same_bits(what, dy, h, want, (size_t)np * rows);
-        }
-        lilac_cuda_free(doff), lilac_cuda_free(dptok);
     }
     lilac_cuda_free(dw), lilac_cuda_free(didx), lilac_cuda_free(dpidx), lilac_cuda_free(dx), lilac_cuda_free(dy);
     free(host), free(deq), free(x), free(want), free(h);

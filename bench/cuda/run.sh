@@ -77,7 +77,6 @@ do_test() {
     run_test batch-no-norm-router test_cuda_batch LILAC_CUDA_NORM_ROUTER=0
     run_test batch-att-ranges test_cuda_batch LILAC_CUDA_ATT_KEYS=2
     run_test batch-down-sum-r1 test_cuda_batch LILAC_CUDA_DOWN_SUM_R=1
-    run_test batch-exact-pairs test_cuda_batch LILAC_CUDA_EXACT_GROUPED_FROM=1000
     run_test prefill test_cuda_prefill
     run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0

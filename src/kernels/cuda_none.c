@@ -132,15 +132,6 @@ int lilac_cuda_moe_down_sum_batch(const lilac_cuda_mat *W, size_t expert_stride,
 
 int lilac_cuda_moe_down_sum_r(void) { return 2; }
 
-int lilac_cuda_matvec_grouped_like(const lilac_cuda_mat *W, size_t expert_stride, int n_expert, const int32_t *offsets,
-                                   const int32_t *rows_of_x, int max_pairs, const float *x, long long x_stride, float *y,
-                                   const lilac_cuda_mat *like, size_t like_stride, int like_slots, lilac_cuda_stream *s)
-{
-    (void)W, (void)expert_stride, (void)n_expert, (void)offsets, (void)rows_of_x, (void)max_pairs, (void)x;
-    (void)x_stride, (void)y, (void)like, (void)like_stride, (void)like_slots, (void)s;
-    return -1;
-}
-
 void lilac_cuda_matvec_like(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int slots,
                             const float *x, int x_stride, const float *x2, float *y, int n_tok, int accumulate,
                             const lilac_cuda_mat *like, size_t like_stride, int like_slots, lilac_cuda_stream *s)

@@ -82,35 +82,6 @@ static int attention(lilac_model *m, int il, int nt, const pf_rows *rows, int ma
     return 0;
 }
 
-/* The routed experts' gate and up outputs of the nt rows' pairs (idx, [nt][k]) into gbuf and its up half in
- * token order, by grouped products over the pairs sorted by expert (into ex, then gathered back); -1 (nothing
- * ran past the grouping) where the grouped product cannot give the step's bits. */
-static int gate_up_grouped(lilac_model *m, const cuda_layer *cl, int nt, lilac_cuda_stream *s)
-{
-    const lilac_hparams *hp = &m->hp;
-    struct cuda_prefill *pf = m->cuda->pf;
-    const int k = hp->n_expert_used, NE = hp->n_expert, ff = hp->expert_ff, E = hp->n_embd, P = nt * k;
-    float *const up_sorted = pf->ex + (size_t)P * ff; /* ex (rows k E floats) as the sorted gate and up rows */
-    if ((size_t)2 * P * ff > (size_t)pf->rows * k * E)
-        return -1;
-    if (cl->gu_fused) { /* 2 NE experts of one allocation, the pairs twice: gate rows, then up rows */
-        lilac_cuda_pf_moe_group_gu(pf->idx, nt, k, NE, pf->offsets, pf->pair_tok, pf->tok_pair, s);
-        if (lilac_cuda_matvec_grouped_like(&cl->exp_gate, cl->gate_stride, 2 * NE, pf->offsets, pf->pair_tok, nt,
-                                           pf->xn, E, pf->ex, &cl->exp_gate, cl->gate_stride, 2 * k, s))
-            return -1;
-    } else {
-        lilac_cuda_pf_moe_group(pf->idx, nt, k, NE, pf->offsets, pf->pair_tok, pf->tok_pair, s);
-        if (lilac_cuda_matvec_grouped_like(&cl->exp_gate, cl->gate_stride, NE, pf->offsets, pf->pair_tok, nt, pf->xn,
-                                           E, pf->ex, &cl->exp_gate, cl->gate_stride, k, s) ||
-            lilac_cuda_matvec_grouped_like(&cl->exp_up, cl->up_stride, NE, pf->offsets, pf->pair_tok, nt, pf->xn, E,
-                                           up_sorted, &cl->exp_up, cl->up_stride, k, s))
-            return -1;
-    }
-    lilac_cuda_pf_gather_rows(pf->ex, pf->tok_pair, P, ff, pf->gbuf, s);
-    lilac_cuda_pf_gather_rows(up_sorted, pf->tok_pair, P, ff, pf->gbuf + (size_t)P * ff, s);
-    return 0;
-}
-
 lilac_status lilac_cuda_batch_exact(lilac_model *m, int nt, const pf_rows *rows, int max_pos, lilac_error *err)
 {
     lilac_cuda_model *cm = m->cuda;
@@ -125,9 +96,6 @@ lilac_status lilac_cuda_batch_exact(lilac_model *m, int nt, const pf_rows *rows,
     const float eps = hp->norm_eps;
     const bool shared = hp->shared_ff > 0;
     float *const ubuf = pf->gbuf + (size_t)nt * k * ff;
-    /* LILAC_CUDA_EXACT_GROUPED_FROM=N: from N rows the gate and up experts as grouped products (each expert's
-     * weights read once for its pairs; under it a pair a slot); read at each call */
-    const int grouped_from = lilac_env_int("LILAC_CUDA_EXACT_GROUPED_FROM", 16, 1, 1 << 30);
     double t_ = 0; /* LILAC_CUDA_TIMING=1: the sections timed (lilac_cuda_op_mark) */
     lilac_cuda_op_mark(s, NULL, &t_);
     lilac_cuda_get_rows(&cm->tok_embd, pf->tok, nt, pf->x, s);
@@ -186,20 +154,16 @@ lilac_status lilac_cuda_batch_exact(lilac_model *m, int nt, const pf_rows *rows,
             dense(&cl->sh_down, NULL, pf->shg, pf->sho, nt, 0, pf->shu, s);
             lilac_cuda_op_mark(s, "pf shared expert", &t_);
         }
-        /* the routed experts' gate and up, each pair's dots as the step's product of its k (or, gate and up in
-         * one allocation, 2k) slots */
-        if (nt >= grouped_from && !gate_up_grouped(m, cl, nt, s)) {
-            lilac_cuda_op_mark(s, "pf experts (grouped)", &t_);
-        } else {
-            lilac_cuda_pf_pair_rows(pf->xn, nt, k, E, pf->ex, pf->tok_pair, s);
-            const int gu_slots = cl->gu_fused ? 2 * k : k;
-            lilac_cuda_matvec_like(&cl->exp_gate, cl->gate_stride, pf->idx, nt * k, pf->ex, 1, NULL, pf->gbuf, 1, 0,
-                                   &cl->exp_gate, cl->gate_stride, gu_slots, s);
-            lilac_cuda_matvec_like(&cl->exp_up, cl->up_stride, pf->idx, nt * k, pf->ex, 1, NULL, ubuf, 1, 0,
-                                   cl->gu_fused ? &cl->exp_gate : &cl->exp_up,
-                                   cl->gu_fused ? cl->gate_stride : cl->up_stride, gu_slots, s);
-            lilac_cuda_op_mark(s, "pf experts (pairs)", &t_);
-        }
+        /* the routed experts a (token, expert) pair a slot, each as the step's product of its k (or, gate and
+         * up in one allocation, 2k) slots */
+        lilac_cuda_pf_pair_rows(pf->xn, nt, k, E, pf->ex, pf->tok_pair, s);
+        const int gu_slots = cl->gu_fused ? 2 * k : k;
+        lilac_cuda_matvec_like(&cl->exp_gate, cl->gate_stride, pf->idx, nt * k, pf->ex, 1, NULL, pf->gbuf, 1, 0,
+                               &cl->exp_gate, cl->gate_stride, gu_slots, s);
+        lilac_cuda_matvec_like(&cl->exp_up, cl->up_stride, pf->idx, nt * k, pf->ex, 1, NULL, ubuf, 1, 0,
+                               cl->gu_fused ? &cl->exp_gate : &cl->exp_up, cl->gu_fused ? cl->gate_stride : cl->up_stride,
+                               gu_slots, s);
+        lilac_cuda_op_mark(s, "pf experts (pairs)", &t_);
         const float *sho = shared ? pf->sho : NULL;
         if (sw->down_sum && !lilac_cuda_moe_down_sum_batch(&cl->exp_down, cl->down_stride, pf->idx, k, pf->gbuf, ubuf,
                                                            pf->rw, sho, pf->x, next_norm, pf->xn, eps, pf->bpart,

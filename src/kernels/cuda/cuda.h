@@ -143,13 +143,6 @@ void lilac_cuda_get_rows(const lilac_cuda_mat *W, const int32_t *r_dev, int n, f
 void lilac_cuda_matvec_grouped(const lilac_cuda_mat *W, size_t expert_stride, int n_expert, const int32_t *offsets,
                                const int32_t *rows_of_x, int n_x, int max_pairs, int n_pairs, const float *x,
                                long long x_stride, float *y, lilac_cuda_stream *s);
-/* The same on the CUDA cores with each pair's dot in the order of the one-token product of `like` over like_slots
- * slots (lilac_cuda_matvec_like's lanes a row): a pair gets the bits of its token's own step, and each expert's
- * weights are read once per pass of its pairs (the exact batched decode's gate and up). -1 (nothing launched)
- * where it cannot (the one-token product on the scalar kernel, a bad shape); else 0. */
-int lilac_cuda_matvec_grouped_like(const lilac_cuda_mat *W, size_t expert_stride, int n_expert, const int32_t *offsets,
-                                   const int32_t *rows_of_x, int max_pairs, const float *x, long long x_stride, float *y,
-                                   const lilac_cuda_mat *like, size_t like_stride, int like_slots, lilac_cuda_stream *s);
 
 /* The tensor-core products (cuda_mma.cu): Q4_K, Q5_K, Q6_K, Q8_0 and Q4_0
  * with K a multiple of 256, results that agree with float32 to rounding

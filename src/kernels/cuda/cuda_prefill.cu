@@ -1293,23 +1293,6 @@ __global__ void k_pf_pair_rows(const float *x, int k, int E, float *xp, int32_t 
         dst[e] = src[e];
 }
 
-/* Row i of dst = row idx[i] of src (width floats, a multiple of 4). */
-__global__ void k_pf_gather_rows(const float *src, const int32_t *idx, int width, float *dst)
-{
-    const float4 *a = reinterpret_cast<const float4 *>(src + (size_t)__ldg(idx + blockIdx.x) * width);
-    float4 *b = reinterpret_cast<float4 *>(dst + (size_t)blockIdx.x * width);
-    for (int e = threadIdx.x; e < width / 4; e += blockDim.x)
-        b[e] = a[e];
-}
-
-extern "C" void lilac_cuda_pf_gather_rows(const float *src, const int32_t *idx, int n, int width, float *dst,
-                                          lilac_cuda_stream *s)
-{
-    if (n < 1 || width < 4 || width % 4)
-        return;
-    k_pf_gather_rows<<<n, 128, 0, CS(s)>>>(src, idx, width, dst);
-}
-
 extern "C" void lilac_cuda_pf_pair_rows(const float *x, int n, int k, int E, float *xp, int32_t *tok_pair,
                                         lilac_cuda_stream *s)
 {

@@ -1905,8 +1905,8 @@ __global__ void __launch_bounds__(NTHREADS) k_mv_grouped_scalar(const MVG p, int
 }
 
 /* launch_fast's shape (lanes a row, rows a lane, column tiles, persistent
- * grid) for the grouped kernel; lpr_force >= 0: that many lanes a row (log2). */
-template <int TYPE, bool A16, int T> void launch_grouped(MVG p, cudaStream_t st, int lpr_force)
+ * grid) for the grouped kernel. */
+template <int TYPE, bool A16, int T> void launch_grouped(MVG p, cudaStream_t st)
 {
     constexpr int R = cfg_rows;
     using UT = Unit<TYPE>;
@@ -1914,7 +1914,7 @@ template <int TYPE, bool A16, int T> void launch_grouped(MVG p, cudaStream_t st,
     const int U = (int)(p.cols / UT::VPU);
     int lpr = U / 8;
     lpr = lpr < (U < 4 ? U : 4) ? (U < 4 ? U : 4) : lpr > 32 ? 32 : lpr;
-    p.lpr_log2 = lpr_force >= 0 ? lpr_force : floor_log2(lpr);
+    p.lpr_log2 = floor_log2(lpr);
     p.ut = U < TILE_VALUES / T / UT::VPU ? U : TILE_VALUES / T / UT::VPU;
     p.n_ct = (U + p.ut - 1) / p.ut;
     const long long rpt = (long long)NWARPS * R * (32 >> p.lpr_log2);
@@ -1942,85 +1942,18 @@ template <int TYPE, bool A16, int T> void launch_grouped(MVG p, cudaStream_t st,
     kern<<<grid, NTHREADS, smem, st>>>(p);
 }
 
-/* Pairs a pass: launch_t's choice, from an upper bound of any expert's pairs; with lpr_force, as launch_t's. */
-template <int TYPE, bool A16> void launch_grouped_t(const MVG &p, int max_pairs, cudaStream_t st, int lpr_force = -1)
+/* Pairs a pass: launch_t's choice, from an upper bound of any expert's pairs. */
+template <int TYPE, bool A16> void launch_grouped_t(const MVG &p, int max_pairs, cudaStream_t st)
 {
-    const bool f = lpr_force >= 0;
     if (max_pairs <= 1)
-        launch_grouped<TYPE, A16, 1>(p, st, lpr_force);
-    else if (max_pairs == 2 && (!f || same_walk<TYPE, 2>(p.cols, lpr_force)))
-        launch_grouped<TYPE, A16, 2>(p, st, lpr_force);
-    else if ((max_pairs <= 4 || cfg_max_tokens(TYPE) == 4) && (!f || same_walk<TYPE, 4>(p.cols, lpr_force)))
-        launch_grouped<TYPE, A16, 4>(p, st, lpr_force);
-    else if (!f || same_walk<TYPE, 8>(p.cols, lpr_force))
-        launch_grouped<TYPE, A16, 8>(p, st, lpr_force);
+        launch_grouped<TYPE, A16, 1>(p, st);
+    else if (max_pairs == 2)
+        launch_grouped<TYPE, A16, 2>(p, st);
+    else if (max_pairs <= 4 || cfg_max_tokens(TYPE) == 4)
+        launch_grouped<TYPE, A16, 4>(p, st);
     else
-        launch_grouped<TYPE, A16, 1>(p, st, lpr_force);
+        launch_grouped<TYPE, A16, 8>(p, st);
 }
-
-/* lilac_cuda_matvec_grouped on the CUDA cores (lpr_force: launch_grouped's). */
-void grouped_cores(const lilac_cuda_mat *W, size_t expert_stride, int n_expert, const int32_t *offsets,
-                   const int32_t *rows_of_x, int max_pairs, const float *x, long long x_stride, float *y,
-                   cudaStream_t st, int lpr_force)
-{
-    MVG p{};
-    p.w = static_cast<const uint8_t *>(W->data);
-    p.row_bytes = W->row_bytes;
-    p.expert_stride = expert_stride;
-    p.offsets = offsets;
-    p.rows = rows_of_x;
-    p.x = x;
-    p.y = y;
-    p.n_rows = W->rows;
-    p.cols = W->cols;
-    p.x_stride = x_stride;
-    p.n_expert = n_expert;
-    const int f = lpr_force;
-    /* matvec's alignment rules (x is read a float at a time: any x_stride) */
-    const uintptr_t al = reinterpret_cast<uintptr_t>(W->data) | W->row_bytes | expert_stride;
-    const bool a16 = (al & 15) == 0, a2 = (al & 1) == 0, f16 = a16 && W->cols % 16 == 0;
-    switch (W->type) {
-    case LILAC_Q4_K:
-        if (a16)
-            return launch_grouped_t<LILAC_Q4_K, true>(p, max_pairs, st, f);
-        if (a2)
-            return launch_grouped_t<LILAC_Q4_K, false>(p, max_pairs, st, f);
-        break;
-    case LILAC_Q5_K:
-        if (a16)
-            return launch_grouped_t<LILAC_Q5_K, true>(p, max_pairs, st, f);
-        if (a2)
-            return launch_grouped_t<LILAC_Q5_K, false>(p, max_pairs, st, f);
-        break;
-    case LILAC_Q6_K:
-        if (a2)
-            return launch_grouped_t<LILAC_Q6_K, false>(p, max_pairs, st, f);
-        break;
-    case LILAC_Q8_0:
-        if (a2)
-            return launch_grouped_t<LILAC_Q8_0, false>(p, max_pairs, st, f);
-        break;
-    case LILAC_Q4_0:
-        if (a2)
-            return launch_grouped_t<LILAC_Q4_0, false>(p, max_pairs, st, f);
-        break;
-    case LILAC_F32:
-        if (f16)
-            return launch_grouped_t<LILAC_F32, true>(p, max_pairs, st, f);
-        break;
-    case LILAC_F16:
-        if (f16)
-            return launch_grouped_t<LILAC_F16, true>(p, max_pairs, st, f);
-        break;
-    case LILAC_BF16:
-        if (f16)
-            return launch_grouped_t<LILAC_BF16, true>(p, max_pairs, st, f);
-        break;
-    }
-    const dim3 grid((unsigned)((W->rows + NWARPS - 1) / NWARPS), (unsigned)n_expert);
-    k_mv_grouped_scalar<<<grid, NTHREADS, 0, st>>>(p, W->type);
-}
-
 
 } // namespace
 
@@ -2069,23 +2002,62 @@ void lilac_cuda_matvec_grouped(const lilac_cuda_mat *W, size_t expert_stride, in
         lilac_cuda_matvec_grouped_mma(W, expert_stride, n_expert, offsets, rows_of_x, n_x, max_pairs, n_pairs, x,
                                       x_stride, y, s) == 0)
         return;
-    grouped_cores(W, expert_stride, n_expert, offsets, rows_of_x, max_pairs, x, x_stride, y, S(s), -1);
-}
-
-int lilac_cuda_matvec_grouped_like(const lilac_cuda_mat *W, size_t expert_stride, int n_expert, const int32_t *offsets,
-                                   const int32_t *rows_of_x, int max_pairs, const float *x, long long x_stride, float *y,
-                                   const lilac_cuda_mat *like, size_t like_stride, int like_slots, lilac_cuda_stream *s)
-{
-    if (!W || !W->data || !offsets || !x || !y || !like || !like->data || like->type != W->type ||
-        like->cols != W->cols || like_slots < 1 || n_expert < 1 || x_stride < W->cols || !mat_ok(W))
-        return -1;
-    const int lpr = mv_token_lpr(like, mv_align(like, like_stride), like_slots);
-    if (lpr < 0 || !mv_align(W, expert_stride)) /* k_mv_scalar's sums: the grouped scalar kernel's differ */
-        return -1;
-    if (max_pairs >= 1)
-        grouped_cores(W, expert_stride, n_expert, offsets, rows_of_x, max_pairs, x, x_stride, y, S(s), lpr);
-    return 0;
+    MVG p{};
+    p.w = static_cast<const uint8_t *>(W->data);
+    p.row_bytes = W->row_bytes;
+    p.expert_stride = expert_stride;
+    p.offsets = offsets;
+    p.rows = rows_of_x;
+    p.x = x;
+    p.y = y;
+    p.n_rows = W->rows;
+    p.cols = W->cols;
+    p.x_stride = x_stride;
+    p.n_expert = n_expert;
+    const cudaStream_t st = S(s);
+    /* matvec's alignment rules (x is read a float at a time: any x_stride) */
+    const uintptr_t al = reinterpret_cast<uintptr_t>(W->data) | W->row_bytes | expert_stride;
+    const bool a16 = (al & 15) == 0, a2 = (al & 1) == 0, f16 = a16 && W->cols % 16 == 0;
+    switch (W->type) {
+    case LILAC_Q4_K:
+        if (a16)
+            return launch_grouped_t<LILAC_Q4_K, true>(p, max_pairs, st);
+        if (a2)
+            return launch_grouped_t<LILAC_Q4_K, false>(p, max_pairs, st);
+        break;
+    case LILAC_Q5_K:
+        if (a16)
+            return launch_grouped_t<LILAC_Q5_K, true>(p, max_pairs, st);
+        if (a2)
+            return launch_grouped_t<LILAC_Q5_K, false>(p, max_pairs, st);
+        break;
+    case LILAC_Q6_K:
+        if (a2)
+            return launch_grouped_t<LILAC_Q6_K, false>(p, max_pairs, st);
+        break;
+    case LILAC_Q8_0:
+        if (a2)
+            return launch_grouped_t<LILAC_Q8_0, false>(p, max_pairs, st);
+        break;
+    case LILAC_Q4_0:
+        if (a2)
+            return launch_grouped_t<LILAC_Q4_0, false>(p, max_pairs, st);
+        break;
+    case LILAC_F32:
+        if (f16)
+            return launch_grouped_t<LILAC_F32, true>(p, max_pairs, st);
+        break;
+    case LILAC_F16:
+        if (f16)
+            return launch_grouped_t<LILAC_F16, true>(p, max_pairs, st);
+        break;
+    case LILAC_BF16:
+        if (f16)
+            return launch_grouped_t<LILAC_BF16, true>(p, max_pairs, st);
+        break;
+    }
+    const dim3 grid((unsigned)((W->rows + NWARPS - 1) / NWARPS), (unsigned)n_expert);
+    k_mv_grouped_scalar<<<grid, NTHREADS, 0, st>>>(p, W->type);
 }
 
 } // extern "C"
-
