@@ -9,6 +9,7 @@
  * LILAC_REQUIRE_CUDA=1, then it fails. */
 #include "kernels/cuda/cuda.h"
 #include "model/decoder_cuda_int.h"
+#include "cudatest.h"
 #include "models.h"
 #include "util/env.h"
 
@@ -140,7 +141,11 @@ int main(void)
     unsetenv("LILAC_CUDA_BATCH"); /* the default: batched */
     /* LILAC_CUDA_TEST_QUICK=1 (the sanitizers' slow runs): 5 and 64 sequences of the Q4_K_M file only */
     const bool quick = lilac_env_switch("LILAC_CUDA_TEST_QUICK", false);
+    /* LILAC_CUDA_TEST_PARTS (racecheck: a part at a time): exact, fast (the two steps), x64 (the 64-sequence runs) */
+    int ran = 0;
     for (int exact = 1; exact >= 0; exact--) { /* the exact step (the default), then the faster one */
+        if (!ct_part(exact ? "exact" : "fast"))
+            continue;
         if (!quick) {
             run(fx, "tiny-qwen35moe", "gguf/model-bf16.gguf", 5, exact);
             run(fx, "tiny-qwen3moe", "gguf/model-bf16.gguf", 5, exact);
@@ -148,7 +153,10 @@ int main(void)
         run(fx, "tiny-qwen35moe", "gguf/model-Q4_K_M.gguf", 5, exact);
         if (!quick)
             run(fx, "tiny-qwen35moe", "gguf/model-Q4_K_M.gguf", 24, exact);
-        run(fx, "tiny-qwen35moe", "gguf/model-Q4_K_M.gguf", MAXSEQ, exact);
+        if (ct_part("x64"))
+            run(fx, "tiny-qwen35moe", "gguf/model-Q4_K_M.gguf", MAXSEQ, exact);
+        ran++;
     }
+    CHECKF(ran > 0, "LILAC_CUDA_TEST_PARTS=%s names neither step (exact, fast)", getenv("LILAC_CUDA_TEST_PARTS"));
     TEST_END();
 }

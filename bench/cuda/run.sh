@@ -235,7 +235,8 @@ do_sanitize() {
     cs=$(cuda_tool compute-sanitizer)
     [ -n "$cs" ] || { echo "no compute-sanitizer on this machine"; return 1; }
     # SAN_TOOLS, SAN_TESTS: a subset (racecheck needs minutes a test: split it over calls; racecheck of
-    # test_cuda_kernels ran past 80 s: LILAC_CUDA_TEST_PARTS=down_sum (or matvec, norm, refusals) runs a part)
+    # test_cuda_kernels ran past 80 s: LILAC_CUDA_TEST_PARTS=down_sum (or matvec, norm, refusals, like) runs a part;
+    # test_cuda_batch past 90 s: LILAC_CUDA_TEST_PARTS=exact (or fast, each with x64 for the 64-sequence runs))
     for tool in ${SAN_TOOLS:-memcheck racecheck}; do
         for t in ${SAN_TESTS:-test_cuda_kernels test_cuda_mma test_cuda_attn test_cuda_dn test_cuda_route test_cuda_model test_cuda_prefill test_cuda_batch}; do
             LILAC_REQUIRE_CUDA=1 LILAC_CUDA_GRAPH=0 LILAC_CUDA_TEST_QUICK=1 LILAC_CUDA_NO_BENCH=1 timeout "${SAN_TIMEOUT:-60}" \
