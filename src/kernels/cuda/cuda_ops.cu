@@ -710,6 +710,21 @@ extern "C" int lilac_cuda_norm_router_rows(const float *x, const float *norm_w, 
     return 0;
 }
 
+// Row b of a batched expert sum (lilac_cuda_moe_sum_norm_rows, _grid_rows: the one-token kernels launched for
+// every row): x, sh and xn E floats on, ex ex_row, w and gsh w_row.
+static __device__ __forceinline__ void sum_row(long long b, int E, long long ex_row, long long w_row, float *&x,
+                                               const float *&ex, const float *&w, const float *&sh, const float *&gsh,
+                                               float *&xn)
+{
+    x += b * E, ex += b * ex_row, w += b * w_row;
+    if (sh)
+        sh += b * E;
+    if (gsh)
+        gsh += b * w_row;
+    if (xn)
+        xn += b * E;
+}
+
 // 1024 threads for E over 2048: at most 64 registers (its loads in flight took 80, too many to launch)
 __global__ void __launch_bounds__(1024)
     k_moe_sum_norm(float *x, const float *ex, const float *w, int k, const float *sh, const float *gsh,
@@ -718,16 +733,7 @@ __global__ void __launch_bounds__(1024)
     TRACE_START(LILAC_TK_MOE_SUM_NORM);
     griddep_launch_dependents();
     griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
-    { /* batched (lilac_cuda_moe_sum_norm_rows): block b a row, the same kernel as one token's */
-        const long long b = blockIdx.x;
-        x += b * E, ex += b * ex_row, w += b * w_row;
-        if (sh)
-            sh += b * E;
-        if (gsh)
-            gsh += b * w_row;
-        if (xn)
-            xn += b * E;
-    }
+    sum_row(blockIdx.x, E, ex_row, w_row, x, ex, w, sh, gsh, xn); /* batched: block b a row */
     dev_moe_sum_norm(x, ex, w, k, sh, gsh, norm_w, xn, E, eps);
     TRACE_END(LILAC_TK_MOE_SUM_NORM);
 }
@@ -747,16 +753,8 @@ __global__ void __launch_bounds__(SNG_T) k_moe_sum_norm_grid(float *x, const flo
     TRACE_START(LILAC_TK_MOE_SUM_NORM);
     griddep_launch_dependents();
     griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
-    { /* batched (lilac_cuda_moe_sum_norm_grid_rows): blockIdx.y a row, the same kernel as one token's */
-        const long long b = blockIdx.y;
-        x += b * E, ex += b * ex_row, w += b * w_row, part += b * SNG_MAXB, count += b;
-        if (sh)
-            sh += b * E;
-        if (gsh)
-            gsh += b * w_row;
-        if (xn)
-            xn += b * E;
-    }
+    sum_row(blockIdx.y, E, ex_row, w_row, x, ex, w, sh, gsh, xn); /* batched: blockIdx.y a row */
+    part += blockIdx.y * SNG_MAXB, count += blockIdx.y;
     const int e = blockIdx.x * SNG_T + threadIdx.x;
     float o = 0.0f;
     if (e < E) {
