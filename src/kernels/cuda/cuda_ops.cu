@@ -427,70 +427,107 @@ extern "C" int lilac_cuda_attention_rows(const float *q, int q_step, long long q
 // ---- Gated DeltaNet, one token ----
 
 #define CONV_KR 8 /* taps k_conv_step keeps in registers */
-// Causal depthwise conv over time, one thread per channel: the state holds
-// the last K-1 inputs; SiLU after.
-// Batched: blockIdx.y a row, in and out C floats on, its state statep[row].
+// The conv state of a DeltaNet layer (lilac_cuda_conv_step in cuda_ops.h): the last K - 1 inputs in rows
+// 0 .. K - 2, oldest first, shifted a row each step; or (ring, LILAC_CUDA_DN_CONV=1) a ring of K slots, the
+// input of position p at slot p mod K: a step at position P reads positions P - K + 1 .. P - 1 (none before 0:
+// zero) and writes slot P mod K, which it does not read, so that blocks sharing channels (k_dn_fused's value
+// heads of one key head) may all read while one writes.
+static __device__ __forceinline__ int conv_slot(int p, int K) { return p % K; }
+
+// Channel c's K - 1 taps at position P (registers, CONV_KR of them) and its weights: what a step loads before
+// its input.
+static __device__ __forceinline__ void conv_taps(const float *state, const float *w, int C, int K, int P, int c,
+                                                 bool ring, float (&wv)[CONV_KR], float (&sv)[CONV_KR])
+{
+    const float *wc = w + (size_t)c * K;
+#pragma unroll
+    for (int i = 0; i < CONV_KR; i++) {
+        const int p = P - (K - 1) + i;
+        wv[i] = i < K ? wc[i] : 0.0f;
+        sv[i] = i >= K - 1 ? 0.0f : !ring ? state[(size_t)i * C + c] : p >= 0 ? state[(size_t)conv_slot(p, K) * C + c]
+                                                                               : 0.0f;
+    }
+}
+
+// silu(taps . (state, x)), the taps in order with explicit FMAs (k_dn_fused's fused conv gives the same bits).
+static __device__ __forceinline__ float conv_out(const float (&wv)[CONV_KR], const float (&sv)[CONV_KR], int K,
+                                                 float x)
+{
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < CONV_KR; i++)
+        if (i < K - 1)
+            s = __fmaf_rn(wv[i], sv[i], s);
+        else if (i == K - 1)
+            s = __fmaf_rn(wv[i], x, s);
+    return silu(s);
+}
+
+// Causal depthwise conv over time, one thread per channel, at position *pos_dev (the ring above); SiLU after.
+// Batched: blockIdx.y a row, in and out C floats on, its state statep[row], its position pos_dev[row].
 __global__ void k_conv_step(const float *in, float *state, const float *w, float *out, int C, int K,
-                            float *const *statep)
+                            float *const *statep, const int *pos_dev, int ring)
 {
     TRACE_START(LILAC_TK_CONV_STEP);
     griddep_launch_dependents();
     griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
-    const int row = blockIdx.y;
+    const int row = blockIdx.y, P = pos_dev[row];
     in += (size_t)row * C, out += (size_t)row * C;
     if (statep)
         state = statep[row];
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C)
         return;
-    const float *wc = w + (size_t)c * K;
-    float s = 0;
     if (K <= CONV_KR) { /* taps and state in registers, every load at once (the loop below: one after another) */
         float wv[CONV_KR], sv[CONV_KR];
-#pragma unroll
-        for (int i = 0; i < CONV_KR; i++) {
-            wv[i] = i < K ? wc[i] : 0.0f;
-            sv[i] = i < K - 1 ? state[(size_t)i * C + c] : 0.0f;
-        }
+        conv_taps(state, w, C, K, P, c, ring, wv, sv);
         const float x = in[c];
+        out[c] = conv_out(wv, sv, K, x);
+        if (ring) {
+            state[(size_t)conv_slot(P, K) * C + c] = x;
+        } else {
 #pragma unroll
-        for (int i = 0; i < CONV_KR; i++) /* the loop's sums in its order */
-            if (i < K - 1)
-                s += wv[i] * sv[i];
-            else if (i == K - 1)
-                s += wv[i] * x;
-#pragma unroll
-        for (int i = 0; i < CONV_KR - 1; i++)
-            if (i + 1 < K - 1)
-                state[(size_t)i * C + c] = sv[i + 1];
-            else if (i + 1 == K - 1)
-                state[(size_t)i * C + c] = x;
-        out[c] = silu(s);
+            for (int i = 0; i < CONV_KR - 1; i++)
+                if (i + 1 < K - 1)
+                    state[(size_t)i * C + c] = sv[i + 1];
+                else if (i + 1 == K - 1)
+                    state[(size_t)i * C + c] = x;
+        }
         TRACE_END(LILAC_TK_CONV_STEP);
         return;
     }
-    for (int i = 0; i < K - 1; i++)
-        s += wc[i] * state[(size_t)i * C + c];
-    s += wc[K - 1] * in[c];
-    for (int i = 0; i + 1 < K - 1; i++)
-        state[(size_t)i * C + c] = state[(size_t)(i + 1) * C + c];
-    if (K > 1)
-        state[(size_t)(K - 2) * C + c] = in[c];
+    const float *wc = w + (size_t)c * K;
+    float s = 0;
+    for (int i = 0; i < K - 1; i++) {
+        const int p = P - (K - 1) + i;
+        s = __fmaf_rn(wc[i], !ring ? state[(size_t)i * C + c] : p >= 0 ? state[(size_t)conv_slot(p, K) * C + c] : 0.0f,
+                      s);
+    }
+    const float x = in[c];
+    s = __fmaf_rn(wc[K - 1], x, s);
+    if (ring) {
+        state[(size_t)conv_slot(P, K) * C + c] = x;
+    } else {
+        for (int i = 0; i + 1 < K - 1; i++)
+            state[(size_t)i * C + c] = state[(size_t)(i + 1) * C + c];
+        if (K > 1)
+            state[(size_t)(K - 2) * C + c] = x;
+    }
     out[c] = silu(s);
     TRACE_END(LILAC_TK_CONV_STEP); // thread 0 (c = blockIdx.x * blockDim.x < C) does not return early
 }
 
 extern "C" void lilac_cuda_conv_step(const float *in, float *state, const float *w, float *out, int C, int K,
-                                     lilac_cuda_stream *s)
+                                     const int *pos, int ring, lilac_cuda_stream *s)
 {
     launch_pdl(PDL_CONV, k_conv_step, dim3((C + 255) / 256), dim3(256), 0, CS(s), in, state, w, out, C, K,
-               (float *const *)NULL);
+               (float *const *)NULL, pos, ring);
 }
 
 extern "C" void lilac_cuda_conv_step_rows(const float *in, float *const *statep, const float *w, float *out, int C,
-                                          int K, int n, lilac_cuda_stream *s)
+                                          int K, const int *pos, int ring, int n, lilac_cuda_stream *s)
 {
-    k_conv_step<<<dim3((C + 255) / 256, n), 256, 0, CS(s)>>>(in, NULL, w, out, C, K, statep);
+    k_conv_step<<<dim3((C + 255) / 256, n), 256, 0, CS(s)>>>(in, NULL, w, out, C, K, statep, pos, ring);
 }
 
 // The split of the delta rule over a block (k_dn_fused): thread (part, c)
@@ -985,22 +1022,38 @@ static __device__ void dn_head(float (&sr)[DN_ROWS], float *S, const float *qs, 
 // Measured and removed (LILAC_CUDA_DN_AB=1): warp 2 computing the head's alpha and beta dots from xn before
 // the wait, their product off the second branch: tg128 208.9 against 319.2/320.3 tok/s (H200, 2026-11-30),
 // one warp doing 64 dots of 2048 columns in series.
+// With the conv folded in (DnConv's in set: LILAC_CUDA_DN_CONV=1), the block computes its key head's q and k
+// channels and its own v channels of the causal conv from the qkv product's output and the conv state's ring
+// (k_conv_step's arithmetic: the same bits), the taps and weights loaded before the wait; the ring's new slot
+// written by the block of each key head's first value head (q, k) and by each block (its v). Not folded: conv
+// holds the conv's output (lilac_cuda_conv_step).
+struct DnConv {
+    const float *in;      /* the qkv product's output, C floats a row (NULL: not folded) */
+    float *state;         /* the ring (one token) */
+    float *const *statep; /* a row's ring (batched) */
+    const float *w;       /* C x K taps */
+    const int *pos;       /* a row's position (device) */
+    int K;
+};
+
 __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, const float *b, const float *ssm_a,
                            const float *ssm_dt, const float *z, const float *norm_w, float *o_all, int nk, int nv,
-                           int dk, int dv, int tiled, float eps, float *const *Sp)
+                           int dk, int dv, int tiled, float eps, float *const *Sp, const DnConv cv)
 {
     TRACE_START(LILAC_TK_DN_FUSED);
+    const int row = blockIdx.y, C = 2 * nk * dk + nv * dv;
     {
-        const int row = blockIdx.y;
-        conv += (size_t)row * (2 * nk * dk + nv * dv), a += (size_t)row * nv, b += (size_t)row * nv;
+        if (conv) /* NULL where the conv is folded in */
+            conv += (size_t)row * C;
+        a += (size_t)row * nv, b += (size_t)row * nv;
         z += (size_t)row * nv * dv, o_all += (size_t)row * nv * dv;
         if (Sp)
             S_all = Sp[row];
     }
     const int j = blockIdx.x, c = threadIdx.x % dv, part = threadIdx.x / dv;
     const int kh = tiled ? j % nk : j / (nv / nk);
-    extern __shared__ float sh[]; // q[dk], k[dk], red[DN_P][dv]
-    float *qs = sh, *ks = sh + dk, *red = sh + 2 * dk;
+    extern __shared__ float sh[]; // q[dk], k[dk], red[DN_P][dv], v[dv] (the folded conv's)
+    float *qs = sh, *ks = sh + dk, *red = sh + 2 * dk, *vs = red + DN_P * dv;
     __shared__ float gate[2], opart[32];
     griddep_launch_dependents();
     // the state is this kernel's alone: in flight before the conv that feeds q, k, v has finished
@@ -1010,21 +1063,57 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
     for (int i = part; i < dk; i += DN_P, n++)
         sr[n] = S[(size_t)i * dv + c];
     const float nw = norm_w[c];
+    /* the folded conv: thread t < 2 dk + dv takes channel ch (q, k of the key head, then the head's v); its taps
+     * and weights are this kernel's alone too (the ring's old slots, the layer's weights) */
+    const int t = threadIdx.x, nch = 2 * dk + dv;
+    const int ch = t < dk ? kh * dk + t : t < 2 * dk ? (nk + kh) * dk + t - dk : 2 * nk * dk + j * dv + t - 2 * dk;
+    float *ring = cv.statep ? cv.statep[row] : cv.state;
+    const int P = cv.in ? cv.pos[row] : 0;
+    float wv[CONV_KR], tv[CONV_KR];
+    if (cv.in && t < nch)
+        conv_taps(ring, cv.w, C, cv.K, P, ch, true, wv, tv);
     griddep_wait();
     TRACE_WAITED(LILAC_TK_DN_FUSED);
-    /* v and z with q and k: one L2 round trip (loaded where they are used, they were two more after the norms) */
-    const float v = conv[(size_t)2 * nk * dk + (size_t)j * dv + c], zc = z[(size_t)j * dv + c];
-    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-        qs[i] = conv[(size_t)kh * dk + i];
-        ks[i] = conv[(size_t)(nk + kh) * dk + i];
+    float v = 0.0f;
+    const float zc = z[(size_t)j * dv + c];
+    if (cv.in) {
+        if (t < nch) {
+            const float x = cv.in[(size_t)row * C + ch];
+            const float y = conv_out(wv, tv, cv.K, x);
+            if (t < dk)
+                qs[t] = y;
+            else if (t < 2 * dk)
+                ks[t - dk] = y;
+            else
+                vs[t - 2 * dk] = y;
+            /* q and k channels: the key head's first value head writes them (its others read the same old slots) */
+            const bool first = tiled ? j < nk : j % (nv / nk) == 0;
+            if (t >= 2 * dk || first)
+                ring[(size_t)conv_slot(P, cv.K) * C + ch] = x;
+        }
+    } else {
+        /* v and z with q and k: one L2 round trip (loaded where they are used, they were two more after the norms) */
+        v = conv[(size_t)2 * nk * dk + (size_t)j * dv + c];
+        for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+            qs[i] = conv[(size_t)kh * dk + i];
+            ks[i] = conv[(size_t)(nk + kh) * dk + i];
+        }
     }
     if (threadIdx.x == 64) // warp 2: warps 0 and 1 take the norms
         dn_gates(a, b, ssm_a, ssm_dt, j, gate);
-    dn_norm_qk(qs, ks, dk);
+    dn_norm_qk(qs, ks, dk); /* its first barrier orders the folded conv's v too */
+    if (cv.in)
+        v = vs[c];
     dn_head(sr, S, qs, ks, v, gate[0], gate[1], part, c, DN_P, dk, dv, red, opart, nw, zc, eps,
             o_all + (size_t)j * dv);
     TRACE_END(LILAC_TK_DN_FUSED);
 }
+
+// k_dn_fused's shared memory: q, k, the parts' sums, and v of the folded conv.
+static size_t dn_smem(int dk, int dv) { return (size_t)(2 * dk + DN_P * dv + dv) * sizeof(float); }
+
+// Whether k_dn_fused folds the conv in for the shape: a thread a channel, the taps in registers.
+static bool dn_conv_takes(int dk, int dv, int K) { return 2 * dk + dv <= dv * DN_P && K >= 1 && K <= CONV_KR; }
 
 extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, const float *b, const float *ssm_a,
                                          const float *ssm_dt, float *S, float *o, const float *z, const float *norm_w,
@@ -1032,8 +1121,9 @@ extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, 
 {
     if (!dn_fused_takes(dk, dv))
         return -1;
-    launch_dependent(k_dn_fused, dim3(nv), dim3(dv * DN_P), (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s), S,
-                     conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL);
+    const DnConv cv = {};
+    launch_dependent(k_dn_fused, dim3(nv), dim3(dv * DN_P), dn_smem(dk, dv), CS(s), S, conv_out, a, b, ssm_a, ssm_dt,
+                     z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL, cv);
     return 0;
 }
 
@@ -1044,8 +1134,30 @@ extern "C" int lilac_cuda_deltanet_rows(const float *conv_out, const float *a, c
 {
     if (!dn_fused_takes(dk, dv) || n < 1 || n > 65535)
         return -1;
-    k_dn_fused<<<dim3(nv, n), dv * DN_P, (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s)>>>(
-        (float *)NULL, conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, Sp);
+    const DnConv cv = {};
+    k_dn_fused<<<dim3(nv, n), dv * DN_P, dn_smem(dk, dv), CS(s)>>>((float *)NULL, conv_out, a, b, ssm_a, ssm_dt, z,
+                                                                     norm_w, o, nk, nv, dk, dv, tiled, eps, Sp, cv);
+    return 0;
+}
+
+extern "C" int lilac_cuda_deltanet_conv(const float *qkv, float *conv_state, float *const *conv_statep,
+                                        const float *conv_w, int K, const int *pos, const float *a, const float *b,
+                                        const float *ssm_a, const float *ssm_dt, float *S, float *const *Sp, float *o,
+                                        const float *z, const float *norm_w, int nk, int nv, int dk, int dv,
+                                        int tiled, float eps, int n, lilac_cuda_stream *s)
+{
+    if (!dn_fused_takes(dk, dv) || !dn_conv_takes(dk, dv, K) || !qkv || !conv_w || !pos || n < 1 || n > 65535 ||
+        (Sp ? !conv_statep : !S || !conv_state || n != 1))
+        return -1;
+    const DnConv cv = {qkv, conv_state, conv_statep, conv_w, pos, K};
+    lilac_cuda_fused_note(LILAC_CUDA_FUSED_DN_CONV);
+    if (!Sp) /* the decode step: launched dependent, as the unfolded kernel */
+        launch_dependent(k_dn_fused, dim3(nv), dim3(dv * DN_P), dn_smem(dk, dv), CS(s), S, (const float *)NULL, a, b,
+                         ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL, cv);
+    else
+        k_dn_fused<<<dim3(nv, n), dv * DN_P, dn_smem(dk, dv), CS(s)>>>((float *)NULL, (const float *)NULL, a, b, ssm_a,
+                                                                         ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled,
+                                                                         eps, Sp, cv);
     return 0;
 }
 
