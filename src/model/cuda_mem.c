@@ -69,8 +69,7 @@ uint64_t lilac_cuda_decode_sizes(const lilac_hparams *hp, size_t *bytes)
         2 * sizeof(int32_t),                                      /* tok: the token, its position */
         2 * k * sizeof(int32_t),                                  /* idx */
         2 * sizeof(unsigned),                                     /* count: the route's, the sum's */
-        (LILAC_CUDA_SUM_GRID_MAXB > LILAC_CUDA_DOWN_SUM_MAXB ? LILAC_CUDA_SUM_GRID_MAXB : LILAC_CUDA_DOWN_SUM_MAXB) *
-            f, /* part: the sum's blocks' squares (or lilac_cuda_moe_down_sum's) */
+        LILAC_CUDA_PART_MAXB * f, /* part: the sum's blocks' squares (or lilac_cuda_moe_down_sum's) */
     };
     return fill(b, LILAC_CUDA_DEC_NBUF, bytes);
 }
@@ -123,9 +122,7 @@ uint64_t lilac_cuda_prefill_sizes(const lilac_hparams *hp, int rows, size_t *byt
         (size_t)hp->n_layer * 4 * LILAC_CUDA_PF_BATCH * sizeof(float *), /* ptrs */
         lilac_cuda_att_rows_part_floats(hp->n_head, hp->head_dim, LILAC_CUDA_PF_BATCH) * 4, /* att_part */
         lilac_cuda_dn_tp_floats(hp->ssm_v_heads > 0 ? hp->ssm_v_heads : 1, (int)T) * 4, /* dntp */
-        (size_t)LILAC_CUDA_PF_BATCH *
-            (LILAC_CUDA_SUM_GRID_MAXB > LILAC_CUDA_DOWN_SUM_MAXB ? LILAC_CUDA_SUM_GRID_MAXB : LILAC_CUDA_DOWN_SUM_MAXB) *
-            4,                                           /* bpart: the exact batched step's squares */
+        (size_t)LILAC_CUDA_PF_BATCH * LILAC_CUDA_PART_MAXB * 4, /* bpart: the exact batched step's squares */
         (size_t)LILAC_CUDA_PF_BATCH * sizeof(unsigned), /* bcount: its counters */
     };
     return fill(b, LILAC_CUDA_PF_NBUF, bytes);

@@ -62,10 +62,7 @@ static int attention(lilac_model *m, int il, int nt, const pf_rows *rows, int ma
     float **kp = rows->ptrs + (size_t)(4 * il) * LILAC_CUDA_PF_BATCH, **vp = kp + LILAC_CUDA_PF_BATCH;
     int nsplit, min_keys;
     lilac_cuda_attention_ranges(&nsplit, &min_keys);
-    const int keys = max_pos + 1, by_min = (keys + min_keys - 1) / min_keys, shrt = (keys + 15) / 16;
-    int used = by_min > (shrt < 8 ? shrt : 8) ? by_min : (shrt < 8 ? shrt : 8); /* cuda_ops.cu's att_splits */
-    used = used < nsplit ? used : nsplit;
-    if (used <= LILAC_CUDA_ATT_SPLIT_ROWS)
+    if (lilac_cuda_attention_ranges_used(max_pos + 1, nsplit, min_keys) <= LILAC_CUDA_ATT_SPLIT_ROWS)
         return lilac_cuda_attention_rows(pf->qg, q_step, q_tok, kp, vp, rows->pos, nh, hp->n_head_kv, hd, pf->att,
                                          pf->att_part, hp->attn_output_gate, nt, LILAC_CUDA_ATT_SPLIT_ROWS, min_keys,
                                          s);

@@ -101,7 +101,7 @@ struct cuda_prefill {
     float *att_part;
     float *dntp; /* the delta rule's T and P (lilac_cuda_dn_tp_floats) */
     /* the exact batched step's (decoder_cuda_batch.c): a row's blocks' sums of squares (the down+sum or sum
-     * grid kernel's, LILAC_CUDA_DOWN_SUM_MAXB floats a row) and its last-block counter (zero between launches) */
+     * grid kernel's, LILAC_CUDA_PART_MAXB floats a row) and its last-block counter (zero between launches) */
     float *bpart;
     unsigned *bcount;
     float **ptrs_host; /* the host side of ptrs, in the same allocation as this struct */

@@ -102,7 +102,7 @@ int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const
                             float eps, float *part, unsigned *count, lilac_cuda_stream *s);
 /* The same for n tokens at once, each of its own step (the batched decode, LILAC_CUDA_BATCH_EXACT): row t's idx,
  * wt, g and u idx_row, wt_row and gu_row elements on from row 0's, its x, sh and xn W->rows floats, its part
- * LILAC_CUDA_DOWN_SUM_MAXB floats, its count one unsigned; the same kernel as one token's (its bits). */
+ * LILAC_CUDA_PART_MAXB floats, its count one unsigned; the same kernel as one token's (its bits). */
 int lilac_cuda_moe_down_sum_batch(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
                                   const float *g, const float *u, const float *wt, const float *sh, float *x,
                                   const float *norm_w, float *xn, float eps, float *part, unsigned *count, int n,

@@ -108,10 +108,15 @@ extern "C" void lilac_cuda_graph_free(void *exec)
 // 338.8 against 335.9 on a rerun, H200, 2026-11-30; at depth 8192 16 keys a
 // range lost: 295.1 against 316.1).
 #define ATT_SHORT 8
-static __device__ __forceinline__ int att_splits(int n_keys, int nsplit, int min_keys)
+static __host__ __device__ __forceinline__ int att_splits(int n_keys, int nsplit, int min_keys)
 {
     const int by_min = (n_keys + min_keys - 1) / min_keys, short_ctx = min((n_keys + 15) / 16, ATT_SHORT);
     return min(nsplit, max(by_min, short_ctx));
+}
+
+extern "C" int lilac_cuda_attention_ranges_used(int n_keys, int nsplit, int min_keys)
+{
+    return att_splits(n_keys, nsplit, min_keys);
 }
 __global__ void k_attention_part(const float *q, int q_step, const float *K, const float *V, const int *pos_dev, int kvw,
                                  int hd, int group, float *scratch, int scratch_stride, float *part, int nsplit,
@@ -371,11 +376,11 @@ static bool attention_gqa_takes(int n_head, int n_head_kv, int hd)
 #define ATT_SPLIT_ROWS LILAC_CUDA_ATT_SPLIT_ROWS /* 16 */
 
 /* The ranges: at most LILAC_CUDA_ATT_RANGES (1..ATT_SPLIT, default 256), of at least LILAC_CUDA_ATT_KEYS keys
-     * (1..4096, default a tile, 64). tg128 at depth 8192 (8193..8320 keys, H200, one call, 2026-11-30): 256
-     * ranges (one tile each) 302.9 and 300.5 against 291.9 and 290.7 with 128 (65 keys a range, the second tile
-     * nearly empty); with 16 or 32 keys a range at 256 ranges 295.1 and 293.3 against 316.1 at 64. At depth 0,
-     * 16 keys a range 325.0 against 319.2/320.3 (within the machine's spread on a rerun: 338.8 against 335.9).
-     * Read at each call: the host calls this only while capturing the step's graph or without one. */
+ * (1..4096, default a tile, 64). tg128 at depth 8192 (8193..8320 keys, H200, one call, 2026-11-30): 256
+ * ranges (one tile each) 302.9 and 300.5 against 291.9 and 290.7 with 128 (65 keys a range, the second tile
+ * nearly empty); with 16 or 32 keys a range at 256 ranges 295.1 and 293.3 against 316.1 at 64. At depth 0,
+ * 16 keys a range 325.0 against 319.2/320.3 (within the machine's spread on a rerun: 338.8 against 335.9).
+ * Read at each call: the host calls this only while capturing the step's graph or without one. */
 extern "C" void lilac_cuda_attention_ranges(int *nsplit, int *min_keys)
 {
     *nsplit = lilac_env_int("LILAC_CUDA_ATT_RANGES", ATT_SPLIT, 1, ATT_SPLIT);
@@ -427,13 +432,6 @@ extern "C" int lilac_cuda_attention_rows(const float *q, int q_step, long long q
 // ---- Gated DeltaNet, one token ----
 
 #define CONV_KR 8 /* taps k_conv_step keeps in registers */
-// The conv state of a DeltaNet layer (lilac_cuda_conv_step in cuda_ops.h): the last K - 1 inputs in rows
-// 0 .. K - 2, oldest first, shifted a row each step; or (ring, LILAC_CUDA_DN_CONV=1) a ring of K slots, the
-// input of position p at slot p mod K: a step at position P reads positions P - K + 1 .. P - 1 (none before 0:
-// zero) and writes slot P mod K, which it does not read, so that blocks sharing channels (k_dn_fused's value
-// heads of one key head) may all read while one writes.
-static __device__ __forceinline__ int conv_slot(int p, int K) { return p % K; }
-
 // Channel c's K - 1 taps at position P (registers, CONV_KR of them) and its weights: what a step loads before
 // its input.
 static __device__ __forceinline__ void conv_taps(const float *state, const float *w, int C, int K, int P, int c,
@@ -442,10 +440,8 @@ static __device__ __forceinline__ void conv_taps(const float *state, const float
     const float *wc = w + (size_t)c * K;
 #pragma unroll
     for (int i = 0; i < CONV_KR; i++) {
-        const int p = P - (K - 1) + i;
         wv[i] = i < K ? wc[i] : 0.0f;
-        sv[i] = i >= K - 1 ? 0.0f : !ring ? state[(size_t)i * C + c] : p >= 0 ? state[(size_t)conv_slot(p, K) * C + c]
-                                                                               : 0.0f;
+        sv[i] = i >= K - 1 ? 0.0f : ring ? conv_ring_in(state, C, K, P - (K - 1) + i, c) : state[(size_t)i * C + c];
     }
 }
 
@@ -463,7 +459,8 @@ static __device__ __forceinline__ float conv_out(const float (&wv)[CONV_KR], con
     return silu(s);
 }
 
-// Causal depthwise conv over time, one thread per channel, at position *pos_dev (the ring above); SiLU after.
+// Causal depthwise conv over time, one thread per channel, at position *pos_dev (either layout of the state,
+// cuda_dev.cuh's conv_slot); SiLU after.
 // Batched: blockIdx.y a row, in and out C floats on, its state statep[row], its position pos_dev[row].
 __global__ void k_conv_step(const float *in, float *state, const float *w, float *out, int C, int K,
                             float *const *statep, const int *pos_dev, int ring)
@@ -498,11 +495,8 @@ __global__ void k_conv_step(const float *in, float *state, const float *w, float
     }
     const float *wc = w + (size_t)c * K;
     float s = 0;
-    for (int i = 0; i < K - 1; i++) {
-        const int p = P - (K - 1) + i;
-        s = __fmaf_rn(wc[i], !ring ? state[(size_t)i * C + c] : p >= 0 ? state[(size_t)conv_slot(p, K) * C + c] : 0.0f,
-                      s);
-    }
+    for (int i = 0; i < K - 1; i++)
+        s = __fmaf_rn(wc[i], ring ? conv_ring_in(state, C, K, P - (K - 1) + i, c) : state[(size_t)i * C + c], s);
     const float x = in[c];
     s = __fmaf_rn(wc[K - 1], x, s);
     if (ring) {
@@ -669,11 +663,14 @@ static int route_staged()
     return !(st && !strcmp(st, "0"));
 }
 
+// Whether dev_route takes k of E experts.
+static bool route_takes(int E, int k) { return E <= ROUTE_EMAX && k <= 32 && k >= 1 && k <= E; }
+
 extern "C" int lilac_cuda_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
                                 const float *gate_inp, const float *xn, int n_embd, const float *gate_logit,
                                 lilac_cuda_stream *s)
 {
-    if (E > ROUTE_EMAX || k > 32 || k < 1 || k > E)
+    if (!route_takes(E, k))
         return -1;
     launch_pdl(PDL_ROUTE, k_route, dim3(1), dim3(256), 0, CS(s), logits, E, k, norm, idx, w, up_offset, gate_inp, xn,
                n_embd, gate_logit, route_staged(), 0LL, 0LL, 0LL);
@@ -685,7 +682,7 @@ extern "C" int lilac_cuda_route_rows(const float *logits, int E, int k, int norm
                                      const float *gate_logit, int n, long long l_row, long long i_row,
                                      long long w_row, lilac_cuda_stream *s)
 {
-    if (E > ROUTE_EMAX || k > 32 || k < 1 || k > E || n < 1 || l_row < 0 || i_row < 0 || w_row < 0)
+    if (!route_takes(E, k) || n < 1 || l_row < 0 || i_row < 0 || w_row < 0)
         return -1;
     k_route<<<dim3((unsigned)n), dim3(256), 0, CS(s)>>>(logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd,
                                                        gate_logit, route_staged(), l_row, i_row, w_row);
@@ -715,18 +712,24 @@ __global__ void __launch_bounds__(32 * NR_WARPS) k_norm_router(const float *x, c
     TRACE_END(LILAC_TK_NORM_ROUTER);
 }
 
+// Whether k_norm_router takes the shape: x of n floats (a multiple of 4, in shared memory), n_exp rows of
+// row_floats floats (a multiple of 4) from a 16-aligned W.
+static bool norm_router_takes(int n, long long row_floats, const float *W, int n_exp)
+{
+    return n >= 4 && n % 4 == 0 && row_floats % 4 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 && n_exp >= 1 &&
+           (size_t)n * sizeof(float) <= 48 * 1024;
+}
+
 extern "C" int lilac_cuda_norm_router(const float *x, const float *norm_w, float *xn, const float *W,
                                       long long row_floats, int n_exp, float *logits, int n, float eps,
                                       const lilac_cuda_route_args *route, lilac_cuda_stream *s)
 {
-    if (n < 4 || n % 4 || row_floats % 4 || reinterpret_cast<uintptr_t>(W) % 16 || n_exp < 1 ||
-        (size_t)n * sizeof(float) > 48 * 1024)
+    if (!norm_router_takes(n, row_floats, W, n_exp))
         return -1;
     lilac_cuda_route_args r = {};
     if (route) {
         r = *route;
-        if (r.E > ROUTE_EMAX || r.k > 32 || r.k < 1 || r.k > r.E || !r.idx || !r.w || !r.count ||
-            n_exp != r.E + (r.shared_row ? 1 : 0))
+        if (!route_takes(r.E, r.k) || !r.idx || !r.w || !r.count || n_exp != r.E + (r.shared_row ? 1 : 0))
             return -1;
     }
     launch_dependent(k_norm_router, dim3((unsigned)((n_exp + NR_WARPS - 1) / NR_WARPS)), dim3(32 * NR_WARPS),
@@ -738,8 +741,7 @@ extern "C" int lilac_cuda_norm_router_rows(const float *x, const float *norm_w, 
                                            long long row_floats, int n_exp, float *logits, long long l_row, int n,
                                            float eps, int rows, lilac_cuda_stream *s)
 {
-    if (n < 4 || n % 4 || row_floats % 4 || reinterpret_cast<uintptr_t>(W) % 16 || n_exp < 1 ||
-        (size_t)n * sizeof(float) > 48 * 1024 || rows < 1 || rows > 65535 || l_row < n_exp)
+    if (!norm_router_takes(n, row_floats, W, n_exp) || rows < 1 || rows > 65535 || l_row < n_exp)
         return -1;
     const lilac_cuda_route_args r = {};
     k_norm_router<<<dim3((unsigned)((n_exp + NR_WARPS - 1) / NR_WARPS), (unsigned)rows), dim3(32 * NR_WARPS),
@@ -761,6 +763,10 @@ static __device__ __forceinline__ void sum_row(long long b, int E, long long ex_
     if (xn)
         xn += b * E;
 }
+
+// k_moe_sum_norm's threads: 256, DEV_NR values each for E <= 2048, every load of an expert's group in flight at
+// once; 1024 over that.
+static int sum_threads(int E) { return E <= DEV_NR * 256 ? 256 : 1024; }
 
 // 1024 threads for E over 2048: at most 64 registers (its loads in flight took 80, too many to launch)
 __global__ void __launch_bounds__(1024)
@@ -791,7 +797,7 @@ __global__ void __launch_bounds__(SNG_T) k_moe_sum_norm_grid(float *x, const flo
     griddep_launch_dependents();
     griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
     sum_row(blockIdx.y, E, ex_row, w_row, x, ex, w, sh, gsh, xn); /* batched: blockIdx.y a row */
-    part += blockIdx.y * SNG_MAXB, count += blockIdx.y;
+    part += blockIdx.y * LILAC_CUDA_PART_MAXB, count += blockIdx.y;
     const int e = blockIdx.x * SNG_T + threadIdx.x;
     float o = 0.0f;
     if (e < E) {
@@ -866,18 +872,16 @@ extern "C" void lilac_cuda_moe_sum_norm(float *x, const float *ex, const float *
                                         const float *gsh, const float *norm_w, float *xn, int E, float eps,
                                         lilac_cuda_stream *s)
 {
-    /* 256 threads: DEV_NR values each for E <= 2048, every load of an expert's group in flight at once */
-    launch_pdl(PDL_SUM, k_moe_sum_norm, dim3(1), dim3(E <= DEV_NR * 256 ? 256 : 1024), 0, CS(s), x, ex, w, k, sh,
-               gsh, norm_w, xn, E, eps, 0LL, 0LL);
+    launch_pdl(PDL_SUM, k_moe_sum_norm, dim3(1), dim3(sum_threads(E)), 0, CS(s), x, ex, w, k, sh, gsh, norm_w, xn, E,
+               eps, 0LL, 0LL);
 }
 
 extern "C" void lilac_cuda_moe_sum_norm_rows(float *x, const float *ex, const float *w, int k, const float *sh,
                                              const float *gsh, const float *norm_w, float *xn, int E, float eps,
                                              int n, long long ex_row, long long w_row, lilac_cuda_stream *s)
 {
-    k_moe_sum_norm<<<dim3((unsigned)n), dim3(E <= DEV_NR * 256 ? 256 : 1024), 0, CS(s)>>>(x, ex, w, k, sh, gsh,
-                                                                                        norm_w, xn, E, eps, ex_row,
-                                                                                        w_row);
+    k_moe_sum_norm<<<dim3((unsigned)n), dim3(sum_threads(E)), 0, CS(s)>>>(x, ex, w, k, sh, gsh, norm_w, xn, E, eps,
+                                                                         ex_row, w_row);
 }
 
 // Blocks [0, nh): q head b, RMSNorm and rotary; blocks [nh, nh + nkv): k
@@ -1115,15 +1119,27 @@ static size_t dn_smem(int dk, int dv) { return (size_t)(2 * dk + DN_P * dv + dv)
 // Whether k_dn_fused folds the conv in for the shape: a thread a channel, the taps in registers.
 static bool dn_conv_takes(int dk, int dv, int K) { return 2 * dk + dv <= dv * DN_P && K >= 1 && K <= CONV_KR; }
 
+// k_dn_fused over the nv value heads of n rows: the decode step's one token (Sp NULL, its state S) launched
+// dependent, a batch's rows (their states Sp) plainly.
+static void dn_launch(float *S, float *const *Sp, const float *conv, const DnConv &cv, const float *a, const float *b,
+                      const float *ssm_a, const float *ssm_dt, float *o, const float *z, const float *norm_w, int nk,
+                      int nv, int dk, int dv, int tiled, float eps, int n, lilac_cuda_stream *s)
+{
+    if (!Sp)
+        launch_dependent(k_dn_fused, dim3(nv), dim3(dv * DN_P), dn_smem(dk, dv), CS(s), S, conv, a, b, ssm_a, ssm_dt,
+                         z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL, cv);
+    else
+        k_dn_fused<<<dim3(nv, n), dv * DN_P, dn_smem(dk, dv), CS(s)>>>((float *)NULL, conv, a, b, ssm_a, ssm_dt, z,
+                                                                         norm_w, o, nk, nv, dk, dv, tiled, eps, Sp, cv);
+}
+
 extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, const float *b, const float *ssm_a,
                                          const float *ssm_dt, float *S, float *o, const float *z, const float *norm_w,
                                          int nk, int nv, int dk, int dv, int tiled, float eps, lilac_cuda_stream *s)
 {
     if (!dn_fused_takes(dk, dv))
         return -1;
-    const DnConv cv = {};
-    launch_dependent(k_dn_fused, dim3(nv), dim3(dv * DN_P), dn_smem(dk, dv), CS(s), S, conv_out, a, b, ssm_a, ssm_dt,
-                     z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL, cv);
+    dn_launch(S, NULL, conv_out, DnConv{}, a, b, ssm_a, ssm_dt, o, z, norm_w, nk, nv, dk, dv, tiled, eps, 1, s);
     return 0;
 }
 
@@ -1132,11 +1148,9 @@ extern "C" int lilac_cuda_deltanet_rows(const float *conv_out, const float *a, c
                                         const float *norm_w, int nk, int nv, int dk, int dv, int tiled, float eps,
                                         int n, lilac_cuda_stream *s)
 {
-    if (!dn_fused_takes(dk, dv) || n < 1 || n > 65535)
+    if (!dn_fused_takes(dk, dv) || !Sp || n < 1 || n > 65535)
         return -1;
-    const DnConv cv = {};
-    k_dn_fused<<<dim3(nv, n), dv * DN_P, dn_smem(dk, dv), CS(s)>>>((float *)NULL, conv_out, a, b, ssm_a, ssm_dt, z,
-                                                                     norm_w, o, nk, nv, dk, dv, tiled, eps, Sp, cv);
+    dn_launch(NULL, Sp, conv_out, DnConv{}, a, b, ssm_a, ssm_dt, o, z, norm_w, nk, nv, dk, dv, tiled, eps, n, s);
     return 0;
 }
 
@@ -1149,15 +1163,9 @@ extern "C" int lilac_cuda_deltanet_conv(const float *qkv, float *conv_state, flo
     if (!dn_fused_takes(dk, dv) || !dn_conv_takes(dk, dv, K) || !qkv || !conv_w || !pos || n < 1 || n > 65535 ||
         (Sp ? !conv_statep : !S || !conv_state || n != 1))
         return -1;
-    const DnConv cv = {qkv, conv_state, conv_statep, conv_w, pos, K};
     lilac_cuda_fused_note(LILAC_CUDA_FUSED_DN_CONV);
-    if (!Sp) /* the decode step: launched dependent, as the unfolded kernel */
-        launch_dependent(k_dn_fused, dim3(nv), dim3(dv * DN_P), dn_smem(dk, dv), CS(s), S, (const float *)NULL, a, b,
-                         ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL, cv);
-    else
-        k_dn_fused<<<dim3(nv, n), dv * DN_P, dn_smem(dk, dv), CS(s)>>>((float *)NULL, (const float *)NULL, a, b, ssm_a,
-                                                                         ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled,
-                                                                         eps, Sp, cv);
+    dn_launch(S, Sp, NULL, DnConv{qkv, conv_state, conv_statep, conv_w, pos, K}, a, b, ssm_a, ssm_dt, o, z, norm_w, nk,
+              nv, dk, dv, tiled, eps, n, s);
     return 0;
 }
 

@@ -108,11 +108,13 @@ int lilac_cuda_attention_rows(const float *q, int q_step, long long q_tok, float
 /* The one-token attention's key ranges: the most (LILAC_CUDA_ATT_RANGES) and the fewest keys a range
  * (LILAC_CUDA_ATT_KEYS), read from the environment at each call. */
 void lilac_cuda_attention_ranges(int *nsplit, int *min_keys);
+/* The key ranges a row of n_keys keys takes, at most nsplit of at least min_keys keys (the kernels' own count). */
+int lilac_cuda_attention_ranges_used(int n_keys, int nsplit, int min_keys);
 /* The batched decode's rows with the one-token step's kernels (LILAC_CUDA_BATCH_EXACT), each the same kernel as
  * its one-token call with blockIdx a row (the same bits): lilac_cuda_route for n rows (logits and the gate logit
  * l_row floats apart, idx i_row, w w_row, xn n_embd); lilac_cuda_norm_router without the routing for `rows` rows
  * (x, xn n apart, logits l_row); lilac_cuda_moe_sum_norm and _grid for n rows (ex ex_row floats apart, w and gsh
- * w_row, x, sh, xn E; the grid's part LILAC_CUDA_SUM_GRID_MAXB floats, count one). -1 (nothing launched) for
+ * w_row, x, sh, xn E; the grid's part LILAC_CUDA_PART_MAXB floats, count one). -1 (nothing launched) for
  * what the one-token call would refuse. */
 int lilac_cuda_route_rows(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
                           const float *gate_inp, const float *xn, int n_embd, const float *gate_logit, int n,

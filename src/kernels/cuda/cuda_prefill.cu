@@ -180,10 +180,9 @@ void launch_attention(const float *q, int q_step, long long q_tok, const float *
 __device__ __forceinline__ float pf_conv_in(const float *in, const float *state, int C, int K, int pos0, int tau, int c,
                                             bool ring)
 {
-    return tau >= 0    ? in[(size_t)tau * C + c]
-           : !ring     ? state[(size_t)(K - 1 + tau) * C + c]
-           : pos0 + tau >= 0 ? state[(size_t)((pos0 + tau) % K) * C + c]
-                             : 0.f;
+    return tau >= 0 ? in[(size_t)tau * C + c]
+           : ring   ? conv_ring_in(state, C, K, pos0 + tau, c)
+                    : state[(size_t)(K - 1 + tau) * C + c];
 }
 
 __global__ void k_pf_conv(const float *in, const float *state, const float *w, float *out, int C, int K, int pos0,
@@ -234,7 +233,7 @@ __global__ void k_pf_conv_state(const float *in, float *state, int C, int K, int
         return;
     if (ring) {
         for (int tau = n - (K - 1) > 0 ? n - (K - 1) : 0; tau < n; tau++)
-            state[(size_t)((pos0 + tau) % K) * C + c] = in[(size_t)tau * C + c];
+            state[(size_t)conv_slot(pos0 + tau, K) * C + c] = in[(size_t)tau * C + c];
         return;
     }
     for (int r = 0; r < K - 1; r++) {

@@ -869,7 +869,7 @@ struct DS {
     int rows, cols, k;
     float eps;
     /* batched (blockIdx.y a row of its own token, lilac_cuda_moe_down_sum_batch): the row's idx, wt, g and u
-     * these many elements on; x, sh and xn W->rows, part LILAC_CUDA_DOWN_SUM_MAXB, count 1. 0 at one token. */
+     * these many elements on; x, sh and xn W->rows, part LILAC_CUDA_PART_MAXB, count 1. 0 at one token. */
     long long r_idx, r_wt, r_gu;
 };
 
@@ -892,7 +892,7 @@ template <int TYPE, bool A16, int R> __global__ void __launch_bounds__(NTHREADS)
     const float *const wt = d.wt + by * d.r_wt, *const g_in = d.g + by * d.r_gu, *const u_in = d.u + by * d.r_gu;
     const float *const sh = d.sh ? d.sh + eo : nullptr;
     float *const x = d.x + eo, *const xn = d.xn ? d.xn + eo : nullptr;
-    float *const part = d.part ? d.part + by * LILAC_CUDA_DOWN_SUM_MAXB : nullptr;
+    float *const part = d.part ? d.part + by * LILAC_CUDA_PART_MAXB : nullptr;
     unsigned *const count = d.count ? d.count + by : nullptr;
     griddep_wait(); /* idx, the inputs, x and the shared expert's output come from the kernels before */
     TRACE_WAITED(LILAC_TK_MOE_DOWN_SUM);
@@ -1250,27 +1250,39 @@ int mv_align(const lilac_cuda_mat *W, size_t stride)
     }
 }
 
-/* The fast kernel for W's type at mv_align's alignment; false (nothing launched) at 0. lpr_force: launch_t's. */
-bool mv_fast(const lilac_cuda_mat *W, int align, const MV &p, cudaStream_t st, int slots, int lpr_force = -1)
+/* A fast-kernel instance's template arguments: the type and whether its blocks are read 16-aligned. */
+template <int TYPE, bool A16> struct MvKind {
+    static constexpr int type = TYPE;
+    static constexpr bool a16 = A16;
+};
+
+/* f(MvKind<...>{}) for W's type at mv_align's alignment (the K-quants 16-aligned where it is 16, the byte types
+ * never, the float ones always: they are only taken so); false (f not called) at 0 or for another type. The one
+ * place that maps a matrix to its fast kernel's instance (mv_fast, mv_token_lpr, ds_launch). */
+template <class F> bool mv_dispatch(int type, int align, F &&f)
 {
     if (!align)
         return false;
-    const int f = lpr_force;
-    switch (W->type) {
-    case LILAC_Q4_K:
-        align == 16 ? launch_t<LILAC_Q4_K, true>(p, st, slots, f) : launch_t<LILAC_Q4_K, false>(p, st, slots, f);
-        return true;
-    case LILAC_Q5_K:
-        align == 16 ? launch_t<LILAC_Q5_K, true>(p, st, slots, f) : launch_t<LILAC_Q5_K, false>(p, st, slots, f);
-        return true;
-    case LILAC_Q6_K: launch_t<LILAC_Q6_K, false>(p, st, slots, f); return true;
-    case LILAC_Q8_0: launch_t<LILAC_Q8_0, false>(p, st, slots, f); return true;
-    case LILAC_Q4_0: launch_t<LILAC_Q4_0, false>(p, st, slots, f); return true;
-    case LILAC_F32: launch_t<LILAC_F32, true>(p, st, slots, f); return true;
-    case LILAC_F16: launch_t<LILAC_F16, true>(p, st, slots, f); return true;
-    case LILAC_BF16: launch_t<LILAC_BF16, true>(p, st, slots, f); return true;
+    switch (type) {
+    case LILAC_Q4_K: align == 16 ? f(MvKind<LILAC_Q4_K, true>{}) : f(MvKind<LILAC_Q4_K, false>{}); return true;
+    case LILAC_Q5_K: align == 16 ? f(MvKind<LILAC_Q5_K, true>{}) : f(MvKind<LILAC_Q5_K, false>{}); return true;
+    case LILAC_Q6_K: f(MvKind<LILAC_Q6_K, false>{}); return true;
+    case LILAC_Q8_0: f(MvKind<LILAC_Q8_0, false>{}); return true;
+    case LILAC_Q4_0: f(MvKind<LILAC_Q4_0, false>{}); return true;
+    case LILAC_F32: f(MvKind<LILAC_F32, true>{}); return true;
+    case LILAC_F16: f(MvKind<LILAC_F16, true>{}); return true;
+    case LILAC_BF16: f(MvKind<LILAC_BF16, true>{}); return true;
     default: return false;
     }
+}
+
+/* The fast kernel for W's type at mv_align's alignment; false (nothing launched) at 0. lpr_force: launch_t's. */
+bool mv_fast(const lilac_cuda_mat *W, int align, const MV &p, cudaStream_t st, int slots, int lpr_force = -1)
+{
+    return mv_dispatch(W->type, align, [&](auto kind) {
+        using K = decltype(kind);
+        launch_t<K::type, K::a16>(p, st, slots, lpr_force);
+    });
 }
 
 /* matvec's lpr_force for k_mv_scalar (a warp a row, whatever the call) */
@@ -1280,19 +1292,12 @@ constexpr int MV_SCALAR = -2;
  * take it. */
 int mv_token_lpr(const lilac_cuda_mat *W, int align, int slots)
 {
-    if (!align)
-        return MV_SCALAR;
-    switch (W->type) {
-    case LILAC_Q4_K: return align == 16 ? token_lpr<LILAC_Q4_K, true>(W, slots) : token_lpr<LILAC_Q4_K, false>(W, slots);
-    case LILAC_Q5_K: return align == 16 ? token_lpr<LILAC_Q5_K, true>(W, slots) : token_lpr<LILAC_Q5_K, false>(W, slots);
-    case LILAC_Q6_K: return token_lpr<LILAC_Q6_K, false>(W, slots);
-    case LILAC_Q8_0: return token_lpr<LILAC_Q8_0, false>(W, slots);
-    case LILAC_Q4_0: return token_lpr<LILAC_Q4_0, false>(W, slots);
-    case LILAC_F32: return token_lpr<LILAC_F32, true>(W, slots);
-    case LILAC_F16: return token_lpr<LILAC_F16, true>(W, slots);
-    case LILAC_BF16: return token_lpr<LILAC_BF16, true>(W, slots);
-    default: return -1;
-    }
+    int lpr = MV_SCALAR;
+    mv_dispatch(W->type, align, [&](auto kind) {
+        using K = decltype(kind);
+        lpr = token_lpr<K::type, K::a16>(W, slots);
+    });
+    return lpr;
 }
 
 /* Check W and run the product of `slots` slots. */
@@ -1356,17 +1361,13 @@ template <int R> int ds_launch(const lilac_cuda_mat *W, size_t expert_stride, co
         launch_dependent(kern, dim3((unsigned)nb, (unsigned)n), dim3(NTHREADS), sm, st, d);
         return 0;
     };
-#define DS_GO(T, A) go(k_moe_down_sum<T, A, R>, Unit<T>::VPU, Unit<T>::NRUN)
-    const int align = mv_align(W, expert_stride);
-    switch (align ? W->type : -1) {
-    case LILAC_Q4_K: return align == 16 ? DS_GO(LILAC_Q4_K, true) : DS_GO(LILAC_Q4_K, false);
-    case LILAC_Q5_K: return align == 16 ? DS_GO(LILAC_Q5_K, true) : DS_GO(LILAC_Q5_K, false);
-    case LILAC_Q6_K: return DS_GO(LILAC_Q6_K, false);
-    case LILAC_Q8_0: return DS_GO(LILAC_Q8_0, false);
-    case LILAC_Q4_0: return DS_GO(LILAC_Q4_0, false);
-    default: return -1;
-    }
-#undef DS_GO
+    int rc = -1;
+    mv_dispatch(W->type, mv_align(W, expert_stride), [&](auto kind) {
+        using K = decltype(kind);
+        if constexpr (Unit<K::type>::NRUN > 0) /* the block types (float rows have no run sums) */
+            rc = go(k_moe_down_sum<K::type, K::a16, R>, Unit<K::type>::VPU, Unit<K::type>::NRUN);
+    });
+    return rc;
 }
 
 } // namespace

@@ -29,6 +29,9 @@ static inline size_t lilac_cuda_att_rows_part_floats(int n_head, int hd, int n)
 #define LILAC_CUDA_SUM_GRID_MAXB 64
 /* lilac_cuda_moe_down_sum's blocks at most (16 rows each), whose squares the same part buffer holds. */
 #define LILAC_CUDA_DOWN_SUM_MAXB 256
+/* A part buffer either kernel can use (the decode step's, and a row's of the exact batched step's). */
+#define LILAC_CUDA_PART_MAXB \
+    (LILAC_CUDA_SUM_GRID_MAXB > LILAC_CUDA_DOWN_SUM_MAXB ? LILAC_CUDA_SUM_GRID_MAXB : LILAC_CUDA_DOWN_SUM_MAXB)
 
 /* The tensor-core products' scratch (cuda_mma.cu's xq_get): for n rows of K columns, the digits
  * (LILAC_CUDA_XQ_BLOCK bytes a row and 32 columns), a float sum a block (the array padded to 256
