@@ -19,9 +19,9 @@ static void expect(const lilac_hparams *hp, int n_ctx, int n_par, uint64_t *kv, 
     for (int i = 0; i < hp->n_layer; i++) {
         if (hp->layer_kind[i] == LILAC_LAYER_ATTENTION) { /* K and V: n_ctx rows of n_head_kv heads */
             *kv += 2ull * (uint64_t)n_ctx * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * 4;
-        } else { /* the conv's ring of kernel inputs of q, k, v; the state: a k_dim x v_dim matrix a v head */
+        } else { /* the conv's last kernel - 1 inputs of q, k, v; the state: a k_dim x v_dim matrix a v head */
             uint64_t channels = 2ull * hp->ssm_k_heads * hp->ssm_k_dim + (uint64_t)hp->ssm_v_heads * hp->ssm_v_dim;
-            *rec += ((uint64_t)hp->ssm_conv_kernel * channels +
+            *rec += ((uint64_t)(hp->ssm_conv_kernel - 1) * channels +
                      (uint64_t)hp->ssm_v_heads * hp->ssm_k_dim * hp->ssm_v_dim) * 4;
         }
     }

@@ -68,7 +68,6 @@ do_test() {
     run_test model-apart test_cuda_model LILAC_CUDA_NORM_ROUTER=0 LILAC_CUDA_PDL_ALL=1 LILAC_CUDA_SUM_GRID=0
     run_test model-no-down-sum test_cuda_model LILAC_CUDA_DOWN_SUM=0
     run_test model-down-sum-r1 test_cuda_model LILAC_CUDA_DOWN_SUM=1 LILAC_CUDA_DOWN_SUM_R=1
-    run_test model-dn-conv test_cuda_model LILAC_CUDA_DN_CONV=1
     run_test batch test_cuda_batch
     run_test batch-graph test_cuda_batch LILAC_CUDA_BATCH_GRAPH=1
     run_test batch-grouped test_cuda_batch LILAC_CUDA_PAIRS=0
@@ -78,7 +77,6 @@ do_test() {
     run_test batch-no-norm-router test_cuda_batch LILAC_CUDA_NORM_ROUTER=0
     run_test batch-att-ranges test_cuda_batch LILAC_CUDA_ATT_KEYS=2
     run_test batch-down-sum-r1 test_cuda_batch LILAC_CUDA_DOWN_SUM_R=1
-    run_test batch-dn-conv test_cuda_batch LILAC_CUDA_DN_CONV=1
     run_test prefill test_cuda_prefill
     run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0

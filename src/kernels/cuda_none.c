@@ -146,8 +146,6 @@ long lilac_cuda_fused_launches(int kind)
     return 0;
 }
 
-void lilac_cuda_fused_note(int kind) { (void)kind; }
-
 int lilac_cuda_moe_sum_norm_grid(float *x, const float *ex, const float *w, int k, const float *sh, const float *gsh,
                                  const float *norm_w, float *xn, int E, float eps, float *part, unsigned *count,
                                  lilac_cuda_stream *s)

@@ -17,7 +17,7 @@ lilac_cuda_seq_sizes lilac_cuda_seq_sizes_of(const lilac_hparams *hp, int n_ctx)
     lilac_cuda_seq_sizes s;
     memset(&s, 0, sizeof s);
     s.kv_layer = (size_t)n_ctx * (size_t)(hp->n_head_kv * hp->head_dim) * sizeof(float);
-    s.conv_layer = (size_t)hp->ssm_conv_kernel * lilac_cuda_conv_channels(hp) * sizeof(float); /* a ring of K */
+    s.conv_layer = (size_t)(hp->ssm_conv_kernel - 1) * lilac_cuda_conv_channels(hp) * sizeof(float);
     s.ssm_layer = (size_t)hp->ssm_v_heads * hp->ssm_k_dim * hp->ssm_v_dim * sizeof(float);
     for (int i = 0; i < hp->n_layer; i++) {
         if (hp->layer_kind[i] == LILAC_LAYER_ATTENTION)

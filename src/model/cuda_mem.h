@@ -29,7 +29,7 @@ int lilac_cuda_pf_rows(void);
 /* One sequence's device state (lilac_cuda_seq_new: one block). */
 typedef struct lilac_cuda_seq_sizes {
     size_t kv_layer;   /* K, and V again, of one full-attention layer: n_ctx x n_head_kv x head_dim floats */
-    size_t conv_layer; /* a DeltaNet layer's conv window: a ring of kernel x conv channels floats (conv_step) */
+    size_t conv_layer; /* a DeltaNet layer's conv window: (kernel - 1) x conv channels floats */
     size_t ssm_layer;  /* a DeltaNet layer's state: v_heads x k_dim x v_dim floats */
     size_t kv;         /* 2 kv_layer a full-attention layer */
     size_t recurrent;  /* conv_layer + ssm_layer a DeltaNet layer */

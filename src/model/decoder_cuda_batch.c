@@ -119,15 +119,9 @@ lilac_status lilac_cuda_batch_exact(lilac_model *m, int nt, const pf_rows *rows,
             dense(&cl->ssm_alpha, &cl->ssm_ab, pf->xn, pf->a, nt, 0, NULL, s);
             dense(&cl->ssm_beta, &cl->ssm_ab, pf->xn, pf->b, nt, 0, NULL, s);
             float **cp = rows->ptrs + (size_t)(4 * il + 2) * LILAC_CUDA_PF_BATCH, **sp = cp + LILAC_CUDA_PF_BATCH;
-            const int K = hp->ssm_conv_kernel, tiled = m->w.ssm_v_tiled;
-            const bool folded = sw->dn_conv && !lilac_cuda_deltanet_conv(pf->qkv, NULL, cp, cl->ssm_conv, K, rows->pos, pf->a,
-                                                                        pf->b, cl->ssm_a, cl->ssm_dt, NULL, sp, pf->o,
-                                                                        pf->z, cl->ssm_norm, nk, nv, dk, dv, tiled, eps,
-                                                                        nt, s);
-            if (!folded)
-                lilac_cuda_conv_step_rows(pf->qkv, cp, cl->ssm_conv, pf->conv, C, K, rows->pos, sw->dn_conv, nt, s);
-            if (!folded && lilac_cuda_deltanet_rows(pf->conv, pf->a, pf->b, cl->ssm_a, cl->ssm_dt, sp, pf->o, pf->z,
-                                                    cl->ssm_norm, nk, nv, dk, dv, tiled, eps, nt, s))
+            lilac_cuda_conv_step_rows(pf->qkv, cp, cl->ssm_conv, pf->conv, C, hp->ssm_conv_kernel, nt, s);
+            if (lilac_cuda_deltanet_rows(pf->conv, pf->a, pf->b, cl->ssm_a, cl->ssm_dt, sp, pf->o, pf->z, cl->ssm_norm,
+                                         nk, nv, dk, dv, m->w.ssm_v_tiled, eps, nt, s))
                 return lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA batched decode: DeltaNet heads of %d x %d", dk, dv);
             lilac_cuda_op_mark(s, "pf deltanet", &t_);
             dense(&cl->ssm_out, NULL, pf->o, pf->x, nt, 1, NULL, s);

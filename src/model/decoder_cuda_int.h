@@ -77,10 +77,6 @@ typedef struct lilac_cuda_step_sw {
      * layer, those two. tg128 (H200, one call, 2026-11-30): 349.5/350.4 against 339.7/338.1 at two rows a
      * lane group, 341.6/343.2 at one (LILAC_CUDA_DOWN_SUM_R=1) */
     bool down_sum;
-    /* DN_CONV=1 (written in session 14, NOT yet run on a GPU): the conv step folded into the DeltaNet kernel
-     * (lilac_cuda_deltanet_conv: each value head's block computes its key head's q, k and its own v channels
-     * from the conv state's ring), one launch and ~4 us a DeltaNet layer off the chain by session 14's trace */
-    bool dn_conv;
 } lilac_cuda_step_sw;
 const lilac_cuda_step_sw *lilac_cuda_step_switches(void);
 

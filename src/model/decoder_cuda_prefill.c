@@ -135,7 +135,6 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
     int nk = hp->ssm_k_heads, nv = hp->ssm_v_heads, dk = hp->ssm_k_dim, dv = hp->ssm_v_dim;
     int C = 2 * nk * dk + nv * dv, k = hp->n_expert_used, ff = hp->expert_ff, NE = hp->n_expert;
     bool gu_one = lilac_env_switch("LILAC_CUDA_PF_GU", true); /* =0: gate and up experts in two grouped products */
-    const int ring = lilac_cuda_step_switches()->dn_conv; /* the conv state's layout (lilac_cuda_conv_step) */
     /* LILAC_CUDA_PAIRS=0: the grouped products for every token count */
     static int below = -1; /* LILAC_CUDA_PAIRS_BELOW=N: the pairs' path under N tokens (for measuring) */
     if (below < 0) {
@@ -188,8 +187,7 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
             lilac_cuda_op_mark(s, "pf norm+qkv", &t_);
             if (rows) { /* each row with its own sequence's conv and recurrent state */
                 float **cp = rows->ptrs + (size_t)(4 * il + 2) * PF_BATCH, **sp = cp + PF_BATCH;
-                lilac_cuda_conv_step_rows(pf->qkv, cp, cl->ssm_conv, pf->conv, C, hp->ssm_conv_kernel, rows->pos, ring,
-                                          nt, s);
+                lilac_cuda_conv_step_rows(pf->qkv, cp, cl->ssm_conv, pf->conv, C, hp->ssm_conv_kernel, nt, s);
                 if (lilac_cuda_deltanet_rows(pf->conv, pf->a, pf->b, cl->ssm_a, cl->ssm_dt, sp, pf->o, pf->z,
                                              cl->ssm_norm, nk, nv, dk, dv, m->w.ssm_v_tiled, hp->norm_eps, nt, s))
                     return lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA batched decode: DeltaNet heads of %d x %d", dk,
@@ -198,7 +196,7 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
                 lilac_cuda_matvec(&cl->ssm_out, pf->o, pf->tmp, nt, s);
                 goto ffn;
             }
-            lilac_cuda_pf_conv(pf->qkv, cs->conv[il], cl->ssm_conv, pf->conv, C, hp->ssm_conv_kernel, pos0, nt, ring, s);
+            lilac_cuda_pf_conv(pf->qkv, cs->conv[il], cl->ssm_conv, pf->conv, C, hp->ssm_conv_kernel, nt, s);
             lilac_cuda_pf_deltanet(pf->conv, C, pf->a, pf->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], pf->o, pf->z,
                                    cl->ssm_norm, nk, nv, dk, dv, m->w.ssm_v_tiled, hp->norm_eps, nt, pf->dntp, s);
             lilac_cuda_op_mark(s, "pf deltanet", &t_);

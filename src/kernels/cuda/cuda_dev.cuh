@@ -261,18 +261,6 @@ static __device__ void dev_norm_rope(float *x, const float *w, int hd, int rot, 
     }
 }
 
-/* The DeltaNet conv state (lilac_cuda_conv_step in cuda_ops.h): the last K - 1 inputs in rows 0 .. K - 2,
- * oldest first, shifted a row each step; or (ring, LILAC_CUDA_DN_CONV=1) a ring of K slots, the input of
- * position p at slot p mod K: a step at position P reads positions P - K + 1 .. P - 1 (none before 0: zero) and
- * writes slot P mod K, which it does not read, so that blocks sharing channels (k_dn_fused's value heads of one
- * key head) may all read while one writes. conv_ring_in: channel c's input of position p from the ring
- * (k_conv_step's, k_pf_conv's and k_dn_fused's reads). */
-static __device__ __forceinline__ int conv_slot(int p, int K) { return p % K; }
-static __device__ __forceinline__ float conv_ring_in(const float *state, int C, int K, int p, int c)
-{
-    return p >= 0 ? state[(size_t)conv_slot(p, K) * C + c] : 0.0f;
-}
-
 #define ROUTE_EMAX 512 /* experts dev_route takes */
 
 /* The routing's end, by one warp: sel/selw (shared) hold the first min(cnt, k) chosen experts in index order

@@ -432,96 +432,70 @@ extern "C" int lilac_cuda_attention_rows(const float *q, int q_step, long long q
 // ---- Gated DeltaNet, one token ----
 
 #define CONV_KR 8 /* taps k_conv_step keeps in registers */
-// Channel c's K - 1 taps at position P (registers, CONV_KR of them) and its weights: what a step loads before
-// its input.
-static __device__ __forceinline__ void conv_taps(const float *state, const float *w, int C, int K, int P, int c,
-                                                 bool ring, float (&wv)[CONV_KR], float (&sv)[CONV_KR])
-{
-    const float *wc = w + (size_t)c * K;
-#pragma unroll
-    for (int i = 0; i < CONV_KR; i++) {
-        wv[i] = i < K ? wc[i] : 0.0f;
-        sv[i] = i >= K - 1 ? 0.0f : ring ? conv_ring_in(state, C, K, P - (K - 1) + i, c) : state[(size_t)i * C + c];
-    }
-}
-
-// silu(taps . (state, x)), the taps in order with explicit FMAs (k_dn_fused's fused conv gives the same bits).
-static __device__ __forceinline__ float conv_out(const float (&wv)[CONV_KR], const float (&sv)[CONV_KR], int K,
-                                                 float x)
-{
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < CONV_KR; i++)
-        if (i < K - 1)
-            s = __fmaf_rn(wv[i], sv[i], s);
-        else if (i == K - 1)
-            s = __fmaf_rn(wv[i], x, s);
-    return silu(s);
-}
-
-// Causal depthwise conv over time, one thread per channel, at position *pos_dev (either layout of the state,
-// cuda_dev.cuh's conv_slot); SiLU after.
-// Batched: blockIdx.y a row, in and out C floats on, its state statep[row], its position pos_dev[row].
+// Causal depthwise conv over time, one thread per channel: the state holds
+// the last K-1 inputs; SiLU after.
+// Batched: blockIdx.y a row, in and out C floats on, its state statep[row].
 __global__ void k_conv_step(const float *in, float *state, const float *w, float *out, int C, int K,
-                            float *const *statep, const int *pos_dev, int ring)
+                            float *const *statep)
 {
     TRACE_START(LILAC_TK_CONV_STEP);
     griddep_launch_dependents();
     griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
-    const int row = blockIdx.y, P = pos_dev[row];
+    const int row = blockIdx.y;
     in += (size_t)row * C, out += (size_t)row * C;
     if (statep)
         state = statep[row];
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C)
         return;
+    const float *wc = w + (size_t)c * K;
+    float s = 0;
     if (K <= CONV_KR) { /* taps and state in registers, every load at once (the loop below: one after another) */
         float wv[CONV_KR], sv[CONV_KR];
-        conv_taps(state, w, C, K, P, c, ring, wv, sv);
-        const float x = in[c];
-        out[c] = conv_out(wv, sv, K, x);
-        if (ring) {
-            state[(size_t)conv_slot(P, K) * C + c] = x;
-        } else {
 #pragma unroll
-            for (int i = 0; i < CONV_KR - 1; i++)
-                if (i + 1 < K - 1)
-                    state[(size_t)i * C + c] = sv[i + 1];
-                else if (i + 1 == K - 1)
-                    state[(size_t)i * C + c] = x;
+        for (int i = 0; i < CONV_KR; i++) {
+            wv[i] = i < K ? wc[i] : 0.0f;
+            sv[i] = i < K - 1 ? state[(size_t)i * C + c] : 0.0f;
         }
+        const float x = in[c];
+#pragma unroll
+        for (int i = 0; i < CONV_KR; i++) /* the loop's sums in its order */
+            if (i < K - 1)
+                s += wv[i] * sv[i];
+            else if (i == K - 1)
+                s += wv[i] * x;
+#pragma unroll
+        for (int i = 0; i < CONV_KR - 1; i++)
+            if (i + 1 < K - 1)
+                state[(size_t)i * C + c] = sv[i + 1];
+            else if (i + 1 == K - 1)
+                state[(size_t)i * C + c] = x;
+        out[c] = silu(s);
         TRACE_END(LILAC_TK_CONV_STEP);
         return;
     }
-    const float *wc = w + (size_t)c * K;
-    float s = 0;
     for (int i = 0; i < K - 1; i++)
-        s = __fmaf_rn(wc[i], ring ? conv_ring_in(state, C, K, P - (K - 1) + i, c) : state[(size_t)i * C + c], s);
-    const float x = in[c];
-    s = __fmaf_rn(wc[K - 1], x, s);
-    if (ring) {
-        state[(size_t)conv_slot(P, K) * C + c] = x;
-    } else {
-        for (int i = 0; i + 1 < K - 1; i++)
-            state[(size_t)i * C + c] = state[(size_t)(i + 1) * C + c];
-        if (K > 1)
-            state[(size_t)(K - 2) * C + c] = x;
-    }
+        s += wc[i] * state[(size_t)i * C + c];
+    s += wc[K - 1] * in[c];
+    for (int i = 0; i + 1 < K - 1; i++)
+        state[(size_t)i * C + c] = state[(size_t)(i + 1) * C + c];
+    if (K > 1)
+        state[(size_t)(K - 2) * C + c] = in[c];
     out[c] = silu(s);
     TRACE_END(LILAC_TK_CONV_STEP); // thread 0 (c = blockIdx.x * blockDim.x < C) does not return early
 }
 
 extern "C" void lilac_cuda_conv_step(const float *in, float *state, const float *w, float *out, int C, int K,
-                                     const int *pos, int ring, lilac_cuda_stream *s)
+                                     lilac_cuda_stream *s)
 {
     launch_pdl(PDL_CONV, k_conv_step, dim3((C + 255) / 256), dim3(256), 0, CS(s), in, state, w, out, C, K,
-               (float *const *)NULL, pos, ring);
+               (float *const *)NULL);
 }
 
 extern "C" void lilac_cuda_conv_step_rows(const float *in, float *const *statep, const float *w, float *out, int C,
-                                          int K, const int *pos, int ring, int n, lilac_cuda_stream *s)
+                                          int K, int n, lilac_cuda_stream *s)
 {
-    k_conv_step<<<dim3((C + 255) / 256, n), 256, 0, CS(s)>>>(in, NULL, w, out, C, K, statep, pos, ring);
+    k_conv_step<<<dim3((C + 255) / 256, n), 256, 0, CS(s)>>>(in, NULL, w, out, C, K, statep);
 }
 
 // The split of the delta rule over a block (k_dn_fused): thread (part, c)
@@ -1026,38 +1000,22 @@ static __device__ void dn_head(float (&sr)[DN_ROWS], float *S, const float *qs, 
 // Measured and removed (LILAC_CUDA_DN_AB=1): warp 2 computing the head's alpha and beta dots from xn before
 // the wait, their product off the second branch: tg128 208.9 against 319.2/320.3 tok/s (H200, 2026-11-30),
 // one warp doing 64 dots of 2048 columns in series.
-// With the conv folded in (DnConv's in set: LILAC_CUDA_DN_CONV=1), the block computes its key head's q and k
-// channels and its own v channels of the causal conv from the qkv product's output and the conv state's ring
-// (k_conv_step's arithmetic: the same bits), the taps and weights loaded before the wait; the ring's new slot
-// written by the block of each key head's first value head (q, k) and by each block (its v). Not folded: conv
-// holds the conv's output (lilac_cuda_conv_step).
-struct DnConv {
-    const float *in;      /* the qkv product's output, C floats a row (NULL: not folded) */
-    float *state;         /* the ring (one token) */
-    float *const *statep; /* a row's ring (batched) */
-    const float *w;       /* C x K taps */
-    const int *pos;       /* a row's position (device) */
-    int K;
-};
-
 __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, const float *b, const float *ssm_a,
                            const float *ssm_dt, const float *z, const float *norm_w, float *o_all, int nk, int nv,
-                           int dk, int dv, int tiled, float eps, float *const *Sp, const DnConv cv)
+                           int dk, int dv, int tiled, float eps, float *const *Sp)
 {
     TRACE_START(LILAC_TK_DN_FUSED);
-    const int row = blockIdx.y, C = 2 * nk * dk + nv * dv;
     {
-        if (conv) /* NULL where the conv is folded in */
-            conv += (size_t)row * C;
-        a += (size_t)row * nv, b += (size_t)row * nv;
+        const int row = blockIdx.y;
+        conv += (size_t)row * (2 * nk * dk + nv * dv), a += (size_t)row * nv, b += (size_t)row * nv;
         z += (size_t)row * nv * dv, o_all += (size_t)row * nv * dv;
         if (Sp)
             S_all = Sp[row];
     }
     const int j = blockIdx.x, c = threadIdx.x % dv, part = threadIdx.x / dv;
     const int kh = tiled ? j % nk : j / (nv / nk);
-    extern __shared__ float sh[]; // q[dk], k[dk], red[DN_P][dv], v[dv] (the folded conv's)
-    float *qs = sh, *ks = sh + dk, *red = sh + 2 * dk, *vs = red + DN_P * dv;
+    extern __shared__ float sh[]; // q[dk], k[dk], red[DN_P][dv]
+    float *qs = sh, *ks = sh + dk, *red = sh + 2 * dk;
     __shared__ float gate[2], opart[32];
     griddep_launch_dependents();
     // the state is this kernel's alone: in flight before the conv that feeds q, k, v has finished
@@ -1067,70 +1025,20 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
     for (int i = part; i < dk; i += DN_P, n++)
         sr[n] = S[(size_t)i * dv + c];
     const float nw = norm_w[c];
-    /* the folded conv: thread t < 2 dk + dv takes channel ch (q, k of the key head, then the head's v); its taps
-     * and weights are this kernel's alone too (the ring's old slots, the layer's weights) */
-    const int t = threadIdx.x, nch = 2 * dk + dv;
-    const int ch = t < dk ? kh * dk + t : t < 2 * dk ? (nk + kh) * dk + t - dk : 2 * nk * dk + j * dv + t - 2 * dk;
-    float *ring = cv.statep ? cv.statep[row] : cv.state;
-    const int P = cv.in ? cv.pos[row] : 0;
-    float wv[CONV_KR], tv[CONV_KR];
-    if (cv.in && t < nch)
-        conv_taps(ring, cv.w, C, cv.K, P, ch, true, wv, tv);
     griddep_wait();
     TRACE_WAITED(LILAC_TK_DN_FUSED);
-    float v = 0.0f;
-    const float zc = z[(size_t)j * dv + c];
-    if (cv.in) {
-        if (t < nch) {
-            const float x = cv.in[(size_t)row * C + ch];
-            const float y = conv_out(wv, tv, cv.K, x);
-            if (t < dk)
-                qs[t] = y;
-            else if (t < 2 * dk)
-                ks[t - dk] = y;
-            else
-                vs[t - 2 * dk] = y;
-            /* q and k channels: the key head's first value head writes them (its others read the same old slots) */
-            const bool first = tiled ? j < nk : j % (nv / nk) == 0;
-            if (t >= 2 * dk || first)
-                ring[(size_t)conv_slot(P, cv.K) * C + ch] = x;
-        }
-    } else {
-        /* v and z with q and k: one L2 round trip (loaded where they are used, they were two more after the norms) */
-        v = conv[(size_t)2 * nk * dk + (size_t)j * dv + c];
-        for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-            qs[i] = conv[(size_t)kh * dk + i];
-            ks[i] = conv[(size_t)(nk + kh) * dk + i];
-        }
+    /* v and z with q and k: one L2 round trip (loaded where they are used, they were two more after the norms) */
+    const float v = conv[(size_t)2 * nk * dk + (size_t)j * dv + c], zc = z[(size_t)j * dv + c];
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+        qs[i] = conv[(size_t)kh * dk + i];
+        ks[i] = conv[(size_t)(nk + kh) * dk + i];
     }
     if (threadIdx.x == 64) // warp 2: warps 0 and 1 take the norms
         dn_gates(a, b, ssm_a, ssm_dt, j, gate);
-    dn_norm_qk(qs, ks, dk); /* its first barrier orders the folded conv's v too */
-    if (cv.in)
-        v = vs[c];
+    dn_norm_qk(qs, ks, dk);
     dn_head(sr, S, qs, ks, v, gate[0], gate[1], part, c, DN_P, dk, dv, red, opart, nw, zc, eps,
             o_all + (size_t)j * dv);
     TRACE_END(LILAC_TK_DN_FUSED);
-}
-
-// k_dn_fused's shared memory: q, k, the parts' sums, and v of the folded conv.
-static size_t dn_smem(int dk, int dv) { return (size_t)(2 * dk + DN_P * dv + dv) * sizeof(float); }
-
-// Whether k_dn_fused folds the conv in for the shape: a thread a channel, the taps in registers.
-static bool dn_conv_takes(int dk, int dv, int K) { return 2 * dk + dv <= dv * DN_P && K >= 1 && K <= CONV_KR; }
-
-// k_dn_fused over the nv value heads of n rows: the decode step's one token (Sp NULL, its state S) launched
-// dependent, a batch's rows (their states Sp) plainly.
-static void dn_launch(float *S, float *const *Sp, const float *conv, const DnConv &cv, const float *a, const float *b,
-                      const float *ssm_a, const float *ssm_dt, float *o, const float *z, const float *norm_w, int nk,
-                      int nv, int dk, int dv, int tiled, float eps, int n, lilac_cuda_stream *s)
-{
-    if (!Sp)
-        launch_dependent(k_dn_fused, dim3(nv), dim3(dv * DN_P), dn_smem(dk, dv), CS(s), S, conv, a, b, ssm_a, ssm_dt,
-                         z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL, cv);
-    else
-        k_dn_fused<<<dim3(nv, n), dv * DN_P, dn_smem(dk, dv), CS(s)>>>((float *)NULL, conv, a, b, ssm_a, ssm_dt, z,
-                                                                         norm_w, o, nk, nv, dk, dv, tiled, eps, Sp, cv);
 }
 
 extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, const float *b, const float *ssm_a,
@@ -1139,7 +1047,8 @@ extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, 
 {
     if (!dn_fused_takes(dk, dv))
         return -1;
-    dn_launch(S, NULL, conv_out, DnConv{}, a, b, ssm_a, ssm_dt, o, z, norm_w, nk, nv, dk, dv, tiled, eps, 1, s);
+    launch_dependent(k_dn_fused, dim3(nv), dim3(dv * DN_P), (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s), S,
+                     conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL);
     return 0;
 }
 
@@ -1150,22 +1059,8 @@ extern "C" int lilac_cuda_deltanet_rows(const float *conv_out, const float *a, c
 {
     if (!dn_fused_takes(dk, dv) || !Sp || n < 1 || n > 65535)
         return -1;
-    dn_launch(NULL, Sp, conv_out, DnConv{}, a, b, ssm_a, ssm_dt, o, z, norm_w, nk, nv, dk, dv, tiled, eps, n, s);
-    return 0;
-}
-
-extern "C" int lilac_cuda_deltanet_conv(const float *qkv, float *conv_state, float *const *conv_statep,
-                                        const float *conv_w, int K, const int *pos, const float *a, const float *b,
-                                        const float *ssm_a, const float *ssm_dt, float *S, float *const *Sp, float *o,
-                                        const float *z, const float *norm_w, int nk, int nv, int dk, int dv,
-                                        int tiled, float eps, int n, lilac_cuda_stream *s)
-{
-    if (!dn_fused_takes(dk, dv) || !dn_conv_takes(dk, dv, K) || !qkv || !conv_w || !pos || n < 1 || n > 65535 ||
-        (Sp ? !conv_statep : !S || !conv_state || n != 1))
-        return -1;
-    lilac_cuda_fused_note(LILAC_CUDA_FUSED_DN_CONV);
-    dn_launch(S, Sp, NULL, DnConv{qkv, conv_state, conv_statep, conv_w, pos, K}, a, b, ssm_a, ssm_dt, o, z, norm_w, nk,
-              nv, dk, dv, tiled, eps, n, s);
+    k_dn_fused<<<dim3(nv, n), dv * DN_P, (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s)>>>(
+        (float *)NULL, conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, Sp);
     return 0;
 }
 

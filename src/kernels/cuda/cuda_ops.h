@@ -24,14 +24,8 @@ int lilac_cuda_capture_begin(lilac_cuda_stream *s);
 int lilac_cuda_capture_end(lilac_cuda_stream *s, void **exec);
 int lilac_cuda_graph_launch(void *exec, lilac_cuda_stream *s);
 void lilac_cuda_graph_free(void *exec);
-/* The DeltaNet's causal depthwise conv of C channels with K taps (w [C][K]) at the position *pos (device), SiLU
- * after. state (K slots of C floats, zero before the first step): the last K - 1 inputs in slots 0 .. K - 2,
- * oldest first, shifted each step; or, ring set (LILAC_CUDA_DN_CONV=1, for every conv of the process), the
- * input of position p at slot p mod K: a step at P reads positions P - K + 1 .. P - 1 (none before 0) and
- * writes slot P mod K, which it does not read. Every conv kernel (this one, its rows, the prefill's, the one
- * folded into the DeltaNet kernel: always the ring) adds the taps in order with explicit FMAs. */
-void lilac_cuda_conv_step(const float *in, float *state, const float *w, float *out, int C, int K, const int *pos,
-                          int ring, lilac_cuda_stream *s);
+void lilac_cuda_conv_step(const float *in, float *state, const float *w, float *out, int C, int K,
+                          lilac_cuda_stream *s);
 /* Per row of dv (rows of them): o = RMSNorm(o) * w * silu(z), z laid out as o. */
 void lilac_cuda_gated_norm(float *o, const float *z, const float *w, int rows, int dv, float eps, lilac_cuda_stream *s);
 void lilac_cuda_swiglu(float *g, const float *u, int n, lilac_cuda_stream *s);
@@ -128,17 +122,8 @@ void lilac_cuda_moe_sum_norm_rows(float *x, const float *ex, const float *w, int
 int lilac_cuda_moe_sum_norm_grid_rows(float *x, const float *ex, const float *w, int k, const float *sh,
                                       const float *gsh, const float *norm_w, float *xn, int E, float eps, float *part,
                                       unsigned *count, int n, long long ex_row, long long w_row, lilac_cuda_stream *s);
-void lilac_cuda_conv_step_rows(const float *in, float *const *statep, const float *w, float *out, int C, int K,
-                               const int *pos, int ring, int n, lilac_cuda_stream *s);
-/* lilac_cuda_deltanet_fused (n 1, S and conv_state set) or _rows (Sp and conv_statep set, n rows at pos[row])
- * with the conv folded in (LILAC_CUDA_DN_CONV=1): q, k, v from qkv (the product's output, C floats a row) and
- * the conv state's ring as lilac_cuda_conv_step computes them, the ring advanced; no conv output written. -1
- * (nothing launched) for shapes it does not take (those of deltanet_fused, and 2 dk + dv over 8 dv, K over 8). */
-int lilac_cuda_deltanet_conv(const float *qkv, float *conv_state, float *const *conv_statep, const float *conv_w,
-                             int K, const int *pos, const float *a, const float *b, const float *ssm_a,
-                             const float *ssm_dt, float *S, float *const *Sp, float *o, const float *z,
-                             const float *norm_w, int nk, int nv, int dk, int dv, int tiled, float eps, int n,
-                             lilac_cuda_stream *s);
+void lilac_cuda_conv_step_rows(const float *in, float *const *statep, const float *w, float *out, int C, int K, int n,
+                               lilac_cuda_stream *s);
 int lilac_cuda_deltanet_rows(const float *conv_out, const float *a, const float *b, const float *ssm_a,
                              const float *ssm_dt, float *const *Sp, float *o, const float *z, const float *norm_w,
                              int nk, int nv, int dk, int dv, int tiled, float eps, int n, lilac_cuda_stream *s);
@@ -168,10 +153,9 @@ int lilac_cuda_pf_attention_mma(const float *q, int q_step, long long q_tok, con
 int lilac_cuda_pf_attention_simt(const float *q, int q_step, long long q_tok, const float *K, const float *V,
                                  int n_head, int n_head_kv, int hd, int pos0, int n, float *out, int gated,
                                  lilac_cuda_stream *s);
-/* The causal conv of n rows of C channels at positions pos0 .. pos0 + n - 1 with SiLU (out [n][C]), then the
- * state (lilac_cuda_conv_step's layout, shifted or ring) advanced by n. */
-void lilac_cuda_pf_conv(const float *in, float *state, const float *w, float *out, int C, int K, int pos0, int n,
-                        int ring, lilac_cuda_stream *s);
+/* The causal conv of n rows of C channels with SiLU (out [n][C]), then the state (K - 1 rows) advanced by n. */
+void lilac_cuda_pf_conv(const float *in, float *state, const float *w, float *out, int C, int K, int n,
+                        lilac_cuda_stream *s);
 /* lilac_cuda_deltanet_fused's step for n tokens in order (conv_out normalized in place): conv_out [n][C] (C
  * floats a row), a, b [n][nv], o and z [n][nv * dv]. */
 void lilac_cuda_pf_deltanet(float *conv_out, int C, float *a, float *b, const float *ssm_a, const float *ssm_dt,

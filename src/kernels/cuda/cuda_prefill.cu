@@ -165,28 +165,16 @@ void launch_attention(const float *q, int q_step, long long q_tok, const float *
 // ---- Gated DeltaNet ----
 
 // The causal depthwise conv of channel c (thread) over tokens [blockIdx.y *
-// PC_T, ..) of the chunk at positions pos0 + t, SiLU after: input tau < 0 is
-// the input of position pos0 + tau, from the state (lilac_cuda_conv_step's
-// layout: row K - 1 + tau, or with ring slot (pos0 + tau) mod K, zero before
-// position 0). The state is advanced after, by k_pf_conv_state, once every
-// token has read it.
+// PC_T, ..) of the chunk, SiLU after: input tau < 0 is state row K - 1 + tau
+// (the last K - 1 inputs before the chunk). The state is updated after, by
+// k_pf_conv_state, once every token has read it.
 // Up to PC_KR taps: the thread's PC_T + PC_KR - 1 inputs all loaded first (in flight at once) into registers,
-// the taps right-aligned in PC_KR with zeros before them (__fmaf_rn(0, 0, s) leaves s as it was: the same bits
-// as the loop below and as k_conv_step, whose taps go in the same order). That loop waited one memory round
-// trip a token (the store to out may alias the next token's loads): 43 us a call at 512 tokens and 8192
-// channels (ncu, H200, 2026-11-30).
+// the taps right-aligned in PC_KR with zeros before them (adding fmaf(0, 0, s) leaves s as it was: the same
+// bits as the loop below). That loop waited one memory round trip a token (the store to out may alias the
+// next token's loads): 43 us a call at 512 tokens and 8192 channels (ncu, H200, 2026-11-30).
 #define PC_T 32
 #define PC_KR 4
-__device__ __forceinline__ float pf_conv_in(const float *in, const float *state, int C, int K, int pos0, int tau, int c,
-                                            bool ring)
-{
-    return tau >= 0 ? in[(size_t)tau * C + c]
-           : ring   ? conv_ring_in(state, C, K, pos0 + tau, c)
-                    : state[(size_t)(K - 1 + tau) * C + c];
-}
-
-__global__ void k_pf_conv(const float *in, const float *state, const float *w, float *out, int C, int K, int pos0,
-                          int n, int ring)
+__global__ void k_pf_conv(const float *in, const float *state, const float *w, float *out, int C, int K, int n)
 {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C)
@@ -201,14 +189,15 @@ __global__ void k_pf_conv(const float *in, const float *state, const float *w, f
 #pragma unroll
         for (int i = 0; i < PC_T + PC_KR - 1; i++) { /* input tau = t0 - (PC_KR - 1) + i */
             const int tau = t0 - (PC_KR - 1) + i;
-            xv[i] = tau < t0 - (K - 1) || tau >= t1 ? 0.f : pf_conv_in(in, state, C, K, pos0, tau, c, ring);
+            xv[i] = tau < t0 - (K - 1) || tau >= t1 ? 0.f : tau >= 0 ? in[(size_t)tau * C + c]
+                                                                   : state[(size_t)(K - 1 + tau) * C + c];
         }
 #pragma unroll
         for (int t = 0; t < PC_T; t++) {
             float s = 0;
 #pragma unroll
             for (int j = 0; j < PC_KR; j++)
-                s = __fmaf_rn(wv[j], xv[t + j], s);
+                s += wv[j] * xv[t + j];
             if (t0 + t < t1)
                 out[(size_t)(t0 + t) * C + c] = silu(s);
         }
@@ -216,26 +205,21 @@ __global__ void k_pf_conv(const float *in, const float *state, const float *w, f
     }
     for (int t = t0; t < t1; t++) {
         float s = 0;
-        for (int i = 0; i < K; i++)
-            s = __fmaf_rn(wc[i], pf_conv_in(in, state, C, K, pos0, t - (K - 1) + i, c, ring), s);
+        for (int i = 0; i < K; i++) {
+            const int tau = t - (K - 1) + i;
+            s += wc[i] * (tau >= 0 ? in[(size_t)tau * C + c] : state[(size_t)(K - 1 + tau) * C + c]);
+        }
         out[(size_t)t * C + c] = silu(s);
     }
 }
 
-// The state after the chunk. Shifted: row r becomes input n - (K - 1) + r, from the chunk or an older row
-// n + r > r, not yet overwritten (rows go up). Ring: the inputs of positions pos0 + n - (K - 1) .. pos0 + n - 1
-// that the chunk holds, each at its slot (the older ones are there already; K - 1 consecutive positions never
-// share a slot).
-__global__ void k_pf_conv_state(const float *in, float *state, int C, int K, int pos0, int n, int ring)
+// State row r becomes input n - (K - 1) + r: from the chunk, or an older
+// state row n + r > r, not yet overwritten (rows go up).
+__global__ void k_pf_conv_state(const float *in, float *state, int C, int K, int n)
 {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C)
         return;
-    if (ring) {
-        for (int tau = n - (K - 1) > 0 ? n - (K - 1) : 0; tau < n; tau++)
-            state[(size_t)conv_slot(pos0 + tau, K) * C + c] = in[(size_t)tau * C + c];
-        return;
-    }
     for (int r = 0; r < K - 1; r++) {
         const int tau = n - (K - 1) + r;
         state[(size_t)r * C + c] = tau >= 0 ? in[(size_t)tau * C + c] : state[(size_t)(K - 1 + tau) * C + c];
@@ -1133,15 +1117,15 @@ extern "C" int lilac_cuda_pf_attention_simt(const float *q, int q_step, long lon
     return 0;
 }
 
-extern "C" void lilac_cuda_pf_conv(const float *in, float *state, const float *w, float *out, int C, int K, int pos0,
-                                   int n, int ring, lilac_cuda_stream *s)
+extern "C" void lilac_cuda_pf_conv(const float *in, float *state, const float *w, float *out, int C, int K, int n,
+                                   lilac_cuda_stream *s)
 {
-    if (n < 1 || C < 1 || K < 1 || pos0 < 0)
+    if (n < 1 || C < 1 || K < 1)
         return;
     const dim3 grid((unsigned)((C + 255) / 256), (unsigned)((n + PC_T - 1) / PC_T));
-    k_pf_conv<<<grid, 256, 0, CS(s)>>>(in, state, w, out, C, K, pos0, n, ring);
+    k_pf_conv<<<grid, 256, 0, CS(s)>>>(in, state, w, out, C, K, n);
     if (K > 1)
-        k_pf_conv_state<<<(C + 255) / 256, 256, 0, CS(s)>>>(in, state, C, K, pos0, n, ring);
+        k_pf_conv_state<<<(C + 255) / 256, 256, 0, CS(s)>>>(in, state, C, K, n);
 }
 
 namespace {

@@ -1642,12 +1642,6 @@ long lilac_cuda_fused_launches(int kind)
     return kind >= 0 && kind < LILAC_CUDA_FUSED_KINDS ? g_fused_launches[kind].load(std::memory_order_relaxed) : 0;
 }
 
-void lilac_cuda_fused_note(int kind)
-{
-    if (kind >= 0 && kind < LILAC_CUDA_FUSED_KINDS)
-        g_fused_launches[kind].fetch_add(1, std::memory_order_relaxed);
-}
-
 int lilac_cuda_moe_down_sum_batch(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
                                   const float *g, const float *u, const float *wt, const float *sh, float *x,
                                   const float *norm_w, float *xn, float eps, float *part, unsigned *count, int n,
@@ -1667,7 +1661,7 @@ int lilac_cuda_moe_down_sum_batch(const lilac_cuda_mat *W, size_t expert_stride,
     const int rc =
         ds_r() == 2 ? ds_launch<2>(W, expert_stride, d, S(s), n) : ds_launch<1>(W, expert_stride, d, S(s), n);
     if (!rc)
-        lilac_cuda_fused_note(LILAC_CUDA_FUSED_DOWN_SUM);
+        g_fused_launches[LILAC_CUDA_FUSED_DOWN_SUM].fetch_add(1, std::memory_order_relaxed);
     return rc;
 }
 
