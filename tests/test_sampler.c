@@ -2,6 +2,7 @@
  * computations: the distribution of seeded draws, the penalties'
  * amounts, reproducibility, log-probabilities, split stop strings. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "lilac.h"
 #include "testutil.h"
@@ -223,6 +224,109 @@ static void check_stops(void)
     lilac_stop_free(st);
 }
 
+/* A vocabulary the size of the real ones (the top-k path selects without
+ * sorting all of it): with top_k cutting through a run of tied logits, the
+ * kept tokens are the best ones then the lowest ids of the tie (a full sort's
+ * order), drawn in their softmax proportions; and the chosen token's
+ * log-probability against a double-precision log-sum-exp. */
+static void check_large_vocab(void)
+{
+    enum { NV = 300000, K = 12 };
+    float *logits = malloc((size_t)NV * sizeof *logits), *work = malloc((size_t)NV * sizeof *work);
+    CHECK(logits && work);
+    if (!logits || !work)
+        return;
+    uint64_t x = 99;
+    for (int i = 0; i < NV; i++) { /* 61 distinct values in [-30, 30], each ~5,000 times */
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        logits[i] = (float)((int)((x >> 33) % 61) - 30);
+    }
+    /* three tokens above every other, then the tie at 30.0 cut by top_k */
+    const int hi[3] = {NV - 1, 17, NV / 2};
+    logits[hi[0]] = 31.5f, logits[hi[1]] = 31.0f, logits[hi[2]] = 30.5f;
+    int keep[K], nk = 0;
+    for (int i = 0; i < 3; i++)
+        keep[nk++] = hi[i];
+    for (int i = 0; i < NV && nk < K; i++)
+        if (logits[i] == 30.0f)
+            keep[nk++] = i;
+    CHECK(nk == K);
+    double q[K], z = 0;
+    for (int i = 0; i < K; i++)
+        z += q[i] = exp(logits[keep[i]] - 31.5);
+    lilac_sampler_params sp = lilac_sampler_default_params();
+    sp.temperature = 1.0f, sp.top_k = K, sp.top_p = 1.0f, sp.min_p = 0, sp.seed = 5;
+    lilac_sampler *s;
+    lilac_error err;
+    CHECK(lilac_sampler_new(&sp, NV, &s, &err) == LILAC_OK);
+    const int N = 4000;
+    long count[K] = {0}, outside = 0;
+    for (int n = 0; n < N; n++) {
+        memcpy(work, logits, (size_t)NV * sizeof *work);
+        int t = lilac_sampler_sample(s, work, NULL, NULL, 0), at = -1;
+        for (int i = 0; i < K; i++)
+            at = keep[i] == t ? i : at;
+        if (at < 0)
+            outside++;
+        else
+            count[at]++;
+    }
+    double chi2 = 0;
+    for (int i = 0; i < K; i++) {
+        const double e = q[i] / z * N;
+        chi2 += (count[i] - e) * (count[i] - e) / e;
+    }
+    printf("vocabulary %d, top_k %d through a tie: %ld outside, chi2 %.1f (df %d)\n", NV, K, outside, chi2, K - 1);
+    CHECKF(outside == 0, "%ld draws outside the top %d (best, then the tie's lowest ids)", outside, K);
+    CHECKF(chi2 < K - 1 + 6 * sqrt(2.0 * (K - 1)), "chi-square %.1f: draws do not follow the kept softmax", chi2);
+    lilac_sampler_free(s);
+
+    sp.temperature = 0;
+    CHECK(lilac_sampler_new(&sp, NV, &s, &err) == LILAC_OK);
+    for (int i = 0; i < NV; i++) { /* spread values, many tokens far below the best */
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        work[i] = logits[i] = (float)((x >> 40) % 1000000) / 1000000.0f * 120.0f - 100.0f;
+    }
+    double mx = -INFINITY, zz = 0;
+    for (int i = 0; i < NV; i++)
+        mx = logits[i] > mx ? logits[i] : mx;
+    for (int i = 0; i < NV; i++)
+        zz += exp((double)logits[i] - mx);
+    float lp;
+    const int t = lilac_sampler_sample(s, work, &lp, NULL, 0);
+    const double want = logits[t] - (mx + log(zz));
+    CHECKF(logits[t] == (float)mx && fabs(lp - want) < 1e-5, "greedy token %d, logprob %.7f against %.7f", t, lp, want);
+    lilac_sampler_free(s);
+    free(logits);
+    free(work);
+}
+
+/* lilac_argmax (eight running bests) against one scan: the first index of
+ * the largest value, NaNs passed over, for lengths around the lanes. */
+static void check_argmax(void)
+{
+    float x[100];
+    uint64_t r = 3;
+    int bad = 0;
+    for (int n = 1; n <= 100; n++)
+        for (int rep = 0; rep < 20; rep++) {
+            for (int i = 0; i < n; i++) {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                x[i] = (float)((r >> 40) % 7); /* many ties */
+                if ((r >> 20) % 13 == 0)
+                    x[i] = NAN;
+            }
+            if (rep == 0)
+                x[0] = 1.0f;
+            int b = 0;
+            for (int i = 1; i < n; i++)
+                if (x[i] > x[b])
+                    b = i;
+            bad += lilac_argmax(x, n) != b;
+        }
+    CHECKF(bad == 0, "%d of 2000 argmax cases differ from one scan", bad);
+}
+
 int main(void)
 {
     check_distribution(1.0f, 0, 1.0f, 0.0f);
@@ -230,6 +334,8 @@ int main(void)
     check_distribution(0.8f, 0, 0.9f, 0.0f);
     check_distribution(1.3f, 40, 0.8f, 0.05f);
     check_distribution(1.0f, 0, 1.0f, 0.2f);
+    check_argmax();
+    check_large_vocab();
     check_penalties();
     check_seed_and_greedy();
     check_stops();
