@@ -226,6 +226,13 @@ typedef enum lilac_logits_mode {
     LILAC_LOGITS_NONE = 2,
 } lilac_logits_mode;
 
+/* n floats for lilac_eval_opts.logits where the model's backend writes them
+ * fastest: page-locked host memory when the model runs on a GPU (the copy
+ * from the device lands there, with no staging copy), plain memory
+ * otherwise. NULL when out of memory. Free with lilac_logits_free. */
+float *lilac_logits_alloc(const lilac_model *m, size_t n);
+void lilac_logits_free(float *p);
+
 typedef struct lilac_eval_opts {
     lilac_logits_mode logits_mode;
     float *logits; /* where logits go (NULL with LILAC_LOGITS_NONE) */

@@ -55,6 +55,26 @@ static void run(const char *fx, const tcase *c)
         if (hg && hc)
             printf("%s: residual stream, %d rows a token, CUDA vs CPU: max|d|/max %.3e\n", what, L1, worst);
     }
+    if (c->step && lg) { /* the engine's own loop: a token a call, LOGITS_LAST into lilac_logits_alloc's buffer
+                          * (pinned: the download lands there, no staging copy), the same bits as through the
+                          * staging buffer into malloc'd memory */
+        float *pin = lilac_logits_alloc(g, (size_t)V);
+        lilac_seq *sq = NULL;
+        lilac_error err;
+        CHECKF(pin && lilac_cuda_host_pinned(pin), "%s: lilac_logits_alloc gives pinned memory on a GPU", path);
+        int same = 0;
+        if (pin && !lilac_seq_new(g, n, &sq, &err)) {
+            lilac_eval_opts o = {.logits_mode = LILAC_LOGITS_LAST, .logits = pin};
+            for (int t = 0; t < n && !lilac_seq_eval(sq, toks + t, 1, &o, &err); t++)
+                same += !memcmp(pin, lg + (size_t)t * V, (size_t)V * sizeof(float));
+        }
+        CHECKF(same == n, "%s: %d of %d steps' logits in pinned memory bit-equal to the staged ones", path, same, n);
+        lilac_seq_free(sq);
+        lilac_logits_free(pin);
+        float *plain = lilac_logits_alloc(cpu, 4);
+        CHECKF(plain && !lilac_cuda_host_pinned(plain), "%s: plain memory for a CPU model", path);
+        lilac_logits_free(plain);
+    }
     if (c->rel > 0 && prompt && cont && nc > 0) { /* the golden continuation is the unquantized model's */
         int32_t *out = malloc((size_t)nc * sizeof *out);
         CHECK(out && tm_greedy(g, prompt, np, out, nc) == 0);

@@ -3,7 +3,7 @@
 # machine (an H200 here). Everything it writes goes under OUT (default
 # ./cuda-out): the build log, the test output, and bench JSON lines.
 #
-#   bench/cuda/run.sh [build|test|quick|synth|bench|ab|abold|pp|tg|pdl|sanitize|suite|all|pack]...
+#   bench/cuda/run.sh [build|test|quick|synth|bench|ab|abold|gen|pp|tg|pdl|sanitize|suite|all|pack]...
 #
 # Fixtures: $LILAC_FIXTURES (a copy of ../shared/fixtures, or the subset
 # bench/cuda/pack-fixtures.sh makes in .devfix). Libraries the machine lacks:
@@ -150,6 +150,21 @@ do_abold() {
 
 # (AB_DEPTH=N: tg128 after N tokens of context, for abold and tg alike.)
 
+# Generation as a user runs it (lilac run: the sampler on the host, the logits downloaded every token), 128
+# tokens with the default sampling and greedy, by this tree and, where abold/old built it, the older one: the
+# "generated ... tok/s" line of each. Needs build and synth.
+do_gen() {
+    local T="timeout ${BENCH_TIMEOUT:-120}" bin how
+    for bin in "$build/lilac" "$old/b/lilac"; do
+        [ -x "$bin" ] || continue
+        for how in "" "--temp 0"; do
+            # shellcheck disable=SC2086 # how is zero or more words
+            echo "run ${bin#"$root"/} ${how:-default sampling}: $($T "$bin" run -m "$synth" --backend cuda -p "Hello" \
+                -n 128 --seed 1 $how 2>&1 >/dev/null | grep -o 'generated [0-9]* tokens in [0-9]* ms ([0-9.]* tok/s)\|rror.*')"
+        done
+    done
+}
+
 # pp512 with each prefill switch off in turn, against all on (one run each, the same machine): which of them
 # pays. Needs build and synth.
 do_ab() {
@@ -267,10 +282,11 @@ for s in "${steps[@]}"; do
     ab) do_ab ;;
     abold) do_abold ;;
     pack) do_pack ;;
+    gen) do_gen ;;
     pp) do_pp ;;
     old) build_old ;;
     tg) IFS=';' read -ra tv <<<"${TG_VARIANTS:-LILAC_NONE=1}" && tg128_each "${tv[@]}" ;;
     all) do_build && do_test && do_synth && do_bench ;;
-    *) echo "usage: $0 [build|test|quick|synth|bench|ab|abold|pp|tg|pdl|sanitize|suite|all|pack]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [build|test|quick|synth|bench|ab|abold|gen|pp|tg|pdl|sanitize|suite|all|pack]..." >&2; exit 2 ;;
     esac
 done

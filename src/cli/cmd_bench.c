@@ -88,7 +88,7 @@ static int run_once(lilac_model *m, const bench_opts *o, const lilac_seq *base, 
     lilac_seq *s = NULL;
     lilac_error err;
     int32_t *toks = malloc((size_t)(n + 1) * sizeof *toks);
-    float *logits = malloc((size_t)hp->n_vocab * sizeof(float));
+    float *logits = lilac_logits_alloc(m, (size_t)hp->n_vocab); /* pinned on a GPU, as the engine's own loop */
     uint64_t rng = 12345;
     int rc = 1;
     if (!toks || !logits) {
@@ -119,7 +119,7 @@ static int run_once(lilac_model *m, const bench_opts *o, const lilac_seq *base, 
 done:
     lilac_seq_free(s);
     free(toks);
-    free(logits);
+    lilac_logits_free(logits);
     return rc;
 }
 

@@ -37,7 +37,7 @@ lilac_status lilac_generate(lilac_seq *s, lilac_tokenizer *t, lilac_sampler *smp
     if (n_prompt == 0)
         return lilac_fail(err, LILAC_E_ARG, "an empty prompt: lilac_generate needs the tokens to continue from");
 
-    float *logits = malloc((size_t)V * sizeof(float));
+    float *logits = lilac_logits_alloc(s->m, (size_t)V);
     tok_tokenizer *tk = lilac_tokenizer_tok(t);
     lilac_token_logprob top[20];
     tok_stream *ts = NULL;
@@ -114,6 +114,6 @@ lilac_status lilac_generate(lilac_seq *s, lilac_tokenizer *t, lilac_sampler *smp
 done:
     tok_stream_free(ts);
     lilac_stop_free(stop);
-    free(logits);
+    lilac_logits_free(logits);
     return st;
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/cuda.h"
 #include "model/attention.h"
 #include "model/decoder_cuda.h"
 #include "model/deltanet.h"
@@ -364,4 +365,37 @@ lilac_status lilac_seq_eval(lilac_seq *s, const int32_t *tokens, int n, const li
     if (opts->logits_mode != LILAC_LOGITS_NONE && !opts->logits)
         return lilac_fail(err, LILAC_E_ARG, "logits requested but no buffer given");
     return lilac_decoder_eval(s, tokens, n, opts, err);
+}
+
+/* lilac_logits_alloc's block: a header saying which allocator it came from,
+ * 64 bytes so that the floats keep the allocation's alignment. */
+typedef union logits_hdr {
+    bool pinned;
+    char pad[64];
+} logits_hdr;
+
+float *lilac_logits_alloc(const lilac_model *m, size_t n)
+{
+    if (n > (SIZE_MAX - sizeof(logits_hdr)) / sizeof(float))
+        return NULL;
+    const size_t bytes = sizeof(logits_hdr) + n * sizeof(float);
+    logits_hdr *b = NULL;
+    bool pinned = m && m->cuda && !lilac_cuda_host_alloc((void **)&b, bytes);
+    if (!pinned)
+        b = malloc(bytes);
+    if (!b)
+        return NULL;
+    b->pinned = pinned;
+    return (float *)(b + 1);
+}
+
+void lilac_logits_free(float *p)
+{
+    if (!p)
+        return;
+    logits_hdr *b = (logits_hdr *)p - 1;
+    if (b->pinned)
+        lilac_cuda_host_free(b);
+    else
+        free(b);
 }

@@ -176,6 +176,12 @@ int lilac_cuda_host_alloc(void **p, size_t bytes)
 
 void lilac_cuda_host_free(void *p) { (void)p; }
 
+int lilac_cuda_host_pinned(const void *p)
+{
+    (void)p;
+    return 0;
+}
+
 void lilac_cuda_get_row(const lilac_cuda_mat *W, const int32_t *r_dev, float *out, lilac_cuda_stream *s)
 {
     (void)W, (void)r_dev, (void)out, (void)s;

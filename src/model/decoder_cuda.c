@@ -788,6 +788,7 @@ lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const l
                           "model's shapes; --backend cpu for this one");
     if (lilac_cuda_prefill_wanted(s, n) || opts->hidden)
         return lilac_cuda_prefill(s, tokens, n, opts, err);
+    const bool dst_pinned = opts->logits_mode != LILAC_LOGITS_NONE && lilac_cuda_host_pinned(opts->logits);
     for (int i = 0; i < n; i++) {
         double t0 = g_timing == 1 ? now_s() : 0;
         int32_t tp[2] = {tokens[i], s->pos};
@@ -807,8 +808,9 @@ lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const l
             dst = opts->logits;
         if (dst) {
             lilac_cuda_matvec(&cm->output, cm->xn, cm->logits, 1, cm->stream);
-            /* through pinned memory: a copy to pageable memory runs at a fraction of the bus's speed */
-            float *via = cm->logits_host ? cm->logits_host : dst;
+            /* through pinned memory: a copy to pageable memory runs at a fraction of the bus's speed; straight
+             * into the caller's where that is pinned (lilac_logits_alloc: no 1 MB host copy a token) */
+            float *via = cm->logits_host && !dst_pinned ? cm->logits_host : dst;
             if (lilac_cuda_download(via, cm->logits, (size_t)V * sizeof(float), cm->stream, msg, sizeof msg))
                 return cuda_err(err, "CUDA step", msg);
             if (via != dst)

@@ -42,6 +42,8 @@ void lilac_cuda_free(void *p);
 /* Page-locked host memory (copies to and from it run at the bus's speed); 0 or -1. */
 int lilac_cuda_host_alloc(void **p, size_t bytes);
 void lilac_cuda_host_free(void *p);
+/* Whether p is page-locked host memory the device copies to directly (cudaMallocHost's or registered). */
+int lilac_cuda_host_pinned(const void *p);
 int lilac_cuda_upload(void *dst_dev, const void *src_host, size_t bytes, char *msg, size_t cap);
 int lilac_cuda_download(void *dst_host, const void *src_dev, size_t bytes, lilac_cuda_stream *s, char *msg,
                         size_t cap); /* waits for s first */

@@ -1512,6 +1512,16 @@ void lilac_cuda_host_free(void *p)
         (void)cudaGetLastError();
 }
 
+int lilac_cuda_host_pinned(const void *p)
+{
+    cudaPointerAttributes a;
+    if (!p || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+
 int lilac_cuda_upload(void *dst_dev, const void *src_host, size_t bytes, char *msg, size_t cap)
 {
     const cudaError_t e = cudaMemcpy(dst_dev, src_host, bytes, cudaMemcpyHostToDevice);
