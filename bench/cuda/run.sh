@@ -159,7 +159,7 @@ do_gen() {
         [ -x "$bin" ] || continue
         for how in "" "--temp 0"; do
             # shellcheck disable=SC2086 # how is zero or more words
-            echo "run ${bin#"$root"/} ${how:-default sampling}: $($T "$bin" run -m "$synth" --backend cuda -p "Hello" \
+            echo "run ${bin#"$root"/} ${how:-default sampling}: $($T "$bin" run -m "$synth" --backend cuda --raw -p "Hello" \
                 -n 128 --seed 1 $how 2>&1 >/dev/null | grep -o 'generated [0-9]* tokens in [0-9]* ms ([0-9.]* tok/s)\|rror.*')"
         done
     done
