@@ -224,7 +224,24 @@ typedef enum lilac_logits_mode {
     LILAC_LOGITS_LAST = 0, /* n_vocab floats: the last position's */
     LILAC_LOGITS_ALL = 1,  /* n * n_vocab floats, row-major */
     LILAC_LOGITS_NONE = 2,
+    LILAC_LOGITS_TOP = 3,  /* the last position's top_k best and log-sum-exp into *top (lilac_logits_top_of's);
+                            * logits: n_vocab floats the backend may use on the way */
 } lilac_logits_mode;
+
+/* The most likely tokens of one position and the softmax's log-denominator:
+ * what the sampler needs without penalties and with a bounded top_k
+ * (lilac_sampler_top_k). On a GPU they are reduced there and only these
+ * come back to the host, not the whole vocabulary's logits. */
+#define LILAC_TOP_MAX 128
+typedef struct lilac_logits_top {
+    double lse;                  /* log sum_i e^logit_i over the whole vocabulary */
+    int32_t n;                   /* candidates: min(top_k, n_vocab) */
+    int32_t id[LILAC_TOP_MAX];   /* best first; equal logits: the lower id first (NaN counts as -inf) */
+    float logit[LILAC_TOP_MAX];
+} lilac_logits_top;
+
+/* The same from host logits (the CPU's way, and the GPU reduction's oracle). k in 1..LILAC_TOP_MAX. */
+void lilac_logits_top_of(const float *logits, int n_vocab, int k, lilac_logits_top *t);
 
 /* n floats for lilac_eval_opts.logits where the model's backend writes them
  * fastest: page-locked host memory when the model runs on a GPU (the copy
@@ -240,6 +257,8 @@ typedef struct lilac_eval_opts {
      * residual stream after the embedding and after each layer, the last
      * after the final norm. */
     float *hidden;
+    lilac_logits_top *top; /* LILAC_LOGITS_TOP: where the candidates go */
+    int top_k;             /* LILAC_LOGITS_TOP: how many (1..LILAC_TOP_MAX) */
 } lilac_eval_opts;
 
 /* Feed n tokens at the sequence's current position. n > 1 runs the
@@ -356,6 +375,15 @@ typedef struct lilac_token_logprob {
  * likely tokens are written there, most likely first; *chosen_logprob
  * (if non-NULL) gets the chosen token's log-probability. The chosen token
  * is not accepted into the history: call lilac_sampler_accept. */
+/* Candidates lilac_sampler_sample_top needs for this sampler and n_top
+ * reported alternatives, or 0 where it needs every logit (penalties; top_k
+ * off or over LILAC_TOP_MAX with temperature). */
+int lilac_sampler_top_k(const lilac_sampler *s, int n_top);
+/* lilac_sampler_sample from the top form (at least lilac_sampler_top_k
+ * candidates): the same choice but where two logits round to one scaled
+ * value at the top_k edge; the log-probabilities from its lse. */
+int32_t lilac_sampler_sample_top(lilac_sampler *s, const lilac_logits_top *t, float *chosen_logprob,
+                                 lilac_token_logprob *top, int n_top);
 int32_t lilac_sampler_sample(lilac_sampler *s, float *logits, float *chosen_logprob, lilac_token_logprob *top,
                              int n_top);
 

@@ -70,6 +70,27 @@ static void run(const char *fx, const tcase *c)
         }
         CHECKF(same == n, "%s: %d of %d steps' logits in pinned memory bit-equal to the staged ones", path, same, n);
         lilac_seq_free(sq);
+        sq = NULL;
+        /* LILAC_LOGITS_TOP, reduced on the device: the candidates of the host's reduction of those logits */
+        lilac_logits_top *tp = malloc(sizeof *tp), *th = malloc(sizeof *th);
+        int top_same = 0;
+        double worst = 0;
+        if (pin && tp && th && !lilac_seq_new(g, n, &sq, &err)) {
+            lilac_eval_opts o = {.logits_mode = LILAC_LOGITS_TOP, .logits = pin, .top = tp, .top_k = 40};
+            for (int t = 0; t < n && !lilac_seq_eval(sq, toks + t, 1, &o, &err); t++) {
+                lilac_logits_top_of(lg + (size_t)t * V, V, 40, th);
+                bool ok = tp->n == th->n;
+                for (int j = 0; ok && j < th->n; j++)
+                    ok = tp->id[j] == th->id[j] && tp->logit[j] == th->logit[j];
+                top_same += ok;
+                const double e = fabs(tp->lse - th->lse) / (fabs(th->lse) > 1 ? fabs(th->lse) : 1);
+                worst = e > worst ? e : worst;
+            }
+        }
+        CHECKF(top_same == n, "%s: %d of %d steps' top 40 from the device equal the host's", path, top_same, n);
+        CHECKF(worst <= 1e-6, "%s: the device's log-sum-exp off by %.3g", path, worst);
+        lilac_seq_free(sq);
+        free(tp), free(th);
         lilac_logits_free(pin);
         float *plain = lilac_logits_alloc(cpu, 4);
         CHECKF(plain && !lilac_cuda_host_pinned(plain), "%s: plain memory for a CPU model", path);

@@ -327,6 +327,77 @@ static void check_argmax(void)
     CHECKF(bad == 0, "%d of 2000 argmax cases differ from one scan", bad);
 }
 
+/* lilac_sampler_sample_top on lilac_logits_top_of's candidates against
+ * lilac_sampler_sample on all the logits: two samplers of one seed draw the
+ * same tokens with the same log-probabilities, step after step, for greedy
+ * (with alternatives reported), top_k alone, with top_p and min_p; and
+ * lilac_sampler_top_k says 0 where the top form does not hold enough. */
+static void check_top_form(void)
+{
+    enum { NV = 50000, STEPS = 300 };
+    float *lg = malloc(sizeof(float) * NV), *work = malloc(sizeof(float) * NV);
+    lilac_logits_top *t = malloc(sizeof *t);
+    CHECK(lg && work && t);
+    if (!lg || !work || !t)
+        return;
+    static const struct {
+        float T;
+        int top_k;
+        float top_p, min_p;
+        int n_top;
+    } cs[] = {{0, 0, 1, 0, 5}, {0, 40, 0.9f, 0, 0}, {0.8f, 40, 0.95f, 0.05f, 3}, {1.2f, 7, 1, 0, 0},
+              {0.5f, 128, 0.5f, 0, 20}};
+    uint64_t x = 1234;
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        lilac_sampler_params sp = lilac_sampler_default_params();
+        sp.temperature = cs[ci].T, sp.top_k = cs[ci].top_k, sp.top_p = cs[ci].top_p, sp.min_p = cs[ci].min_p;
+        sp.seed = 77 + ci;
+        lilac_sampler *a, *b;
+        lilac_error err;
+        CHECK(lilac_sampler_new(&sp, NV, &a, &err) == LILAC_OK && lilac_sampler_new(&sp, NV, &b, &err) == LILAC_OK);
+        const int k = lilac_sampler_top_k(b, cs[ci].n_top);
+        CHECKF(k >= 1 && k >= cs[ci].n_top, "case %zu: top_k %d", ci, k);
+        int same = 0;
+        for (int step = 0; step < STEPS && k >= 1; step++) {
+            for (int i = 0; i < NV; i++) { /* a peaked distribution with ties among the tail */
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+                lg[i] = (float)((x >> 40) % 200) / 20.0f - (i % 97 == 0 ? 0.0f : 8.0f);
+            }
+            memcpy(work, lg, sizeof(float) * NV);
+            lilac_token_logprob ta[20], tb[20];
+            float la, lb;
+            const int n_top = cs[ci].n_top;
+            const int32_t ia = lilac_sampler_sample(a, work, &la, n_top ? ta : NULL, n_top);
+            lilac_logits_top_of(lg, NV, k, t);
+            const int32_t ib = lilac_sampler_sample_top(b, t, &lb, n_top ? tb : NULL, n_top);
+            bool ok = ia == ib && la == lb;
+            for (int j = 0; j < n_top; j++)
+                ok = ok && ta[j].token == tb[j].token && ta[j].logprob == tb[j].logprob;
+            same += ok;
+        }
+        CHECKF(same == STEPS, "case %zu (T %.2f top_k %d top_p %.2f min_p %.2f): %d of %d steps the same", ci,
+               cs[ci].T, cs[ci].top_k, cs[ci].top_p, cs[ci].min_p, same, STEPS);
+        lilac_sampler_free(a);
+        lilac_sampler_free(b);
+    }
+    /* where the top form does not hold enough: penalties, top_k off or over the most, with temperature */
+    static const struct {
+        float T, rp, pp;
+        int top_k;
+    } no[] = {{0.8f, 1.1f, 0, 40}, {0.8f, 1, 0.5f, 40}, {0.8f, 1, 0, 0}, {0.8f, 1, 0, LILAC_TOP_MAX + 1}};
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        lilac_sampler_params sp = lilac_sampler_default_params();
+        sp.temperature = no[i].T, sp.repeat_penalty = no[i].rp, sp.presence_penalty = no[i].pp;
+        sp.top_k = no[i].top_k;
+        lilac_sampler *s;
+        lilac_error err;
+        CHECK(lilac_sampler_new(&sp, NV, &s, &err) == LILAC_OK);
+        CHECKF(lilac_sampler_top_k(s, 0) == 0, "case %zu: the top form would not hold every candidate needed", i);
+        lilac_sampler_free(s);
+    }
+    free(lg), free(work), free(t);
+}
+
 int main(void)
 {
     check_distribution(1.0f, 0, 1.0f, 0.0f);
@@ -335,6 +406,7 @@ int main(void)
     check_distribution(1.3f, 40, 0.8f, 0.05f);
     check_distribution(1.0f, 0, 1.0f, 0.2f);
     check_argmax();
+    check_top_form();
     check_large_vocab();
     check_penalties();
     check_seed_and_greedy();

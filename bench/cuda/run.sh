@@ -60,6 +60,7 @@ do_test() {
     run_test dn-block-norm test_cuda_dn LILAC_CUDA_PF_WARP_NORM=0
     run_test dn-narrow test_cuda_dn LILAC_CUDA_DN_WIDE=0
     run_test route test_cuda_route
+    run_test sample test_cuda_sample
     run_test model test_cuda_model
     run_test model-att-shape test_cuda_model LILAC_CUDA_ATT_RANGES=128 LILAC_CUDA_ATT_KEYS=16
     run_test model-route-tail test_cuda_model LILAC_CUDA_ROUTE_TAIL=1
@@ -253,7 +254,7 @@ do_sanitize() {
     # test_cuda_kernels ran past 80 s: LILAC_CUDA_TEST_PARTS=down_sum (or matvec, norm, refusals, like) runs a part;
     # test_cuda_batch past 90 s: LILAC_CUDA_TEST_PARTS=exact (or fast, each with x64 for the 64-sequence runs))
     for tool in ${SAN_TOOLS:-memcheck racecheck}; do
-        for t in ${SAN_TESTS:-test_cuda_kernels test_cuda_mma test_cuda_attn test_cuda_dn test_cuda_route test_cuda_model test_cuda_prefill test_cuda_batch}; do
+        for t in ${SAN_TESTS:-test_cuda_kernels test_cuda_mma test_cuda_attn test_cuda_dn test_cuda_route test_cuda_sample test_cuda_model test_cuda_prefill test_cuda_batch}; do
             LILAC_REQUIRE_CUDA=1 LILAC_CUDA_GRAPH=0 LILAC_CUDA_TEST_QUICK=1 LILAC_CUDA_NO_BENCH=1 timeout "${SAN_TIMEOUT:-60}" \
                 "$cs" --tool $tool --error-exitcode 3 \
                 "$build/tests/$t" >"$out/san-$tool-$t.txt" 2>&1

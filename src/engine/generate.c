@@ -51,7 +51,12 @@ lilac_status lilac_generate(lilac_seq *s, lilac_tokenizer *t, lilac_sampler *smp
 
     bool stop_hit = false;
     double t0 = now_ms();
-    lilac_eval_opts eo = {.logits_mode = LILAC_LOGITS_LAST, .logits = logits};
+    /* where the sampler needs only the best candidates, the backend reduces the logits to them (on a GPU:
+     * 1 KB down a token, not the vocabulary) */
+    lilac_logits_top ltop;
+    const int top_k = lilac_sampler_top_k(smp, n_top);
+    lilac_eval_opts eo = {.logits_mode = top_k ? LILAC_LOGITS_TOP : LILAC_LOGITS_LAST, .logits = logits,
+                          .top = &ltop, .top_k = top_k};
     if ((st = lilac_seq_eval(s, prompt, n_prompt, &eo, err)))
         goto done;
     double t1 = now_ms();
@@ -67,7 +72,8 @@ lilac_status lilac_generate(lilac_seq *s, lilac_tokenizer *t, lilac_sampler *smp
             break;
         }
         float lp = 0;
-        int32_t tok = lilac_sampler_sample(smp, logits, &lp, n_top ? top : NULL, n_top);
+        int32_t tok = top_k ? lilac_sampler_sample_top(smp, &ltop, &lp, n_top ? top : NULL, n_top)
+                            : lilac_sampler_sample(smp, logits, &lp, n_top ? top : NULL, n_top);
         lilac_sampler_accept(smp, tok);
         res->n_generated++;
         if ((st = lilac_seq_eval(s, &tok, 1, &eo, err)))

@@ -308,45 +308,14 @@ static void top_k_cands(const float *logits, int n, float mx, float inv_t, int k
     qsort(c, (size_t)k, sizeof *c, cmp_cand_desc);
 }
 
-int32_t lilac_sampler_sample(lilac_sampler *s, float *logits, float *chosen_logprob, lilac_token_logprob *top,
-                             int n_top)
+/* The truncations after top_k (top_p, min_p) and the seeded draw over the
+ * candidates c[0..nc) (scaled logits; sorted best first when `sorted`). */
+static int32_t draw(lilac_sampler *s, struct cand *c, int nc, bool sorted)
 {
     const lilac_sampler_params *p = &s->p;
-    int n = s->n_vocab;
-    lilac_sampler_apply_penalties(s, logits);
-    double lse = (chosen_logprob || (top && n_top > 0)) ? log_sum_exp(logits, n) : 0;
-    if (top && n_top > 0)
-        top_logprobs(logits, n, lse, top, n_top);
-
-    int32_t chosen = 0;
-    if (p->temperature <= 0) {
-        chosen = lilac_argmax(logits, n);
-        goto done;
-    }
-
-    /* candidates: every token, then truncated; logits scaled by 1/T */
-    struct cand *c = s->cand;
-    int nc = 0;
-    const float mx = vmax(logits, n), inv_t = 1.0f / p->temperature;
-    bool sorted = false;
-    if (p->top_k > 0 && p->top_k < n) { /* the top k of a sort of all, without the sort */
-        top_k_cands(logits, n, mx, inv_t, p->top_k, c);
-        nc = p->top_k;
-        sorted = true;
-    } else {
-        for (int i = 0; i < n; i++) {
-            float l = (logits[i] - mx) * inv_t;
-            /* Only for sorting's sake: with top-p alone, tokens e^-40 below the
-             * best cannot matter to any top_p short of 1 - 1e-17. */
-            if (p->top_k <= 0 && p->top_p < 1.0f && l < -40.0f)
-                continue;
-            c[nc++] = (struct cand){l, i};
-        }
-    }
     if (p->top_p < 1.0f) {
         if (!sorted)
             qsort(c, (size_t)nc, sizeof *c, cmp_cand_desc);
-        sorted = true;
         double z = 0, acc = 0;
         for (int i = 0; i < nc; i++)
             z += exp(c[i].logit);
@@ -376,7 +345,7 @@ int32_t lilac_sampler_sample(lilac_sampler *s, float *logits, float *chosen_logp
     for (int i = 0; i < nc; i++)
         z += exp(c[i].logit);
     double u = next_uniform(s->rng) * z, acc = 0;
-    chosen = c[nc - 1].id;
+    int32_t chosen = c[nc - 1].id;
     for (int i = 0; i < nc; i++) {
         acc += exp(c[i].logit);
         if (u < acc) {
@@ -384,8 +353,98 @@ int32_t lilac_sampler_sample(lilac_sampler *s, float *logits, float *chosen_logp
             break;
         }
     }
-done:
+    return chosen;
+}
+
+int32_t lilac_sampler_sample(lilac_sampler *s, float *logits, float *chosen_logprob, lilac_token_logprob *top,
+                             int n_top)
+{
+    const lilac_sampler_params *p = &s->p;
+    int n = s->n_vocab;
+    lilac_sampler_apply_penalties(s, logits);
+    double lse = (chosen_logprob || (top && n_top > 0)) ? log_sum_exp(logits, n) : 0;
+    if (top && n_top > 0)
+        top_logprobs(logits, n, lse, top, n_top);
+
+    int32_t chosen = 0;
+    if (p->temperature <= 0) {
+        chosen = lilac_argmax(logits, n);
+    } else {
+        /* candidates: every token, then truncated; logits scaled by 1/T */
+        struct cand *c = s->cand;
+        int nc = 0;
+        const float mx = vmax(logits, n), inv_t = 1.0f / p->temperature;
+        bool sorted = false;
+        if (p->top_k > 0 && p->top_k < n) { /* the top k of a sort of all, without the sort */
+            top_k_cands(logits, n, mx, inv_t, p->top_k, c);
+            nc = p->top_k;
+            sorted = true;
+        } else {
+            for (int i = 0; i < n; i++) {
+                float l = (logits[i] - mx) * inv_t;
+                /* Only for sorting's sake: with top-p alone, tokens e^-40 below the
+                 * best cannot matter to any top_p short of 1 - 1e-17. */
+                if (p->top_k <= 0 && p->top_p < 1.0f && l < -40.0f)
+                    continue;
+                c[nc++] = (struct cand){l, i};
+            }
+        }
+        chosen = draw(s, c, nc, sorted);
+    }
     if (chosen_logprob)
         *chosen_logprob = (float)(logits[chosen] - lse);
     return chosen;
+}
+
+void lilac_logits_top_of(const float *logits, int n_vocab, int k, lilac_logits_top *t)
+{
+    k = k < 1 ? 1 : k > LILAC_TOP_MAX ? LILAC_TOP_MAX : k;
+    k = k < n_vocab ? k : n_vocab;
+    struct cand c[LILAC_TOP_MAX];
+    top_k_cands(logits, n_vocab, 0.0f, 1.0f, k, c); /* (l - 0) * 1: the logits themselves */
+    t->n = k;
+    for (int i = 0; i < k; i++)
+        t->id[i] = c[i].id, t->logit[i] = c[i].logit;
+    t->lse = log_sum_exp(logits, n_vocab);
+}
+
+int lilac_sampler_top_k(const lilac_sampler *s, int n_top)
+{
+    const lilac_sampler_params *p = &s->p;
+    const int want = n_top > 0 ? n_top : 1;
+    if (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f)
+        return 0; /* penalties change logits the top form does not hold */
+    if (p->temperature <= 0)
+        return want <= LILAC_TOP_MAX && want <= s->n_vocab ? want : 0;
+    if (p->top_k <= 0 || p->top_k >= s->n_vocab || p->top_k > LILAC_TOP_MAX)
+        return 0;
+    const int k = p->top_k > want ? p->top_k : want;
+    return k <= LILAC_TOP_MAX ? k : 0;
+}
+
+int32_t lilac_sampler_sample_top(lilac_sampler *s, const lilac_logits_top *t, float *chosen_logprob,
+                                 lilac_token_logprob *top, int n_top)
+{
+    const lilac_sampler_params *p = &s->p;
+    if (t->n < 1)
+        return 0;
+    for (int k = 0; top && k < n_top; k++)
+        top[k] = k < t->n ? (lilac_token_logprob){t->id[k], (float)(t->logit[k] - t->lse)}
+                          : (lilac_token_logprob){-1, -INFINITY};
+    int at = 0; /* the chosen candidate */
+    if (p->temperature > 0) {
+        struct cand *c = s->cand;
+        const int nc = p->top_k < t->n ? p->top_k : t->n;
+        const float mx = t->logit[0], inv_t = 1.0f / p->temperature;
+        for (int i = 0; i < nc; i++)
+            c[i] = (struct cand){(t->logit[i] - mx) * inv_t, t->id[i]};
+        /* the scaled values' order (two logits may round to one): as the full path sorts them */
+        qsort(c, (size_t)nc, sizeof *c, cmp_cand_desc);
+        const int32_t id = draw(s, c, nc, true);
+        while (at < t->n - 1 && t->id[at] != id)
+            at++;
+    }
+    if (chosen_logprob)
+        *chosen_logprob = (float)(t->logit[at] - t->lse);
+    return t->id[at];
 }

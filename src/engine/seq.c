@@ -364,6 +364,19 @@ lilac_status lilac_seq_eval(lilac_seq *s, const int32_t *tokens, int n, const li
         opts = &def;
     if (opts->logits_mode != LILAC_LOGITS_NONE && !opts->logits)
         return lilac_fail(err, LILAC_E_ARG, "logits requested but no buffer given");
+    if (opts->logits_mode == LILAC_LOGITS_TOP) {
+        if (!opts->top || opts->top_k < 1 || opts->top_k > LILAC_TOP_MAX)
+            return lilac_fail(err, LILAC_E_ARG, "top candidates requested without a place for them or with top_k %d "
+                                                "(1..%d)", opts->top_k, LILAC_TOP_MAX);
+        if (s->cuda && n == 1 && !opts->hidden) /* the GPU's decode step reduces them on the device */
+            return lilac_decoder_eval(s, tokens, n, opts, err);
+        lilac_eval_opts last = *opts;
+        last.logits_mode = LILAC_LOGITS_LAST;
+        lilac_status st = lilac_decoder_eval(s, tokens, n, &last, err);
+        if (!st)
+            lilac_logits_top_of(opts->logits, s->m->hp.n_vocab, opts->top_k, opts->top);
+        return st;
+    }
     return lilac_decoder_eval(s, tokens, n, opts, err);
 }
 

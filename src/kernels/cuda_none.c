@@ -176,6 +176,12 @@ int lilac_cuda_host_alloc(void **p, size_t bytes)
 
 void lilac_cuda_host_free(void *p) { (void)p; }
 
+int lilac_cuda_logits_top(const float *logits, int V, int k, void *scratch, lilac_cuda_stream *s)
+{
+    (void)logits, (void)V, (void)k, (void)scratch, (void)s;
+    return -1;
+}
+
 int lilac_cuda_host_pinned(const void *p)
 {
     (void)p;

@@ -44,7 +44,7 @@ size_t lilac_cuda_conv_channels(const lilac_hparams *hp);
 /* The one-token step's activation buffers (lilac_cuda_model_new), bytes each in the order x, xn, tmp, qg (then
  * kb), vb, att, qkv (then z), conv, a (then b), o, rl, rw, gbuf, ex, shg (then shu), sho, logits, att_part, tok, idx,
  * count, part; bytes may be NULL. Returns their sum. */
-#define LILAC_CUDA_DEC_NBUF 22
+#define LILAC_CUDA_DEC_NBUF 23
 uint64_t lilac_cuda_decode_sizes(const lilac_hparams *hp, size_t *bytes);
 
 /* The prefill's and batched decode's chunk buffers of `rows` tokens (decoder_cuda_prefill.c's pf_alloc, at the

@@ -281,7 +281,7 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
         (void **)&cm->rl,     (void **)&cm->rw,
         (void **)&cm->gbuf, (void **)&cm->ex, (void **)&cm->shg, (void **)&cm->sho,
         (void **)&cm->logits, (void **)&cm->att_part, (void **)&cm->tok, (void **)&cm->idx, (void **)&cm->count,
-        (void **)&cm->part,
+        (void **)&cm->part, (void **)&cm->top,
     };
     size_t sizes[LILAC_CUDA_DEC_NBUF];
     lilac_cuda_decode_sizes(hp, sizes);
@@ -802,7 +802,20 @@ lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const l
         run_step(m, s->cuda);
         t0 = g_timing == 1 ? now_s() : 0;
         float *dst = NULL;
-        if (opts->logits_mode == LILAC_LOGITS_ALL)
+        if (opts->logits_mode == LILAC_LOGITS_TOP && i == n - 1) {
+            /* the sampler's candidates reduced here: 1 KB down, not the vocabulary; where the kernels do not take
+             * the shape, the logits down and reduced on the host (the same answer) */
+            lilac_cuda_matvec(&cm->output, cm->xn, cm->logits, 1, cm->stream);
+            if (!lilac_cuda_logits_top(cm->logits, V, opts->top_k, cm->top, cm->stream)) {
+                if (lilac_cuda_download(opts->top, cm->top, sizeof *opts->top, cm->stream, msg, sizeof msg))
+                    return cuda_err(err, "CUDA step", msg);
+            } else {
+                if (lilac_cuda_download(opts->logits, cm->logits, (size_t)V * sizeof(float), cm->stream, msg,
+                                        sizeof msg))
+                    return cuda_err(err, "CUDA step", msg);
+                lilac_logits_top_of(opts->logits, V, opts->top_k, opts->top);
+            }
+        } else if (opts->logits_mode == LILAC_LOGITS_ALL)
             dst = opts->logits + (size_t)i * V;
         else if (opts->logits_mode == LILAC_LOGITS_LAST && i == n - 1)
             dst = opts->logits;

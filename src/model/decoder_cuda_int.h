@@ -43,6 +43,7 @@ struct lilac_cuda_model {
     unsigned *count;    /* [0] the norm+router kernel's blocks done (lilac_cuda_route_args), [1] the sum's */
     float *part;        /* the grid sum's blocks' sums of squares (lilac_cuda_moe_sum_norm_grid) */
     float *logits_host; /* pinned (host), n_vocab: the logits' way down */
+    void *top;          /* the sampler's reduction's scratch and result (lilac_cuda_logits_top) */
     char device[160];
     struct cuda_prefill *pf; /* the prefill's activations (decoder_cuda_prefill.c), allocated at its first use */
     int pf_rows;             /* their rows, as the memory plan chose them (lilac_cuda_model_pf_rows_set; 0: none) */

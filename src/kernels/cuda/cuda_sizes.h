@@ -54,6 +54,20 @@ static inline size_t lilac_cuda_dn_tp_floats(int nv, int n)
                                      LILAC_CUDA_DN_SUB * LILAC_CUDA_DN_SUB;
 }
 
+/* The sampler's reduction (cuda_sample.cu, lilac_cuda_logits_top): slices of LILAC_CUDA_TOP_SLICE logits a
+ * block, each block's best LILAC_TOP_MAX keys (8 bytes) and its max and sum of exponentials (two floats), then
+ * the result (a lilac_logits_top: at most LILAC_CUDA_TOP_OUT bytes, lilac.h's struct is checked against it);
+ * the merge sorts every block's keys at once in shared memory: LILAC_CUDA_TOP_MERGE of them at most. */
+#define LILAC_CUDA_TOP_SLICE 4096
+#define LILAC_CUDA_TOP_MERGE 16384
+#define LILAC_CUDA_TOP_OUT 1040
+
+static inline size_t lilac_cuda_top_bytes(int n_vocab, int top_max)
+{
+    const size_t nb = ((size_t)(n_vocab > 0 ? n_vocab : 1) + LILAC_CUDA_TOP_SLICE - 1) / LILAC_CUDA_TOP_SLICE;
+    return LILAC_CUDA_TOP_OUT + nb * ((size_t)top_max * 8 + 8);
+}
+
 static inline size_t lilac_cuda_scratch_round(size_t bytes)
 {
     return (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
