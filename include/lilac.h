@@ -283,6 +283,8 @@ typedef struct lilac_batch_item {
     const int32_t *tokens;
     int n;            /* >= 1 */
     bool want_logits; /* the logits after the item's last token */
+    int top_k;        /* with want_logits, 1..LILAC_TOP_MAX: only the top_k best (lilac_batch_top), not the
+                       * logits: on a GPU reduced there (lilac_sampler_top_k says how many a sampler needs) */
 } lilac_batch_item;
 
 /* Feed every item's tokens at its sequence's position (a sequence at most
@@ -292,6 +294,9 @@ lilac_status lilac_batch_eval(lilac_batch *b, const lilac_batch_item *items, int
 /* Item i's logits (n_vocab floats) from the last lilac_batch_eval, NULL
  * unless it asked for them; valid until the next call. */
 float *lilac_batch_logits(lilac_batch *b, int i);
+/* Item i's candidates from the last lilac_batch_eval, NULL unless it asked
+ * for them (top_k); valid until the next call. */
+const lilac_logits_top *lilac_batch_top(lilac_batch *b, int i);
 
 /* ---- text: tokenizer and chat template --------------------------------- */
 

@@ -65,7 +65,7 @@ static void check_model(const char *path)
     lilac_batch_item items[NSEQ];
     for (int i = 0; i < NSEQ; i++) {
         CHECK(lilac_seq_new(m, 512, &seqs[i], &err) == LILAC_OK);
-        items[i] = (lilac_batch_item){seqs[i], prompts[i], lens[i], true};
+        items[i] = (lilac_batch_item){seqs[i], prompts[i], lens[i], true, 0};
     }
     CHECK(lilac_batch_eval(b, items, NSEQ, &err) == LILAC_OK);
     for (int i = 0; i < NSEQ; i++) {
@@ -80,7 +80,7 @@ static void check_model(const char *path)
     }
     for (int g = 0; g < NGEN; g++) {
         for (int i = 0; i < NSEQ; i++)
-            items[i] = (lilac_batch_item){seqs[i], &gen[i][g], 1, true};
+            items[i] = (lilac_batch_item){seqs[i], &gen[i][g], 1, true, 0};
         CHECK(lilac_batch_eval(b, items, NSEQ, &err) == LILAC_OK);
         for (int i = 0; i < NSEQ; i++) {
             const float *got = lilac_batch_logits(b, i);
@@ -90,6 +90,34 @@ static void check_model(const char *path)
             if (g + 1 < NGEN)
                 CHECKF(got && tm_argmax(got, V) == gen[i][g + 1], "seq %d step %d: greedy token", i, g);
         }
+    }
+
+    /* 1b. the sampler's top form (top_k): one item a call, the same prompt and token as a call for the logits:
+     * the candidates of those logits exactly (the prompt's step, then a decode step) */
+    {
+        lilac_seq *sa = NULL, *sb = NULL;
+        CHECK(lilac_seq_new(m, 512, &sa, &err) == LILAC_OK && lilac_seq_new(m, 512, &sb, &err) == LILAC_OK);
+        float *la = malloc((size_t)V * sizeof *la);
+        for (int step = 0; sa && sb && la && step < 2; step++) {
+            const int32_t *tk = step ? &gen[1][0] : prompts[1];
+            const int n = step ? 1 : lens[1];
+            lilac_batch_item ia = {sa, tk, n, true, 0}, ib = {sb, tk, n, true, 25};
+            CHECK(lilac_batch_eval(b, &ia, 1, &err) == LILAC_OK && lilac_batch_logits(b, 0));
+            memcpy(la, lilac_batch_logits(b, 0), (size_t)V * sizeof *la);
+            CHECK(lilac_batch_eval(b, &ib, 1, &err) == LILAC_OK);
+            const lilac_logits_top *t = lilac_batch_top(b, 0);
+            lilac_logits_top w;
+            lilac_logits_top_of(la, V, 25, &w);
+            bool same = t && !lilac_batch_logits(b, 0) && t->n == w.n && t->lse == w.lse;
+            for (int c = 0; same && c < w.n; c++)
+                same = t->id[c] == w.id[c] && t->logit[c] == w.logit[c];
+            CHECKF(same, "%s step %d: the batch's top 25 are those of the logits", path, step);
+        }
+        lilac_batch_item bad = {sa, gen[1], 1, true, LILAC_TOP_MAX + 1};
+        CHECK(lilac_batch_eval(b, &bad, 1, &err) == LILAC_E_ARG && strstr(err.msg, "top_k"));
+        lilac_seq_free(sa);
+        lilac_seq_free(sb);
+        free(la);
     }
 
     /* 2. decode bit for bit: each sequence prefilled alone, then decoded in
@@ -104,9 +132,9 @@ static void check_model(const char *path)
     for (int g = 0; g < NGEN; g++) {
         int n = 0;
         if (g == 0)
-            items[n++] = (lilac_batch_item){seqs[0], prompts[0], lens[0], false};
+            items[n++] = (lilac_batch_item){seqs[0], prompts[0], lens[0], false, 0};
         for (int i = 1; i < NSEQ; i++)
-            items[n++] = (lilac_batch_item){seqs[i], &gen[i][g], 1, true};
+            items[n++] = (lilac_batch_item){seqs[i], &gen[i][g], 1, true, 0};
         CHECK(lilac_batch_eval(b, items, n, &err) == LILAC_OK);
         for (int i = 1; i < NSEQ; i++) {
             const float *got = lilac_batch_logits(b, g == 0 ? i : i - 1);
@@ -134,22 +162,22 @@ static void check_model(const char *path)
 
     /* 3. refusals, with nothing evaluated */
     int pos1 = lilac_seq_pos(seqs[1]);
-    lilac_batch_item dup[2] = {{seqs[1], gen[1], 1, true}, {seqs[1], gen[1], 1, true}};
+    lilac_batch_item dup[2] = {{seqs[1], gen[1], 1, true, 0}, {seqs[1], gen[1], 1, true, 0}};
     CHECK(lilac_batch_eval(b, dup, 2, &err) == LILAC_E_ARG && strstr(err.msg, "same sequence"));
     int32_t bad = V + 5;
-    lilac_batch_item badtok[2] = {{seqs[1], gen[1], 1, true}, {seqs[2], &bad, 1, true}};
+    lilac_batch_item badtok[2] = {{seqs[1], gen[1], 1, true, 0}, {seqs[2], &bad, 1, true, 0}};
     CHECK(lilac_batch_eval(b, badtok, 2, &err) == LILAC_E_ARG && strstr(err.msg, "vocabulary"));
     lilac_batch_item many[NSEQ + 1];
     for (int i = 0; i <= NSEQ; i++)
-        many[i] = (lilac_batch_item){seqs[i % NSEQ], gen[0], 1, false};
+        many[i] = (lilac_batch_item){seqs[i % NSEQ], gen[0], 1, false, 0};
     CHECK(lilac_batch_eval(b, many, NSEQ + 1, &err) == LILAC_E_ARG);
     int32_t *longp = make_prompt(600, 3, V);
-    lilac_batch_item full = {seqs[1], longp, 600, true};
+    lilac_batch_item full = {seqs[1], longp, 600, true, 0};
     CHECK(lilac_batch_eval(b, &full, 1, &err) == LILAC_E_RANGE && strstr(err.msg, "do not fit"));
     CHECK(lilac_seq_pos(seqs[1]) == pos1);
     lilac_seq *big;
     CHECK(lilac_seq_new(m, 1024, &big, &err) == LILAC_OK);
-    lilac_batch_item toobig = {big, gen[0], 1, true};
+    lilac_batch_item toobig = {big, gen[0], 1, true, 0};
     CHECK(lilac_batch_eval(b, &toobig, 1, &err) == LILAC_E_ARG && strstr(err.msg, "context"));
     lilac_seq_free(big);
     free(longp);

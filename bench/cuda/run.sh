@@ -3,7 +3,7 @@
 # machine (an H200 here). Everything it writes goes under OUT (default
 # ./cuda-out): the build log, the test output, and bench JSON lines.
 #
-#   bench/cuda/run.sh [build|test|quick|synth|bench|ab|abold|gen|pp|tg|pdl|sanitize|suite|all|pack]...
+#   bench/cuda/run.sh [build|test|quick|synth|bench|ab|abold|gen|jobs|pp|tg|pdl|sanitize|suite|all|pack]...
 #
 # Fixtures: $LILAC_FIXTURES (a copy of ../shared/fixtures, or the subset
 # bench/cuda/pack-fixtures.sh makes in .devfix). Libraries the machine lacks:
@@ -151,6 +151,27 @@ do_abold() {
 
 # (AB_DEPTH=N: tg128 after N tokens of context, for abold and tg alike.)
 
+# The scheduler's path (lilac batch: the server's continuous batching offline): JOBS requests (default 32) of 32
+# tokens, default sampling, all in parallel, by this tree and (where built) the old one: wall seconds and
+# generated tokens a second. Needs build and synth.
+do_jobs() {
+    local T="timeout ${BENCH_TIMEOUT:-240}" bin i n=${JOBS:-32} t0 t1 out
+    for ((i = 0; i < n; i++)); do echo "{\"id\": \"r$i\", \"prompt\": \"Request $i: tell me about\", \"max_tokens\": 32}"; done \
+        >/tmp/lilac-jobs.jsonl
+    for bin in "$build/lilac" "$old/b/lilac"; do
+        [ -x "$bin" ] || continue
+        out=/tmp/lilac-jobs-out.jsonl
+        rm -f "$out"
+        t0=$(date +%s.%N)
+        $T "$bin" batch -m "$synth" -i /tmp/lilac-jobs.jsonl -o "$out" --parallel "$n" --max-tokens 32 >/dev/null 2>"$out.err"
+        local rc=$?
+        t1=$(date +%s.%N)
+        echo "jobs ${bin#"$root"/}: rc=$rc, $(grep -c '"response"' "$out" 2>/dev/null) of $n answered in \
+$(awk "BEGIN { printf \"%.2f s (%.1f tok/s incl. load and prefill)\", $t1 - $t0, $n * 32 / ($t1 - $t0) }")"
+        [ $rc = 0 ] || tail -2 "$out.err"
+    done
+}
+
 # Generation as a user runs it (lilac run: the sampler on the host, the logits downloaded every token), 128
 # tokens with the default sampling and greedy, by this tree and, where abold/old built it, the older one: the
 # "generated ... tok/s" line of each. Needs build and synth.
@@ -284,10 +305,11 @@ for s in "${steps[@]}"; do
     abold) do_abold ;;
     pack) do_pack ;;
     gen) do_gen ;;
+    jobs) do_jobs ;;
     pp) do_pp ;;
     old) build_old ;;
     tg) IFS=';' read -ra tv <<<"${TG_VARIANTS:-LILAC_NONE=1}" && tg128_each "${tv[@]}" ;;
     all) do_build && do_test && do_synth && do_bench ;;
-    *) echo "usage: $0 [build|test|quick|synth|bench|ab|abold|gen|pp|tg|pdl|sanitize|suite|all|pack]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [build|test|quick|synth|bench|ab|abold|gen|jobs|pp|tg|pdl|sanitize|suite|all|pack]..." >&2; exit 2 ;;
     esac
 done

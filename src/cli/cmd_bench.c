@@ -158,7 +158,7 @@ static int run_once_parallel(lilac_model *m, const bench_opts *o, const lilac_se
     double t0 = now_s();
     for (int k = 0; k < n; k++) {
         for (int i = 0; i < P; i++)
-            it[i] = (lilac_batch_item){s[i], toks + (size_t)i * (o->depth + n + 1) + o->depth + k, 1, true};
+            it[i] = (lilac_batch_item){s[i], toks + (size_t)i * (o->depth + n + 1) + o->depth + k, 1, true, 0};
         if (lilac_batch_eval(b, it, P, &err)) {
             cli_fail_err(&err);
             goto done;
@@ -236,8 +236,8 @@ static int greedy_check(lilac_model *m, const bench_opts *o)
     }
     for (int k = 0; k < G; k++) {
         for (int i = 0; i < P; i++)
-            it[i] = k ? (lilac_batch_item){s[i], tb + (size_t)i * G + k - 1, 1, true}
-                      : (lilac_batch_item){s[i], prompt + (size_t)i * NP, NP, true};
+            it[i] = k ? (lilac_batch_item){s[i], tb + (size_t)i * G + k - 1, 1, true, 0}
+                      : (lilac_batch_item){s[i], prompt + (size_t)i * NP, NP, true, 0};
         if (lilac_batch_eval(b, it, P, &err))
             goto fail;
         for (int i = 0; i < P; i++) {

@@ -23,6 +23,8 @@ struct lilac_batch {
     bool logits_pinned;   /* logits from lilac_cuda_host_alloc: the batched step's downloads run at the bus's
                            * speed into it (into pageable memory 1 MB a row took about 1 ms) */
     bool *has_logits;     /* [n_seq_max] */
+    lilac_logits_top *tops; /* [n_seq_max] the items' candidates (lilac_batch_item.top_k) */
+    bool *has_top;          /* [n_seq_max] */
 };
 
 lilac_status lilac_batch_new(lilac_model *m, int n_seq_max, int n_ctx_max, lilac_batch **out, lilac_error *err)
@@ -53,7 +55,10 @@ lilac_status lilac_batch_new(lilac_model *m, int n_seq_max, int n_ctx_max, lilac
     if (!b->logits_pinned)
         b->logits = malloc(ns * nv * sizeof(float));
     b->has_logits = calloc(ns, sizeof(bool));
-    if (!b->segs || !b->last_rows || !b->last_item || !b->tokens || !b->step_logits || !b->logits || !b->has_logits) {
+    b->tops = malloc(ns * sizeof *b->tops);
+    b->has_top = calloc(ns, sizeof(bool));
+    if (!b->segs || !b->last_rows || !b->last_item || !b->tokens || !b->step_logits || !b->logits || !b->has_logits ||
+        !b->tops || !b->has_top) {
         lilac_batch_free(b);
         return lilac_fail(err, LILAC_E_NOMEM, "out of memory for a batch of %d sequences", n_seq_max);
     }
@@ -76,6 +81,8 @@ void lilac_batch_free(lilac_batch *b)
     free(b->tokens);
     free(b->step_logits);
     free(b->has_logits);
+    free(b->tops);
+    free(b->has_top);
     free(b);
 }
 
@@ -99,6 +106,9 @@ static lilac_status check_items(const lilac_batch *b, const lilac_batch_item *it
             if (it->tokens[t] < 0 || it->tokens[t] >= b->m->hp.n_vocab)
                 return lilac_fail(err, LILAC_E_ARG, "item %d: token %d at index %d is outside the vocabulary", i,
                                   it->tokens[t], t);
+        if (it->top_k < 0 || it->top_k > LILAC_TOP_MAX)
+            return lilac_fail(err, LILAC_E_ARG, "item %d: top_k %d (0: the logits; 1..%d: the best)", i, it->top_k,
+                              LILAC_TOP_MAX);
         for (int j = 0; j < i; j++)
             if (items[j].seq == it->seq)
                 return lilac_fail(err, LILAC_E_ARG, "items %d and %d feed the same sequence", j, i);
@@ -120,31 +130,44 @@ static lilac_status batch_eval_cuda(lilac_batch *b, const lilac_batch_item *item
     for (int i = 0; i < n_items; i++) {
         if (batched && items[i].n == 1)
             continue;
-        lilac_eval_opts o = {.logits_mode = items[i].want_logits ? LILAC_LOGITS_LAST : LILAC_LOGITS_NONE,
-                             .logits = b->logits + (size_t)i * nv};
+        const bool top = items[i].want_logits && items[i].top_k > 0;
+        lilac_eval_opts o = {.logits_mode = top                   ? LILAC_LOGITS_TOP
+                                            : items[i].want_logits ? LILAC_LOGITS_LAST
+                                                                   : LILAC_LOGITS_NONE,
+                             .logits = b->logits + (size_t)i * nv, .top = &b->tops[i], .top_k = items[i].top_k};
         if ((st = lilac_seq_eval(items[i].seq, items[i].tokens, items[i].n, &o, err)))
             return st;
-        b->has_logits[i] = items[i].want_logits;
+        b->has_logits[i] = items[i].want_logits && !top;
+        b->has_top[i] = top;
     }
     if (!batched)
         return LILAC_OK;
     lilac_seq **seqs = malloc((size_t)n1 * sizeof *seqs);
     int32_t *toks = malloc((size_t)n1 * sizeof *toks);
     float **dst = malloc((size_t)n1 * sizeof *dst);
-    st = seqs && toks && dst ? LILAC_OK : lilac_fail(err, LILAC_E_NOMEM, "out of memory");
+    lilac_logits_top **tops = malloc((size_t)n1 * sizeof *tops);
+    st = seqs && toks && dst && tops ? LILAC_OK : lilac_fail(err, LILAC_E_NOMEM, "out of memory");
+    int top_k = 0; /* the most any item asks for: every row's reduction takes that many */
     for (int i = 0, j = 0; !st && i < n_items; i++)
         if (items[i].n == 1) {
+            const bool top = items[i].want_logits && items[i].top_k > 0;
             seqs[j] = items[i].seq, toks[j] = items[i].tokens[0];
-            dst[j++] = items[i].want_logits ? b->logits + (size_t)i * nv : NULL;
+            tops[j] = top ? &b->tops[i] : NULL;
+            dst[j++] = items[i].want_logits && !top ? b->logits + (size_t)i * nv : NULL;
+            top_k = top && items[i].top_k > top_k ? items[i].top_k : top_k;
         }
     if (!st)
-        st = lilac_cuda_decode_batch(b->m, seqs, toks, n1, dst, err);
+        st = lilac_cuda_decode_batch(b->m, seqs, toks, n1, dst, tops, top_k, err);
     for (int i = 0; !st && i < n_items; i++)
-        if (items[i].n == 1)
-            b->has_logits[i] = items[i].want_logits;
+        if (items[i].n == 1) {
+            const bool top = items[i].want_logits && items[i].top_k > 0;
+            b->has_logits[i] = items[i].want_logits && !top;
+            b->has_top[i] = top;
+        }
     free(seqs);
     free(toks);
     free(dst);
+    free(tops);
     return st;
 }
 
@@ -155,6 +178,7 @@ lilac_status lilac_batch_eval(lilac_batch *b, const lilac_batch_item *items, int
         return st;
     size_t nv = (size_t)b->m->hp.n_vocab;
     memset(b->has_logits, 0, (size_t)b->n_seq_max * sizeof(bool));
+    memset(b->has_top, 0, (size_t)b->n_seq_max * sizeof(bool));
     if (b->m->cuda)
         return batch_eval_cuda(b, items, n_items, err);
     int item = 0, done = 0; /* the next item, and how many of its tokens ran */
@@ -179,11 +203,23 @@ lilac_status lilac_batch_eval(lilac_batch *b, const lilac_batch_item *items, int
         }
         lilac_decoder_step_multi(&b->sc, b->m, b->segs, n_seg, b->tokens, b->last_rows, n_last, b->step_logits);
         for (int i = 0; i < n_last; i++) {
-            memcpy(b->logits + (size_t)b->last_item[i] * nv, b->step_logits + (size_t)i * nv, nv * sizeof(float));
-            b->has_logits[b->last_item[i]] = true;
+            const int it = b->last_item[i];
+            float *lg = b->logits + (size_t)it * nv;
+            memcpy(lg, b->step_logits + (size_t)i * nv, nv * sizeof(float));
+            if (items[it].top_k > 0) /* the candidates asked for, not the logits */
+                lilac_logits_top_of(lg, (int)nv, items[it].top_k, &b->tops[it]), b->has_top[it] = true;
+            else
+                b->has_logits[it] = true;
         }
     }
     return LILAC_OK;
+}
+
+const lilac_logits_top *lilac_batch_top(lilac_batch *b, int i)
+{
+    if (i < 0 || i >= b->n_seq_max || !b->has_top[i])
+        return NULL;
+    return &b->tops[i];
 }
 
 float *lilac_batch_logits(lilac_batch *b, int i)

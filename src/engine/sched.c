@@ -307,14 +307,25 @@ static void slot_finish(sched *s, slot *sl, lilac_finish finish, lilac_status st
     req_finish(r, finish, status, msg);
 }
 
-/* A token was sampled for the slot: record it, stream its text, decide whether to go on. */
-static void slot_token(sched *s, slot *sl, float *logits)
+/* The reported alternatives a token of the slot's request. */
+static int slot_n_top(const slot *sl)
+{
+    const int n = sl->req->gen.n_logprobs;
+    return n < 0 ? 0 : n > 20 ? 20 : n;
+}
+
+/* A token to sample for the slot from its batch item k's candidates (the backend's reduction, when the
+ * sampler needs no more: lilac_sampler_top_k) or logits: record it, stream its text, decide whether to go on. */
+static void slot_token(sched *s, slot *sl, int k)
 {
     sched_req *r = sl->req;
     const sched_gen *g = &r->gen;
     sched_tok tk = {0};
-    int n_top = g->n_logprobs < 0 ? 0 : g->n_logprobs > 20 ? 20 : g->n_logprobs;
-    tk.token = lilac_sampler_sample(sl->smp, logits, &tk.logprob, n_top ? tk.top : NULL, n_top);
+    const int n_top = slot_n_top(sl);
+    const lilac_logits_top *top = lilac_batch_top(s->batch, k);
+    tk.token = top ? lilac_sampler_sample_top(sl->smp, top, &tk.logprob, n_top ? tk.top : NULL, n_top)
+                   : lilac_sampler_sample(sl->smp, lilac_batch_logits(s->batch, k), &tk.logprob,
+                                          n_top ? tk.top : NULL, n_top);
     tk.n_top = n_top;
     lilac_sampler_accept(sl->smp, tk.token);
     sl->n_gen++;
@@ -425,14 +436,15 @@ static void step(sched *s)
             continue;
         }
         if (sl->decoding) {
-            s->items[n] = (lilac_batch_item){sl->seq, &sl->pending, 1, true};
+            s->items[n] = (lilac_batch_item){sl->seq, &sl->pending, 1, true, lilac_sampler_top_k(sl->smp, slot_n_top(sl))};
         } else {
             int left = sl->req->gen.n_prompt - sl->prefill_at;
             int take = left < budget ? left : budget;
             if (take <= 0)
                 continue;
             budget -= take;
-            s->items[n] = (lilac_batch_item){sl->seq, sl->req->prompt + sl->prefill_at, take, take == left};
+            s->items[n] = (lilac_batch_item){sl->seq, sl->req->prompt + sl->prefill_at, take, take == left,
+                                             take == left ? lilac_sampler_top_k(sl->smp, slot_n_top(sl)) : 0};
         }
         s->item_slot[n++] = i;
     }
@@ -455,7 +467,7 @@ static void step(sched *s)
                 continue;
             snap_take(s, sl);
         }
-        slot_token(s, sl, lilac_batch_logits(s->batch, k));
+        slot_token(s, sl, k);
     }
     pthread_mutex_lock(&s->mu);
     s->st.steps++;

@@ -176,9 +176,10 @@ int lilac_cuda_host_alloc(void **p, size_t bytes)
 
 void lilac_cuda_host_free(void *p) { (void)p; }
 
-int lilac_cuda_logits_top(const float *logits, int V, int k, void *scratch, lilac_cuda_stream *s)
+int lilac_cuda_logits_top(const float *logits, int V, int rows, long long stride, int k, void *scratch,
+                          lilac_cuda_stream *s)
 {
-    (void)logits, (void)V, (void)k, (void)scratch, (void)s;
+    (void)logits, (void)V, (void)rows, (void)stride, (void)k, (void)scratch, (void)s;
     return -1;
 }
 

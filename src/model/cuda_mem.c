@@ -70,7 +70,7 @@ uint64_t lilac_cuda_decode_sizes(const lilac_hparams *hp, size_t *bytes)
         2 * k * sizeof(int32_t),                                  /* idx */
         2 * sizeof(unsigned),                                     /* count: the route's, the sum's */
         LILAC_CUDA_PART_MAXB * f, /* part: the sum's blocks' squares (or lilac_cuda_moe_down_sum's) */
-        lilac_cuda_top_bytes(hp->n_vocab, LILAC_TOP_MAX), /* top: the sampler's reduction (lilac_cuda_logits_top) */
+        lilac_cuda_top_bytes(hp->n_vocab, LILAC_TOP_MAX, LILAC_CUDA_TOP_ROWS), /* top: the sampler's reduction */
     };
     return fill(b, LILAC_CUDA_DEC_NBUF, bytes);
 }

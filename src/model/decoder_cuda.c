@@ -806,7 +806,7 @@ lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const l
             /* the sampler's candidates reduced here: 1 KB down, not the vocabulary; where the kernels do not take
              * the shape, the logits down and reduced on the host (the same answer) */
             lilac_cuda_matvec(&cm->output, cm->xn, cm->logits, 1, cm->stream);
-            if (!lilac_cuda_logits_top(cm->logits, V, opts->top_k, cm->top, cm->stream)) {
+            if (!lilac_cuda_logits_top(cm->logits, V, 1, V, opts->top_k, cm->top, cm->stream)) {
                 if (lilac_cuda_download(opts->top, cm->top, sizeof *opts->top, cm->stream, msg, sizeof msg))
                     return cuda_err(err, "CUDA step", msg);
             } else {
@@ -912,9 +912,10 @@ bool lilac_cuda_batch_exact_wanted(const lilac_model *m)
     return false;
 }
 lilac_status lilac_cuda_decode_batch(lilac_model *m, lilac_seq *const *seqs, const int32_t *tokens, int n,
-                                     float *const *logits, lilac_error *err)
+                                     float *const *logits, lilac_logits_top *const *tops, int top_k,
+                                     lilac_error *err)
 {
-    (void)m, (void)seqs, (void)tokens, (void)n, (void)logits;
+    (void)m, (void)seqs, (void)tokens, (void)n, (void)logits, (void)tops, (void)top_k;
     return lilac_fail(err, LILAC_E_UNSUPPORTED, LILAC_NO_CUDA_MSG);
 }
 

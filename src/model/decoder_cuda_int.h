@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "kernels/cuda/cuda.h"
+#include "kernels/cuda/cuda_sizes.h"
 #include "model/cuda_mem.h"
 #include "model/decoder_cuda.h"
 
@@ -102,6 +103,7 @@ struct cuda_prefill {
     float *bpart;
     unsigned *bcount;
     float **ptrs_host; /* the host side of ptrs, in the same allocation as this struct */
+    char top_host[LILAC_CUDA_TOP_ROWS * LILAC_CUDA_TOP_OUT]; /* the batched step's candidates on their way down */
     /* LILAC_CUDA_BATCH_GRAPH=1: the batched step's layers captured per row count (forward_batch) */
     void *bgraph[LILAC_CUDA_PF_BATCH + 1];
     unsigned bgen[LILAC_CUDA_PF_BATCH + 1]; /* the tensor-core scratch's generation each was captured with */
@@ -135,7 +137,8 @@ bool lilac_cuda_prefill_wanted(const struct lilac_seq *s, int n);
 /* Whether the model's shapes are ones the prefill kernels take (for any token count). */
 bool lilac_cuda_prefill_takes(const struct lilac_seq *s);
 /* One token for each of n sequences in one step (batched decode: the weights read once for all), logits[i]
- * (V floats, NULL: not wanted) filled; each sequence's position advances. lilac_cuda_decode_batch_wanted: n > 1,
+ * (V floats, NULL: not wanted) filled, or tops[i] (NULL: not wanted) with the top_k best (reduced on the
+ * device, lilac_cuda_logits_top); each sequence's position advances. lilac_cuda_decode_batch_wanted: n > 1,
  * not turned off (LILAC_CUDA_BATCH=0) and shapes its kernels take. */
 /* The prefill's buffers and the batched step's graphs (lilac_cuda_model_free). */
 void lilac_cuda_prefill_free(lilac_cuda_model *cm);
@@ -144,7 +147,8 @@ void lilac_cuda_prefill_free(lilac_cuda_model *cm);
 void lilac_cuda_op_mark(lilac_cuda_stream *s, const char *name, double *t);
 bool lilac_cuda_decode_batch_wanted(const lilac_model *m, int n);
 lilac_status lilac_cuda_decode_batch(lilac_model *m, struct lilac_seq *const *seqs, const int32_t *tokens, int n,
-                                     float *const *logits, lilac_error *err);
+                                     float *const *logits, lilac_logits_top *const *tops, int top_k,
+                                     lilac_error *err);
 lilac_status lilac_cuda_prefill(struct lilac_seq *s, const int32_t *tokens, int n, const lilac_eval_opts *opts,
                                 lilac_error *err);
 

@@ -30,6 +30,7 @@
 /* model/cuda_mem.h: the sizes, shared with the GPU memory plan */
 #define PF_MAX LILAC_CUDA_PF_MAX             /* tokens a chunk by default, and the buffers' fewest rows */
 #define PF_LOGIT_ROWS LILAC_CUDA_PF_LOGIT_ROWS /* rows of logits a download (LOGITS_ALL) */
+_Static_assert(PF_LOGIT_ROWS <= LILAC_CUDA_TOP_ROWS, "the sampler's reduction takes a chunk of logits at once");
 #define PF_BATCH LILAC_CUDA_PF_BATCH         /* sequences a batched decode step takes at once */
 
 /* Tokens a chunk: LILAC_CUDA_PREFILL_CHUNK=N (smaller chunks for tests, larger ones where the buffers were
@@ -387,7 +388,8 @@ void lilac_cuda_prefill_free(lilac_cuda_model *cm)
 }
 
 lilac_status lilac_cuda_decode_batch(lilac_model *m, lilac_seq *const *seqs, const int32_t *tokens, int n,
-                                     float *const *logits, lilac_error *err)
+                                     float *const *logits, lilac_logits_top *const *tops, int top_k,
+                                     lilac_error *err)
 {
     lilac_cuda_model *cm = m->cuda;
     const lilac_hparams *hp = &m->hp;
@@ -433,14 +435,29 @@ lilac_status lilac_cuda_decode_batch(lilac_model *m, lilac_seq *const *seqs, con
         /* the logits of the rows that want them, PF_LOGIT_ROWS rows a product */
         for (int r0 = 0; !st && r0 < nt; r0 += PF_LOGIT_ROWS) {
             int rn = nt - r0 < PF_LOGIT_ROWS ? nt - r0 : PF_LOGIT_ROWS;
-            bool any = false;
-            for (int r = 0; r < rn; r++)
+            bool any = false, any_top = false;
+            for (int r = 0; r < rn; r++) {
                 any |= logits[off + r0 + r] != NULL;
-            if (!any)
+                any_top |= tops && tops[off + r0 + r] != NULL;
+            }
+            if (!any && !any_top)
                 continue;
             lilac_cuda_batch_logits(m, pf->xn + (size_t)r0 * E, pf->logits, rn, exact);
             if ((st = check(err)))
                 break;
+            if (any_top) { /* the sampler's candidates of every row, reduced here; those that want them copied */
+                if (lilac_cuda_logits_top(pf->logits, V, rn, V, top_k, cm->top, cm->stream) ||
+                    lilac_cuda_download(pf->top_host, cm->top, (size_t)rn * LILAC_CUDA_TOP_OUT, cm->stream, msg,
+                                        sizeof msg)) {
+                    st = lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA batched decode: the sampler's reduction: %s",
+                                    msg);
+                    break;
+                }
+                for (int r = 0; r < rn; r++)
+                    if (tops[off + r0 + r])
+                        memcpy(tops[off + r0 + r], pf->top_host + (size_t)r * LILAC_CUDA_TOP_OUT,
+                               sizeof(lilac_logits_top));
+            }
             /* a download per run of rows whose destinations follow one another (lilac_batch's are one array) */
             for (int r = 0, r1; r < rn; r = r1) {
                 float *d = logits[off + r0 + r];

@@ -42,10 +42,12 @@ void lilac_cuda_free(void *p);
 /* Page-locked host memory (copies to and from it run at the bus's speed); 0 or -1. */
 int lilac_cuda_host_alloc(void **p, size_t bytes);
 void lilac_cuda_host_free(void *p);
-/* The sampler's reduction of V logits on the device (cuda_sample.cu): the k best and the log-sum-exp as a
- * lilac_logits_top at the start of scratch (lilac_cuda_top_bytes(V, LILAC_TOP_MAX) bytes, cuda_sizes.h), for a
- * download of LILAC_CUDA_TOP_OUT bytes. -1 (nothing launched) for a k or V it does not take. */
-int lilac_cuda_logits_top(const float *logits, int V, int k, void *scratch, lilac_cuda_stream *s);
+/* The sampler's reduction of `rows` rows of V logits (`stride` floats apart) on the device (cuda_sample.cu): row
+ * r's k best and log-sum-exp as a lilac_logits_top at scratch + r LILAC_CUDA_TOP_OUT (scratch:
+ * lilac_cuda_top_bytes(V, k, rows) bytes, cuda_sizes.h), for one download. -1 (nothing launched) for a shape it
+ * does not take. */
+int lilac_cuda_logits_top(const float *logits, int V, int rows, long long stride, int k, void *scratch,
+                          lilac_cuda_stream *s);
 /* Whether p is page-locked host memory the device copies to directly (cudaMallocHost's or registered). */
 int lilac_cuda_host_pinned(const void *p);
 int lilac_cuda_upload(void *dst_dev, const void *src_host, size_t bytes, char *msg, size_t cap);

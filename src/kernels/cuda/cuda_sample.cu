@@ -85,12 +85,14 @@ __device__ float block_reduce(float v, bool is_max)
     return out;
 }
 
-/* Block b: logits [b SLICE, ..) into its k best keys (keys + b k) and its max and sum (ms + 2 b). */
-__global__ void __launch_bounds__(TOP_THREADS) k_top_part(const float *logits, int V, int k, unsigned long long *keys,
-                                                          float *ms)
+/* Block b of row blockIdx.y: the row's logits [b SLICE, ..) into its k best keys (keys + b k) and its max and
+ * sum (ms + 2 b); a row's logits `stride` floats on, its keys nb k, its ms 2 nb. */
+__global__ void __launch_bounds__(TOP_THREADS) k_top_part(const float *logits, long long stride, int V, int k,
+                                                          unsigned long long *keys, float *ms)
 {
     extern __shared__ unsigned long long sk[];
     const int b = blockIdx.x, base = b * LILAC_CUDA_TOP_SLICE;
+    logits += blockIdx.y * stride, keys += (size_t)blockIdx.y * gridDim.x * k, ms += 2 * (size_t)blockIdx.y * gridDim.x;
     float mx = -INFINITY;
     for (int i = threadIdx.x; i < LILAC_CUDA_TOP_SLICE; i += blockDim.x) {
         const int g = base + i;
@@ -114,12 +116,14 @@ __global__ void __launch_bounds__(TOP_THREADS) k_top_part(const float *logits, i
         ms[2 * b] = mx, ms[2 * b + 1] = sum;
 }
 
-/* One block: the nb slices' keys sorted at once (N, a power of two, >= nb k), the best k into out, and
- * log sum e^logit = M + log sum_b s_b e^(m_b - M) (M the largest m_b), the slices' terms added in double. */
+/* A block a row: the nb slices' keys sorted at once (N, a power of two, >= nb k), the best k into the row's out,
+ * and log sum e^logit = M + log sum_b s_b e^(m_b - M) (M the largest m_b), the slices' terms added in double. */
 __global__ void __launch_bounds__(TOP_THREADS) k_top_merge(const unsigned long long *keys, const float *ms, int nb,
-                                                           int k, int N, int V, lilac_logits_top *out)
+                                                           int k, int N, int V, char *outs)
 {
     extern __shared__ unsigned long long sk[];
+    keys += (size_t)blockIdx.x * nb * k, ms += 2 * (size_t)blockIdx.x * nb;
+    lilac_logits_top *out = (lilac_logits_top *)(outs + (size_t)blockIdx.x * LILAC_CUDA_TOP_OUT);
     for (int i = threadIdx.x; i < N; i += blockDim.x)
         sk[i] = i < nb * k ? keys[i] : 0ull;
     bitonic_desc(sk, N);
@@ -144,18 +148,20 @@ __global__ void __launch_bounds__(TOP_THREADS) k_top_merge(const unsigned long l
 
 } // namespace
 
-extern "C" int lilac_cuda_logits_top(const float *logits, int V, int k, void *scratch, lilac_cuda_stream *s)
+extern "C" int lilac_cuda_logits_top(const float *logits, int V, int rows, long long stride, int k, void *scratch,
+                                     lilac_cuda_stream *s)
 {
     const int nb = (V + LILAC_CUDA_TOP_SLICE - 1) / LILAC_CUDA_TOP_SLICE;
-    if (V < 1 || k < 1 || k > LILAC_TOP_MAX || (long long)nb * k > LILAC_CUDA_TOP_MERGE)
+    if (V < 1 || k < 1 || k > LILAC_TOP_MAX || (long long)nb * k > LILAC_CUDA_TOP_MERGE || rows < 1 ||
+        rows > 65535 || (rows > 1 && stride < V))
         return -1;
     int N = 1;
     while (N < nb * k)
         N <<= 1;
-    /* the scratch as cuda_sizes.h lays it out: the result, then the keys, then the maxima and sums */
-    lilac_logits_top *out = (lilac_logits_top *)scratch;
-    unsigned long long *keys = (unsigned long long *)((char *)scratch + LILAC_CUDA_TOP_OUT);
-    float *ms = (float *)(keys + (size_t)nb * LILAC_TOP_MAX);
+    /* the scratch as cuda_sizes.h lays it out: the rows' results, then their keys, then their maxima and sums */
+    char *outs = (char *)scratch;
+    unsigned long long *keys = (unsigned long long *)(outs + (size_t)rows * LILAC_CUDA_TOP_OUT);
+    float *ms = (float *)(keys + (size_t)rows * nb * k);
     /* the merge's shared memory may be over the default 48 KiB (a device without that much: -1, the caller's
      * host path) */
     if (N * sizeof(unsigned long long) > 48 * 1024 &&
@@ -164,7 +170,8 @@ extern "C" int lilac_cuda_logits_top(const float *logits, int V, int k, void *sc
         (void)cudaGetLastError();
         return -1;
     }
-    k_top_part<<<nb, TOP_THREADS, LILAC_CUDA_TOP_SLICE * sizeof(unsigned long long), CS(s)>>>(logits, V, k, keys, ms);
-    k_top_merge<<<1, TOP_THREADS, (size_t)N * sizeof(unsigned long long), CS(s)>>>(keys, ms, nb, k, N, V, out);
+    k_top_part<<<dim3(nb, rows), TOP_THREADS, LILAC_CUDA_TOP_SLICE * sizeof(unsigned long long), CS(s)>>>(
+        logits, stride, V, k, keys, ms);
+    k_top_merge<<<rows, TOP_THREADS, (size_t)N * sizeof(unsigned long long), CS(s)>>>(keys, ms, nb, k, N, V, outs);
     return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }

@@ -55,17 +55,20 @@ static inline size_t lilac_cuda_dn_tp_floats(int nv, int n)
 }
 
 /* The sampler's reduction (cuda_sample.cu, lilac_cuda_logits_top): slices of LILAC_CUDA_TOP_SLICE logits a
- * block, each block's best LILAC_TOP_MAX keys (8 bytes) and its max and sum of exponentials (two floats), then
- * the result (a lilac_logits_top: at most LILAC_CUDA_TOP_OUT bytes, lilac.h's struct is checked against it);
- * the merge sorts every block's keys at once in shared memory: LILAC_CUDA_TOP_MERGE of them at most. */
+ * block, each block's best LILAC_TOP_MAX keys (8 bytes) and its max and sum of exponentials (two floats); a
+ * row's result is a lilac_logits_top in LILAC_CUDA_TOP_OUT bytes (lilac.h's struct is checked against it), the
+ * rows' results first in the scratch; the merge sorts a row's blocks' keys at once in shared memory:
+ * LILAC_CUDA_TOP_MERGE of them at most. The decode step's scratch holds LILAC_CUDA_TOP_ROWS rows (the batched
+ * step's logits chunk). */
 #define LILAC_CUDA_TOP_SLICE 4096
 #define LILAC_CUDA_TOP_MERGE 16384
 #define LILAC_CUDA_TOP_OUT 1040
+#define LILAC_CUDA_TOP_ROWS 32
 
-static inline size_t lilac_cuda_top_bytes(int n_vocab, int top_max)
+static inline size_t lilac_cuda_top_bytes(int n_vocab, int top_max, int rows)
 {
     const size_t nb = ((size_t)(n_vocab > 0 ? n_vocab : 1) + LILAC_CUDA_TOP_SLICE - 1) / LILAC_CUDA_TOP_SLICE;
-    return LILAC_CUDA_TOP_OUT + nb * ((size_t)top_max * 8 + 8);
+    return (size_t)rows * (LILAC_CUDA_TOP_OUT + nb * ((size_t)top_max * 8 + 8));
 }
 
 static inline size_t lilac_cuda_scratch_round(size_t bytes)
