@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "engine/seq.h"
-#include "kernels/cuda/cuda.h"
 #include "model/decoder_cuda_int.h"
 #include "util/err.h"
 
@@ -19,9 +18,9 @@ struct lilac_batch {
     int *last_item;       /* [n_seq_max] the item each logits row belongs to */
     int32_t *tokens;      /* [sc.n_tok] */
     float *step_logits;   /* [n_seq_max][n_vocab] one step's */
-    float *logits;        /* [n_seq_max][n_vocab] by item; page-locked on the GPU (logits_pinned) */
-    bool logits_pinned;   /* logits from lilac_cuda_host_alloc: the batched step's downloads run at the bus's
-                           * speed into it (into pageable memory 1 MB a row took about 1 ms) */
+    float *logits;        /* [n_seq_max][n_vocab] by item (lilac_logits_alloc: page-locked on the GPU, where the
+                           * batched step's downloads run at the bus's speed; into pageable memory 1 MB a row took
+                           * about 1 ms) */
     bool *has_logits;     /* [n_seq_max] */
     lilac_logits_top *tops; /* [n_seq_max] the items' candidates (lilac_batch_item.top_k) */
     bool *has_top;          /* [n_seq_max] */
@@ -51,9 +50,7 @@ lilac_status lilac_batch_new(lilac_model *m, int n_seq_max, int n_ctx_max, lilac
     b->last_item = calloc(ns, sizeof(int));
     b->tokens = calloc((size_t)b->sc.n_tok, sizeof(int32_t));
     b->step_logits = malloc(ns * nv * sizeof(float));
-    b->logits_pinned = m->cuda && !lilac_cuda_host_alloc((void **)&b->logits, ns * nv * sizeof(float));
-    if (!b->logits_pinned)
-        b->logits = malloc(ns * nv * sizeof(float));
+    b->logits = lilac_logits_alloc(m, ns * nv);
     b->has_logits = calloc(ns, sizeof(bool));
     b->tops = malloc(ns * sizeof *b->tops);
     b->has_top = calloc(ns, sizeof(bool));
@@ -71,10 +68,7 @@ void lilac_batch_free(lilac_batch *b)
     if (!b)
         return;
     lilac_scratch_free(&b->sc);
-    if (b->logits_pinned)
-        lilac_cuda_host_free(b->logits);
-    else
-        free(b->logits);
+    lilac_logits_free(b->logits);
     free(b->segs);
     free(b->last_rows);
     free(b->last_item);
@@ -116,6 +110,16 @@ static lilac_status check_items(const lilac_batch *b, const lilac_batch_item *it
     return LILAC_OK;
 }
 
+/* Whether item it asks for the sampler's candidates rather than its logits. */
+static bool item_top(const lilac_batch_item *it) { return it->want_logits && it->top_k > 0; }
+
+/* What item i got: its candidates or its logits, as it asked. */
+static void item_got(lilac_batch *b, const lilac_batch_item *it, int i)
+{
+    b->has_top[i] = item_top(it);
+    b->has_logits[i] = it->want_logits && !b->has_top[i];
+}
+
 /* On the GPU: prompts (more than one token) a sequence at a time through the
  * prefill, then the single tokens of all the others in one batched step
  * where lilac_cuda_decode_batch_wanted, else one after another. */
@@ -130,15 +134,14 @@ static lilac_status batch_eval_cuda(lilac_batch *b, const lilac_batch_item *item
     for (int i = 0; i < n_items; i++) {
         if (batched && items[i].n == 1)
             continue;
-        const bool top = items[i].want_logits && items[i].top_k > 0;
+        const bool top = item_top(&items[i]);
         lilac_eval_opts o = {.logits_mode = top                   ? LILAC_LOGITS_TOP
                                             : items[i].want_logits ? LILAC_LOGITS_LAST
                                                                    : LILAC_LOGITS_NONE,
                              .logits = b->logits + (size_t)i * nv, .top = &b->tops[i], .top_k = items[i].top_k};
         if ((st = lilac_seq_eval(items[i].seq, items[i].tokens, items[i].n, &o, err)))
             return st;
-        b->has_logits[i] = items[i].want_logits && !top;
-        b->has_top[i] = top;
+        item_got(b, &items[i], i);
     }
     if (!batched)
         return LILAC_OK;
@@ -150,7 +153,7 @@ static lilac_status batch_eval_cuda(lilac_batch *b, const lilac_batch_item *item
     int top_k = 0; /* the most any item asks for: every row's reduction takes that many */
     for (int i = 0, j = 0; !st && i < n_items; i++)
         if (items[i].n == 1) {
-            const bool top = items[i].want_logits && items[i].top_k > 0;
+            const bool top = item_top(&items[i]);
             seqs[j] = items[i].seq, toks[j] = items[i].tokens[0];
             tops[j] = top ? &b->tops[i] : NULL;
             dst[j++] = items[i].want_logits && !top ? b->logits + (size_t)i * nv : NULL;
@@ -159,11 +162,8 @@ static lilac_status batch_eval_cuda(lilac_batch *b, const lilac_batch_item *item
     if (!st)
         st = lilac_cuda_decode_batch(b->m, seqs, toks, n1, dst, tops, top_k, err);
     for (int i = 0; !st && i < n_items; i++)
-        if (items[i].n == 1) {
-            const bool top = items[i].want_logits && items[i].top_k > 0;
-            b->has_logits[i] = items[i].want_logits && !top;
-            b->has_top[i] = top;
-        }
+        if (items[i].n == 1)
+            item_got(b, &items[i], i);
     free(seqs);
     free(toks);
     free(dst);
@@ -206,10 +206,9 @@ lilac_status lilac_batch_eval(lilac_batch *b, const lilac_batch_item *items, int
             const int it = b->last_item[i];
             float *lg = b->logits + (size_t)it * nv;
             memcpy(lg, b->step_logits + (size_t)i * nv, nv * sizeof(float));
-            if (items[it].top_k > 0) /* the candidates asked for, not the logits */
-                lilac_logits_top_of(lg, (int)nv, items[it].top_k, &b->tops[it]), b->has_top[it] = true;
-            else
-                b->has_logits[it] = true;
+            if (item_top(&items[it])) /* the candidates asked for, not the logits */
+                lilac_logits_top_of(lg, (int)nv, items[it].top_k, &b->tops[it]);
+            item_got(b, &items[it], it);
         }
     }
     return LILAC_OK;

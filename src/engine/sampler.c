@@ -237,12 +237,11 @@ static void exp_block(const float *v, float mx, float *t, int m)
         t[i] = exp_small(t[i]);
 }
 
-/* log sum_i e^v[i]: the terms a block at a time into a float buffer (a loop
- * the compiler vectorizes), added in double (eight running sums). The
- * chosen token's log-probability needs it at every step. */
-static double log_sum_exp(const float *v, int n)
+/* log sum_i e^v[i] given mx = vmax(v, n): the terms a block at a time into a
+ * float buffer (a loop the compiler vectorizes), added in double (eight
+ * running sums). The chosen token's log-probability needs it at every step. */
+static double log_sum_exp(const float *v, int n, float mx)
 {
-    const float mx = vmax(v, n);
     if (!(mx > -INFINITY) || mx == INFINITY) /* all -inf, or +inf somewhere: no finite sum to scale */
         return mx;
     enum { B = 512 };
@@ -362,7 +361,10 @@ int32_t lilac_sampler_sample(lilac_sampler *s, float *logits, float *chosen_logp
     const lilac_sampler_params *p = &s->p;
     int n = s->n_vocab;
     lilac_sampler_apply_penalties(s, logits);
-    double lse = (chosen_logprob || (top && n_top > 0)) ? log_sum_exp(logits, n) : 0;
+    const bool want_lse = chosen_logprob || (top && n_top > 0);
+    /* one pass for the log-sum-exp and the scaled candidates alike (greedy alone needs neither) */
+    const float mx = want_lse || p->temperature > 0 ? vmax(logits, n) : 0.0f;
+    double lse = want_lse ? log_sum_exp(logits, n, mx) : 0;
     if (top && n_top > 0)
         top_logprobs(logits, n, lse, top, n_top);
 
@@ -373,7 +375,7 @@ int32_t lilac_sampler_sample(lilac_sampler *s, float *logits, float *chosen_logp
         /* candidates: every token, then truncated; logits scaled by 1/T */
         struct cand *c = s->cand;
         int nc = 0;
-        const float mx = vmax(logits, n), inv_t = 1.0f / p->temperature;
+        const float inv_t = 1.0f / p->temperature;
         bool sorted = false;
         if (p->top_k > 0 && p->top_k < n) { /* the top k of a sort of all, without the sort */
             top_k_cands(logits, n, mx, inv_t, p->top_k, c);
@@ -405,7 +407,7 @@ void lilac_logits_top_of(const float *logits, int n_vocab, int k, lilac_logits_t
     t->n = k;
     for (int i = 0; i < k; i++)
         t->id[i] = c[i].id, t->logit[i] = c[i].logit;
-    t->lse = log_sum_exp(logits, n_vocab);
+    t->lse = log_sum_exp(logits, n_vocab, vmax(logits, n_vocab));
 }
 
 int lilac_sampler_top_k(const lilac_sampler *s, int n_top)

@@ -314,6 +314,9 @@ static int slot_n_top(const slot *sl)
     return n < 0 ? 0 : n > 20 ? 20 : n;
 }
 
+/* The candidates the slot's sampler needs (its batch item's top_k; 0: the logits). */
+static int slot_top_k(const slot *sl) { return lilac_sampler_top_k(sl->smp, slot_n_top(sl)); }
+
 /* A token to sample for the slot from its batch item k's candidates (the backend's reduction, when the
  * sampler needs no more: lilac_sampler_top_k) or logits: record it, stream its text, decide whether to go on. */
 static void slot_token(sched *s, slot *sl, int k)
@@ -436,7 +439,7 @@ static void step(sched *s)
             continue;
         }
         if (sl->decoding) {
-            s->items[n] = (lilac_batch_item){sl->seq, &sl->pending, 1, true, lilac_sampler_top_k(sl->smp, slot_n_top(sl))};
+            s->items[n] = (lilac_batch_item){sl->seq, &sl->pending, 1, true, slot_top_k(sl)};
         } else {
             int left = sl->req->gen.n_prompt - sl->prefill_at;
             int take = left < budget ? left : budget;
@@ -444,7 +447,7 @@ static void step(sched *s)
                 continue;
             budget -= take;
             s->items[n] = (lilac_batch_item){sl->seq, sl->req->prompt + sl->prefill_at, take, take == left,
-                                             take == left ? lilac_sampler_top_k(sl->smp, slot_n_top(sl)) : 0};
+                                             take == left ? slot_top_k(sl) : 0};
         }
         s->item_slot[n++] = i;
     }

@@ -773,6 +773,34 @@ static void run_step(lilac_model *m, lilac_cuda_seq *cs)
     trace_step(m, cs, calls);
 }
 
+int lilac_cuda_top_rows(lilac_cuda_model *cm, const float *logits, int V, int rows, int k,
+                        lilac_logits_top *const *tops, char *msg, size_t cap)
+{
+    if (rows < 1 || rows > LILAC_CUDA_TOP_ROWS) {
+        snprintf(msg, cap, "the sampler's reduction takes 1 to %d rows, not %d", LILAC_CUDA_TOP_ROWS, rows);
+        return -1;
+    }
+    if (!lilac_cuda_logits_top(logits, V, rows, V, k, cm->top, cm->stream)) {
+        if (lilac_cuda_download(cm->top_host, cm->top, (size_t)rows * LILAC_CUDA_TOP_OUT, cm->stream, msg, cap))
+            return -1;
+        for (int r = 0; r < rows; r++)
+            if (tops[r])
+                memcpy(tops[r], cm->top_host + (size_t)r * LILAC_CUDA_TOP_OUT, sizeof *tops[r]);
+        return 0;
+    }
+    float *host = cm->logits_host ? cm->logits_host : malloc((size_t)V * sizeof *host);
+    int rc = host ? 0 : -1;
+    if (!host)
+        snprintf(msg, cap, "out of memory for a row of logits");
+    for (int r = 0; !rc && r < rows; r++)
+        if (tops[r] && !(rc = lilac_cuda_download(host, logits + (size_t)r * V, (size_t)V * sizeof *host, cm->stream,
+                                                 msg, cap)))
+            lilac_logits_top_of(host, V, k, tops[r]);
+    if (host != cm->logits_host)
+        free(host);
+    return rc;
+}
+
 lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const lilac_eval_opts *opts,
                              lilac_error *err)
 {
@@ -788,7 +816,8 @@ lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const l
                           "model's shapes; --backend cpu for this one");
     if (lilac_cuda_prefill_wanted(s, n) || opts->hidden)
         return lilac_cuda_prefill(s, tokens, n, opts, err);
-    const bool dst_pinned = opts->logits_mode != LILAC_LOGITS_NONE && lilac_cuda_host_pinned(opts->logits);
+    const bool dst_pinned = (opts->logits_mode == LILAC_LOGITS_LAST || opts->logits_mode == LILAC_LOGITS_ALL) &&
+                            lilac_cuda_host_pinned(opts->logits); /* (LILAC_LOGITS_TOP downloads no logits) */
     for (int i = 0; i < n; i++) {
         double t0 = g_timing == 1 ? now_s() : 0;
         int32_t tp[2] = {tokens[i], s->pos};
@@ -802,25 +831,18 @@ lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const l
         run_step(m, s->cuda);
         t0 = g_timing == 1 ? now_s() : 0;
         float *dst = NULL;
-        if (opts->logits_mode == LILAC_LOGITS_TOP && i == n - 1) {
-            /* the sampler's candidates reduced here: 1 KB down, not the vocabulary; where the kernels do not take
-             * the shape, the logits down and reduced on the host (the same answer) */
-            lilac_cuda_matvec(&cm->output, cm->xn, cm->logits, 1, cm->stream);
-            if (!lilac_cuda_logits_top(cm->logits, V, 1, V, opts->top_k, cm->top, cm->stream)) {
-                if (lilac_cuda_download(opts->top, cm->top, sizeof *opts->top, cm->stream, msg, sizeof msg))
-                    return cuda_err(err, "CUDA step", msg);
-            } else {
-                if (lilac_cuda_download(opts->logits, cm->logits, (size_t)V * sizeof(float), cm->stream, msg,
-                                        sizeof msg))
-                    return cuda_err(err, "CUDA step", msg);
-                lilac_logits_top_of(opts->logits, V, opts->top_k, opts->top);
-            }
-        } else if (opts->logits_mode == LILAC_LOGITS_ALL)
+        const bool top = opts->logits_mode == LILAC_LOGITS_TOP && i == n - 1;
+        if (opts->logits_mode == LILAC_LOGITS_ALL)
             dst = opts->logits + (size_t)i * V;
         else if (opts->logits_mode == LILAC_LOGITS_LAST && i == n - 1)
             dst = opts->logits;
-        if (dst) {
+        if (dst || top)
             lilac_cuda_matvec(&cm->output, cm->xn, cm->logits, 1, cm->stream);
+        if (top) { /* the sampler's candidates reduced here: 1 KB down, not the vocabulary */
+            lilac_logits_top *const one[1] = {opts->top};
+            if (lilac_cuda_top_rows(cm, cm->logits, V, 1, opts->top_k, one, msg, sizeof msg))
+                return cuda_err(err, "CUDA step", msg);
+        } else if (dst) {
             /* through pinned memory: a copy to pageable memory runs at a fraction of the bus's speed; straight
              * into the caller's where that is pinned (lilac_logits_alloc: no 1 MB host copy a token) */
             float *via = cm->logits_host && !dst_pinned ? cm->logits_host : dst;

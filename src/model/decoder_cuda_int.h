@@ -45,6 +45,7 @@ struct lilac_cuda_model {
     float *part;        /* the grid sum's blocks' sums of squares (lilac_cuda_moe_sum_norm_grid) */
     float *logits_host; /* pinned (host), n_vocab: the logits' way down */
     void *top;          /* the sampler's reduction's scratch and result (lilac_cuda_logits_top) */
+    char top_host[LILAC_CUDA_TOP_ROWS * LILAC_CUDA_TOP_OUT]; /* its results on their way down */
     char device[160];
     struct cuda_prefill *pf; /* the prefill's activations (decoder_cuda_prefill.c), allocated at its first use */
     int pf_rows;             /* their rows, as the memory plan chose them (lilac_cuda_model_pf_rows_set; 0: none) */
@@ -103,7 +104,6 @@ struct cuda_prefill {
     float *bpart;
     unsigned *bcount;
     float **ptrs_host; /* the host side of ptrs, in the same allocation as this struct */
-    char top_host[LILAC_CUDA_TOP_ROWS * LILAC_CUDA_TOP_OUT]; /* the batched step's candidates on their way down */
     /* LILAC_CUDA_BATCH_GRAPH=1: the batched step's layers captured per row count (forward_batch) */
     void *bgraph[LILAC_CUDA_PF_BATCH + 1];
     unsigned bgen[LILAC_CUDA_PF_BATCH + 1]; /* the tensor-core scratch's generation each was captured with */
@@ -129,6 +129,13 @@ void lilac_cuda_batch_logits(lilac_model *m, const float *xn, float *y, int nt, 
 
 /* p = bytes of device memory owned by cm (freed with it), counted in cm->bytes. */
 lilac_status lilac_cuda_model_alloc(lilac_cuda_model *cm, void **p, size_t bytes, lilac_error *err);
+
+/* decoder_cuda.c: the sampler's candidates of `rows` rows (<= LILAC_CUDA_TOP_ROWS) of device logits, V floats
+ * apart, into tops[r] (NULL: not wanted): reduced on the device (lilac_cuda_logits_top), or, for a shape its
+ * kernels do not take, each wanted row down and reduced on the host (lilac_logits_top_of: the same answer).
+ * Waits for the stream. 0, or -1 with msg filled. */
+int lilac_cuda_top_rows(lilac_cuda_model *cm, const float *logits, int V, int rows, int k,
+                        lilac_logits_top *const *tops, char *msg, size_t cap);
 
 struct lilac_seq;
 /* decoder_cuda_prefill.c: whether n tokens go through lilac_cuda_prefill (n > 1, shapes its kernels take, not

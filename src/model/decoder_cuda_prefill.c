@@ -445,18 +445,9 @@ lilac_status lilac_cuda_decode_batch(lilac_model *m, lilac_seq *const *seqs, con
             lilac_cuda_batch_logits(m, pf->xn + (size_t)r0 * E, pf->logits, rn, exact);
             if ((st = check(err)))
                 break;
-            if (any_top) { /* the sampler's candidates of every row, reduced here; those that want them copied */
-                if (lilac_cuda_logits_top(pf->logits, V, rn, V, top_k, cm->top, cm->stream) ||
-                    lilac_cuda_download(pf->top_host, cm->top, (size_t)rn * LILAC_CUDA_TOP_OUT, cm->stream, msg,
-                                        sizeof msg)) {
-                    st = lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA batched decode: the sampler's reduction: %s",
-                                    msg);
-                    break;
-                }
-                for (int r = 0; r < rn; r++)
-                    if (tops[off + r0 + r])
-                        memcpy(tops[off + r0 + r], pf->top_host + (size_t)r * LILAC_CUDA_TOP_OUT,
-                               sizeof(lilac_logits_top));
+            if (any_top && lilac_cuda_top_rows(cm, pf->logits, V, rn, top_k, tops + off + r0, msg, sizeof msg)) {
+                st = lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA batched decode: the sampler's reduction: %s", msg);
+                break;
             }
             /* a download per run of rows whose destinations follow one another (lilac_batch's are one array) */
             for (int r = 0, r1; r < rn; r = r1) {
