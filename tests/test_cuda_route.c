@@ -1,6 +1,6 @@
 /* test_cuda_route: the decode step's MoE glue kernels. The routing done by the last block of the
  * norm+router kernel (lilac_cuda_norm_router with lilac_cuda_route_args:
- * dev_route with the staged ranks) against a float64 oracle on the CPU over the kernel's own
+ * dev_route) against a float64 oracle on the CPU over the kernel's own
  * logits, and against the route kernel (lilac_cuda_route) on them:
  * - experts 8, 60, 256, 512 (the most either takes); k 1, 2, 8 and 32;
  *   weights renormalized or not; the shared expert's gate as the router's
@@ -9,13 +9,14 @@
  *   the CPU order by the lower expert index;
  * - the kernel launched three times in a row (its counter must be back to
  *   zero for each launch, as a replayed graph needs);
- * - NaN logits: still k valid experts (what the expert products read);
- * - all of it with the route kernel's ranks in one pass and in two stages
- *   (LILAC_CUDA_ROUTE_STAGED=0 and 1).
+ * - NaN logits: still k valid experts (what the expert products read).
  * Bounds: the chosen experts and their order exactly; weights within 1e-6
  * of the oracle's (relative to the largest); the shared gate within 1e-6.
- * Then the experts' weighted sum and the next norm over a grid of blocks
- * against the one-block kernel (test_sum).
+ * The experts' product that routes for itself (lilac_cuda_matvec_experts_routed)
+ * against the route kernel and then the product over its choice: the same
+ * experts, weights and outputs bit for bit (test_routed). Then the experts'
+ * weighted sum and the next norm over a grid of blocks against the one-block
+ * kernel (test_sum).
  *
  * Without a usable CUDA device it skips (exit 77), unless
  * LILAC_REQUIRE_CUDA=1. */
@@ -157,6 +158,56 @@ static void test_case(int E, int k, int norm, int shared, int gu, int nan_logits
     lilac_cuda_free(dw), lilac_cuda_free(dw2), lilac_cuda_free(didx), lilac_cuda_free(didx2), lilac_cuda_free(dcount);
 }
 
+/* lilac_cuda_matvec_experts_routed over E float32 experts (gate and up: 2E matrices of ff x n) against
+ * lilac_cuda_route and lilac_cuda_matvec_experts on the same logits: idx, w and y bit for bit, two launches in
+ * a row. gu: 2k slots (the up matrices at E); shared: the gate's logit at logits[E]. */
+static void test_routed(int E, int k, int norm, int shared, int gu)
+{
+    const int n = 64, ff = 48, nm = gu ? 2 * E : E, slots = gu ? 2 * k : k;
+    const size_t one = (size_t)ff * n;
+    float *W = malloc(sizeof(float) * one * nm), *x = malloc(sizeof(float) * n), *lg = malloc(sizeof(float) * (E + 1));
+    float *y = malloc(sizeof(float) * ff * slots), *y2 = malloc(sizeof(float) * ff * slots);
+    float *w = malloc(sizeof(float) * (k + 1)), *w2 = malloc(sizeof(float) * (k + 1));
+    int32_t *idx = malloc(sizeof(int32_t) * 2 * k), *idx2 = malloc(sizeof(int32_t) * 2 * k);
+    for (size_t i = 0; i < one * nm; i++)
+        W[i] = rnd_sym();
+    for (int i = 0; i < n; i++)
+        x[i] = rnd_normal();
+    float *dW = ct_dmalloc(sizeof(float) * one * nm), *dx = ct_dmalloc(sizeof(float) * n);
+    float *dlg = ct_dmalloc(sizeof(float) * (E + 1)), *dy = ct_dmalloc(sizeof(float) * ff * slots);
+    float *dy2 = ct_dmalloc(sizeof(float) * ff * slots), *dw = ct_dmalloc(sizeof(float) * (k + 1));
+    float *dw2 = ct_dmalloc(sizeof(float) * (k + 1));
+    int32_t *didx = ct_dmalloc(sizeof(int32_t) * 2 * k), *didx2 = ct_dmalloc(sizeof(int32_t) * 2 * k);
+    ct_up(dW, W, sizeof(float) * one * nm), ct_up(dx, x, sizeof(float) * n);
+    const lilac_cuda_mat M = {dW, LILAC_F32, ff, n, sizeof(float) * n};
+    const lilac_cuda_route_args ra = {E, k, norm, gu ? E : 0, shared, didx2, dw2, NULL};
+    char what[128];
+    snprintf(what, sizeof what, "routed product E %d k %d norm %d shared %d gu %d", E, k, norm, shared, gu);
+    for (int rep = 0; rep < 2; rep++) {
+        for (int e = 0; e <= E; e++)
+            lg[e] = e % 5 == 3 && e > 0 ? lg[e - 1] : rnd_normal() * 2; /* ties */
+        ct_up(dlg, lg, sizeof(float) * (E + 1));
+        lilac_cuda_memset(dw2, 0, sizeof(float) * (k + 1), NULL);
+        int rc = lilac_cuda_route(dlg, E, k, norm, didx, dw, gu ? E : 0, NULL, NULL, 0, shared ? dlg + E : NULL, NULL);
+        lilac_cuda_matvec_experts(&M, sizeof(float) * one, didx, slots, dx, 0, dy, NULL);
+        const int rc2 = lilac_cuda_matvec_experts_routed(&M, sizeof(float) * one, dlg, &ra, dx, dy2, NULL);
+        ct_down(idx, didx, sizeof(int32_t) * slots), ct_down(idx2, didx2, sizeof(int32_t) * slots);
+        ct_down(w, dw, sizeof(float) * (k + 1)), ct_down(w2, dw2, sizeof(float) * (k + 1));
+        ct_down(y, dy, sizeof(float) * ff * slots), ct_down(y2, dy2, sizeof(float) * ff * slots);
+        const char *m = check_msg();
+        CHECKF(rc == 0 && rc2 == 0 && !m, "%s: launches (%d, %d): %s", what, rc, rc2, m ? m : "");
+        CHECKF(!memcmp(idx, idx2, sizeof(int32_t) * slots), "%s (launch %d): experts differ from the route kernel's",
+               what, rep);
+        CHECKF(!memcmp(w, w2, sizeof(float) * (k + shared)), "%s (launch %d): weights differ from the route kernel's",
+               what, rep);
+        CHECKF(!memcmp(y, y2, sizeof(float) * ff * slots), "%s (launch %d): outputs differ from the product's", what,
+               rep);
+    }
+    free(W), free(x), free(lg), free(y), free(y2), free(w), free(w2), free(idx), free(idx2);
+    lilac_cuda_free(dW), lilac_cuda_free(dx), lilac_cuda_free(dlg), lilac_cuda_free(dy), lilac_cuda_free(dy2);
+    lilac_cuda_free(dw), lilac_cuda_free(dw2), lilac_cuda_free(didx), lilac_cuda_free(didx2);
+}
+
 /* The experts' weighted sum into x and the next norm over a grid of blocks (lilac_cuda_moe_sum_norm_grid)
  * against the one-block kernel: x bit for bit, xn within 1e-6 of its largest value, three launches in a row
  * (the counter back to zero each time). */
@@ -212,17 +263,15 @@ int main(void)
 #ifdef LILAC_CUDA
     static const int EK[][2] = {{8, 1}, {8, 2}, {60, 8}, {256, 8}, {256, 1}, {256, 32}, {512, 8}, {512, 32}};
     int cases = 0;
-    /* the route kernel's ranks as one pass, then in two stages (LILAC_CUDA_ROUTE_STAGED=1, read at each call) */
-    for (int staged = 0; staged < 2; staged++) {
-        setenv("LILAC_CUDA_ROUTE_STAGED", staged ? "1" : "0", 1);
-        for (size_t i = 0; i < sizeof EK / sizeof EK[0]; i++)
-            for (int v = 0; v < 8; v++, cases++)
-                test_case(EK[i][0], EK[i][1], v & 1, (v >> 1) & 1, (v >> 2) & 1, 0);
-        test_case(256, 8, 1, 1, 1, 1);
-        test_case(8, 2, 0, 0, 0, 1);
-    }
-    unsetenv("LILAC_CUDA_ROUTE_STAGED");
+    for (size_t i = 0; i < sizeof EK / sizeof EK[0]; i++)
+        for (int v = 0; v < 8; v++, cases++)
+            test_case(EK[i][0], EK[i][1], v & 1, (v >> 1) & 1, (v >> 2) & 1, 0);
+    test_case(256, 8, 1, 1, 1, 1);
+    test_case(8, 2, 0, 0, 0, 1);
     printf("%d cases of 3 launches; worst weight error %.3g of the largest\n", cases, worst_w);
+    for (size_t i = 0; i < sizeof EK / sizeof EK[0]; i++)
+        for (int v = 0; v < 8; v++)
+            test_routed(EK[i][0], EK[i][1], v & 1, (v >> 1) & 1, (v >> 2) & 1);
     static const int SK[][2] = {{2048, 8}, {256, 2}, {100, 1}, {4096, 9}, {2048, 0}};
     for (size_t i = 0; i < sizeof SK / sizeof SK[0]; i++)
         for (int shared = 0; shared < 2; shared++)

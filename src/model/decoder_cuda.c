@@ -533,6 +533,7 @@ const lilac_cuda_step_sw *lilac_cuda_step_switches(void)
             .route_tail = lilac_env_switch("LILAC_CUDA_ROUTE_TAIL", false),
             .sum_grid = lilac_env_switch("LILAC_CUDA_SUM_GRID", true),
             .down_sum = lilac_env_switch("LILAC_CUDA_DOWN_SUM", true),
+            .route_fused = lilac_env_switch("LILAC_CUDA_ROUTE_FUSED", true),
         };
         read = true;
     }
@@ -643,12 +644,21 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         /* the routing takes the shared expert's gate too */
         if (!routed)
             OP("matvec", lilac_cuda_matvec(&cl->router, cm->xn, cm->rl, 1, s));
-        if (!routed || !tail)
+        /* the routing inside the gate+up product: one kernel boundary less on the chain */
+        bool fused_gu = sw->route_fused && routed && !tail && cl->gu_fused && (!shared || gate_row);
+        if (fused_gu) {
+            fused_gu = !lilac_cuda_matvec_experts_routed(&cl->exp_gate, cl->gate_stride, cm->rl, &ra, cm->xn,
+                                                         cm->gbuf, s);
+            if (fused_gu && g_trace == 1)
+                trace_name("matvec_experts", "");
+        }
+        if (!fused_gu && (!routed || !tail))
             OP("route", lilac_cuda_route(cm->rl, hp->n_expert, k, hp->norm_topk, cm->idx, cm->rw,
                                          cl->gu_fused ? hp->n_expert : 0,
                                          shared && !(routed && gate_row) ? cl->sh_gate_inp : NULL, cm->xn, E,
                                          shared && routed && gate_row ? cm->rl + hp->n_expert : NULL, s));
-        if (cl->gu_fused) { /* gate and up of the k experts: 2k slots of one product */
+        if (fused_gu) {
+        } else if (cl->gu_fused) { /* gate and up of the k experts: 2k slots of one product */
             OP("matvec_experts",
                lilac_cuda_matvec_experts(&cl->exp_gate, cl->gate_stride, cm->idx, 2 * k, cm->xn, 0, cm->gbuf, s));
         } else {

@@ -80,6 +80,10 @@ typedef struct lilac_cuda_step_sw {
      * layer, those two. tg128 (H200, one call, 2026-11-30): 349.5/350.4 against 339.7/338.1 at two rows a
      * lane group, 341.6/343.2 at one (LILAC_CUDA_DOWN_SUM_R=1) */
     bool down_sum;
+    /* ROUTE_FUSED (on; =0 off): the routing by every block of the experts' gate+up product itself
+     * (lilac_cuda_matvec_experts_routed) where the norm+router kernel gives the logits (and the shared gate's)
+     * and gate and up are one product: the route kernel off the chain */
+    bool route_fused;
 } lilac_cuda_step_sw;
 const lilac_cuda_step_sw *lilac_cuda_step_switches(void);
 

@@ -291,139 +291,141 @@ static __device__ void dev_route_write(int *sel, float *selw, int cnt, int E, in
         w[k] = gate;
 }
 
-/* dev_route's ranks in two stages (the default; LILAC_CUDA_ROUTE_STAGED=0: one pass over all E for every expert, 256
- * dependent shared loads a thread, most of k_route's ~24k cycles in ncu): each warp's 32 experts of a round
- * ranked among themselves by shuffles, those under k kept as candidates; then each candidate ranked among the
- * candidates. The same choice: every expert of the overall top k has fewer than k above it in its group (so
- * is a candidate) and among the candidates; any other expert has all k of them above it among the
- * candidates. Sets chosen[e] for every e < E; every thread of the block calls it. */
-static __device__ void dev_route_staged(const float *pr, int E, int k, unsigned char *chosen)
+#define ROUTE_NT 256                      /* the threads of every block that routes (dev_route) */
+#define ROUTE_NW (ROUTE_NT / 32)          /* its warps */
+#define ROUTE_EPT (ROUTE_EMAX / ROUTE_NT) /* experts a thread holds */
+#define ROUTE_NG (ROUTE_EMAX / 32)        /* groups of 32 experts */
+
+/* The block's warps' partial values (one a warp in red[], by lane 0) reduced in warp order by every thread:
+ * the same bits in all of them, two barriers. */
+template <bool MAX> static __device__ __forceinline__ float route_reduce(float v, float *red)
 {
-    const int nb = blockDim.x;
-    __shared__ int ncand;
-    __shared__ int cand[ROUTE_EMAX];
-    __shared__ float candp[ROUTE_EMAX];
-    if (threadIdx.x == 0)
-        ncand = 0;
-    for (int e = threadIdx.x; e < E; e += nb)
-        chosen[e] = 0;
+    v = warp_reduce<MAX>(v);
+    __syncthreads(); /* red's last readers are done */
+    if ((threadIdx.x & 31) == 0)
+        red[threadIdx.x >> 5] = v;
     __syncthreads();
-    const int lane0 = threadIdx.x & ~31;
-    for (int e0 = 0; e0 < E; e0 += nb) { /* the same trip count in every thread: whole warps shuffle */
-        const int e = e0 + (int)threadIdx.x;
-        const float pe = e < E ? pr[e] : 0.0f;
-        int before = 0;
+    v = red[0];
+#pragma unroll
+    for (int w = 1; w < ROUTE_NW; w++)
+        v = MAX ? fmaxf(v, red[w]) : v + red[w];
+    return v;
+}
+
+/* Whether expert a (key ka) comes before expert b (key kb): the higher key, or the lower index among equals. */
+static __device__ __forceinline__ bool route_before(unsigned ka, unsigned a, unsigned kb, unsigned b)
+{
+    return ka > kb || (ka == kb && a < b);
+}
+
+/* The routing's choice by a block of ROUTE_NT threads (every thread calls it): the softmax of E logits
+ * (E <= ROUTE_EMAX), and the k most probable experts (k <= 32), ties to the lower index (the order of k rounds
+ * of argmax, the CPU's), listed in index order in sel/selw (shared) with their probabilities. Probabilities
+ * compare as their bits (all >= 0), NaN ones as the lowest. No step waits on another lane's result more than
+ * once: each expert ranked within its group of 32 by shuffles (the first k of every group are candidates, at
+ * slot group k + rank), each candidate ranked among the candidates, the chosen ones marked in a bitmap and
+ * placed by the marks below them. The choice is the one order's first k whatever the steps, so any of the
+ * ways to find it gives the same bits. (k rounds of a block-wide argmax, or of warp reductions, took ~5 us on
+ * the step's chain; so did the earlier kernel: the softmax by block reductions, ranks by counting.) */
+static __device__ void dev_route_choose(const float *logits, int E, int k, int *sel, float *selw)
+{
+    __shared__ float red[ROUTE_NW];
+    __shared__ unsigned ckey[ROUTE_NG * 32], cidx[ROUTE_NG * 32];
+    __shared__ unsigned mark[ROUTE_NG];
+    const unsigned full = 0xffffffffu;
+    const int t = threadIdx.x;
+    if (t < ROUTE_NG)
+        mark[t] = 0; /* the reductions' barriers order it before the marks */
+    float l[ROUTE_EPT];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < ROUTE_EPT; j++) {
+        const int e = t + j * ROUTE_NT;
+        l[j] = e < E ? __ldcg(logits + e) : -INFINITY;
+        mx = fmaxf(mx, l[j]);
+    }
+    mx = route_reduce<true>(mx, red);
+    float v[ROUTE_EPT], sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < ROUTE_EPT; j++) {
+        v[j] = t + j * ROUTE_NT < E ? expf(l[j] - mx) : 0.0f;
+        sum += v[j];
+    }
+    sum = route_reduce<false>(sum, red);
+    const int ng = (E + 31) >> 5;
+#pragma unroll
+    for (int j = 0; j < ROUTE_EPT; j++) {
+        const unsigned e = (unsigned)(t + j * ROUTE_NT);
+        if (j * ROUTE_NT >= E) /* the whole group (and warp) past E */
+            break;
+        const float p = v[j] / sum;
+        const unsigned key = e >= (unsigned)E ? 0u : p != p ? 1u : __float_as_uint(p) + 2u;
+        int rank = 0; /* within the group (the warp's 32 experts of this j) */
 #pragma unroll 8
         for (int src = 0; src < 32; src++) {
-            const float pj = __shfl_sync(0xffffffffu, pe, src);
-            const int j = e0 + lane0 + src;
-            before += (j < E) & ((pj > pe) | ((pj == pe) & (j < e))); /* no branches: whole-warp shuffles */
+            const unsigned ks = __shfl_sync(full, key, src);
+            rank += route_before(ks, (e & ~31u) + src, key, e);
         }
-        if (e < E && before < k) {
-            const int at = atomicAdd(&ncand, 1);
-            cand[at] = e, candp[at] = pe;
-        }
+        if (rank < k) /* ranks are a permutation of 0..31: every slot g k + r, r < k, written once */
+            ckey[(e >> 5) * k + rank] = key, cidx[(e >> 5) * k + rank] = e;
     }
     __syncthreads();
-    const int nc = ncand;
-    for (int c = threadIdx.x; c < nc; c += nb) {
-        const int e = cand[c];
-        const float pe = candp[c];
-        int before = 0;
-#pragma unroll 4
-        for (int i = 0; i < nc; i++) {
-            const float pj = candp[i];
-            const int j = cand[i];
-            before += (pj > pe) | ((pj == pe) & (j < e));
-        }
-        chosen[e] = before < k;
+    const int nc = ng * k;
+    for (int c = t; c < nc; c += ROUTE_NT) { /* each candidate's rank among all of them */
+        const unsigned kc = ckey[c], ec = cidx[c];
+        int rank = 0;
+#pragma unroll 8
+        for (int i = 0; i < nc; i++)
+            rank += route_before(ckey[i], cidx[i], kc, ec);
+        if (rank < k)
+            atomicOr(&mark[ec >> 5], 1u << (ec & 31));
+    }
+    __syncthreads();
+    for (int c = t; c < nc; c += ROUTE_NT) { /* the chosen ones placed in index order */
+        const unsigned kc = ckey[c], ec = cidx[c];
+        if (!((mark[ec >> 5] >> (ec & 31)) & 1u))
+            continue;
+        int pos = __popc(mark[ec >> 5] & ((1u << (ec & 31)) - 1u));
+        for (unsigned g = 0; g < (ec >> 5); g++)
+            pos += __popc(mark[g]);
+        sel[pos] = (int)ec;
+        selw[pos] = kc == 1u ? __uint_as_float(0x7fc00000u) : __uint_as_float(kc - 2u);
     }
     __syncthreads();
 }
 
-// lilac_cuda_route (cuda_ops.h) by one block: the softmax by block
-// reductions, then every expert's rank at once (how many experts come
-// before it: a higher probability, or an equal one at a lower index, the
-// order of k rounds of argmax; staged: dev_route_staged), the chosen ones
-// listed in index order by ballots. Sequential rounds in one warp were most
-// of the step's routing time. The shared expert's gate from gate_inp . xn,
-// or from its logit computed elsewhere (gsh_logit: k_norm_router's extra row).
+// lilac_cuda_route (cuda_ops.h) by a block of ROUTE_NT threads (every thread calls it; dev_route_choose):
+// idx/w as dev_route_write writes them. The shared expert's gate from gate_inp . xn, or from its logit
+// computed elsewhere (gsh_logit: k_norm_router's extra row).
 static __device__ void dev_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
-                                 const float *gate_inp, const float *xn, int n_embd, bool staged = false,
-                                 const float *gsh_logit = nullptr)
+                                 const float *gate_inp, const float *xn, int n_embd, const float *gsh_logit = nullptr)
 {
-    __shared__ float pr[ROUTE_EMAX];
-    __shared__ unsigned char chosen[ROUTE_EMAX];
     __shared__ int sel[32];
     __shared__ float selw[32];
-    const int nb = blockDim.x;
-    /* the gate's logit and the logits (into pr, read once) loaded first: in flight with the gate's dot */
-    float gsh = !gate_inp && gsh_logit ? __ldcg(gsh_logit) : 0.0f;
-    float mx = -INFINITY;
-    for (int e = threadIdx.x; e < E; e += nb) {
-        const float l = __ldcg(logits + e);
-        pr[e] = l; /* each thread reads back only its own */
-        mx = fmaxf(mx, l);
-    }
+    float gsh = !gate_inp && gsh_logit ? __ldcg(gsh_logit) : 0.0f; /* in flight with the routing */
     if (gate_inp) { // the shared expert's gate
         /* DEV_NR values a thread loaded at once: "#pragma unroll" over the strided loop kept its exit test
-         * between the loads, one L2 round trip a value (a third of this kernel's stall samples in ncu) */
+         * between the loads, one L2 round trip a value (a third of the old kernel's stall samples in ncu) */
         float d = 0;
-        for (int i0 = 0; i0 < n_embd; i0 += DEV_NR * nb) {
+        for (int i0 = 0; i0 < n_embd; i0 += DEV_NR * ROUTE_NT) {
             float gv[DEV_NR], xv[DEV_NR];
 #pragma unroll
             for (int j = 0; j < DEV_NR; j++) {
-                const int i = i0 + j * nb + threadIdx.x;
+                const int i = i0 + j * ROUTE_NT + threadIdx.x;
                 gv[j] = i < n_embd ? gate_inp[i] : 0.0f;
                 xv[j] = i < n_embd ? __ldcg(xn + i) : 0.0f;
             }
 #pragma unroll
             for (int j = 0; j < DEV_NR; j++)
-                if (i0 + j * nb + (int)threadIdx.x < n_embd)
-                    d += gv[j] * xv[j]; /* in i order, as before */
+                if (i0 + j * ROUTE_NT + (int)threadIdx.x < n_embd)
+                    d += gv[j] * xv[j]; /* in i order */
         }
-        gsh = sigmoidf_(block_sum(d));
-    } else if (gsh_logit) { /* the gate's dot computed as one more router row (k_norm_router's) */
-        gsh = sigmoidf_(gsh);
+        gsh = block_sum(d);
     }
-    mx = block_max(mx);
-    float sum = 0;
-    for (int e = threadIdx.x; e < E; e += nb) {
-        const float v = expf(pr[e] - mx);
-        pr[e] = v;
-        sum += v;
-    }
-    sum = block_sum(sum);
-    for (int e = threadIdx.x; e < E; e += nb)
-        pr[e] /= sum;
-    __syncthreads();
-    if (!staged) {
-        for (int e = threadIdx.x; e < E; e += nb) {
-            const float pe = pr[e];
-            int before = 0;
-            for (int j = 0; j < E; j++) {
-                const float pj = pr[j];
-                before += pj > pe || (pj == pe && j < e);
-            }
-            chosen[e] = before < k;
-        }
-        __syncthreads();
-    } else {
-        dev_route_staged(pr, E, k, chosen);
-    }
-    if (threadIdx.x >= 32)
-        return;
-    const int lane = threadIdx.x;
-    int cnt = 0;
-    for (int base = 0; base < E; base += 32) {
-        const bool f = base + lane < E && chosen[base + lane];
-        const unsigned bal = __ballot_sync(0xffffffffu, f);
-        const int at = cnt + __popc(bal & ((1u << lane) - 1u));
-        if (f && at < k)
-            sel[at] = base + lane, selw[at] = pr[base + lane];
-        cnt += __popc(bal);
-    }
-    dev_route_write(sel, selw, cnt, E, k, norm, idx, w, up_offset, gate_inp || gsh_logit, gsh);
+    dev_route_choose(logits, E, k, sel, selw);
+    if (threadIdx.x < 32)
+        dev_route_write(sel, selw, k, E, k, norm, idx, w, up_offset, gate_inp || gsh_logit,
+                        gate_inp || gsh_logit ? sigmoidf_(gsh) : 0.0f);
 }
 
 /* The last-block pattern of a grid that ends with one block's work over every block's results: each block's

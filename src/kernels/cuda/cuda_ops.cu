@@ -600,15 +600,15 @@ extern "C" void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, 
     cudaStreamWaitEvent(CS(to), (cudaEvent_t)ev, 0);
 }
 
-// The router's softmax, top-k and weights (the CPU's choice and order), the
-// ranks of all experts at once (dev_route; E <= 512, k <= 32). With
+// The router's softmax, top-k and weights (the CPU's choice and order) by one
+// block (dev_route; E <= 512, k <= 32). With
 // up_offset > 0, idx[k + i] = idx[i] + up_offset as well (the up matrices
 // stored after the gate ones: one product over 2k slots). With gate_inp,
 // w[k] = sigmoid(gate_inp . xn) (the shared expert's gate).
 // Batched (lilac_cuda_route_rows): block b routes row b, its logits (and gate logit), idx, w l_row, i_row and
 // w_row elements on, its xn n_embd; the same kernel as one token's (the same bits).
 __global__ void k_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
-                        const float *gate_inp, const float *xn, int n_embd, const float *gate_logit, int staged,
+                        const float *gate_inp, const float *xn, int n_embd, const float *gate_logit,
                         long long l_row, long long i_row, long long w_row)
 {
     TRACE_START(LILAC_TK_ROUTE);
@@ -620,23 +620,13 @@ __global__ void k_route(const float *logits, int E, int k, int norm, int32_t *id
         xn += b * n_embd;
     if (gate_logit)
         gate_logit += b * l_row;
-    dev_route(logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd, staged != 0, gate_inp ? nullptr : gate_logit);
+    dev_route(logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd, gate_inp ? nullptr : gate_logit);
     TRACE_END(LILAC_TK_ROUTE);
 }
 
 /* Tried and removed (session 8): the route kernel following the routing with bulk L2 prefetches
  * (cp.async.bulk.prefetch.L2, 64 KiB pieces) of the chosen experts and the next layer's dense weights, for the
  * latency-bound products after it: tg128 108 against 284 tok/s (H200, 2026-11-30). */
-/* The ranks in two stages (dev_route_staged; LILAC_CUDA_ROUTE_STAGED=0: one pass over all E for each expert, 84 %
- * of the kernel's instructions in ncu): tg128 285.5 and 288.1 against 282.6 and 281.8, the kernel 10.7 us against
- * 11.9 in the trace (H200, 2026-11-30). Read at each call: the host calls this only while capturing the step's
- * graph or running without one. */
-static int route_staged()
-{
-    const char *st = getenv("LILAC_CUDA_ROUTE_STAGED");
-    return !(st && !strcmp(st, "0"));
-}
-
 // Whether dev_route takes k of E experts.
 static bool route_takes(int E, int k) { return E <= ROUTE_EMAX && k <= 32 && k >= 1 && k <= E; }
 
@@ -646,8 +636,8 @@ extern "C" int lilac_cuda_route(const float *logits, int E, int k, int norm, int
 {
     if (!route_takes(E, k))
         return -1;
-    launch_pdl(PDL_ROUTE, k_route, dim3(1), dim3(256), 0, CS(s), logits, E, k, norm, idx, w, up_offset, gate_inp, xn,
-               n_embd, gate_logit, route_staged(), 0LL, 0LL, 0LL);
+    launch_pdl(PDL_ROUTE, k_route, dim3(1), dim3(ROUTE_NT), 0, CS(s), logits, E, k, norm, idx, w, up_offset, gate_inp, xn,
+               n_embd, gate_logit, 0LL, 0LL, 0LL);
     return 0;
 }
 
@@ -658,8 +648,8 @@ extern "C" int lilac_cuda_route_rows(const float *logits, int E, int k, int norm
 {
     if (!route_takes(E, k) || n < 1 || l_row < 0 || i_row < 0 || w_row < 0)
         return -1;
-    k_route<<<dim3((unsigned)n), dim3(256), 0, CS(s)>>>(logits, E, k, norm, idx, w, up_offset, gate_inp, xn, n_embd,
-                                                       gate_logit, route_staged(), l_row, i_row, w_row);
+    k_route<<<dim3((unsigned)n), dim3(ROUTE_NT), 0, CS(s)>>>(logits, E, k, norm, idx, w, up_offset, gate_inp, xn,
+                                                            n_embd, gate_logit, l_row, i_row, w_row);
     return 0;
 }
 
@@ -667,7 +657,8 @@ extern "C" int lilac_cuda_route_rows(const float *logits, int E, int k, int norm
 // boundary less on the step's critical path): dev_norm_router over the grid,
 // each warp's first NR_PF float4 of its router row in flight before the kernel
 // that writes x has finished. With r.idx set, the last block to finish routes
-// (dev_route with the staged ranks): the route kernel's launch, and its wait, off the chain.
+// (dev_route): the route kernel's launch, and its wait, off the chain.
+static_assert(32 * NR_WARPS == ROUTE_NT, "k_norm_router's last block routes (dev_route)");
 __global__ void __launch_bounds__(32 * NR_WARPS) k_norm_router(const float *x, const float *norm_w, float *xn,
                                                                const float *W, long long row_floats, int n_exp,
                                                                float *logits, int n, float eps,
@@ -681,7 +672,7 @@ __global__ void __launch_bounds__(32 * NR_WARPS) k_norm_router(const float *x, c
     }
     dev_norm_router<true>(x, norm_w, xn, W, row_floats, n_exp, logits, n, eps, blockIdx.x, gridDim.x);
     if (r.idx && dev_last_block(r.count)) /* the whole block: dev_route's block reductions */
-        dev_route(logits, r.E, r.k, r.norm, r.idx, r.w, r.up_offset, nullptr, nullptr, 0, true,
+        dev_route(logits, r.E, r.k, r.norm, r.idx, r.w, r.up_offset, nullptr, nullptr, 0,
                   r.shared_row ? logits + r.E : nullptr);
     TRACE_END(LILAC_TK_NORM_ROUTER);
 }
@@ -1063,4 +1054,3 @@ extern "C" int lilac_cuda_deltanet_rows(const float *conv_out, const float *a, c
         (float *)NULL, conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, Sp);
     return 0;
 }
-

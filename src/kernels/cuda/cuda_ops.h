@@ -46,7 +46,7 @@ void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, void *ev);
  * launched) when E > 512 or k > 32. */
 int lilac_cuda_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
                      const float *gate_inp, const float *xn, int n_embd, const float *gate_logit, lilac_cuda_stream *s);
-/* The routing lilac_cuda_norm_router can end with (by its last block, dev_route with the staged ranks: no
+/* The routing lilac_cuda_norm_router can end with (by its last block, dev_route: no
  * kernel of its own on the step's chain): lilac_cuda_route's over logits[0, E), with the shared expert's gate
  * w[k] = sigmoid(logits[E]) when shared_row (the router given E + 1 rows: its own, then the shared expert's
  * gate_inp). count: device memory, zero before the first launch (the last block sets it back). */
@@ -62,6 +62,13 @@ typedef struct lilac_cuda_route_args {
 int lilac_cuda_norm_router(const float *x, const float *norm_w, float *xn, const float *W, long long row_floats,
                            int n_exp, float *logits, int n, float eps, const lilac_cuda_route_args *route,
                            lilac_cuda_stream *s);
+/* lilac_cuda_matvec_experts over the experts lilac_cuda_route would choose from logits (route: E, k, norm,
+ * up_offset, shared_row; 2k slots where up_offset > 0), each block routing for itself, block 0 writing the
+ * choice to route->idx and route->w as lilac_cuda_route does (the same bits): the route kernel off the step's
+ * chain. -1 (nothing launched) where the fast product kernel does not take W or the routing its shape. */
+int lilac_cuda_matvec_experts_routed(const lilac_cuda_mat *W, size_t expert_stride, const float *logits,
+                                     const lilac_cuda_route_args *route, const float *x, float *y,
+                                     lilac_cuda_stream *s);
 /* The same over a grid of blocks (x bit for bit the same; the norm's sum of squares in another order): part
  * holds a float a block of LILAC_CUDA_SUM_GRID_T values (device), count one unsigned (device, zero before the
  * first launch; each launch leaves it zero). -1 (nothing launched) for E over LILAC_CUDA_SUM_GRID_MAXB blocks

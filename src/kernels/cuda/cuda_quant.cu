@@ -41,6 +41,7 @@
 #include "format/dtype.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_dev.cuh"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_dq.cuh"
 #include "kernels/cuda/cuda_sizes.h"
 #include "util/env.h"
@@ -600,6 +601,11 @@ struct MV {
     long long row_tiles, items; /* items = slots x row tiles */
     int n_tok, lpr_log2, ut, n_ct;
     int acc; /* y += product (a residual add) instead of y = product */
+    /* rlog set (lilac_cuda_matvec_experts_routed): the slots' experts routed by each block from the router's
+     * logits at rlog (dev_route: r.E, r.k, r.norm, r.up_offset, the gate's logit at rlog[r.E] where
+     * r.shared_row), not read from idx; block 0 writes them to r.idx and r.w for the kernels after */
+    const float *rlog;
+    lilac_cuda_route_args r;
 };
 
 /* The SwiGLU activation as cuda_ops.cu's k_swiglu computes it (the same bits). */
@@ -773,7 +779,7 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
         const int t0 = tc * T, nt = min(T, p.n_tok - t0);
         for (long long it = it0; it < it1; it++) {
             const long long slot = it / p.row_tiles, rt = it - slot * p.row_tiles;
-            const uint8_t *W = p.w + (idx ? (size_t)__ldg(idx + slot) * p.expert_stride : 0);
+            const uint8_t *W = p.w + (idx ? (size_t)idx[slot] * p.expert_stride : 0); /* global or shared */
             const long long row0 = rt * rpt + warp * rpw + grp * R;
             const uint8_t *rowp[R];
             bool ok[R];
@@ -825,17 +831,40 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
     }
 }
 
+/* k_mv's routing (p.rlog set) into sidx (shared, 2k slots where r.up_offset), by the whole block (dev_route),
+ * block 0 writing the choice out. Not inlined: the product's registers stay its own. */
+static __device__ __noinline__ void mv_route(const float *rlog, const lilac_cuda_route_args r, int32_t *sidx)
+{
+    __shared__ float sw[33];
+    dev_route(rlog, r.E, r.k, r.norm, sidx, sw, r.up_offset, nullptr, nullptr, 0, r.shared_row ? rlog + r.E : nullptr);
+    if (threadIdx.x < 32 && blockIdx.x == 0 && blockIdx.y == 0) { /* warp 0 wrote sidx and sw */
+        __syncwarp();
+        const int lane = threadIdx.x, ns = r.up_offset > 0 ? 2 * r.k : r.k;
+        for (int i = lane; i < ns; i += 32)
+            r.idx[i] = sidx[i];
+        for (int i = lane; i < r.k + (r.shared_row ? 1 : 0); i += 32)
+            r.w[i] = sw[i];
+    }
+}
+
 /* The product as a kernel of its own: mv_block over the grid, launched dependent (launch_dependent). */
 template <int TYPE, bool A16, int R, int T>
 __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(const MV p)
 {
     TRACE_START(LILAC_TK_MV);
     griddep_launch_dependents();
-    if (p.idx) { /* the expert indices come from the kernel before */
+    const int32_t *idx = p.idx;
+    if (p.idx || p.rlog) { /* the expert indices (or the router's logits) come from the kernel before */
         griddep_wait();
         TRACE_WAITED(LILAC_TK_MV);
     }
-    mv_block<TYPE, A16, R, T>(p, p.idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
+    if (p.rlog) {
+        __shared__ int32_t sidx[64];
+        mv_route(p.rlog, p.r, sidx);
+        __syncthreads();
+        idx = sidx;
+    }
+    mv_block<TYPE, A16, R, T>(p, idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
     TRACE_END(LILAC_TK_MV);
 }
 
@@ -1626,6 +1655,20 @@ void lilac_cuda_matvec_experts(const lilac_cuda_mat *W, size_t expert_stride, co
     if (k <= 0)
         return;
     matvec(W, expert_stride, idx, k, x, W && x_stride ? W->cols : 0, y, 1, S(s));
+}
+
+int lilac_cuda_matvec_experts_routed(const lilac_cuda_mat *W, size_t expert_stride, const float *logits,
+                                     const lilac_cuda_route_args *r, const float *x, float *y, lilac_cuda_stream *s)
+{
+    static_assert(NTHREADS == ROUTE_NT, "k_mv's blocks route (dev_route)");
+    if (!mat_ok(W) || !logits || !r || !r->idx || !r->w || r->E < 1 || r->E > ROUTE_EMAX || r->k < 1 || r->k > 32 ||
+        r->k > r->E || !x || !y)
+        return -1;
+    const int slots = r->up_offset > 0 ? 2 * r->k : r->k;
+    MV p = mv_params(W, expert_stride, r->idx, true, x, nullptr, 0, y, 1, 0);
+    p.rlog = logits;
+    p.r = *r;
+    return mv_fast(W, mv_align(W, expert_stride), p, S(s), slots) ? 0 : -1;
 }
 
 void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
