@@ -263,23 +263,18 @@ static __device__ void dev_norm_rope(float *x, const float *w, int hd, int rot, 
 
 #define ROUTE_EMAX 512 /* experts dev_route takes */
 
-/* The routing's end, by one warp: sel/selw (shared) hold the first min(cnt, k) chosen experts in index order
- * and their probabilities; the rest filled with valid experts of weight 0 (only with NaN logits), the weights
- * summed in index order as the CPU adds them, and idx (with the up slots at up_offset), w and w[k] = gate
- * written. */
-static __device__ void dev_route_write(int *sel, float *selw, int cnt, int E, int k, int norm, int32_t *idx,
-                                       float *w, int up_offset, bool has_gate, float gate)
+/* The routing's end, by one warp: sel/selw (shared) hold the k chosen experts in index order and their
+ * probabilities; the weights summed in index order as the CPU adds them, and idx (with the up slots at
+ * up_offset), w and w[k] = gate written. */
+static __device__ void dev_route_write(const int *sel, const float *selw, int k, int norm, int32_t *idx, float *w,
+                                       int up_offset, bool has_gate, float gate)
 {
     const int lane = threadIdx.x & 31;
     __syncwarp();
     float tot = 0;
-    if (lane == 0) {
-        for (int i = cnt; i < k; i++)
-            sel[i] = i % E, selw[i] = 0.0f;
+    if (lane == 0)
         for (int i = 0; i < k; i++)
             tot += selw[i];
-    }
-    __syncwarp();
     tot = __shfl_sync(0xffffffffu, tot, 0);
     if (lane < k) {
         idx[lane] = sel[lane];
@@ -424,7 +419,7 @@ static __device__ void dev_route(const float *logits, int E, int k, int norm, in
     }
     dev_route_choose(logits, E, k, sel, selw);
     if (threadIdx.x < 32)
-        dev_route_write(sel, selw, k, E, k, norm, idx, w, up_offset, gate_inp || gsh_logit,
+        dev_route_write(sel, selw, k, norm, idx, w, up_offset, gate_inp || gsh_logit,
                         gate_inp || gsh_logit ? sigmoidf_(gsh) : 0.0f);
 }
 

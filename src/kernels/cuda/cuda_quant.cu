@@ -858,11 +858,13 @@ __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(con
         griddep_wait();
         TRACE_WAITED(LILAC_TK_MV);
     }
-    if (p.rlog) {
-        __shared__ int32_t sidx[64];
-        mv_route(p.rlog, p.r, sidx);
-        __syncthreads();
-        idx = sidx;
+    if constexpr (T == 1) { /* (routed products are one token's: the others carry no routing scratch) */
+        if (p.rlog) {
+            __shared__ int32_t sidx[64];
+            mv_route(p.rlog, p.r, sidx);
+            __syncthreads();
+            idx = sidx;
+        }
     }
     mv_block<TYPE, A16, R, T>(p, idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
     TRACE_END(LILAC_TK_MV);
