@@ -657,7 +657,7 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
                                          cl->gu_fused ? hp->n_expert : 0,
                                          shared && !(routed && gate_row) ? cl->sh_gate_inp : NULL, cm->xn, E,
                                          shared && routed && gate_row ? cm->rl + hp->n_expert : NULL, s));
-        if (fused_gu) {
+        if (fused_gu) { /* gate and up ran above, with the routing */
         } else if (cl->gu_fused) { /* gate and up of the k experts: 2k slots of one product */
             OP("matvec_experts",
                lilac_cuda_matvec_experts(&cl->exp_gate, cl->gate_stride, cm->idx, 2 * k, cm->xn, 0, cm->gbuf, s));

@@ -263,6 +263,9 @@ static __device__ void dev_norm_rope(float *x, const float *w, int hd, int rot, 
 
 #define ROUTE_EMAX 512 /* experts dev_route takes */
 
+/* Whether dev_route takes k of E experts (every routing launch checks it). */
+static inline bool route_takes(int E, int k) { return E <= ROUTE_EMAX && k <= 32 && k >= 1 && k <= E; }
+
 /* The routing's end, by one warp: sel/selw (shared) hold the k chosen experts in index order and their
  * probabilities; the weights summed in index order as the CPU adds them, and idx (with the up slots at
  * up_offset), w and w[k] = gate written. */

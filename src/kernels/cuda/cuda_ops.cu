@@ -627,8 +627,6 @@ __global__ void k_route(const float *logits, int E, int k, int norm, int32_t *id
 /* Tried and removed (session 8): the route kernel following the routing with bulk L2 prefetches
  * (cp.async.bulk.prefetch.L2, 64 KiB pieces) of the chosen experts and the next layer's dense weights, for the
  * latency-bound products after it: tg128 108 against 284 tok/s (H200, 2026-11-30). */
-// Whether dev_route takes k of E experts.
-static bool route_takes(int E, int k) { return E <= ROUTE_EMAX && k <= 32 && k >= 1 && k <= E; }
 
 extern "C" int lilac_cuda_route(const float *logits, int E, int k, int norm, int32_t *idx, float *w, int up_offset,
                                 const float *gate_inp, const float *xn, int n_embd, const float *gate_logit,

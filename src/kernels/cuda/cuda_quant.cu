@@ -1289,7 +1289,7 @@ template <int TYPE, bool A16> struct MvKind {
 
 /* f(MvKind<...>{}) for W's type at mv_align's alignment (the K-quants 16-aligned where it is 16, the byte types
  * never, the float ones always: they are only taken so); false (f not called) at 0 or for another type. The one
- * place that maps a matrix to its fast kernel's instance (mv_fast, mv_token_lpr, ds_launch). */
+ * place that maps a matrix to its fast kernel's instance (mv_fast, mv_token_lpr, ds_launch, the grouped product). */
 template <class F> bool mv_dispatch(int type, int align, F &&f)
 {
     if (!align)
@@ -1663,8 +1663,7 @@ int lilac_cuda_matvec_experts_routed(const lilac_cuda_mat *W, size_t expert_stri
                                      const lilac_cuda_route_args *r, const float *x, float *y, lilac_cuda_stream *s)
 {
     static_assert(NTHREADS == ROUTE_NT, "k_mv's blocks route (dev_route)");
-    if (!mat_ok(W) || !logits || !r || !r->idx || !r->w || r->E < 1 || r->E > ROUTE_EMAX || r->k < 1 || r->k > 32 ||
-        r->k > r->E || !x || !y)
+    if (!mat_ok(W) || !logits || !r || !route_takes(r->E, r->k) || !r->idx || !r->w || !x || !y)
         return -1;
     const int slots = r->up_offset > 0 ? 2 * r->k : r->k;
     MV p = mv_params(W, expert_stride, r->idx, true, x, nullptr, 0, y, 1, 0);
@@ -2071,47 +2070,12 @@ void lilac_cuda_matvec_grouped(const lilac_cuda_mat *W, size_t expert_stride, in
     p.x_stride = x_stride;
     p.n_expert = n_expert;
     const cudaStream_t st = S(s);
-    /* matvec's alignment rules (x is read a float at a time: any x_stride) */
-    const uintptr_t al = reinterpret_cast<uintptr_t>(W->data) | W->row_bytes | expert_stride;
-    const bool a16 = (al & 15) == 0, a2 = (al & 1) == 0, f16 = a16 && W->cols % 16 == 0;
-    switch (W->type) {
-    case LILAC_Q4_K:
-        if (a16)
-            return launch_grouped_t<LILAC_Q4_K, true>(p, max_pairs, st);
-        if (a2)
-            return launch_grouped_t<LILAC_Q4_K, false>(p, max_pairs, st);
-        break;
-    case LILAC_Q5_K:
-        if (a16)
-            return launch_grouped_t<LILAC_Q5_K, true>(p, max_pairs, st);
-        if (a2)
-            return launch_grouped_t<LILAC_Q5_K, false>(p, max_pairs, st);
-        break;
-    case LILAC_Q6_K:
-        if (a2)
-            return launch_grouped_t<LILAC_Q6_K, false>(p, max_pairs, st);
-        break;
-    case LILAC_Q8_0:
-        if (a2)
-            return launch_grouped_t<LILAC_Q8_0, false>(p, max_pairs, st);
-        break;
-    case LILAC_Q4_0:
-        if (a2)
-            return launch_grouped_t<LILAC_Q4_0, false>(p, max_pairs, st);
-        break;
-    case LILAC_F32:
-        if (f16)
-            return launch_grouped_t<LILAC_F32, true>(p, max_pairs, st);
-        break;
-    case LILAC_F16:
-        if (f16)
-            return launch_grouped_t<LILAC_F16, true>(p, max_pairs, st);
-        break;
-    case LILAC_BF16:
-        if (f16)
-            return launch_grouped_t<LILAC_BF16, true>(p, max_pairs, st);
-        break;
-    }
+    /* matvec's instance for W's type and alignment (x is read a float at a time: any x_stride) */
+    if (mv_dispatch(W->type, mv_align(W, expert_stride), [&](auto kind) {
+            using K = decltype(kind);
+            launch_grouped_t<K::type, K::a16>(p, max_pairs, st);
+        }))
+        return;
     const dim3 grid((unsigned)((W->rows + NWARPS - 1) / NWARPS), (unsigned)n_expert);
     k_mv_grouped_scalar<<<grid, NTHREADS, 0, st>>>(p, W->type);
 }
