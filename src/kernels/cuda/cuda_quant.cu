@@ -82,9 +82,18 @@ constexpr int SMEM_MAX = 160 * 1024; /* what that takes at most (16 floats a uni
 /* A small unsigned integer (< 2^23) as a float, exactly, without I2F. */
 __device__ __forceinline__ float u2f(uint32_t v) { return __uint_as_float(0x4B000000u | v) - 8388608.0f; }
 
-__device__ __forceinline__ uint32_t ldu16(const uint8_t *p)
+/* SH: p is in shared memory (a staged row, k_mv's LILAC_CUDA_MV_STAGE): a plain load; else the read-only path. */
+template <bool SH, class V> __device__ __forceinline__ V ldv(const V *p)
 {
-    return __ldg(reinterpret_cast<const unsigned short *>(p));
+    if constexpr (SH)
+        return *p;
+    else
+        return __ldg(p);
+}
+
+template <bool SH = false> __device__ __forceinline__ uint32_t ldu16(const uint8_t *p)
+{
+    return ldv<SH>(reinterpret_cast<const unsigned short *>(p));
 }
 
 /* NW words of bytes at p. A16: p is 16-byte aligned, NW/4 plain 16-byte
@@ -92,13 +101,13 @@ __device__ __forceinline__ uint32_t ldu16(const uint8_t *p)
  * around it are loaded (never one holding none of the wanted bytes, so
  * nothing past the tensor's last 16-byte granule is touched) and shifted
  * into place by selects and a funnel shift. */
-template <int NW, bool A16> __device__ __forceinline__ void ldw(const uint8_t *p, uint32_t (&w)[NW])
+template <int NW, bool A16, bool SH = false> __device__ __forceinline__ void ldw(const uint8_t *p, uint32_t (&w)[NW])
 {
     static_assert(NW % 4 == 0, "whole 16-byte chunks");
     if (A16) {
 #pragma unroll
         for (int i = 0; i < NW / 4; i++) {
-            const uint4 v = __ldg(reinterpret_cast<const uint4 *>(p) + i);
+            const uint4 v = ldv<SH>(reinterpret_cast<const uint4 *>(p) + i);
             w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
         }
         return;
@@ -111,7 +120,7 @@ template <int NW, bool A16> __device__ __forceinline__ void ldw(const uint8_t *p
     for (int i = 0; i < NC; i++) {
         uint4 v = make_uint4(0, 0, 0, 0);
         if (i < NC - 1 || s != 0)
-            v = __ldg(a + i);
+            v = ldv<SH>(a + i);
         X[4 * i] = v.x, X[4 * i + 1] = v.y, X[4 * i + 2] = v.z, X[4 * i + 3] = v.w;
     }
 #pragma unroll
@@ -240,11 +249,11 @@ template <> struct Unit<LILAC_Q4_K> {
         uint32_t h[4]; /* d | dmin << 16, scales[12] */
         uint32_t q[8];
     };
-    template <bool A16> __device__ static void load(const uint8_t *row, int u, Pay &p)
+    template <bool A16, bool SH = false> __device__ static void load(const uint8_t *row, int u, Pay &p)
     {
         const uint8_t *b = row + (size_t)(u >> 2) * Q4_K_BYTES;
-        ldw<4, A16>(b, p.h);
-        ldw<8, A16>(b + 16 + 32 * (u & 3), p.q);
+        ldw<4, A16, SH>(b, p.h);
+        ldw<8, A16, SH>(b + 16 + 32 * (u & 3), p.q);
     }
     __device__ static int vcol(int c) { return c; }
     __device__ static constexpr int xshift(int i) { return i < 32 ? xshift_nib_lo(i) : xshift_nib_hi(i); }
@@ -284,12 +293,12 @@ template <> struct Unit<LILAC_Q5_K> {
         uint32_t qh[8];
         uint32_t q[8];
     };
-    template <bool A16> __device__ static void load(const uint8_t *row, int u, Pay &p)
+    template <bool A16, bool SH = false> __device__ static void load(const uint8_t *row, int u, Pay &p)
     {
         const uint8_t *b = row + (size_t)(u >> 2) * Q5_K_BYTES;
-        ldw<4, A16>(b, p.h);
-        ldw<8, A16>(b + 16, p.qh);
-        ldw<8, A16>(b + 48 + 32 * (u & 3), p.q);
+        ldw<4, A16, SH>(b, p.h);
+        ldw<8, A16, SH>(b + 16, p.qh);
+        ldw<8, A16, SH>(b + 48 + 32 * (u & 3), p.q);
     }
     __device__ static int vcol(int c) { return c; }
     __device__ static constexpr int xshift(int i) { return xshift_bytes(i); }
@@ -342,14 +351,14 @@ template <> struct Unit<LILAC_Q6_K> {
         uint32_t sc; /* int8 scales of the low runs (bytes 0, 1) and high runs (2, 3) */
         uint32_t d;
     };
-    template <bool A16> __device__ static void load(const uint8_t *row, int u, Pay &p)
+    template <bool A16, bool SH = false> __device__ static void load(const uint8_t *row, int u, Pay &p)
     {
         const uint8_t *b = row + (size_t)(u >> 2) * Q6_K_BYTES; /* 210 bytes: never 16-aligned throughout */
         const int h = (u >> 1) & 1, pp = u & 1;
-        ldw<8, false>(b + 64 * h + 32 * pp, p.ql);
-        ldw<8, false>(b + 128 + 32 * h, p.qh);
-        p.sc = ldu16(b + 192 + 8 * h + 2 * pp) | (ldu16(b + 196 + 8 * h + 2 * pp) << 16);
-        p.d = ldu16(b + 208);
+        ldw<8, false, SH>(b + 64 * h + 32 * pp, p.ql);
+        ldw<8, false, SH>(b + 128 + 32 * h, p.qh);
+        p.sc = ldu16<SH>(b + 192 + 8 * h + 2 * pp) | (ldu16<SH>(b + 196 + 8 * h + 2 * pp) << 16);
+        p.d = ldu16<SH>(b + 208);
     }
     __device__ static int vcol(int c) { return (c & ~0x60) | ((c & 0x20) << 1) | ((c & 0x40) >> 1); }
     __device__ static constexpr int xshift(int i) { return xshift_bytes(i); }
@@ -421,11 +430,11 @@ template <> struct Unit<LILAC_Q8_0> {
         uint32_t q[8];
         uint32_t d;
     };
-    template <bool A16> __device__ static void load(const uint8_t *row, int u, Pay &p)
+    template <bool A16, bool SH = false> __device__ static void load(const uint8_t *row, int u, Pay &p)
     {
         const uint8_t *b = row + (size_t)u * Q8_0_BYTES;
-        ldw<8, false>(b + 2, p.q); /* qs is never 16-aligned */
-        p.d = ldu16(b);
+        ldw<8, false, SH>(b + 2, p.q); /* qs is never 16-aligned */
+        p.d = ldu16<SH>(b);
     }
     __device__ static int vcol(int c) { return c; }
     __device__ static constexpr int xshift(int i) { return (i & 3) == 1 || (i & 3) == 2 ? 8 : 0; }
@@ -476,11 +485,11 @@ template <> struct Unit<LILAC_Q4_0> {
         uint32_t q[4];
         uint32_t d;
     };
-    template <bool A16> __device__ static void load(const uint8_t *row, int u, Pay &p)
+    template <bool A16, bool SH = false> __device__ static void load(const uint8_t *row, int u, Pay &p)
     {
         const uint8_t *b = row + (size_t)u * Q4_0_BYTES;
-        ldw<4, false>(b + 2, p.q);
-        p.d = ldu16(b);
+        ldw<4, false, SH>(b + 2, p.q);
+        p.d = ldu16<SH>(b);
     }
     __device__ static int vcol(int c) { return c; }
     __device__ static constexpr int xshift(int i) { return i < 16 ? xshift_nib_lo(i) : xshift_nib_hi(i); }
@@ -526,9 +535,9 @@ template <int TYPE> struct UnitFloat {
     struct Pay {
         uint32_t w[NW];
     };
-    template <bool A16> __device__ static void load(const uint8_t *row, int u, Pay &p)
+    template <bool A16, bool SH = false> __device__ static void load(const uint8_t *row, int u, Pay &p)
     {
-        ldw<NW, true>(row + (size_t)u * NW * 4, p.w); /* only launched 16-aligned */
+        ldw<NW, true, SH>(row + (size_t)u * NW * 4, p.w); /* only launched 16-aligned */
     }
     __device__ static int vcol(int c) { return c; }
     __device__ static constexpr int xshift(int) { return 0; }
@@ -606,6 +615,9 @@ struct MV {
      * r.shared_row), not read from idx; block 0 writes them to r.idx and r.w for the kernels after */
     const float *rlog;
     lilac_cuda_route_args r;
+    /* LILAC_CUDA_MV_STAGE (one token, a block an item): where in the dynamic shared memory the block's rows are
+     * staged (mv_stage); 0: read from global memory as they are used */
+    int stage_off;
 };
 
 /* The SwiGLU activation as cuda_ops.cu's k_swiglu computes it (the same bits). */
@@ -643,14 +655,14 @@ __device__ void load_x(const float *x, const float *x2, long long x_tok, int nt,
     __syncthreads();
 }
 
-template <int TYPE, bool A16, int R>
+template <int TYPE, bool A16, int R, bool SH = false>
 __device__ __forceinline__ void load_rows(const uint8_t *const (&rowp)[R], const bool (&ok)[R], int u,
                                           typename Unit<TYPE>::Pay (&p)[R])
 {
 #pragma unroll
     for (int r = 0; r < R; r++) {
         if (ok[r])
-            Unit<TYPE>::template load<A16>(rowp[r], u, p[r]);
+            Unit<TYPE>::template load<A16, SH>(rowp[r], u, p[r]);
         else
             p[r] = {};
     }
@@ -660,26 +672,33 @@ __device__ __forceinline__ void load_rows(const uint8_t *const (&rowp)[R], const
  * already in a, each next unit's loads issued before the current one is computed: two steps an iteration, so
  * that a and b swap roles without copies. k_mv and k_mv_grouped share it (the same sums in the same
  * order). */
-template <int TYPE, bool A16, int R, int T>
+template <int TYPE, bool A16, int R, int T, bool SH = false>
 __device__ __forceinline__ void mv_units(const uint8_t *const (&rowp)[R], const bool (&ok)[R], int u, int u0, int u1,
                                          int lpr, typename Unit<TYPE>::Pay (&a)[R], typename Unit<TYPE>::Pay (&b)[R],
                                          const float *xs, int XS, const float *ss, int SS, int nt, float (&tot)[R][T])
 {
     using UT = Unit<TYPE>;
     constexpr int US = UT::VPU + 4, NRUN = UT::NRUN;
-    while (u < u1) {
-        int un = u + lpr;
-        if (un < u1)
-            load_rows<TYPE, A16, R>(rowp, ok, un, b);
-        UT::template dot<R, T>(a, xs + (u - u0) * US, XS, ss + (u - u0) * NRUN, SS, u, nt, tot);
-        u = un;
-        if (u >= u1)
-            break;
-        un = u + lpr;
-        if (un < u1)
-            load_rows<TYPE, A16, R>(rowp, ok, un, a);
-        UT::template dot<R, T>(b, xs + (u - u0) * US, XS, ss + (u - u0) * NRUN, SS, u, nt, tot);
-        u = un;
+    if constexpr (SH) { /* staged rows: shared memory's latency needs no load a unit ahead (nor its registers) */
+        for (; u < u1; u += lpr) {
+            load_rows<TYPE, A16, R, true>(rowp, ok, u, a);
+            UT::template dot<R, T>(a, xs + (u - u0) * US, XS, ss + (u - u0) * NRUN, SS, u, nt, tot);
+        }
+    } else {
+        while (u < u1) {
+            int un = u + lpr;
+            if (un < u1)
+                load_rows<TYPE, A16, R>(rowp, ok, un, b);
+            UT::template dot<R, T>(a, xs + (u - u0) * US, XS, ss + (u - u0) * NRUN, SS, u, nt, tot);
+            u = un;
+            if (u >= u1)
+                break;
+            un = u + lpr;
+            if (un < u1)
+                load_rows<TYPE, A16, R>(rowp, ok, un, a);
+            UT::template dot<R, T>(b, xs + (u - u0) * US, XS, ss + (u - u0) * NRUN, SS, u, nt, tot);
+            u = un;
+        }
     }
 }
 
@@ -753,8 +772,9 @@ constexpr int cfg_lane_units(int T) { return T == 1 ? 4 : 1; }
  * applied as x is loaded, from the sum kernel's parts (LILAC_CUDA_NORM_FOLD):
  * 296.8 against 319.2/320.3, every block's serial norm before its x loads
  * costing more than the sum kernel's tail it removed. */
-template <int TYPE, bool A16, int R, int T>
-__device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx, int nbx, int by, int nby)
+template <int TYPE, bool A16, int R, int T, bool SH = false>
+__device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx, int nbx, int by, int nby,
+                                         const uint8_t *stage = nullptr, uint32_t bar = 0)
 {
     using UT = Unit<TYPE>;
     constexpr int VPU = UT::VPU, NRUN = UT::NRUN, US = VPU + 4;
@@ -786,7 +806,8 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 ok[r] = row0 + r < p.rows;
-                rowp[r] = W + (size_t)(row0 + r) * p.row_bytes;
+                rowp[r] = SH ? stage + (size_t)(row0 + r - rt * rpt) * p.row_bytes /* the item's rows, staged */
+                             : W + (size_t)(row0 + r) * p.row_bytes;
             }
             const float *xb = p.x + slot * p.x_slot, *x2b = p.x2 ? p.x2 + slot * p.x_slot : nullptr;
             float *yb = p.y + slot * p.y_slot;
@@ -803,7 +824,7 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
                  * dependent, before the kernel that writes x has finished) */
                 typename UT::Pay a[R], b[R];
                 int u = u0 + sub;
-                if (u < u1)
+                if (!SH && u < u1)
                     load_rows<TYPE, A16, R>(rowp, ok, u, a);
                 if (key != loaded) { /* the same for the whole block */
                     if (loaded < 0) {
@@ -815,7 +836,9 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
                                          xs, XS, ss, SS);
                     loaded = key;
                 }
-                mv_units<TYPE, A16, R, T>(rowp, ok, u, u0, u1, lpr, a, b, xs, XS, ss, SS, nt, tot);
+                if (SH) /* the staged rows (one item a block: the copy's one phase) */
+                    dev_stage_wait(bar, 0);
+                mv_units<TYPE, A16, R, T, SH>(rowp, ok, u, u0, u1, lpr, a, b, xs, XS, ss, SS, nt, tot);
             }
 #pragma unroll
             for (int r = 0; r < R; r++)
@@ -847,8 +870,27 @@ static __device__ __noinline__ void mv_route(const float *rlog, const lilac_cuda
     }
 }
 
+/* LILAC_CUDA_MV_STAGE: the block's item (one a block) copied into shared memory at st in one bulk copy, issued
+ * as soon as the rows are known: a dense product's before its wait (while the kernel before ends), a routed
+ * one's after the routing. Its rows are a contiguous run of the matrix (or of the slot's expert). */
+template <int R> static __device__ void mv_stage(const MV &p, const int32_t *idx, uint8_t *st, uint32_t bar)
+{
+    if (threadIdx.x == 0) {
+        dev_stage_init(bar);
+        const long long item = blockIdx.x;
+        if (item < p.items) {
+            const long long slot = item / p.row_tiles, rt = item - slot * p.row_tiles;
+            const long long rpt = (long long)NWARPS * (R << (5 - p.lpr_log2)), r0 = rt * rpt;
+            const long long nr = p.rows - r0 < rpt ? p.rows - r0 : rpt;
+            const uint8_t *src = p.w + (idx ? (size_t)idx[slot] * p.expert_stride : 0) + (size_t)r0 * p.row_bytes;
+            dev_stage_copy(st, src, (uint32_t)(nr * (long long)p.row_bytes), bar);
+        }
+    }
+    __syncthreads(); /* the barrier set up before any thread waits on it */
+}
+
 /* The product as a kernel of its own: mv_block over the grid, launched dependent (launch_dependent). */
-template <int TYPE, bool A16, int R, int T>
+template <int TYPE, bool A16, int R, int T, bool STG = false>
 __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(const MV p)
 {
     TRACE_START(LILAC_TK_MV);
@@ -864,6 +906,16 @@ __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(con
             mv_route(p.rlog, p.r, sidx);
             __syncthreads();
             idx = sidx;
+        }
+        if constexpr (STG) { /* (an instance of its own: the registers of the plain one stay as they were) */
+            __shared__ uint64_t bar;
+            extern __shared__ float4 smem4[];
+            uint8_t *const st = reinterpret_cast<uint8_t *>(smem4) + p.stage_off;
+            mv_stage<R>(p, idx, st, dev_smem_addr(&bar));
+            mv_block<TYPE, A16, R, T, true>(p, idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y, st,
+                                            dev_smem_addr(&bar));
+            TRACE_END(LILAC_TK_MV);
+            return;
         }
     }
     mv_block<TYPE, A16, R, T>(p, idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
@@ -1162,14 +1214,54 @@ template <int TYPE, int T, auto KERN> long long mv_grid_cap(long long cols)
     return (long long)per_sm * dev_sm_count();
 }
 
+/* LILAC_CUDA_MV_STAGE=1: one-token products whose grid has a block an item stage the item's rows in shared
+ * memory (mv_stage) on sm_90 devices. Read once. */
+bool mv_stage_enabled()
+{
+    static int on = -1;
+    if (on < 0) {
+        int dev = 0, major = 0;
+        on = lilac_env_switch("LILAC_CUDA_MV_STAGE", false) && cudaGetDevice(&dev) == cudaSuccess &&
+             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+    }
+    return on;
+}
+
+/* Where a one-token product of grid blocks in p's shape stages its rows (MV.stage_off), *smem grown by them;
+ * 0 where it does not: more items than blocks, x in more than one column tile, rows not 16-aligned, or
+ * more shared memory than a block may have. */
+template <int TYPE, int T> int mv_stage_off(const MV &p, long long grid, int *smem)
+{
+    if (T != 1 || p.n_tok != 1 || !mv_stage_enabled() || p.items > grid || p.n_ct != 1 || p.row_bytes % 16 ||
+        p.expert_stride % 16 || reinterpret_cast<uintptr_t>(p.w) % 16)
+        return 0;
+    const long long rpt = (long long)NWARPS * (cfg_rows_t(T) << (5 - p.lpr_log2));
+    const int off = (*smem + 127) & ~127;
+    const long long bytes = rpt * (long long)p.row_bytes;
+    if (off + bytes > SMEM_MAX)
+        return 0;
+    *smem = off + (int)bytes;
+    return off;
+}
+
 /* KERN (k_mv, T tokens a pass) over the grid that fits, in mv_shape's shape. */
-template <int TYPE, int T, auto KERN> void launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force)
+template <int TYPE, int T, auto KERN, auto KERN_STG = KERN>
+void launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force)
 {
     auto kern = KERN;
-    const int smem = mv_smem<TYPE, T>(p.cols);
+    int smem = mv_smem<TYPE, T>(p.cols);
     const long long cap = mv_grid_cap<TYPE, T, KERN>(p.cols);
     mv_shape<TYPE, T>(p, slots, cap, lpr_force);
     const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
+    p.stage_off = KERN_STG != KERN ? mv_stage_off<TYPE, T>(p, grid, &smem) : 0;
+    if (p.stage_off) {
+        kern = KERN_STG;
+        static std::atomic<int> attr_set{0};
+        if (!attr_set.load(std::memory_order_relaxed)) {
+            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_MAX);
+            attr_set.store(1, std::memory_order_relaxed);
+        }
+    }
     /* Many tokens over few row tiles (a prefill chunk through a narrow matrix): the token chunks split over
      * blockIdx.y until there are two blocks a resident slot; each group reads the weights again (from L2). */
     const long long ntc = (p.n_tok + T - 1) / T;
@@ -1180,7 +1272,11 @@ template <int TYPE, int T, auto KERN> void launch_shaped(MV p, cudaStream_t st, 
 
 template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int slots, int lpr_force)
 {
-    launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T>>(p, st, slots, lpr_force);
+    if constexpr (T == 1)
+        launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T>, k_mv<TYPE, A16, cfg_rows_t(T), T, true>>(
+            p, st, slots, lpr_force);
+    else
+        launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T>>(p, st, slots, lpr_force);
 }
 
 /* The lanes a row (log2) the one-token product of W (type TYPE at alignment A16) over `slots` slots takes:
