@@ -144,5 +144,7 @@ uint64_t lilac_cuda_mma_scratch_bound(const lilac_hparams *hp, int rows)
         need = g;
     if (d > need)
         need = d;
-    return lilac_cuda_scratch_round(need);
+    /* and the second stream's, for the shared expert's products (the prefill's LILAC_CUDA_PF_SHARED_AUX) */
+    const size_t sh = hp->shared_ff > 0 ? lilac_cuda_scratch_round(lilac_cuda_xq_bytes(T, E)) : 0;
+    return lilac_cuda_scratch_round(need) + sh;
 }

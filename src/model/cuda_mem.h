@@ -57,7 +57,8 @@ uint64_t lilac_cuda_prefill_sizes(const lilac_hparams *hp, int rows, size_t *byt
 /* A bound on the tensor-core products' scratch (cuda_mma.cu: one buffer for the model's stream, grown to the
  * largest request): the most rows a product digitizes at once is a chunk's gate and up pairs, 2 rows
  * n_expert_used, of n_embd columns, or a chunk's rows of the widest input (n_embd, n_head x head_dim,
- * v_heads x v_dim, shared_ff), or its rows x n_expert_used pairs of expert_ff columns (the down products). */
+ * v_heads x v_dim, shared_ff), or its rows x n_expert_used pairs of expert_ff columns (the down products);
+ * and with a shared expert, the second stream's for a chunk's rows of n_embd columns (its gate and up). */
 uint64_t lilac_cuda_mma_scratch_bound(const lilac_hparams *hp, int rows);
 
 /* The margin for what is not counted buffer by buffer: the kernels' code loaded into the context, the

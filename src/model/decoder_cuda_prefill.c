@@ -122,6 +122,16 @@ static lilac_status hidden_put(const lilac_model *m, const pf_hidden *hid, int l
     return LILAC_OK;
 }
 
+/* The shared expert of layer cl over the chunk's nt rows of pf->xn into pf->sho, on stream s. */
+static void shared_expert(const cuda_layer *cl, struct cuda_prefill *pf, int nt, int ff, lilac_cuda_stream *s)
+{
+    const lilac_cuda_mat *gu_w[] = {&cl->sh_gate, &cl->sh_up};
+    float *const gu_y[] = {pf->shg, pf->shu};
+    lilac_cuda_matvec_multi(gu_w, gu_y, 2, pf->xn, nt, s);
+    lilac_cuda_swiglu(pf->shg, pf->shu, nt * ff, s);
+    lilac_cuda_matvec(&cl->sh_down, pf->shg, pf->sho, nt, s);
+}
+
 /* The chunk's nt tokens (in pf->tok) at positions pos0 .. of cs, or with rows one token of each row's own
  * sequence: the final-normed rows to pf->xn; with hid, the residual stream's rows of them as well. */
 static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0, const pf_rows *rows,
@@ -143,6 +153,10 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
         below = e && atoi(e) > 0 ? atoi(e) : lilac_cuda_mma_min_pairs();
     }
     bool by_pair = nt < below && lilac_env_switch("LILAC_CUDA_PAIRS", true);
+    /* LILAC_CUDA_PF_SHARED_AUX=0: the shared expert after the routed ones on the one stream; on, on the second
+     * stream while the routing and the routed experts run (its products fill the routing's idle multiprocessors;
+     * the same kernels, the same bits) */
+    const bool shared = hp->shared_ff > 0, sh_aux = shared && lilac_env_switch("LILAC_CUDA_PF_SHARED_AUX", true);
     double t_ = 0; /* LILAC_CUDA_TIMING=1: the sections below timed (lilac_cuda_op_mark) */
     lilac_cuda_op_mark(s, NULL, &t_);
     lilac_cuda_get_rows(&cm->tok_embd, pf->tok, nt, pf->x, s);
@@ -207,6 +221,10 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
         lilac_cuda_add(pf->x, pf->tmp, nt * E, s);
         lilac_cuda_op_mark(s, "pf out", &t_);
         lilac_cuda_rmsnorm(pf->x, cl->post_norm, pf->xn, nt, E, hp->norm_eps, s);
+        if (sh_aux) { /* joined before the sum (which writes xn, the shared expert's input) */
+            lilac_cuda_fork(s, cm->aux, cm->ev[0]);
+            shared_expert(cl, pf, nt, hp->shared_ff, cm->aux);
+        }
         /* routed experts: route, group the (token, expert) pairs by expert, the products per group */
         lilac_cuda_matvec(&cl->router, pf->xn, pf->rl, nt, s);
         lilac_cuda_pf_topk(pf->rl, NE, k, hp->norm_topk, nt, pf->idx, pf->rw, s);
@@ -240,13 +258,10 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
                                       ff, pf->ex, s);
         }
         lilac_cuda_op_mark(s, by_pair ? "pf experts (pairs)" : "pf experts (grouped)", &t_);
-        bool shared = hp->shared_ff > 0;
-        if (shared) {
-            const lilac_cuda_mat *gu_w[] = {&cl->sh_gate, &cl->sh_up};
-            float *const gu_y[] = {pf->shg, pf->shu};
-            lilac_cuda_matvec_multi(gu_w, gu_y, 2, pf->xn, nt, s);
-            lilac_cuda_swiglu(pf->shg, pf->shu, nt * hp->shared_ff, s);
-            lilac_cuda_matvec(&cl->sh_down, pf->shg, pf->sho, nt, s);
+        if (sh_aux) {
+            lilac_cuda_fork(cm->aux, s, cm->ev[1]);
+        } else if (shared) {
+            shared_expert(cl, pf, nt, hp->shared_ff, s);
             lilac_cuda_op_mark(s, "pf shared expert", &t_);
         }
         lilac_cuda_pf_moe_sum(pf->x, pf->ex, pf->rw, pf->tok_pair, k, shared ? pf->sho : NULL, cl->sh_gate_inp, pf->xn,

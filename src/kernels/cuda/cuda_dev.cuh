@@ -61,9 +61,10 @@ static __device__ __forceinline__ void griddep_launch_dependents()
 }
 
 /* Bulk copies of global memory into a block's shared memory (sm_90's TMA, cp.async.bulk), completed on an
- * mbarrier: dev_stage_init (one thread, then a barrier of the block before anyone waits), dev_stage_copy (one
- * thread: the bytes a multiple of 16, both addresses 16-aligned, under 1 MiB in all a phase), dev_stage_wait
- * (every thread that reads the copy). Host code stages only on sm_90 devices; elsewhere these are no-ops. */
+ * mbarrier: dev_stage_init (one thread, then a barrier of the block before anyone waits), dev_stage_expect (that
+ * thread: the phase's bytes in all, under 1 MiB), dev_stage_copy (that thread, after: the bytes a multiple of 16,
+ * both addresses 16-aligned), dev_stage_wait (every thread that reads the copies). Host code stages only on
+ * sm_90 devices; elsewhere these are no-ops. */
 static __device__ __forceinline__ uint32_t dev_smem_addr(const void *p)
 {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -75,10 +76,15 @@ static __device__ __forceinline__ void dev_stage_init(uint32_t bar)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 #endif
 }
-static __device__ __forceinline__ void dev_stage_copy(void *dst, const void *src, uint32_t bytes, uint32_t bar)
+static __device__ __forceinline__ void dev_stage_expect(uint32_t bar, uint32_t bytes)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+static __device__ __forceinline__ void dev_stage_copy(void *dst, const void *src, uint32_t bytes, uint32_t bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                      dev_smem_addr(dst)),
                  "l"(src), "r"(bytes), "r"(bar)
