@@ -1248,6 +1248,16 @@ template <int TYPE, int T, auto KERN> long long mv_grid_cap(long long cols)
     return (long long)per_sm * dev_sm_count();
 }
 
+/* KERN's dynamic shared memory allowed up to SMEM_MAX, once (a static per kernel: a template argument). */
+template <auto KERN> void smem_max_once()
+{
+    static std::atomic<int> attr_set{0};
+    if (!attr_set.load(std::memory_order_relaxed)) {
+        cudaFuncSetAttribute(KERN, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_MAX);
+        attr_set.store(1, std::memory_order_relaxed);
+    }
+}
+
 /* LILAC_CUDA_MV_STAGE=1: one-token products whose grid has a block an item stage the item's rows in shared
  * memory (mv_stage) on sm_90 devices. Read once. */
 bool mv_stage_enabled()
@@ -1290,11 +1300,7 @@ void launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force)
     p.stage_off = KERN_STG != KERN ? mv_stage_off<TYPE, T>(p, grid, &smem) : 0;
     if (p.stage_off) {
         kern = KERN_STG;
-        static std::atomic<int> attr_set{0};
-        if (!attr_set.load(std::memory_order_relaxed)) {
-            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_MAX);
-            attr_set.store(1, std::memory_order_relaxed);
-        }
+        smem_max_once<KERN_STG>();
     }
     /* Many tokens over few row tiles (a prefill chunk through a narrow matrix): the token chunks split over
      * blockIdx.y until there are two blocks a resident slot; each group reads the weights again (from L2). */
@@ -1514,7 +1520,7 @@ template <int R> int ds_launch(const lilac_cuda_mat *W, size_t expert_stride, co
     if (nb > LILAC_CUDA_DOWN_SUM_MAXB)
         return -1;
     /* shared memory: the k inputs (DS_MAXK slots' room) and their run sums, then the dots */
-    auto go = [&](auto kern, auto kern_stg, int vpu, int nrun) {
+    auto go = [&](auto kern, auto kern_stg, void (*allow_stg)(), int vpu, int nrun) {
         const long long U = W->cols / vpu;
         const size_t sm = sizeof(float) * (size_t)(DS_MAXK * U * (vpu + 4) + DS_MAXK * U * nrun + DS_MAXK * ds_rows(R));
         if (W->cols % vpu || sm > 48 * 1024)
@@ -1524,11 +1530,7 @@ template <int R> int ds_launch(const lilac_cuda_mat *W, size_t expert_stride, co
                      tail = (size_t)(W->rows % ds_rows(R)) * W->row_bytes;
         if (mv_stage_enabled() && sb % 16 == 0 && tail % 16 == 0 && expert_stride % 16 == 0 &&
             reinterpret_cast<uintptr_t>(W->data) % 16 == 0 && off + DS_MAXK * sb <= (size_t)SMEM_MAX) {
-            static std::atomic<int> attr_set{0};
-            if (!attr_set.load(std::memory_order_relaxed)) {
-                cudaFuncSetAttribute(kern_stg, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_MAX);
-                attr_set.store(1, std::memory_order_relaxed);
-            }
+            allow_stg();
             DS ds = d;
             ds.stage_off = (int)off;
             launch_dependent(kern_stg, dim3((unsigned)nb, (unsigned)n), dim3(NTHREADS), off + DS_MAXK * sb, st, ds);
@@ -1541,8 +1543,8 @@ template <int R> int ds_launch(const lilac_cuda_mat *W, size_t expert_stride, co
     mv_dispatch(W->type, mv_align(W, expert_stride), [&](auto kind) {
         using K = decltype(kind);
         if constexpr (Unit<K::type>::NRUN > 0) /* the block types (float rows have no run sums) */
-            rc = go(k_moe_down_sum<K::type, K::a16, R>, k_moe_down_sum<K::type, K::a16, R, true>, Unit<K::type>::VPU,
-                    Unit<K::type>::NRUN);
+            rc = go(k_moe_down_sum<K::type, K::a16, R>, k_moe_down_sum<K::type, K::a16, R, true>,
+                    smem_max_once<k_moe_down_sum<K::type, K::a16, R, true>>, Unit<K::type>::VPU, Unit<K::type>::NRUN);
     });
     return rc;
 }
