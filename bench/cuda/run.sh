@@ -47,7 +47,7 @@ do_test() {
     run_test kernels-block-norm test_cuda_kernels LILAC_CUDA_PF_WARP_NORM=0 LILAC_CUDA_NO_BENCH=1
     run_test kernels-no-gemm-split test_cuda_kernels LILAC_CUDA_GEMM_SPLIT=0 LILAC_CUDA_NO_BENCH=1
     run_test kernels-down-sum-r1 test_cuda_kernels LILAC_CUDA_DOWN_SUM_R=1 LILAC_CUDA_NO_BENCH=1
-    run_test kernels-stage test_cuda_kernels LILAC_CUDA_MV_STAGE=1 LILAC_CUDA_NO_BENCH=1
+    run_test kernels-no-stage test_cuda_kernels LILAC_CUDA_MV_STAGE=0 LILAC_CUDA_NO_BENCH=1
     run_test wgmma test_cuda_wgmma
     run_test mma test_cuda_mma
     run_test mma-old-paths test_cuda_mma LILAC_CUDA_MMA_W8=0 LILAC_CUDA_MMA_XROWS=0
@@ -66,7 +66,7 @@ do_test() {
     run_test model-att-shape test_cuda_model LILAC_CUDA_ATT_RANGES=128 LILAC_CUDA_ATT_KEYS=16
     run_test model-route-tail test_cuda_model LILAC_CUDA_ROUTE_TAIL=1
     run_test model-route-unfused test_cuda_model LILAC_CUDA_ROUTE_FUSED=0
-    run_test model-stage test_cuda_model LILAC_CUDA_MV_STAGE=1
+    run_test model-no-stage test_cuda_model LILAC_CUDA_MV_STAGE=0
     run_test model-pdl-set test_cuda_model LILAC_CUDA_PDL_SET=route,attention,combine,rope,sum,conv,rmsnorm
     run_test model-apart test_cuda_model LILAC_CUDA_NORM_ROUTER=0 LILAC_CUDA_PDL_ALL=1 LILAC_CUDA_SUM_GRID=0
     run_test model-no-down-sum test_cuda_model LILAC_CUDA_DOWN_SUM=0
@@ -81,7 +81,7 @@ do_test() {
     run_test batch-att-ranges test_cuda_batch LILAC_CUDA_ATT_KEYS=2
     run_test batch-down-sum-r1 test_cuda_batch LILAC_CUDA_DOWN_SUM_R=1
     run_test batch-route-unfused test_cuda_batch LILAC_CUDA_ROUTE_FUSED=0
-    run_test batch-stage test_cuda_batch LILAC_CUDA_MV_STAGE=1
+    run_test batch-no-stage test_cuda_batch LILAC_CUDA_MV_STAGE=0
     run_test prefill test_cuda_prefill
     run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0
