@@ -48,7 +48,6 @@ do_test() {
     run_test kernels-no-gemm-split test_cuda_kernels LILAC_CUDA_GEMM_SPLIT=0 LILAC_CUDA_NO_BENCH=1
     run_test kernels-down-sum-r1 test_cuda_kernels LILAC_CUDA_DOWN_SUM_R=1 LILAC_CUDA_NO_BENCH=1
     run_test kernels-no-stage test_cuda_kernels LILAC_CUDA_MV_STAGE=0 LILAC_CUDA_NO_BENCH=1
-    run_test kernels-ds-stage test_cuda_kernels LILAC_CUDA_DS_STAGE=1 LILAC_CUDA_NO_BENCH=1
     run_test wgmma test_cuda_wgmma
     run_test mma test_cuda_mma
     run_test mma-old-paths test_cuda_mma LILAC_CUDA_MMA_W8=0 LILAC_CUDA_MMA_XROWS=0
@@ -83,7 +82,6 @@ do_test() {
     run_test batch-down-sum-r1 test_cuda_batch LILAC_CUDA_DOWN_SUM_R=1
     run_test batch-route-unfused test_cuda_batch LILAC_CUDA_ROUTE_FUSED=0
     run_test batch-no-stage test_cuda_batch LILAC_CUDA_MV_STAGE=0
-    run_test batch-ds-stage test_cuda_batch LILAC_CUDA_DS_STAGE=1
     run_test prefill test_cuda_prefill
     run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0

@@ -958,13 +958,9 @@ struct DS {
     /* batched (blockIdx.y a row of its own token, lilac_cuda_moe_down_sum_batch): the row's idx, wt, g and u
      * these many elements on; x, sh and xn W->rows, part LILAC_CUDA_PART_MAXB, count 1. 0 at one token. */
     long long r_idx, r_wt, r_gu;
-    /* STG instances (LILAC_CUDA_DS_STAGE=1, measuring): where in the dynamic shared memory the block's rows of the
-     * k experts are staged, slot s's DS_ROWS rows at stage_off + s DS_ROWS row_bytes */
-    int stage_off;
 };
 
-template <int TYPE, bool A16, int R, bool STG = false>
-__global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
+template <int TYPE, bool A16, int R> __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
 {
     using UT = Unit<TYPE>;
     constexpr int US = UT::VPU + 4, NRUN = UT::NRUN, DS_ROWS = ds_rows(R);
@@ -988,57 +984,25 @@ __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
     griddep_wait(); /* idx, the inputs, x and the shared expert's output come from the kernels before */
     TRACE_WAITED(LILAC_TK_MOE_DOWN_SUM);
     const bool has = warp < d.k;
+    const uint8_t *W = d.w + (has ? (size_t)__ldg(idx + warp) * d.expert_stride : 0);
     const uint8_t *rowp[R];
     bool ok[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        ok[r] = has && rg + r < d.rows;
+        rowp[r] = W + (size_t)(ok[r] ? rg + r : 0) * d.row_bytes;
+    }
     typename UT::Pay a[R], b[R];
     int u = sub;
+    if (u < U)
+        load_rows<TYPE, A16, R>(rowp, ok, u, a); /* in flight while x is loaded */
+    load_x<UT, DS_MAXK>(g_in, u_in, d.x_slot, d.k, 0, U, xs, XS, ss, SS); /* slot s as token s; ends with a barrier */
     float tot[R][1];
 #pragma unroll
     for (int r = 0; r < R; r++)
         tot[r][0] = 0.f;
-    if constexpr (STG) { /* the k experts' rows of this block in shared memory: a bulk copy each, issued together */
-        __shared__ uint64_t bar;
-        const uint32_t ba = dev_smem_addr(&bar);
-        uint8_t *const st = reinterpret_cast<uint8_t *>(smem4) + d.stage_off;
-        const size_t sb = (size_t)DS_ROWS * d.row_bytes;
-        if (threadIdx.x == 0) {
-            int e[DS_MAXK]; /* the indices loaded together (one round trip, not one a copy) */
-#pragma unroll
-            for (int s = 0; s < DS_MAXK; s++)
-                e[s] = s < d.k ? __ldg(idx + s) : 0;
-            dev_stage_init(ba);
-            const int nr = min(DS_ROWS, d.rows - row0);
-            dev_stage_expect(ba, (uint32_t)((size_t)d.k * nr * d.row_bytes));
-#pragma unroll
-            for (int s = 0; s < DS_MAXK; s++)
-                if (s < d.k)
-                    dev_stage_copy(st + s * sb, d.w + (size_t)e[s] * d.expert_stride + (size_t)row0 * d.row_bytes,
-                                   (uint32_t)((size_t)nr * d.row_bytes), ba);
-        }
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            ok[r] = has && rg + r < d.rows;
-            rowp[r] = st + warp * sb + (size_t)(rg + r - row0) * d.row_bytes;
-        }
-        __syncthreads(); /* the barrier set up */
-        load_x<UT, DS_MAXK>(g_in, u_in, d.x_slot, d.k, 0, U, xs, XS, ss, SS);
-        dev_stage_wait(ba, 0);
-        if (has)
-            mv_units<TYPE, A16, R, 1, true>(rowp, ok, u, 0, U, DS_LPR, a, b, xs + warp * XS, XS, ss + warp * SS, SS, 1,
-                                            tot);
-    } else {
-        const uint8_t *W = d.w + (has ? (size_t)__ldg(idx + warp) * d.expert_stride : 0);
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            ok[r] = has && rg + r < d.rows;
-            rowp[r] = W + (size_t)(ok[r] ? rg + r : 0) * d.row_bytes;
-        }
-        if (u < U)
-            load_rows<TYPE, A16, R>(rowp, ok, u, a); /* in flight while x is loaded */
-        load_x<UT, DS_MAXK>(g_in, u_in, d.x_slot, d.k, 0, U, xs, XS, ss, SS); /* slot s as token s; ends with a barrier */
-        if (has)
-            mv_units<TYPE, A16, R, 1>(rowp, ok, u, 0, U, DS_LPR, a, b, xs + warp * XS, XS, ss + warp * SS, SS, 1, tot);
-    }
+    if (has)
+        mv_units<TYPE, A16, R, 1>(rowp, ok, u, 0, U, DS_LPR, a, b, xs + warp * XS, XS, ss + warp * SS, SS, 1, tot);
 #pragma unroll
     for (int r = 0; r < R; r++) {
         const float v = lanes_sum(tot[r][0], DS_LPR); /* every lane: whole-warp shuffles */
@@ -1262,7 +1226,9 @@ template <int TYPE, int T, auto KERN> long long mv_grid_cap(long long cols)
 /* One-token products whose grid has a block an item stage the item's rows in shared memory (mv_stage) on sm_90
  * devices; LILAC_CUDA_MV_STAGE=0: they read them from global memory as they go. tg128 366.0/365.6/366.2 against
  * 363.0/364.3/363.9 (H200, alternated in one call, session 17: the dense products' copies run while the kernel
- * before ends). The down+sum kernel staged its k experts' rows too: 344 against 363, not kept. Read once. */
+ * before ends). The down+sum kernel staging its k experts' rows (73 KB of shared memory a block, the k indices
+ * loaded together, then a copy each) was slower: 342.0/342.2 against 366.9/366.4; removed (the code at e33bc90).
+ * Read once. */
 bool mv_stage_enabled()
 {
     static int on = -1;
@@ -1516,16 +1482,6 @@ int ds_r()
     return v;
 }
 
-/* LILAC_CUDA_DS_STAGE=1 (measuring): the down+sum kernel stages its k experts' rows (after mv_stage_enabled's
- * conditions). Session 17's first form, the copies issued one index load after another, was 344 against 363. */
-bool ds_stage_enabled()
-{
-    static int on = -1;
-    if (on < 0)
-        on = mv_stage_enabled() && lilac_env_switch("LILAC_CUDA_DS_STAGE", false);
-    return on;
-}
-
 /* k_moe_down_sum at R rows a lane group over W's rows; -1 (nothing launched) where it does not take W. */
 template <int R> int ds_launch(const lilac_cuda_mat *W, size_t expert_stride, const DS &d, cudaStream_t st, int n = 1)
 {
@@ -1533,23 +1489,11 @@ template <int R> int ds_launch(const lilac_cuda_mat *W, size_t expert_stride, co
     if (nb > LILAC_CUDA_DOWN_SUM_MAXB)
         return -1;
     /* shared memory: the k inputs (DS_MAXK slots' room) and their run sums, then the dots */
-    auto go = [&](auto kern, auto kern_stg, void (*allow_stg)(), int vpu, int nrun) {
+    auto go = [&](auto kern, int vpu, int nrun) {
         const long long U = W->cols / vpu;
         const size_t sm = sizeof(float) * (size_t)(DS_MAXK * U * (vpu + 4) + DS_MAXK * U * nrun + DS_MAXK * ds_rows(R));
         if (W->cols % vpu || sm > 48 * 1024)
             return -1;
-        /* LILAC_CUDA_DS_STAGE=1 (measuring): each slot's run of ds_rows(R) rows (fewer in the last block) staged,
-         * 16-aligned */
-        const size_t sb = (size_t)ds_rows(R) * W->row_bytes, off = (sm + 127) & ~(size_t)127,
-                     tail = (size_t)(W->rows % ds_rows(R)) * W->row_bytes;
-        if (ds_stage_enabled() && sb % 16 == 0 && tail % 16 == 0 && expert_stride % 16 == 0 &&
-            reinterpret_cast<uintptr_t>(W->data) % 16 == 0 && off + DS_MAXK * sb <= (size_t)SMEM_MAX) {
-            allow_stg();
-            DS ds = d;
-            ds.stage_off = (int)off;
-            launch_dependent(kern_stg, dim3((unsigned)nb, (unsigned)n), dim3(NTHREADS), off + DS_MAXK * sb, st, ds);
-            return 0;
-        }
         launch_dependent(kern, dim3((unsigned)nb, (unsigned)n), dim3(NTHREADS), sm, st, d);
         return 0;
     };
@@ -1557,8 +1501,7 @@ template <int R> int ds_launch(const lilac_cuda_mat *W, size_t expert_stride, co
     mv_dispatch(W->type, mv_align(W, expert_stride), [&](auto kind) {
         using K = decltype(kind);
         if constexpr (Unit<K::type>::NRUN > 0) /* the block types (float rows have no run sums) */
-            rc = go(k_moe_down_sum<K::type, K::a16, R>, k_moe_down_sum<K::type, K::a16, R, true>,
-                    smem_max_once<k_moe_down_sum<K::type, K::a16, R, true>>, Unit<K::type>::VPU, Unit<K::type>::NRUN);
+            rc = go(k_moe_down_sum<K::type, K::a16, R>, Unit<K::type>::VPU, Unit<K::type>::NRUN);
     });
     return rc;
 }
