@@ -90,7 +90,8 @@ do_test() {
     run_test prefill-t24 test_cuda_prefill LILAC_CUDA_MMA_T24=2
     run_test prefill-no-gemm-split test_cuda_prefill LILAC_CUDA_GEMM_SPLIT=0
     run_test prefill-t16 test_cuda_prefill LILAC_CUDA_MMA_T24=0
-    run_test prefill-shared-serial test_cuda_prefill LILAC_CUDA_PF_SHARED_AUX=0
+    run_test prefill-no-aux test_cuda_prefill LILAC_CUDA_PF_AUX=0
+    run_test batch-grouped-no-aux test_cuda_batch LILAC_CUDA_PAIRS=0 LILAC_CUDA_PF_AUX=0
     grep -h "wgmma probe" "$out"/wgmma.txt 2>/dev/null
     grep -h "launches of the fused" "$out"/model-*.txt 2>/dev/null
     grep -h "vs token path\|sequences vs alone\|timing" "$out"/prefill.txt "$out"/batch.txt "$out"/attn.txt \

@@ -153,10 +153,12 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
         below = e && atoi(e) > 0 ? atoi(e) : lilac_cuda_mma_min_pairs();
     }
     bool by_pair = nt < below && lilac_env_switch("LILAC_CUDA_PAIRS", true);
-    /* LILAC_CUDA_PF_SHARED_AUX=0: the shared expert after the routed ones on the one stream; on, on the second
-     * stream while the routing and the routed experts run (its products fill the routing's idle multiprocessors;
-     * the same kernels, the same bits) */
-    const bool shared = hp->shared_ff > 0, sh_aux = shared && lilac_env_switch("LILAC_CUDA_PF_SHARED_AUX", true);
+    /* LILAC_CUDA_PF_AUX=0: everything on the one stream; on, the second stream takes the products a layer's chain
+     * does not wait on at once, to fill the multiprocessors the others leave idle (the same kernels, the same
+     * bits): the small alpha/beta and k/v products beside the big qkv/z and q ones, and the shared expert while
+     * the routing and the routed experts run */
+    lilac_cuda_stream *aux = lilac_env_switch("LILAC_CUDA_PF_AUX", true) ? cm->aux : NULL;
+    const bool shared = hp->shared_ff > 0, sh_aux = shared && aux;
     double t_ = 0; /* LILAC_CUDA_TIMING=1: the sections below timed (lilac_cuda_op_mark) */
     lilac_cuda_op_mark(s, NULL, &t_);
     lilac_cuda_get_rows(&cm->tok_embd, pf->tok, nt, pf->x, s);
@@ -167,7 +169,14 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
         if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
             const lilac_cuda_mat *qkv_w[] = {&cl->wq, &cl->wk, &cl->wv};
             float *const qkv_y[] = {pf->qg, pf->kb, pf->vb};
-            lilac_cuda_matvec_multi(qkv_w, qkv_y, 3, pf->xn, nt, s); /* xn converted for the tensor cores once */
+            if (aux) { /* k and v beside q */
+                lilac_cuda_fork(s, aux, cm->ev[0]);
+                lilac_cuda_matvec_multi(qkv_w + 1, qkv_y + 1, 2, pf->xn, nt, aux);
+                lilac_cuda_matvec(&cl->wq, pf->xn, pf->qg, nt, s);
+                lilac_cuda_fork(aux, s, cm->ev[1]);
+            } else {
+                lilac_cuda_matvec_multi(qkv_w, qkv_y, 3, pf->xn, nt, s); /* xn converted for the tensor cores once */
+            }
             lilac_cuda_op_mark(s, "pf norm+qkv", &t_);
             if (rows) { /* each row against its own sequence's cache */
                 float **kp = rows->ptrs + (size_t)(4 * il) * PF_BATCH, **vp = kp + PF_BATCH;
@@ -198,7 +207,14 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
         } else {
             const lilac_cuda_mat *in_w[] = {&cl->ssm_qkv, &cl->ssm_z, &cl->ssm_alpha, &cl->ssm_beta};
             float *const in_y[] = {pf->qkv, pf->z, pf->a, pf->b};
-            lilac_cuda_matvec_multi(in_w, in_y, 4, pf->xn, nt, s);
+            if (aux) { /* alpha and beta beside qkv and z */
+                lilac_cuda_fork(s, aux, cm->ev[0]);
+                lilac_cuda_matvec_multi(in_w + 2, in_y + 2, 2, pf->xn, nt, aux);
+                lilac_cuda_matvec_multi(in_w, in_y, 2, pf->xn, nt, s);
+                lilac_cuda_fork(aux, s, cm->ev[1]);
+            } else {
+                lilac_cuda_matvec_multi(in_w, in_y, 4, pf->xn, nt, s);
+            }
             lilac_cuda_op_mark(s, "pf norm+qkv", &t_);
             if (rows) { /* each row with its own sequence's conv and recurrent state */
                 float **cp = rows->ptrs + (size_t)(4 * il + 2) * PF_BATCH, **sp = cp + PF_BATCH;
@@ -222,8 +238,8 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
         lilac_cuda_op_mark(s, "pf out", &t_);
         lilac_cuda_rmsnorm(pf->x, cl->post_norm, pf->xn, nt, E, hp->norm_eps, s);
         if (sh_aux) { /* joined before the sum (which writes xn, the shared expert's input) */
-            lilac_cuda_fork(s, cm->aux, cm->ev[0]);
-            shared_expert(cl, pf, nt, hp->shared_ff, cm->aux);
+            lilac_cuda_fork(s, aux, cm->ev[0]);
+            shared_expert(cl, pf, nt, hp->shared_ff, aux);
         }
         /* routed experts: route, group the (token, expert) pairs by expert, the products per group */
         lilac_cuda_matvec(&cl->router, pf->xn, pf->rl, nt, s);
@@ -259,7 +275,7 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
         }
         lilac_cuda_op_mark(s, by_pair ? "pf experts (pairs)" : "pf experts (grouped)", &t_);
         if (sh_aux) {
-            lilac_cuda_fork(cm->aux, s, cm->ev[1]);
+            lilac_cuda_fork(aux, s, cm->ev[1]);
         } else if (shared) {
             shared_expert(cl, pf, nt, hp->shared_ff, s);
             lilac_cuda_op_mark(s, "pf shared expert", &t_);

@@ -615,7 +615,7 @@ struct MV {
      * r.shared_row), not read from idx; block 0 writes them to r.idx and r.w for the kernels after */
     const float *rlog;
     lilac_cuda_route_args r;
-    /* one token, a block an item (mv_stage_level): where in the dynamic shared memory the block's rows are
+    /* one token, a block an item (mv_stage_enabled): where in the dynamic shared memory the block's rows are
      * staged (mv_stage); 0: read from global memory as they are used */
     int stage_off;
 };
@@ -870,7 +870,7 @@ static __device__ __noinline__ void mv_route(const float *rlog, const lilac_cuda
     }
 }
 
-/* mv_stage_level: the block's item (one a block) copied into shared memory at st in one bulk copy, issued
+/* mv_stage_enabled: the block's item (one a block) copied into shared memory at st in one bulk copy, issued
  * as soon as the rows are known: a dense product's before its wait (while the kernel before ends), a routed
  * one's after the routing. Its rows are a contiguous run of the matrix (or of the slot's expert). */
 template <int R> static __device__ void mv_stage(const MV &p, const int32_t *idx, uint8_t *st, uint32_t bar)
@@ -1224,20 +1224,19 @@ template <int TYPE, int T, auto KERN> long long mv_grid_cap(long long cols)
 }
 
 /* One-token products whose grid has a block an item stage the item's rows in shared memory (mv_stage) on sm_90
- * devices; LILAC_CUDA_MV_STAGE=0: they read them from global memory as they go (=2: the dense ones alone). tg128 366.0/365.6/366.2 against
+ * devices; LILAC_CUDA_MV_STAGE=0: they read them from global memory as they go. tg128 366.0/365.6/366.2 against
  * 363.0/364.3/363.9 (H200, alternated in one call, session 17: the dense products' copies run while the kernel
- * before ends). The down+sum kernel staging its k experts' rows (73 KB of shared memory a block, the k indices
+ * before ends; only the dense ones staged: 363.0/363.0 against 367.5/367.1 for all and 364.6/365.6 for none).
+ * The down+sum kernel staging its k experts' rows (73 KB of shared memory a block, the k indices
  * loaded together, then a copy each) was slower: 342.0/342.2 against 366.9/366.4; removed (the code at e33bc90).
  * Read once. */
-int mv_stage_level()
+bool mv_stage_enabled()
 {
     static int on = -1;
     if (on < 0) {
         int dev = 0, major = 0;
-        on = lilac_env_int("LILAC_CUDA_MV_STAGE", 1, 0, 2);
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9)
-            on = 0;
+        on = lilac_env_switch("LILAC_CUDA_MV_STAGE", true) && cudaGetDevice(&dev) == cudaSuccess &&
+             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
     }
     return on;
 }
@@ -1247,9 +1246,8 @@ int mv_stage_level()
  * more shared memory than a block may have. */
 template <int TYPE, int T> int mv_stage_off(const MV &p, long long grid, int *smem)
 {
-    const int level = mv_stage_level(); /* 2 (measuring): the dense products alone, not those over experts */
-    if (T != 1 || p.n_tok != 1 || !level || (level == 2 && (p.idx || p.rlog)) || p.items > grid || p.n_ct != 1 ||
-        p.row_bytes % 16 || p.expert_stride % 16 || reinterpret_cast<uintptr_t>(p.w) % 16)
+    if (T != 1 || p.n_tok != 1 || !mv_stage_enabled() || p.items > grid || p.n_ct != 1 || p.row_bytes % 16 ||
+        p.expert_stride % 16 || reinterpret_cast<uintptr_t>(p.w) % 16)
         return 0;
     const long long rpt = (long long)NWARPS * (cfg_rows_t(T) << (5 - p.lpr_log2));
     const int off = (*smem + 127) & ~127;
