@@ -190,6 +190,33 @@ static __device__ __forceinline__ void dev_scale_store(const float *x, float r, 
     }
 }
 
+/* dev_scale_store with r = f() computed by the block after x's and w's loads are issued, so that f's own loads
+ * (a last block's parts) and these take one L2 round trip together, not one after the other; the same bits.
+ * n > DEV_NR blockDim: f, then dev_scale_store. */
+template <class F>
+static __device__ __forceinline__ void dev_scale_store_with(const float *x, const float *w, float *y, int n, F f)
+{
+    const int nb = blockDim.x;
+    if (n > DEV_NR * nb) {
+        dev_scale_store(x, f(), w, y, n);
+        return;
+    }
+    float xv[DEV_NR], wv[DEV_NR];
+#pragma unroll
+    for (int j = 0; j < DEV_NR; j++) {
+        const int i = j * nb + threadIdx.x;
+        xv[j] = i < n ? __ldcg(x + i) : 0.0f;
+        wv[j] = i < n ? w[i] : 0.0f;
+    }
+    const float r = f();
+#pragma unroll
+    for (int j = 0; j < DEV_NR; j++) {
+        const int i = j * nb + threadIdx.x;
+        if (i < n)
+            y[i] = xv[j] * r * wv[j];
+    }
+}
+
 // y = x / sqrt(mean(x^2) + eps) * w (w may be NULL), times silu(gate) when
 // gate is set (the gated norm of a DeltaNet head), by one block. y may be x:
 // a thread writes only what it read.

@@ -790,19 +790,20 @@ __global__ void __launch_bounds__(SNG_T) k_moe_sum_norm_grid(float *x, const flo
     const float ss = block_sum(e < E ? __fmul_rn(o, o) : 0.0f);
     if (threadIdx.x == 0)
         part[blockIdx.x] = ss;
-    if (dev_last_block(count)) {
-        /* the parts' loads issued at once (this tail was ~16 L2 round trips in a row: a part, then a value) */
-        float pv[SNG_MAXB];
+    if (dev_last_block(count)) /* the parts' loads issued at once, and with x's (dev_scale_store_with): this tail
+                                    was ~16 L2 round trips in a row, a part, then a value */
+        dev_scale_store_with(x, norm_w, xn, E, [&] {
+            float pv[SNG_MAXB];
 #pragma unroll
-        for (int b = 0; b < SNG_MAXB; b++)
-            pv[b] = b < (int)gridDim.x ? __ldcg(part + b) : 0.0f;
-        float t = 0;
+            for (int b = 0; b < SNG_MAXB; b++)
+                pv[b] = b < (int)gridDim.x ? __ldcg(part + b) : 0.0f;
+            float t = 0;
 #pragma unroll
-        for (int b = 0; b < SNG_MAXB; b++) /* the parts in block order: the same sum every run */
-            if (b < (int)gridDim.x)
-                t += pv[b];
-        dev_scale_store(x, rsqrtf(t / E + eps), norm_w, xn, E);
-    }
+            for (int b = 0; b < SNG_MAXB; b++) /* the parts in block order: the same sum every run */
+                if (b < (int)gridDim.x)
+                    t += pv[b];
+            return rsqrtf(t / E + eps);
+        });
     TRACE_END(LILAC_TK_MOE_SUM_NORM);
 }
 

@@ -1028,10 +1028,11 @@ template <int TYPE, bool A16, int R> __global__ void __launch_bounds__(NTHREADS)
     const float sq = block_sum(t < DS_ROWS && e < d.rows ? __fmul_rn(o, o) : 0.0f);
     if (t == 0)
         part[blockIdx.x] = sq;
-    if (dev_last_block(count)) {
-        const float tt = block_sum(t < (int)gridDim.x ? __ldcg(part + t) : 0.0f); /* a fixed tree: every run */
-        dev_scale_store(x, rsqrtf(tt / d.rows + d.eps), d.norm_w, xn, d.rows);
-    }
+    if (dev_last_block(count)) /* the parts and x loaded together */
+        dev_scale_store_with(x, d.norm_w, xn, d.rows, [&] {
+            const float tt = block_sum(t < (int)gridDim.x ? __ldcg(part + t) : 0.0f); /* a fixed tree: every run */
+            return rsqrtf(tt / d.rows + d.eps);
+        });
     TRACE_END(LILAC_TK_MOE_DOWN_SUM);
 }
 
