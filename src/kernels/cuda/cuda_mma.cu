@@ -346,6 +346,7 @@ struct MM {
     const int *xexp;
     float *y;
     int rows, K, row_tiles;
+    int wtab; /* W8 tiles (LILAC_CUDA_MMA_WTAB=1, measuring): each warp decodes its own 16 rows' scale tables */
 };
 
 /* A block's shared memory at TN tokens a tile. */
@@ -500,8 +501,12 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
         auto row_al = [&](int row) {
             return A4 ? 0 : (int)(reinterpret_cast<uintptr_t>(W + (size_t)(row < p.rows ? row : 0) * p.row_bytes) & 15);
         };
-        /* the scale tables' row (a thread a row and half its sub-blocks) */
-        const int tr = tid & (BM - 1), jb = tid >> 7;
+        /* the scale tables' row (a thread a row and half its sub-blocks); p.wtab in the 8 x 1 layout: lane l of
+         * warp w takes row 16 w + l % 16, the warp's own rows (which its own lanes copied, see issue), so that a
+         * warp barrier, not the block's, stands between the tables and their readers */
+        const bool wt = W8 && p.wtab;
+        static_assert(!W8 || BM == 16 * (MM_THREADS / 32), "W8: a warp 16 rows");
+        const int tr = wt ? 16 * warp + (lane & 15) : tid & (BM - 1), jb = wt ? lane >> 4 : tid >> 7;
         const bool tok = row0 + tr < p.rows;
         const int tal = row_al(row0 + tr);
 
@@ -610,7 +615,10 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
 #pragma unroll
             for (int r = 0; r < NR; r++)
                 roff[r] = lrow[r] * SLOT + (A4 ? 0 : (ral[r] + kb * Q::BYTES) & 15);
-            __syncthreads();
+            if (wt)
+                __syncwarp();
+            else
+                __syncthreads();
 
             const uint8_t *xb = xbuf + buf * BN * XROW + (wn * NW * 8 + g) * XROW + 16 * tig;
             float frag[MT][NW][4];
@@ -877,9 +885,19 @@ bool w8_enabled()
     return env_switch_once(on, "LILAC_CUDA_MMA_W8", true);
 }
 
+/* LILAC_CUDA_MMA_WTAB=1 (measuring, not yet run on a GPU): MM.wtab. Read once. */
+bool wtab_enabled()
+{
+    static int on = -1;
+    if (on < 0)
+        on = lilac_env_switch("LILAC_CUDA_MMA_WTAB", false);
+    return on;
+}
+
 template <int TYPE, bool A4, int TN, bool W8> bool launch_k(MM p, long long max_items, cudaStream_t st)
 {
     auto kern = k_mma<TYPE, A4, TN, W8>;
+    p.wtab = W8 && wtab_enabled();
     constexpr int smem = Smem<TYPE, TN>::TOTAL;
     static std::atomic<int> per_sm{0};
     int per = per_sm.load(std::memory_order_relaxed);
