@@ -144,7 +144,8 @@ uint64_t lilac_cuda_mma_scratch_bound(const lilac_hparams *hp, int rows)
         need = g;
     if (d > need)
         need = d;
-    /* and the second stream's, for the shared expert's products (the prefill's LILAC_CUDA_PF_SHARED_AUX) */
-    const size_t sh = hp->shared_ff > 0 ? lilac_cuda_scratch_round(lilac_cuda_xq_bytes(T, E)) : 0;
-    return lilac_cuda_scratch_round(need) + sh;
+    /* and the second stream's (the prefill's LILAC_CUDA_PF_AUX): k/v, alpha/beta and the shared expert's gate
+     * and up take n_embd columns, its down shared_ff */
+    const size_t aux = hp->shared_ff > 0 && (size_t)hp->shared_ff > E ? (size_t)hp->shared_ff : E;
+    return lilac_cuda_scratch_round(need) + lilac_cuda_scratch_round(lilac_cuda_xq_bytes(T, aux));
 }

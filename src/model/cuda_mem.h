@@ -43,7 +43,7 @@ size_t lilac_cuda_conv_channels(const lilac_hparams *hp);
 
 /* The one-token step's activation buffers (lilac_cuda_model_new), bytes each in the order x, xn, tmp, qg (then
  * kb), vb, att, qkv (then z), conv, a (then b), o, rl, rw, gbuf, ex, shg (then shu), sho, logits, att_part, tok, idx,
- * count, part; bytes may be NULL. Returns their sum. */
+ * count, part, top; bytes may be NULL. Returns their sum. */
 #define LILAC_CUDA_DEC_NBUF 23
 uint64_t lilac_cuda_decode_sizes(const lilac_hparams *hp, size_t *bytes);
 
@@ -58,7 +58,7 @@ uint64_t lilac_cuda_prefill_sizes(const lilac_hparams *hp, int rows, size_t *byt
  * largest request): the most rows a product digitizes at once is a chunk's gate and up pairs, 2 rows
  * n_expert_used, of n_embd columns, or a chunk's rows of the widest input (n_embd, n_head x head_dim,
  * v_heads x v_dim, shared_ff), or its rows x n_expert_used pairs of expert_ff columns (the down products);
- * and with a shared expert, the second stream's for a chunk's rows of n_embd columns (its gate and up). */
+ * and the second stream's, for a chunk's rows of n_embd or shared_ff columns (the products it runs beside). */
 uint64_t lilac_cuda_mma_scratch_bound(const lilac_hparams *hp, int rows);
 
 /* The margin for what is not counted buffer by buffer: the kernels' code loaded into the context, the
