@@ -42,6 +42,18 @@ static inline int dev_sm_count()
     return n;
 }
 
+/* The current device's compute capability major (0 where it cannot be read). */
+static inline int dev_cc_major()
+{
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        major = 0;
+    }
+    return major;
+}
+
 /* Programmatic dependent launch (sm_90): a kernel launched with it may start
  * while the one before it on the stream runs, and must wait here before it
  * reads what that one writes (or writes what it reads); elsewhere (older
@@ -64,7 +76,9 @@ static __device__ __forceinline__ void griddep_launch_dependents()
  * mbarrier: dev_stage_init (one thread, then a barrier of the block before anyone waits), dev_stage_expect (that
  * thread: the phase's bytes in all, under 1 MiB), dev_stage_copy (that thread, after: the bytes a multiple of 16,
  * both addresses 16-aligned), dev_stage_wait (every thread that reads the copies). Host code stages only on
- * sm_90 devices; elsewhere these are no-ops. */
+ * sm_90 devices; code built for an older architecture (a device running it from PTX) copies with plain loads
+ * instead, which a block barrier between copy and readers (every caller has one) makes visible, and the
+ * barrier's calls are no-ops. */
 static __device__ __forceinline__ uint32_t dev_smem_addr(const void *p)
 {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -89,6 +103,10 @@ static __device__ __forceinline__ void dev_stage_copy(void *dst, const void *src
                      dev_smem_addr(dst)),
                  "l"(src), "r"(bytes), "r"(bar)
                  : "memory");
+#else
+    (void)bar;
+    for (uint32_t i = 0; i < bytes / 16; i++)
+        static_cast<uint4 *>(dst)[i] = static_cast<const uint4 *>(src)[i];
 #endif
 }
 static __device__ __forceinline__ void dev_stage_wait(uint32_t bar, uint32_t parity)
@@ -169,10 +187,13 @@ template <int N, class Load, class Use> static __device__ __forceinline__ void d
 
 /* y[i] = x[i] * r * w[i] for i < n by the block, x (written by other blocks) from L2: DEV_NR values a thread
  * loaded before any is stored (a loop of load, store, load... waits one L2 round trip a value: y may alias x
- * for all the compiler knows). */
-static __device__ __forceinline__ void dev_scale_store(const float *x, float r, const float *w, float *y, int n)
+ * for all the compiler knows). r = f(), by every thread of the block, once the first values' loads are
+ * issued: f's own loads (a last block's parts) take the same L2 round trip, not one after them. */
+template <class F>
+static __device__ __forceinline__ void dev_scale_store_with(const float *x, const float *w, float *y, int n, F f)
 {
     const int nb = blockDim.x;
+    float r = 0.0f;
     for (int i0 = 0; i0 < n; i0 += DEV_NR * nb) {
         float xv[DEV_NR], wv[DEV_NR];
 #pragma unroll
@@ -181,6 +202,8 @@ static __device__ __forceinline__ void dev_scale_store(const float *x, float r, 
             xv[j] = i < n ? __ldcg(x + i) : 0.0f;
             wv[j] = i < n ? w[i] : 0.0f;
         }
+        if (i0 == 0)
+            r = f();
 #pragma unroll
         for (int j = 0; j < DEV_NR; j++) {
             const int i = i0 + j * nb + threadIdx.x;
@@ -189,32 +212,10 @@ static __device__ __forceinline__ void dev_scale_store(const float *x, float r, 
         }
     }
 }
-
-/* dev_scale_store with r = f() computed by the block after x's and w's loads are issued, so that f's own loads
- * (a last block's parts) and these take one L2 round trip together, not one after the other; the same bits.
- * n > DEV_NR blockDim: f, then dev_scale_store. */
-template <class F>
-static __device__ __forceinline__ void dev_scale_store_with(const float *x, const float *w, float *y, int n, F f)
+/* The same with r given. */
+static __device__ __forceinline__ void dev_scale_store(const float *x, float r, const float *w, float *y, int n)
 {
-    const int nb = blockDim.x;
-    if (n > DEV_NR * nb) {
-        dev_scale_store(x, f(), w, y, n);
-        return;
-    }
-    float xv[DEV_NR], wv[DEV_NR];
-#pragma unroll
-    for (int j = 0; j < DEV_NR; j++) {
-        const int i = j * nb + threadIdx.x;
-        xv[j] = i < n ? __ldcg(x + i) : 0.0f;
-        wv[j] = i < n ? w[i] : 0.0f;
-    }
-    const float r = f();
-#pragma unroll
-    for (int j = 0; j < DEV_NR; j++) {
-        const int i = j * nb + threadIdx.x;
-        if (i < n)
-            y[i] = xv[j] * r * wv[j];
-    }
+    dev_scale_store_with(x, w, y, n, [r] { return r; });
 }
 
 // y = x / sqrt(mean(x^2) + eps) * w (w may be NULL), times silu(gate) when
