@@ -147,15 +147,15 @@ struct lilac_seq;
 bool lilac_cuda_prefill_wanted(const struct lilac_seq *s, int n);
 /* Whether the model's shapes are ones the prefill kernels take (for any token count). */
 bool lilac_cuda_prefill_takes(const struct lilac_seq *s);
-/* One token for each of n sequences in one step (batched decode: the weights read once for all), logits[i]
- * (V floats, NULL: not wanted) filled, or tops[i] (NULL: not wanted) with the top_k best (reduced on the
- * device, lilac_cuda_logits_top); each sequence's position advances. lilac_cuda_decode_batch_wanted: n > 1,
- * not turned off (LILAC_CUDA_BATCH=0) and shapes its kernels take. */
 /* The prefill's buffers and the batched step's graphs (lilac_cuda_model_free). */
 void lilac_cuda_prefill_free(lilac_cuda_model *cm);
 /* LILAC_CUDA_TIMING=1: s synchronized, the seconds since *t counted against name (NULL: none) in the timing
  * table lilac_cuda_model_free prints, and *t set to now; otherwise nothing. */
 void lilac_cuda_op_mark(lilac_cuda_stream *s, const char *name, double *t);
+/* One token for each of n sequences in one step (batched decode: the weights read once for all), logits[i]
+ * (V floats, NULL: not wanted) filled, or tops[i] (NULL: not wanted) with the top_k best (reduced on the
+ * device, lilac_cuda_logits_top); each sequence's position advances. lilac_cuda_decode_batch_wanted: n > 1,
+ * not turned off (LILAC_CUDA_BATCH=0) and shapes its kernels take. */
 bool lilac_cuda_decode_batch_wanted(const lilac_model *m, int n);
 lilac_status lilac_cuda_decode_batch(lilac_model *m, struct lilac_seq *const *seqs, const int32_t *tokens, int n,
                                      float *const *logits, lilac_logits_top *const *tops, int top_k,

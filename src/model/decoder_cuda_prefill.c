@@ -132,6 +132,22 @@ static void shared_expert(const cuda_layer *cl, struct cuda_prefill *pf, int nt,
     lilac_cuda_matvec(&cl->sh_down, pf->shg, pf->sho, nt, s);
 }
 
+/* The products W[i] x -> y[i] (i < n) of one input of nt rows: with aux, W[n_s ..) on the second stream beside
+ * the first n_s on s, joined back into s; without, all on s (x converted for the tensor cores once). The same
+ * kernels either way, the same bits. */
+static void products(lilac_cuda_model *cm, lilac_cuda_stream *s, lilac_cuda_stream *aux, const lilac_cuda_mat *const *W,
+                     float *const *y, int n_s, int n, const float *x, int nt)
+{
+    if (!aux) {
+        lilac_cuda_matvec_multi(W, y, n, x, nt, s);
+        return;
+    }
+    lilac_cuda_fork(s, aux, cm->ev[0]);
+    lilac_cuda_matvec_multi(W + n_s, y + n_s, n - n_s, x, nt, aux);
+    lilac_cuda_matvec_multi(W, y, n_s, x, nt, s);
+    lilac_cuda_fork(aux, s, cm->ev[1]);
+}
+
 /* The chunk's nt tokens (in pf->tok) at positions pos0 .. of cs, or with rows one token of each row's own
  * sequence: the final-normed rows to pf->xn; with hid, the residual stream's rows of them as well. */
 static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0, const pf_rows *rows,
@@ -169,14 +185,7 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
         if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
             const lilac_cuda_mat *qkv_w[] = {&cl->wq, &cl->wk, &cl->wv};
             float *const qkv_y[] = {pf->qg, pf->kb, pf->vb};
-            if (aux) { /* k and v beside q */
-                lilac_cuda_fork(s, aux, cm->ev[0]);
-                lilac_cuda_matvec_multi(qkv_w + 1, qkv_y + 1, 2, pf->xn, nt, aux);
-                lilac_cuda_matvec(&cl->wq, pf->xn, pf->qg, nt, s);
-                lilac_cuda_fork(aux, s, cm->ev[1]);
-            } else {
-                lilac_cuda_matvec_multi(qkv_w, qkv_y, 3, pf->xn, nt, s); /* xn converted for the tensor cores once */
-            }
+            products(cm, s, aux, qkv_w, qkv_y, 1, 3, pf->xn, nt); /* k and v beside q */
             lilac_cuda_op_mark(s, "pf norm+qkv", &t_);
             if (rows) { /* each row against its own sequence's cache */
                 float **kp = rows->ptrs + (size_t)(4 * il) * PF_BATCH, **vp = kp + PF_BATCH;
@@ -207,14 +216,7 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
         } else {
             const lilac_cuda_mat *in_w[] = {&cl->ssm_qkv, &cl->ssm_z, &cl->ssm_alpha, &cl->ssm_beta};
             float *const in_y[] = {pf->qkv, pf->z, pf->a, pf->b};
-            if (aux) { /* alpha and beta beside qkv and z */
-                lilac_cuda_fork(s, aux, cm->ev[0]);
-                lilac_cuda_matvec_multi(in_w + 2, in_y + 2, 2, pf->xn, nt, aux);
-                lilac_cuda_matvec_multi(in_w, in_y, 2, pf->xn, nt, s);
-                lilac_cuda_fork(aux, s, cm->ev[1]);
-            } else {
-                lilac_cuda_matvec_multi(in_w, in_y, 4, pf->xn, nt, s);
-            }
+            products(cm, s, aux, in_w, in_y, 2, 4, pf->xn, nt); /* alpha and beta beside qkv and z */
             lilac_cuda_op_mark(s, "pf norm+qkv", &t_);
             if (rows) { /* each row with its own sequence's conv and recurrent state */
                 float **cp = rows->ptrs + (size_t)(4 * il + 2) * PF_BATCH, **sp = cp + PF_BATCH;

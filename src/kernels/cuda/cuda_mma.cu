@@ -888,10 +888,8 @@ bool w8_enabled()
 /* LILAC_CUDA_MMA_WTAB=1 (measuring, not yet run on a GPU): MM.wtab. Read once. */
 bool wtab_enabled()
 {
-    static int on = -1;
-    if (on < 0)
-        on = lilac_env_switch("LILAC_CUDA_MMA_WTAB", false);
-    return on;
+    static std::atomic<int> on{-1};
+    return env_switch_once(on, "LILAC_CUDA_MMA_WTAB", false);
 }
 
 template <int TYPE, bool A4, int TN, bool W8> bool launch_k(MM p, long long max_items, cudaStream_t st)

@@ -70,6 +70,12 @@ namespace {
 
 constexpr int NWARPS = 8;
 constexpr int NTHREADS = NWARPS * 32;
+/* Rows a block takes an item (a row tile) at R rows a lane group and 2^lpr_log2 lanes a row: NWARPS warps of
+ * 32 >> lpr_log2 lane groups. k_mv's and the grouped kernel's tiles, their host shapes and the staged copies. */
+__host__ __device__ constexpr long long mv_tile_rows(int R, int lpr_log2)
+{
+    return (long long)NWARPS * (R << (5 - lpr_log2));
+}
 constexpr float XUNSCALE = 0x1p-64f; /* x in shared memory is x * 2^(64 - s) */
 constexpr float QSCALE = 0x1p85f;   /* (q * 2^-149) * (x * 2^64) * 2^85 = q x */
 constexpr int TILE_VALUES = 32768;   /* x values (times tokens) one block holds in shared memory */
@@ -787,7 +793,7 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int lpr = 1 << p.lpr_log2, sub = lane & (lpr - 1), grp = lane >> p.lpr_log2;
     const int rpw = R << (5 - p.lpr_log2);
-    const long long rpt = (long long)NWARPS * rpw;
+    const long long rpt = mv_tile_rows(R, p.lpr_log2);
     const int U = (int)(p.cols / VPU);
     const int ntc = (p.n_tok + T - 1) / T;
 
@@ -880,7 +886,7 @@ template <int R> static __device__ void mv_stage(const MV &p, const int32_t *idx
         const long long item = blockIdx.x;
         if (item < p.items) {
             const long long slot = item / p.row_tiles, rt = item - slot * p.row_tiles;
-            const long long rpt = (long long)NWARPS * (R << (5 - p.lpr_log2)), r0 = rt * rpt;
+            const long long rpt = mv_tile_rows(R, p.lpr_log2), r0 = rt * rpt;
             const long long nr = p.rows - r0 < rpt ? p.rows - r0 : rpt;
             const uint8_t *src = p.w + (idx ? (size_t)idx[slot] * p.expert_stride : 0) + (size_t)r0 * p.row_bytes;
             const uint32_t bytes = (uint32_t)(nr * (long long)p.row_bytes);
@@ -1181,7 +1187,7 @@ template <int TYPE, int T> int mv_shape(MV &p, int slots, long long cap, int lpr
      * (fewer rows a block, shorter chains of dependent loads), until there
      * are two tiles a resident block or a lane has one unit. */
     auto tiles = [&](int l) {
-        const long long rpt = (long long)NWARPS * R * (32 >> floor_log2(l));
+        const long long rpt = mv_tile_rows(R, floor_log2(l));
         return (p.rows + rpt - 1) / rpt * slots;
     };
     while (lpr_force < 0 && lpr < 32 && 2 * lpr * cfg_lane_units(T) <= U && tiles(lpr) < 2 * cap)
@@ -1233,13 +1239,10 @@ template <int TYPE, int T, auto KERN> long long mv_grid_cap(long long cols)
  * Read once. */
 bool mv_stage_enabled()
 {
-    static int on = -1;
-    if (on < 0) {
-        int dev = 0, major = 0;
-        on = lilac_env_switch("LILAC_CUDA_MV_STAGE", true) && cudaGetDevice(&dev) == cudaSuccess &&
-             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
-    }
-    return on;
+    static std::atomic<int> on{-1};
+    if (on.load(std::memory_order_relaxed) < 0)
+        on.store(lilac_env_switch("LILAC_CUDA_MV_STAGE", true) && dev_cc_major() >= 9, std::memory_order_relaxed);
+    return on.load(std::memory_order_relaxed) != 0;
 }
 
 /* Where a one-token product of grid blocks in p's shape stages its rows (MV.stage_off), *smem grown by them;
@@ -1250,7 +1253,7 @@ template <int TYPE, int T> int mv_stage_off(const MV &p, long long grid, int *sm
     if (T != 1 || p.n_tok != 1 || !mv_stage_enabled() || p.items > grid || p.n_ct != 1 || p.row_bytes % 16 ||
         p.expert_stride % 16 || reinterpret_cast<uintptr_t>(p.w) % 16)
         return 0;
-    const long long rpt = (long long)NWARPS * (cfg_rows_t(T) << (5 - p.lpr_log2));
+    const long long rpt = mv_tile_rows(cfg_rows_t(T), p.lpr_log2);
     const int off = (*smem + 127) & ~127;
     const long long bytes = rpt * (long long)p.row_bytes;
     if (off + bytes > SMEM_MAX)
@@ -1520,11 +1523,7 @@ int lilac_cuda_pdl(void)
     static std::atomic<int> on{-1};
     int v = on.load(std::memory_order_relaxed);
     if (v < 0) {
-        int dev = 0, major = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-            (void)cudaGetLastError();
-        v = major >= 9 && lilac_env_switch("LILAC_CUDA_PDL", true);
+        v = dev_cc_major() >= 9 && lilac_env_switch("LILAC_CUDA_PDL", true);
         on.store(v, std::memory_order_relaxed);
     }
     return v;
@@ -1991,7 +1990,7 @@ __global__ void __launch_bounds__(NTHREADS, cfg_min_blocks(TYPE, T)) k_mv_groupe
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int lpr = 1 << p.lpr_log2, sub = lane & (lpr - 1), grp = lane >> p.lpr_log2;
     const int rpw = R << (5 - p.lpr_log2);
-    const long long rpt = (long long)NWARPS * rpw;
+    const long long rpt = mv_tile_rows(R, p.lpr_log2);
     const int U = (int)(p.cols / VPU);
 
     const long long it0 = p.items * blockIdx.x / gridDim.x, it1 = p.items * (blockIdx.x + 1) / gridDim.x;
@@ -2079,7 +2078,7 @@ template <int TYPE, bool A16, int T> void launch_grouped(MVG p, cudaStream_t st)
     p.lpr_log2 = floor_log2(lpr);
     p.ut = U < TILE_VALUES / T / UT::VPU ? U : TILE_VALUES / T / UT::VPU;
     p.n_ct = (U + p.ut - 1) / p.ut;
-    const long long rpt = (long long)NWARPS * R * (32 >> p.lpr_log2);
+    const long long rpt = mv_tile_rows(R, p.lpr_log2);
     p.row_tiles = (p.n_rows + rpt - 1) / rpt;
     p.items = p.row_tiles * p.n_expert;
     const int smem = (int)sizeof(float) * T * p.ut * (UT::VPU + 4 + UT::NRUN);

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda.h"
+#include "kernels/cuda/cuda_dev.cuh"
 #include "kernels/cuda/cuda_sizes.h"
 #include "lilac.h"
 
@@ -61,30 +62,6 @@ __device__ void bitonic_desc(unsigned long long *k, int N)
     __syncthreads();
 }
 
-__device__ float block_reduce(float v, bool is_max)
-{
-    __shared__ float r[TOP_THREADS / 32];
-    for (int o = 16; o; o >>= 1) {
-        const float w = __shfl_xor_sync(0xffffffffu, v, o);
-        v = is_max ? fmaxf(v, w) : v + w;
-    }
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0)
-        r[threadIdx.x >> 5] = v;
-    __syncthreads();
-    v = threadIdx.x < blockDim.x / 32 ? r[threadIdx.x] : (is_max ? -INFINITY : 0.0f);
-    if (threadIdx.x < 32)
-        for (int o = 16; o; o >>= 1) {
-            const float w = __shfl_xor_sync(0xffffffffu, v, o);
-            v = is_max ? fmaxf(v, w) : v + w;
-        }
-    __shared__ float out;
-    if (threadIdx.x == 0)
-        out = v;
-    __syncthreads();
-    return out;
-}
-
 /* Block b of row blockIdx.y: the row's logits [b SLICE, ..) into its k best keys (keys + b k) and its max and
  * sum (ms + 2 b); a row's logits `stride` floats on, its keys nb k, its ms 2 nb. */
 __global__ void __launch_bounds__(TOP_THREADS) k_top_part(const float *logits, long long stride, int V, int k,
@@ -101,14 +78,14 @@ __global__ void __launch_bounds__(TOP_THREADS) k_top_part(const float *logits, l
         if (g < V)
             mx = fmaxf(mx, v); /* NaN passed over here; the sum below carries it */
     }
-    mx = block_reduce(mx, true);
+    mx = block_max(mx);
     float sum = 0.0f;
     for (int i = threadIdx.x; i < LILAC_CUDA_TOP_SLICE; i += blockDim.x) {
         const int g = base + i;
         if (g < V && mx > -INFINITY)
             sum += expf(logits[g] - mx);
     }
-    sum = block_reduce(sum, false);
+    sum = block_sum(sum);
     bitonic_desc(sk, LILAC_CUDA_TOP_SLICE);
     for (int i = threadIdx.x; i < k; i += blockDim.x)
         keys[(size_t)b * k + i] = sk[i];
