@@ -716,6 +716,12 @@ int main(void)
     int maj = 0, min = 0;
     lilac_cuda_device_info(name, sizeof name, &total, &avail, &maj, &min);
     printf("%s\ndevice: %s, cc %d.%d, %zu MiB of %zu MiB free\n", msg, name, maj, min, avail >> 20, total >> 20);
+    /* dependent launches only where the code that runs was compiled for sm_90 or later (griddep_wait waits) */
+    const int arch = lilac_cuda_code_arch(), pdl_env = !getenv("LILAC_CUDA_PDL") || atoi(getenv("LILAC_CUDA_PDL"));
+    printf("code compiled for %d; dependent launches %s\n", arch, lilac_cuda_pdl() ? "on" : "off");
+    CHECKF(arch >= 50 && arch <= 10 * maj + min, "code architecture %d on a cc %d.%d device", arch, maj, min);
+    CHECKF(lilac_cuda_pdl() == (pdl_env && maj >= 9 && arch >= 90), "dependent launches %d: code %d, cc %d.%d",
+           lilac_cuda_pdl(), arch, maj, min);
 
     const int bench_only = getenv("LILAC_CUDA_BENCH_ONLY") != NULL;
     /* The float GEMM splits K into parts in the tensor-core scratch (unless LILAC_CUDA_GEMM_SPLIT=0), which it

@@ -6,8 +6,8 @@
  * 0, mixed with single tokens), with LOGITS_LAST and LOGITS_NONE, and
  * greedy decoding after a prefilled prompt; then the prefill's logits
  * against the golden ones with test_cuda_model's bounds; and prompts of
- * 1100 tokens in chunks of 1024 and 2100 in the plan's chunks of 2048
- * (buffers over PF_MAX). Skips where no
+ * 1100 tokens in chunks of 1024 and 2100 in the plan's one chunk of
+ * PF_BIG rows (buffers over PF_MAX). Skips where no
  * GPU can be used — unless LILAC_REQUIRE_CUDA=1, then it fails. */
 #include "kernels/cuda/cuda.h"
 #include "cudatest.h"
@@ -185,8 +185,8 @@ done:
 /* Prompts longer than the default chunk, against the token path's last-token logits, within 1e-4 of max |logit|
  * (a thousand tokens and more of DeltaNet state summed in another order), the same argmax: 1100 tokens in chunks
  * of 1024 (LILAC_CUDA_PREFILL_CHUNK over PF_MAX: a fresh model's buffers take 1024 rows), and 2100 tokens where
- * the memory plan chose the chunk (LILAC_CUDA_PREFILL_AUTO's default, lilac_model_mem_check: 2048 rows for this small
- * model, chunks of 2048 and 52). */
+ * the memory plan chose the chunk (LILAC_CUDA_PREFILL_AUTO's default, lilac_model_mem_check: PF_BIG rows for this
+ * small model, one chunk). */
 static void long_prompt(const char *fx, const tcase *c, int n_long, const char *chunk, bool auto_rows)
 {
     char path[8192], mp[8192], what[96];

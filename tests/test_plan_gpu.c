@@ -6,7 +6,8 @@
  * halving of the trained context that fits a budget; without a device the
  * report says so and nothing fits; LILAC_GPU_MEM_LIMIT caps the budget; a
  * prefill chunk over PF_MAX tokens sizes the prefill buffers in the plan,
- * and the plan gives them PF_BIG rows where it fits with them (LILAC_CUDA_PREFILL_AUTO, on by default; the
+ * and the plan gives them PF_BIG rows where it fits with them, else
+ * PF_MID's where those fit (LILAC_CUDA_PREFILL_AUTO, on by default; the
  * other checks run with it off, at PF_MAX rows). */
 #include "engine/plan.h"
 #include "model/cuda_mem.h"
@@ -143,8 +144,16 @@ static void test_model(const char *fx, const char *name)
     lilac_mem_report edge = lilac_model_gpu_mem_report_budget(m, 4096, 1, big.total);
     CHECK(edge.fits && edge.pf_rows == LILAC_CUDA_PF_BIG);
     edge = lilac_model_gpu_mem_report_budget(m, 4096, 1, big.total - 1);
-    CHECKF(edge.fits && edge.pf_rows == LILAC_CUDA_PF_MAX && edge.total == a.total,
+    const uint64_t smid = lilac_cuda_prefill_sizes(hp, LILAC_CUDA_PF_MID, NULL),
+                   bmid = lilac_cuda_mma_scratch_bound(hp, LILAC_CUDA_PF_MID);
+    CHECKF(edge.fits && edge.pf_rows == LILAC_CUDA_PF_MID && edge.total - a.total == (smid - s512) + (bmid - b512),
            "%s: auto, a byte short of the big chunk: %d rows, fits %d", name, edge.pf_rows, edge.fits);
+    const uint64_t mid_total = edge.total;
+    edge = lilac_model_gpu_mem_report_budget(m, 4096, 1, mid_total);
+    CHECK(edge.fits && edge.pf_rows == LILAC_CUDA_PF_MID);
+    edge = lilac_model_gpu_mem_report_budget(m, 4096, 1, mid_total - 1);
+    CHECKF(edge.fits && edge.pf_rows == LILAC_CUDA_PF_MAX && edge.total == a.total,
+           "%s: auto, a byte short of the middle chunk: %d rows, fits %d", name, edge.pf_rows, edge.fits);
     setenv("LILAC_CUDA_PREFILL_CHUNK", "1024", 1);
     edge = lilac_model_gpu_mem_report_budget(m, 4096, 1, UINT64_MAX);
     CHECK(edge.pf_rows == 1024);

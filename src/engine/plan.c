@@ -174,17 +174,22 @@ static uint64_t need_gpu(const lilac_model *m, int n_ctx, int n_parallel, lilac_
 }
 
 /* The prefill chunk's rows for this plan: LILAC_CUDA_PREFILL_CHUNK's where it asks for more than PF_MAX; else
- * LILAC_CUDA_PF_BIG where the whole plan fits the budget with them (a 35B-A3B pp4096 in 2048-token chunks: 8,458
- * tok/s against 7,108 in 512-token ones, H200, one call; pp512 the same; ~650 MB more); else PF_MAX.
+ * the first of PF_BIG, PF_MID whose rows the whole plan fits the budget with (a 35B-A3B pp4096: 12,014 tok/s in
+ * one 4096-token chunk, 11,201 in 2048-token ones, ~7,100 in 512-token ones, H200; pp512 the same); else PF_MAX.
  * LILAC_CUDA_PREFILL_AUTO=0 keeps PF_MAX. */
 static int plan_pf_rows(const lilac_model *m, int n_ctx, int n_parallel, uint64_t budget)
 {
     const int env = lilac_cuda_pf_rows();
     if (env > LILAC_CUDA_PF_MAX || !lilac_env_switch("LILAC_CUDA_PREFILL_AUTO", true))
         return env;
-    lilac_mem_report t;
-    memset(&t, 0, sizeof t);
-    return need_gpu_rows(m, n_ctx, n_parallel, LILAC_CUDA_PF_BIG, &t) <= budget ? LILAC_CUDA_PF_BIG : env;
+    static const int choices[] = {LILAC_CUDA_PF_BIG, LILAC_CUDA_PF_MID};
+    for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++) {
+        lilac_mem_report t;
+        memset(&t, 0, sizeof t);
+        if (need_gpu_rows(m, n_ctx, n_parallel, choices[i], &t) <= budget)
+            return choices[i];
+    }
+    return env;
 }
 
 lilac_mem_report lilac_model_gpu_mem_report_budget(const lilac_model *m, int n_ctx, int n_parallel, uint64_t budget)

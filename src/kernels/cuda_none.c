@@ -155,6 +155,7 @@ int lilac_cuda_moe_sum_norm_grid(float *x, const float *ex, const float *w, int 
     return -1;
 }
 
+int lilac_cuda_code_arch(void) { return 0; }
 int lilac_cuda_pdl(void) { return 0; }
 int lilac_cuda_trace_begin(size_t cap, char *msg, size_t mcap)
 {

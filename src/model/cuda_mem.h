@@ -15,10 +15,13 @@
  * PF_BATCH rows among them). LILAC_CUDA_PREFILL_CHUNK=N (1..PF_LIMIT) sets the chunk; over PF_MAX, the
  * buffers and the plan take N rows (lilac_cuda_pf_rows). pp4096 of the 35B-A3B Q4_K_M file in 2048-token
  * chunks: 8,421 tok/s against 6,959 at 512 and 7,323 at 1024 (H200, one call, 2026-11-30): an expert's ~64
- * pairs take the 64-token tensor-core tiles. The GPU plan gives the buffers PF_BIG rows where it fits with
- * them (~650 MB more for that file; LILAC_CUDA_PREFILL_AUTO=0: never). */
+ * pairs take the 64-token tensor-core tiles; in one 4096-token chunk 12,014 against 11,201 (2026-12-01: the
+ * weights read once, not twice, and ~128 pairs an expert). The GPU plan gives the buffers PF_BIG rows where the
+ * whole plan fits with them (~1.5 GB more than PF_MAX's for that file), else PF_MID's where those fit, else
+ * PF_MAX's (LILAC_CUDA_PREFILL_AUTO=0: PF_MAX's always). */
 #define LILAC_CUDA_PF_MAX 512
-#define LILAC_CUDA_PF_BIG 2048 /* the rows the GPU plan gives the prefill where they fit (unless LILAC_CUDA_PREFILL_AUTO=0) */
+#define LILAC_CUDA_PF_MID 2048 /* the plan's second choice */
+#define LILAC_CUDA_PF_BIG 4096 /* the rows the GPU plan gives the prefill where they fit (unless LILAC_CUDA_PREFILL_AUTO=0) */
 #define LILAC_CUDA_PF_LIMIT 4096
 
 /* The prefill buffers' rows: PF_MAX, or LILAC_CUDA_PREFILL_CHUNK where larger (read at each call). */

@@ -58,9 +58,16 @@ int lilac_cuda_sync(lilac_cuda_stream *s, char *msg, size_t cap);
 int lilac_cuda_stream_new(lilac_cuda_stream **s, char *msg, size_t cap);
 void lilac_cuda_stream_free(lilac_cuda_stream *s);
 
+/* The architecture the kernels that run on this device were compiled for,
+ * as major * 10 + minor (cudaFuncAttributes' ptxVersion: 90 for an sm_90a
+ * build, 80 for an sm_80 build run on an H100 from its PTX); 0 if unknown. */
+int lilac_cuda_code_arch(void);
+
 /* Whether kernels are launched dependent (programmatic dependent launch:
  * a kernel starts, and fetches its weights, while the one before it ends):
- * on sm_90 and later unless LILAC_CUDA_PDL=0. */
+ * where the device and the code that runs on it are sm_90 or later
+ * (lilac_cuda_code_arch: griddep_wait() waits only there), unless
+ * LILAC_CUDA_PDL=0. */
 int lilac_cuda_pdl(void);
 
 /* The instrumented kernels' own timeline (kernels/cuda/cuda_trace.cuh,

@@ -346,7 +346,8 @@ struct MM {
     const int *xexp;
     float *y;
     int rows, K, row_tiles;
-    int wtab; /* W8 tiles (LILAC_CUDA_MMA_WTAB=1, measuring): each warp decodes its own 16 rows' scale tables */
+    int wtab; /* W8 tiles (unless LILAC_CUDA_MMA_WTAB=0): each warp decodes its own 16 rows' scale tables */
+    int pf;   /* LILAC_CUDA_MMA_PREFETCH=P: the weights of the stage P ahead of the one being copied into L2 */
 };
 
 /* A block's shared memory at TN tokens a tile. */
@@ -443,11 +444,10 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
     }
     const long long items = (long long)ntiles * p.row_tiles;
 
-    int par = 0;
-    for (long long item = blockIdx.x; item < items; item += gridDim.x, par ^= 1) {
-        const int tile = (int)(item / p.row_tiles), rt = (int)(item - (long long)tile * p.row_tiles);
-        int c0, cnt;
-        const uint8_t *W = p.w;
+    /* item's tile (its expert's first pair c0 and its matrix W), row tile rt */
+    auto locate = [&](long long item, int &tile, int &rt, int &c0, const uint8_t *&W) {
+        tile = (int)(item / p.row_tiles), rt = (int)(item - (long long)tile * p.row_tiles);
+        W = p.w;
         if (p.offsets) {
             int lo = 0, hi = p.n_expert; /* the last expert e with tp[e] <= tile */
             while (hi - lo > 1) {
@@ -457,15 +457,46 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
                 else
                     hi = mid;
             }
-            const int q0 = __ldg(p.offsets + lo), q1 = __ldg(p.offsets + lo + 1);
-            c0 = q0 + (tile - tp[lo]) * BN;
-            cnt = min(min(BN, q1 - c0), p.n_tok - c0); /* n_tok: the pairs the pre-pass converted */
+            c0 = __ldg(p.offsets + lo) + (tile - tp[lo]) * BN;
             W += (size_t)lo * p.expert_stride;
-        } else {
-            c0 = tile * BN;
-            cnt = min(BN, p.n_tok - c0);
+            return lo;
         }
+        c0 = tile * BN;
+        return 0;
+    };
+    int par = 0;
+    for (long long item = blockIdx.x; item < items; item += gridDim.x, par ^= 1) {
+        int tile, rt, c0, cnt;
+        const uint8_t *W;
+        const int ex = locate(item, tile, rt, c0, W);
+        if (p.offsets) /* n_tok: the pairs the pre-pass converted */
+            cnt = min(min(BN, __ldg(p.offsets + ex + 1) - c0), p.n_tok - c0);
+        else
+            cnt = min(BN, p.n_tok - c0);
         const int row0 = rt * BM;
+        /* L2 prefetch (p.pf > 0): thread tid the first (tid even) or last byte of row tid / 2's chunk of the
+         * stage p.pf past the one issued, in this item or the block's next; a chunk spans at most two 128-byte
+         * lines where it is 16-aligned and under 241 bytes (Q6_K's 210, the largest) */
+        const uint8_t *nW = nullptr;
+        int nrow0 = 0;
+        if (p.pf > 0 && item + gridDim.x < items) {
+            int nt_, nrt, nc0;
+            locate(item + gridDim.x, nt_, nrt, nc0, nW);
+            nrow0 = nrt * BM;
+        }
+        auto prefetch = [&](int kb) { /* stage kb of this item; from NK on, the next item's stages */
+            const uint8_t *base = W;
+            int r = row0 + (tid >> 1);
+            if (kb >= NK) {
+                base = nW, r = nrow0 + (tid >> 1), kb -= NK;
+                if (!base || kb >= NK)
+                    return;
+            }
+            if (r < p.rows) {
+                const uint8_t *a = base + (size_t)r * p.row_bytes + (size_t)kb * Q::BYTES + ((tid & 1) ? Q::BYTES - 1 : 0);
+                asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a));
+            }
+        };
         /* the digits' row of the tile's pair t (-1: t >= cnt or out of range), its BN entries in shared memory,
          * by item parity: the epilogue of the item before last read the other half, and every item has a
          * barrier a stage between. */
@@ -565,8 +596,13 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
         }
 
         issue(0, 0);
+        if (p.pf > 0 && item == blockIdx.x) /* the first item: the stages before the running prefetch's */
+            for (int j = 1; j <= p.pf; j++)
+                prefetch(j);
         for (int kb = 0; kb < NK; kb++) {
             const int buf = kb & 1;
+            if (p.pf > 0)
+                prefetch(kb + 1 + p.pf);
             if (kb + 1 < NK) {
                 issue(kb + 1, buf ^ 1);
                 cp_wait<1>();
@@ -885,17 +921,31 @@ bool w8_enabled()
     return env_switch_once(on, "LILAC_CUDA_MMA_W8", true);
 }
 
-/* LILAC_CUDA_MMA_WTAB=1 (measuring, not yet run on a GPU): MM.wtab. Read once. */
+/* LILAC_CUDA_MMA_PREFETCH=P (0..8, default 0: measuring): MM.pf. Read once. */
+int prefetch_stages()
+{
+    static std::atomic<int> v{-1};
+    int r = v.load(std::memory_order_relaxed);
+    if (r < 0) {
+        r = lilac_env_int("LILAC_CUDA_MMA_PREFETCH", 0, 0, 8);
+        v.store(r, std::memory_order_relaxed);
+    }
+    return r;
+}
+
+/* LILAC_CUDA_MMA_WTAB=0: the block's barrier between the scale tables and the mma loop in the 8 x 1 layout too
+ * (MM.wtab; on: pp512 10,417/10,416 against 10,354/10,354, pp4096 the same, H200, 2026-12-01). Read once. */
 bool wtab_enabled()
 {
     static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_MMA_WTAB", false);
+    return env_switch_once(on, "LILAC_CUDA_MMA_WTAB", true);
 }
 
 template <int TYPE, bool A4, int TN, bool W8> bool launch_k(MM p, long long max_items, cudaStream_t st)
 {
     auto kern = k_mma<TYPE, A4, TN, W8>;
     p.wtab = W8 && wtab_enabled();
+    p.pf = prefetch_stages();
     constexpr int smem = Smem<TYPE, TN>::TOTAL;
     static std::atomic<int> per_sm{0};
     int per = per_sm.load(std::memory_order_relaxed);

@@ -1237,11 +1237,16 @@ template <int TYPE, int T, auto KERN> long long mv_grid_cap(long long cols)
  * The down+sum kernel staging its k experts' rows (73 KB of shared memory a block, the k indices
  * loaded together, then a copy each) was slower: 342.0/342.2 against 366.9/366.4; removed (the code at e33bc90).
  * Read once. */
+/* Whether the kernels this device runs were compiled for sm_90 or later (lilac_cuda_code_arch): the device's
+ * compute capability is not enough, since a build for an older architecture runs on an H100 from its PTX
+ * (JIT), compiled with __CUDA_ARCH__ < 900, where griddep_wait() is a no-op and the bulk copies plain loads. */
+static bool code_sm90() { return dev_cc_major() >= 9 && lilac_cuda_code_arch() >= 90; }
+
 bool mv_stage_enabled()
 {
     static std::atomic<int> on{-1};
     if (on.load(std::memory_order_relaxed) < 0)
-        on.store(lilac_env_switch("LILAC_CUDA_MV_STAGE", true) && dev_cc_major() >= 9, std::memory_order_relaxed);
+        on.store(lilac_env_switch("LILAC_CUDA_MV_STAGE", true) && code_sm90(), std::memory_order_relaxed);
     return on.load(std::memory_order_relaxed) != 0;
 }
 
@@ -1518,12 +1523,22 @@ template <int R> int ds_launch(const lilac_cuda_mat *W, size_t expert_stride, co
 
 extern "C" {
 
+int lilac_cuda_code_arch(void)
+{
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, k_get_rows) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return fa.ptxVersion > 0 ? fa.ptxVersion : fa.binaryVersion;
+}
+
 int lilac_cuda_pdl(void)
 {
     static std::atomic<int> on{-1};
     int v = on.load(std::memory_order_relaxed);
     if (v < 0) {
-        v = dev_cc_major() >= 9 && lilac_env_switch("LILAC_CUDA_PDL", true);
+        v = lilac_env_switch("LILAC_CUDA_PDL", true) && code_sm90(); /* griddep_wait() waits only there */
         on.store(v, std::memory_order_relaxed);
     }
     return v;
