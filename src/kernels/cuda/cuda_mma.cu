@@ -347,7 +347,7 @@ struct MM {
     float *y;
     int rows, K, row_tiles;
     int wtab; /* W8 tiles (unless LILAC_CUDA_MMA_WTAB=0): each warp decodes its own 16 rows' scale tables */
-    int pf;   /* LILAC_CUDA_MMA_PREFETCH=P: the weights of the stage P ahead of the one being copied into L2 */
+    int skip; /* LILAC_CUDA_MMA_SKIP=1: a warp's n8 tiles past the tile's pairs skip their loads and mma's */
 };
 
 /* A block's shared memory at TN tokens a tile. */
@@ -383,9 +383,12 @@ template <int TN, bool W8> struct Lay {
 
 /* TN tokens a tile. 16-token tiles fit two blocks an SM in shared memory (Q6_K, the largest: 106 KB), and
  * 24-token Q4_K ones (113 KB); ask for the registers of two as well (they use 108-115 without the bound). */
-template <int TYPE, bool A4, int TN, bool W8>
+/* SP (W8 only, LILAC_CUDA_MMA_SPLIT=1): the lo digits' products into accumulators of their own (fragl), added
+ * to the hi ones' at each fold: twice the independent mma chains for a warp's NW n-tiles, each half as long. */
+template <int TYPE, bool A4, int TN, bool W8, bool SP = false>
 __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p)
 {
+    static_assert(!SP || W8, "split accumulators: the 8 x 1 layout");
     using Q = MQ<TYPE>;
     using SM = Smem<TYPE, TN>;
     using LY = Lay<TN, W8>;
@@ -444,10 +447,11 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
     }
     const long long items = (long long)ntiles * p.row_tiles;
 
-    /* item's tile (its expert's first pair c0 and its matrix W), row tile rt */
-    auto locate = [&](long long item, int &tile, int &rt, int &c0, const uint8_t *&W) {
-        tile = (int)(item / p.row_tiles), rt = (int)(item - (long long)tile * p.row_tiles);
-        W = p.w;
+    int par = 0;
+    for (long long item = blockIdx.x; item < items; item += gridDim.x, par ^= 1) {
+        const int tile = (int)(item / p.row_tiles), rt = (int)(item - (long long)tile * p.row_tiles);
+        int c0, cnt;
+        const uint8_t *W = p.w;
         if (p.offsets) {
             int lo = 0, hi = p.n_expert; /* the last expert e with tp[e] <= tile */
             while (hi - lo > 1) {
@@ -457,46 +461,15 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
                 else
                     hi = mid;
             }
-            c0 = __ldg(p.offsets + lo) + (tile - tp[lo]) * BN;
+            const int q0 = __ldg(p.offsets + lo), q1 = __ldg(p.offsets + lo + 1);
+            c0 = q0 + (tile - tp[lo]) * BN;
+            cnt = min(min(BN, q1 - c0), p.n_tok - c0); /* n_tok: the pairs the pre-pass converted */
             W += (size_t)lo * p.expert_stride;
-            return lo;
-        }
-        c0 = tile * BN;
-        return 0;
-    };
-    int par = 0;
-    for (long long item = blockIdx.x; item < items; item += gridDim.x, par ^= 1) {
-        int tile, rt, c0, cnt;
-        const uint8_t *W;
-        const int ex = locate(item, tile, rt, c0, W);
-        if (p.offsets) /* n_tok: the pairs the pre-pass converted */
-            cnt = min(min(BN, __ldg(p.offsets + ex + 1) - c0), p.n_tok - c0);
-        else
+        } else {
+            c0 = tile * BN;
             cnt = min(BN, p.n_tok - c0);
-        const int row0 = rt * BM;
-        /* L2 prefetch (p.pf > 0): thread tid the first (tid even) or last byte of row tid / 2's chunk of the
-         * stage p.pf past the one issued, in this item or the block's next; a chunk spans at most two 128-byte
-         * lines where it is 16-aligned and under 241 bytes (Q6_K's 210, the largest) */
-        const uint8_t *nW = nullptr;
-        int nrow0 = 0;
-        if (p.pf > 0 && item + gridDim.x < items) {
-            int nt_, nrt, nc0;
-            locate(item + gridDim.x, nt_, nrt, nc0, nW);
-            nrow0 = nrt * BM;
         }
-        auto prefetch = [&](int kb) { /* stage kb of this item; from NK on, the next item's stages */
-            const uint8_t *base = W;
-            int r = row0 + (tid >> 1);
-            if (kb >= NK) {
-                base = nW, r = nrow0 + (tid >> 1), kb -= NK;
-                if (!base || kb >= NK)
-                    return;
-            }
-            if (r < p.rows) {
-                const uint8_t *a = base + (size_t)r * p.row_bytes + (size_t)kb * Q::BYTES + ((tid & 1) ? Q::BYTES - 1 : 0);
-                asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a));
-            }
-        };
+        const int row0 = rt * BM;
         /* the digits' row of the tile's pair t (-1: t >= cnt or out of range), its BN entries in shared memory,
          * by item parity: the epilogue of the item before last read the other half, and every item has a
          * barrier a stage between. */
@@ -596,13 +569,8 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
         }
 
         issue(0, 0);
-        if (p.pf > 0 && item == blockIdx.x) /* the first item: the stages before the running prefetch's */
-            for (int j = 1; j <= p.pf; j++)
-                prefetch(j);
         for (int kb = 0; kb < NK; kb++) {
             const int buf = kb & 1;
-            if (p.pf > 0)
-                prefetch(kb + 1 + p.pf);
             if (kb + 1 < NK) {
                 issue(kb + 1, buf ^ 1);
                 cp_wait<1>();
@@ -657,15 +625,28 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
                 __syncthreads();
 
             const uint8_t *xb = xbuf + buf * BN * XROW + (wn * NW * 8 + g) * XROW + 16 * tig;
-            float frag[MT][NW][4];
+            /* the warp's n8 tiles with a pair in them (p.skip; else all): those past the tile's cnt pairs (an
+             * expert's last tile) have only zero digits, so their products are zeros, never stored */
+            const int nact = p.skip ? max(0, min(NW, (cnt - wn * NW * 8 + 7) >> 3)) : NW;
+            float frag[MT][NW][4], fragl[SP ? MT : 1][SP ? NW : 1][4];
             auto fzero = [&]() {
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                     for (int nt = 0; nt < NW; nt++)
 #pragma unroll
-                        for (int e = 0; e < 4; e++)
+                        for (int e = 0; e < 4; e++) {
                             frag[mt][nt][e] = 0.f;
+                            if constexpr (SP)
+                                fragl[mt][nt][e] = 0.f;
+                        }
+            };
+            /* the run's sum in fragment element e of (mt, nt) */
+            auto fsum = [&](int mt, int nt, int e) {
+                if constexpr (SP)
+                    return frag[mt][nt][e] + fragl[mt][nt][e];
+                else
+                    return frag[mt][nt][e];
             };
             /* acc += scale(row) * frag */
             auto fold = [&](const float *tab) {
@@ -674,22 +655,24 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
                     const float s0 = tab[lrow[2 * mt]], s1 = tab[lrow[2 * mt + 1]];
 #pragma unroll
                     for (int nt = 0; nt < NW; nt++) {
-                        acc[mt][nt][0] = fmaf(s0, frag[mt][nt][0], acc[mt][nt][0]);
-                        acc[mt][nt][1] = fmaf(s0, frag[mt][nt][1], acc[mt][nt][1]);
-                        acc[mt][nt][2] = fmaf(s1, frag[mt][nt][2], acc[mt][nt][2]);
-                        acc[mt][nt][3] = fmaf(s1, frag[mt][nt][3], acc[mt][nt][3]);
+                        acc[mt][nt][0] = fmaf(s0, fsum(mt, nt, 0), acc[mt][nt][0]);
+                        acc[mt][nt][1] = fmaf(s0, fsum(mt, nt, 1), acc[mt][nt][1]);
+                        acc[mt][nt][2] = fmaf(s1, fsum(mt, nt, 2), acc[mt][nt][2]);
+                        acc[mt][nt][3] = fmaf(s1, fsum(mt, nt, 3), acc[mt][nt][3]);
                     }
                 }
             };
             if (Q::KIND == KIND_SB)
                 fzero();
 #pragma unroll 2
-            for (int s = 0; s < 8; s++) { /* unrolled by two: fully, the B loads hoisted spill */
+            for (int s = 0; s < (nact > 0 ? 8 : 0); s++) { /* unrolled by two: fully, the B loads hoisted spill */
                 uint4 bh[NW], bl[NW];
 #pragma unroll
                 for (int nt = 0; nt < NW; nt++) {
-                    bh[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB);
-                    bl[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB + 64);
+                    if (nt < nact) {
+                        bh[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB);
+                        bl[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB + 64);
+                    }
                 }
                 uint2 ma[NR] = {};
                 if (Q::KIND == KIND_SB)
@@ -712,8 +695,13 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
                     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                         for (int nt = 0; nt < NW; nt++) {
+                            if (nt >= nact)
+                                continue;
                             mma16816(frag[mt][nt], a[mt], h ? bh[nt].z : bh[nt].x, h ? bh[nt].w : bh[nt].y);
-                            mma16816(frag[mt][nt], a[mt], h ? bl[nt].z : bl[nt].x, h ? bl[nt].w : bl[nt].y);
+                            if constexpr (SP)
+                                mma16816(fragl[mt][nt], a[mt], h ? bl[nt].z : bl[nt].x, h ? bl[nt].w : bl[nt].y);
+                            else
+                                mma16816(frag[mt][nt], a[mt], h ? bl[nt].z : bl[nt].x, h ? bl[nt].w : bl[nt].y);
                         }
                     if (Q::KIND == KIND_16)
                         fold(tabf + (2 * s + h) * BM);
@@ -732,6 +720,8 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
                     const float d0 = tabdm[lrow[2 * mt]], d1 = tabdm[lrow[2 * mt + 1]];
 #pragma unroll
                     for (int nt = 0; nt < NW; nt++) {
+                        if (nt >= nact)
+                            continue;
                         const uint2 bw = *reinterpret_cast<const uint2 *>(sw + nt * 64);
                         float f[4] = {0.f, 0.f, 0.f, 0.f};
                         mma16816(f, am, bw.x, bw.y);
@@ -921,16 +911,18 @@ bool w8_enabled()
     return env_switch_once(on, "LILAC_CUDA_MMA_W8", true);
 }
 
-/* LILAC_CUDA_MMA_PREFETCH=P (0..8, default 0: measuring): MM.pf. Read once. */
-int prefetch_stages()
+/* LILAC_CUDA_MMA_SKIP=1 (measuring): MM.skip. Read once. */
+bool skip_enabled()
 {
-    static std::atomic<int> v{-1};
-    int r = v.load(std::memory_order_relaxed);
-    if (r < 0) {
-        r = lilac_env_int("LILAC_CUDA_MMA_PREFETCH", 0, 0, 8);
-        v.store(r, std::memory_order_relaxed);
-    }
-    return r;
+    static std::atomic<int> on{-1};
+    return env_switch_once(on, "LILAC_CUDA_MMA_SKIP", false);
+}
+
+/* LILAC_CUDA_MMA_SPLIT=1 (measuring): k_mma's SP in the 8 x 1 layout. Read once. */
+bool split_enabled()
+{
+    static std::atomic<int> on{-1};
+    return env_switch_once(on, "LILAC_CUDA_MMA_SPLIT", false);
 }
 
 /* LILAC_CUDA_MMA_WTAB=0: the block's barrier between the scale tables and the mma loop in the 8 x 1 layout too
@@ -941,11 +933,12 @@ bool wtab_enabled()
     return env_switch_once(on, "LILAC_CUDA_MMA_WTAB", true);
 }
 
-template <int TYPE, bool A4, int TN, bool W8> bool launch_k(MM p, long long max_items, cudaStream_t st)
+template <int TYPE, bool A4, int TN, bool W8, bool SP = false>
+bool launch_k(MM p, long long max_items, cudaStream_t st)
 {
-    auto kern = k_mma<TYPE, A4, TN, W8>;
+    auto kern = k_mma<TYPE, A4, TN, W8, SP>;
     p.wtab = W8 && wtab_enabled();
-    p.pf = prefetch_stages();
+    p.skip = skip_enabled();
     constexpr int smem = Smem<TYPE, TN>::TOTAL;
     static std::atomic<int> per_sm{0};
     int per = per_sm.load(std::memory_order_relaxed);
@@ -977,10 +970,14 @@ template <int TYPE, bool A4, int TN> bool launch_mma(MM p, long long max_items, 
      * 1, 2 or 4 steps a commit), B the digits as no-swizzle K-major core matrices: pp512 8,900 against 9,385,
      * pp4096 9,830 against 10,600 (H200, alternated in one call); test_cuda_wgmma keeps its layout checked. */
     if constexpr (TN == 24) { /* three n8 tiles a warp: the 8 x 1 layout only */
-        return launch_k<TYPE, A4, TN, true>(p, max_items, st);
+        return split_enabled() ? launch_k<TYPE, A4, TN, true, true>(p, max_items, st)
+                               : launch_k<TYPE, A4, TN, true>(p, max_items, st);
+    } else if constexpr (TN == 16) { /* (32- and 64-token tiles take the 4 x 2 layout: no W8 instances of them) */
+        if (w8_enabled())
+            return split_enabled() ? launch_k<TYPE, A4, TN, true, true>(p, max_items, st)
+                                   : launch_k<TYPE, A4, TN, true>(p, max_items, st);
+        return launch_k<TYPE, A4, TN, false>(p, max_items, st);
     } else {
-        if (TN == 16 && w8_enabled())
-            return launch_k<TYPE, A4, TN, true>(p, max_items, st);
         return launch_k<TYPE, A4, TN, false>(p, max_items, st);
     }
 }
