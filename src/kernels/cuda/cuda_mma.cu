@@ -347,7 +347,6 @@ struct MM {
     float *y;
     int rows, K, row_tiles;
     int wtab; /* W8 tiles (unless LILAC_CUDA_MMA_WTAB=0): each warp decodes its own 16 rows' scale tables */
-    int skip; /* LILAC_CUDA_MMA_SKIP=1: a warp's n8 tiles past the tile's pairs skip their loads and mma's */
 };
 
 /* A block's shared memory at TN tokens a tile. */
@@ -383,12 +382,9 @@ template <int TN, bool W8> struct Lay {
 
 /* TN tokens a tile. 16-token tiles fit two blocks an SM in shared memory (Q6_K, the largest: 106 KB), and
  * 24-token Q4_K ones (113 KB); ask for the registers of two as well (they use 108-115 without the bound). */
-/* SP (W8 only, LILAC_CUDA_MMA_SPLIT=1): the lo digits' products into accumulators of their own (fragl), added
- * to the hi ones' at each fold: twice the independent mma chains for a warp's NW n-tiles, each half as long. */
-template <int TYPE, bool A4, int TN, bool W8, bool SP = false>
+template <int TYPE, bool A4, int TN, bool W8, bool WS = false>
 __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p)
 {
-    static_assert(!SP || W8, "split accumulators: the 8 x 1 layout");
     using Q = MQ<TYPE>;
     using SM = Smem<TYPE, TN>;
     using LY = Lay<TN, W8>;
@@ -625,28 +621,15 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
                 __syncthreads();
 
             const uint8_t *xb = xbuf + buf * BN * XROW + (wn * NW * 8 + g) * XROW + 16 * tig;
-            /* the warp's n8 tiles with a pair in them (p.skip; else all): those past the tile's cnt pairs (an
-             * expert's last tile) have only zero digits, so their products are zeros, never stored */
-            const int nact = p.skip ? max(0, min(NW, (cnt - wn * NW * 8 + 7) >> 3)) : NW;
-            float frag[MT][NW][4], fragl[SP ? MT : 1][SP ? NW : 1][4];
+            float frag[MT][NW][4];
             auto fzero = [&]() {
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                     for (int nt = 0; nt < NW; nt++)
 #pragma unroll
-                        for (int e = 0; e < 4; e++) {
+                        for (int e = 0; e < 4; e++)
                             frag[mt][nt][e] = 0.f;
-                            if constexpr (SP)
-                                fragl[mt][nt][e] = 0.f;
-                        }
-            };
-            /* the run's sum in fragment element e of (mt, nt) */
-            auto fsum = [&](int mt, int nt, int e) {
-                if constexpr (SP)
-                    return frag[mt][nt][e] + fragl[mt][nt][e];
-                else
-                    return frag[mt][nt][e];
             };
             /* acc += scale(row) * frag */
             auto fold = [&](const float *tab) {
@@ -655,85 +638,80 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
                     const float s0 = tab[lrow[2 * mt]], s1 = tab[lrow[2 * mt + 1]];
 #pragma unroll
                     for (int nt = 0; nt < NW; nt++) {
-                        acc[mt][nt][0] = fmaf(s0, fsum(mt, nt, 0), acc[mt][nt][0]);
-                        acc[mt][nt][1] = fmaf(s0, fsum(mt, nt, 1), acc[mt][nt][1]);
-                        acc[mt][nt][2] = fmaf(s1, fsum(mt, nt, 2), acc[mt][nt][2]);
-                        acc[mt][nt][3] = fmaf(s1, fsum(mt, nt, 3), acc[mt][nt][3]);
+                        acc[mt][nt][0] = fmaf(s0, frag[mt][nt][0], acc[mt][nt][0]);
+                        acc[mt][nt][1] = fmaf(s0, frag[mt][nt][1], acc[mt][nt][1]);
+                        acc[mt][nt][2] = fmaf(s1, frag[mt][nt][2], acc[mt][nt][2]);
+                        acc[mt][nt][3] = fmaf(s1, frag[mt][nt][3], acc[mt][nt][3]);
                     }
                 }
             };
-            if (Q::KIND == KIND_SB)
-                fzero();
+            /* WS: a warp with none of the tile's pairs (an expert's last tile) skips the stage's products; its
+             * accumulators stay zero and are never stored */
+            if (!WS || wn * NW * 8 < cnt) {
+                if (Q::KIND == KIND_SB)
+                    fzero();
 #pragma unroll 2
-            for (int s = 0; s < (nact > 0 ? 8 : 0); s++) { /* unrolled by two: fully, the B loads hoisted spill */
-                uint4 bh[NW], bl[NW];
+                for (int s = 0; s < 8; s++) { /* unrolled by two: fully, the B loads hoisted spill */
+                    uint4 bh[NW], bl[NW];
 #pragma unroll
-                for (int nt = 0; nt < NW; nt++) {
-                    if (nt < nact) {
+                    for (int nt = 0; nt < NW; nt++) {
                         bh[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB);
                         bl[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB + 64);
                     }
-                }
-                uint2 ma[NR] = {};
-                if (Q::KIND == KIND_SB)
+                    uint2 ma[NR] = {};
+                    if (Q::KIND == KIND_SB)
 #pragma unroll
-                    for (int r = 0; r < NR; r++)
-                        ma[r] = tabh[s * BM + lrow[r]];
-                if (Q::KIND == KIND_32)
-                    fzero();
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    if (Q::KIND == KIND_16)
+                        for (int r = 0; r < NR; r++)
+                            ma[r] = tabh[s * BM + lrow[r]];
+                    if (Q::KIND == KIND_32)
                         fzero();
-                    uint32_t a[2][4];
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        if (Q::KIND == KIND_16)
+                            fzero();
+                        uint32_t a[2][4];
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++) {
+                            Dec<TYPE, A4>::run(wb + roff[2 * mt], s, h, tig, ma[2 * mt], a[mt][0], a[mt][2]);
+                            Dec<TYPE, A4>::run(wb + roff[2 * mt + 1], s, h, tig, ma[2 * mt + 1], a[mt][1], a[mt][3]);
+                        }
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                            for (int nt = 0; nt < NW; nt++) {
+                                mma16816(frag[mt][nt], a[mt], h ? bh[nt].z : bh[nt].x, h ? bh[nt].w : bh[nt].y);
+                                mma16816(frag[mt][nt], a[mt], h ? bl[nt].z : bl[nt].x, h ? bl[nt].w : bl[nt].y);
+                            }
+                        if (Q::KIND == KIND_16)
+                            fold(tabf + (2 * s + h) * BM);
+                    }
+                    if (Q::KIND == KIND_32)
+                        fold(tabf + s * BM);
+                }
+                if (Q::KIND == KIND_SB) { /* the minimum: acc -= dmin (row) sum_s m_s (row) xsum_s (token), one mma of
+                                             k = the 8 runs' hi then lo sums (A: the m pairs twice) */
+                    const uint32_t *sw = reinterpret_cast<const uint32_t *>(sbuf + buf * BN * 8) + (wn * NW * 8 + g) * 8 + 2 * tig;
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
-                        Dec<TYPE, A4>::run(wb + roff[2 * mt], s, h, tig, ma[2 * mt], a[mt][0], a[mt][2]);
-                        Dec<TYPE, A4>::run(wb + roff[2 * mt + 1], s, h, tig, ma[2 * mt + 1], a[mt][1], a[mt][3]);
-                    }
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++)
+                        uint32_t am[4];
+                        am[0] = am[2] = tabm[tig * BM + lrow[2 * mt]];
+                        am[1] = am[3] = tabm[tig * BM + lrow[2 * mt + 1]];
+                        const float d0 = tabdm[lrow[2 * mt]], d1 = tabdm[lrow[2 * mt + 1]];
 #pragma unroll
                         for (int nt = 0; nt < NW; nt++) {
-                            if (nt >= nact)
-                                continue;
-                            mma16816(frag[mt][nt], a[mt], h ? bh[nt].z : bh[nt].x, h ? bh[nt].w : bh[nt].y);
-                            if constexpr (SP)
-                                mma16816(fragl[mt][nt], a[mt], h ? bl[nt].z : bl[nt].x, h ? bl[nt].w : bl[nt].y);
-                            else
-                                mma16816(frag[mt][nt], a[mt], h ? bl[nt].z : bl[nt].x, h ? bl[nt].w : bl[nt].y);
+                            const uint2 bw = *reinterpret_cast<const uint2 *>(sw + nt * 64);
+                            float f[4] = {0.f, 0.f, 0.f, 0.f};
+                            mma16816(f, am, bw.x, bw.y);
+                            acc[mt][nt][0] = fmaf(-d0, f[0], acc[mt][nt][0]);
+                            acc[mt][nt][1] = fmaf(-d0, f[1], acc[mt][nt][1]);
+                            acc[mt][nt][2] = fmaf(-d1, f[2], acc[mt][nt][2]);
+                            acc[mt][nt][3] = fmaf(-d1, f[3], acc[mt][nt][3]);
                         }
-                    if (Q::KIND == KIND_16)
-                        fold(tabf + (2 * s + h) * BM);
-                }
-                if (Q::KIND == KIND_32)
-                    fold(tabf + s * BM);
-            }
-            if (Q::KIND == KIND_SB) { /* the minimum: acc -= dmin (row) sum_s m_s (row) xsum_s (token), one mma of
-                                         k = the 8 runs' hi then lo sums (A: the m pairs twice) */
-                const uint32_t *sw = reinterpret_cast<const uint32_t *>(sbuf + buf * BN * 8) + (wn * NW * 8 + g) * 8 + 2 * tig;
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    uint32_t am[4];
-                    am[0] = am[2] = tabm[tig * BM + lrow[2 * mt]];
-                    am[1] = am[3] = tabm[tig * BM + lrow[2 * mt + 1]];
-                    const float d0 = tabdm[lrow[2 * mt]], d1 = tabdm[lrow[2 * mt + 1]];
-#pragma unroll
-                    for (int nt = 0; nt < NW; nt++) {
-                        if (nt >= nact)
-                            continue;
-                        const uint2 bw = *reinterpret_cast<const uint2 *>(sw + nt * 64);
-                        float f[4] = {0.f, 0.f, 0.f, 0.f};
-                        mma16816(f, am, bw.x, bw.y);
-                        acc[mt][nt][0] = fmaf(-d0, f[0], acc[mt][nt][0]);
-                        acc[mt][nt][1] = fmaf(-d0, f[1], acc[mt][nt][1]);
-                        acc[mt][nt][2] = fmaf(-d1, f[2], acc[mt][nt][2]);
-                        acc[mt][nt][3] = fmaf(-d1, f[3], acc[mt][nt][3]);
                     }
                 }
+                if (Q::KIND == KIND_SB)
+                    fold(tabd);
             }
-            if (Q::KIND == KIND_SB)
-                fold(tabd);
             __syncthreads(); /* the stage's buffers and tables are free */
         }
 
@@ -911,34 +889,33 @@ bool w8_enabled()
     return env_switch_once(on, "LILAC_CUDA_MMA_W8", true);
 }
 
-/* LILAC_CUDA_MMA_SKIP=1 (measuring): MM.skip. Read once. */
-bool skip_enabled()
+/* LILAC_CUDA_MMA_WSKIP=1 (measuring): k_mma's WS for the 32- and 64-token tiles (4 x 2 warps). Read once. */
+bool wskip_enabled()
 {
     static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_MMA_SKIP", false);
-}
-
-/* LILAC_CUDA_MMA_SPLIT=1 (measuring): k_mma's SP in the 8 x 1 layout. Read once. */
-bool split_enabled()
-{
-    static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_MMA_SPLIT", false);
+    return env_switch_once(on, "LILAC_CUDA_MMA_WSKIP", false);
 }
 
 /* LILAC_CUDA_MMA_WTAB=0: the block's barrier between the scale tables and the mma loop in the 8 x 1 layout too
- * (MM.wtab; on: pp512 10,417/10,416 against 10,354/10,354, pp4096 the same, H200, 2026-12-01). Read once. */
+ * (MM.wtab; on: pp512 10,417/10,416 against 10,354/10,354, pp4096 the same, H200, 2026-12-01). Read once.
+ * Measured and removed (session 18): an L2 prefetch of the weights P stages ahead (LILAC_CUDA_MMA_PREFETCH,
+ * a prefetch.global.L2 a thread a stage: pp512 10,035/10,040 at P = 2 against 10,293/10,322, 9,997 at 4; pp4096
+ * 11,805 against 11,975: the products are not bound by DRAM latency); skipping a warp's n8 tiles past the
+ * tile's pairs (LILAC_CUDA_MMA_SKIP, runtime guards on the B loads and mma's: +1 % on, but the guards cost the
+ * default path 4-8 %: pp512 9,888 against 10,326, pp4096 10,957 against 11,942); the lo digits' products in
+ * accumulators of their own in the 8 x 1 layout (LILAC_CUDA_MMA_SPLIT, twice the independent mma chains):
+ * pp512 9,814 against 9,888. */
 bool wtab_enabled()
 {
     static std::atomic<int> on{-1};
     return env_switch_once(on, "LILAC_CUDA_MMA_WTAB", true);
 }
 
-template <int TYPE, bool A4, int TN, bool W8, bool SP = false>
+template <int TYPE, bool A4, int TN, bool W8, bool WS = false>
 bool launch_k(MM p, long long max_items, cudaStream_t st)
 {
-    auto kern = k_mma<TYPE, A4, TN, W8, SP>;
+    auto kern = k_mma<TYPE, A4, TN, W8, WS>;
     p.wtab = W8 && wtab_enabled();
-    p.skip = skip_enabled();
     constexpr int smem = Smem<TYPE, TN>::TOTAL;
     static std::atomic<int> per_sm{0};
     int per = per_sm.load(std::memory_order_relaxed);
@@ -970,14 +947,13 @@ template <int TYPE, bool A4, int TN> bool launch_mma(MM p, long long max_items, 
      * 1, 2 or 4 steps a commit), B the digits as no-swizzle K-major core matrices: pp512 8,900 against 9,385,
      * pp4096 9,830 against 10,600 (H200, alternated in one call); test_cuda_wgmma keeps its layout checked. */
     if constexpr (TN == 24) { /* three n8 tiles a warp: the 8 x 1 layout only */
-        return split_enabled() ? launch_k<TYPE, A4, TN, true, true>(p, max_items, st)
-                               : launch_k<TYPE, A4, TN, true>(p, max_items, st);
-    } else if constexpr (TN == 16) { /* (32- and 64-token tiles take the 4 x 2 layout: no W8 instances of them) */
-        if (w8_enabled())
-            return split_enabled() ? launch_k<TYPE, A4, TN, true, true>(p, max_items, st)
-                                   : launch_k<TYPE, A4, TN, true>(p, max_items, st);
-        return launch_k<TYPE, A4, TN, false>(p, max_items, st);
+        return launch_k<TYPE, A4, TN, true>(p, max_items, st);
     } else {
+        if (TN == 16 && w8_enabled())
+            return launch_k<TYPE, A4, TN, true>(p, max_items, st);
+        if constexpr (TN >= 32) /* (the 4 x 2 layout: a warp TN / 2 tokens) */
+            if (wskip_enabled())
+                return launch_k<TYPE, A4, TN, false, true>(p, max_items, st);
         return launch_k<TYPE, A4, TN, false>(p, max_items, st);
     }
 }
