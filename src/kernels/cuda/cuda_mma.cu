@@ -382,7 +382,7 @@ template <int TN, bool W8> struct Lay {
 
 /* TN tokens a tile. 16-token tiles fit two blocks an SM in shared memory (Q6_K, the largest: 106 KB), and
  * 24-token Q4_K ones (113 KB); ask for the registers of two as well (they use 108-115 without the bound). */
-template <int TYPE, bool A4, int TN, bool W8, bool WS = false>
+template <int TYPE, bool A4, int TN, bool W8>
 __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p)
 {
     using Q = MQ<TYPE>;
@@ -645,73 +645,69 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
                     }
                 }
             };
-            /* WS: a warp with none of the tile's pairs (an expert's last tile) skips the stage's products; its
-             * accumulators stay zero and are never stored */
-            if (!WS || wn * NW * 8 < cnt) {
-                if (Q::KIND == KIND_SB)
-                    fzero();
+            if (Q::KIND == KIND_SB)
+                fzero();
 #pragma unroll 2
-                for (int s = 0; s < 8; s++) { /* unrolled by two: fully, the B loads hoisted spill */
-                    uint4 bh[NW], bl[NW];
+            for (int s = 0; s < 8; s++) { /* unrolled by two: fully, the B loads hoisted spill */
+                uint4 bh[NW], bl[NW];
 #pragma unroll
-                    for (int nt = 0; nt < NW; nt++) {
-                        bh[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB);
-                        bl[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB + 64);
-                    }
-                    uint2 ma[NR] = {};
-                    if (Q::KIND == KIND_SB)
-#pragma unroll
-                        for (int r = 0; r < NR; r++)
-                            ma[r] = tabh[s * BM + lrow[r]];
-                    if (Q::KIND == KIND_32)
-                        fzero();
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        if (Q::KIND == KIND_16)
-                            fzero();
-                        uint32_t a[2][4];
-#pragma unroll
-                        for (int mt = 0; mt < MT; mt++) {
-                            Dec<TYPE, A4>::run(wb + roff[2 * mt], s, h, tig, ma[2 * mt], a[mt][0], a[mt][2]);
-                            Dec<TYPE, A4>::run(wb + roff[2 * mt + 1], s, h, tig, ma[2 * mt + 1], a[mt][1], a[mt][3]);
-                        }
-#pragma unroll
-                        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                            for (int nt = 0; nt < NW; nt++) {
-                                mma16816(frag[mt][nt], a[mt], h ? bh[nt].z : bh[nt].x, h ? bh[nt].w : bh[nt].y);
-                                mma16816(frag[mt][nt], a[mt], h ? bl[nt].z : bl[nt].x, h ? bl[nt].w : bl[nt].y);
-                            }
-                        if (Q::KIND == KIND_16)
-                            fold(tabf + (2 * s + h) * BM);
-                    }
-                    if (Q::KIND == KIND_32)
-                        fold(tabf + s * BM);
+                for (int nt = 0; nt < NW; nt++) {
+                    bh[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB);
+                    bl[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB + 64);
                 }
-                if (Q::KIND == KIND_SB) { /* the minimum: acc -= dmin (row) sum_s m_s (row) xsum_s (token), one mma of
-                                             k = the 8 runs' hi then lo sums (A: the m pairs twice) */
-                    const uint32_t *sw = reinterpret_cast<const uint32_t *>(sbuf + buf * BN * 8) + (wn * NW * 8 + g) * 8 + 2 * tig;
+                uint2 ma[NR] = {};
+                if (Q::KIND == KIND_SB)
+#pragma unroll
+                    for (int r = 0; r < NR; r++)
+                        ma[r] = tabh[s * BM + lrow[r]];
+                if (Q::KIND == KIND_32)
+                    fzero();
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    if (Q::KIND == KIND_16)
+                        fzero();
+                    uint32_t a[2][4];
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
-                        uint32_t am[4];
-                        am[0] = am[2] = tabm[tig * BM + lrow[2 * mt]];
-                        am[1] = am[3] = tabm[tig * BM + lrow[2 * mt + 1]];
-                        const float d0 = tabdm[lrow[2 * mt]], d1 = tabdm[lrow[2 * mt + 1]];
+                        Dec<TYPE, A4>::run(wb + roff[2 * mt], s, h, tig, ma[2 * mt], a[mt][0], a[mt][2]);
+                        Dec<TYPE, A4>::run(wb + roff[2 * mt + 1], s, h, tig, ma[2 * mt + 1], a[mt][1], a[mt][3]);
+                    }
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                         for (int nt = 0; nt < NW; nt++) {
-                            const uint2 bw = *reinterpret_cast<const uint2 *>(sw + nt * 64);
-                            float f[4] = {0.f, 0.f, 0.f, 0.f};
-                            mma16816(f, am, bw.x, bw.y);
-                            acc[mt][nt][0] = fmaf(-d0, f[0], acc[mt][nt][0]);
-                            acc[mt][nt][1] = fmaf(-d0, f[1], acc[mt][nt][1]);
-                            acc[mt][nt][2] = fmaf(-d1, f[2], acc[mt][nt][2]);
-                            acc[mt][nt][3] = fmaf(-d1, f[3], acc[mt][nt][3]);
+                            mma16816(frag[mt][nt], a[mt], h ? bh[nt].z : bh[nt].x, h ? bh[nt].w : bh[nt].y);
+                            mma16816(frag[mt][nt], a[mt], h ? bl[nt].z : bl[nt].x, h ? bl[nt].w : bl[nt].y);
                         }
+                    if (Q::KIND == KIND_16)
+                        fold(tabf + (2 * s + h) * BM);
+                }
+                if (Q::KIND == KIND_32)
+                    fold(tabf + s * BM);
+            }
+            if (Q::KIND == KIND_SB) { /* the minimum: acc -= dmin (row) sum_s m_s (row) xsum_s (token), one mma of
+                                         k = the 8 runs' hi then lo sums (A: the m pairs twice) */
+                const uint32_t *sw = reinterpret_cast<const uint32_t *>(sbuf + buf * BN * 8) + (wn * NW * 8 + g) * 8 + 2 * tig;
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    uint32_t am[4];
+                    am[0] = am[2] = tabm[tig * BM + lrow[2 * mt]];
+                    am[1] = am[3] = tabm[tig * BM + lrow[2 * mt + 1]];
+                    const float d0 = tabdm[lrow[2 * mt]], d1 = tabdm[lrow[2 * mt + 1]];
+#pragma unroll
+                    for (int nt = 0; nt < NW; nt++) {
+                        const uint2 bw = *reinterpret_cast<const uint2 *>(sw + nt * 64);
+                        float f[4] = {0.f, 0.f, 0.f, 0.f};
+                        mma16816(f, am, bw.x, bw.y);
+                        acc[mt][nt][0] = fmaf(-d0, f[0], acc[mt][nt][0]);
+                        acc[mt][nt][1] = fmaf(-d0, f[1], acc[mt][nt][1]);
+                        acc[mt][nt][2] = fmaf(-d1, f[2], acc[mt][nt][2]);
+                        acc[mt][nt][3] = fmaf(-d1, f[3], acc[mt][nt][3]);
                     }
                 }
-                if (Q::KIND == KIND_SB)
-                    fold(tabd);
             }
+            if (Q::KIND == KIND_SB)
+                fold(tabd);
             __syncthreads(); /* the stage's buffers and tables are free */
         }
 
@@ -889,32 +885,26 @@ bool w8_enabled()
     return env_switch_once(on, "LILAC_CUDA_MMA_W8", true);
 }
 
-/* LILAC_CUDA_MMA_WSKIP=1 (measuring): k_mma's WS for the 32- and 64-token tiles (4 x 2 warps). Read once. */
-bool wskip_enabled()
-{
-    static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_MMA_WSKIP", false);
-}
-
 /* LILAC_CUDA_MMA_WTAB=0: the block's barrier between the scale tables and the mma loop in the 8 x 1 layout too
  * (MM.wtab; on: pp512 10,417/10,416 against 10,354/10,354, pp4096 the same, H200, 2026-12-01). Read once.
- * Measured and removed (session 18): an L2 prefetch of the weights P stages ahead (LILAC_CUDA_MMA_PREFETCH,
- * a prefetch.global.L2 a thread a stage: pp512 10,035/10,040 at P = 2 against 10,293/10,322, 9,997 at 4; pp4096
- * 11,805 against 11,975: the products are not bound by DRAM latency); skipping a warp's n8 tiles past the
- * tile's pairs (LILAC_CUDA_MMA_SKIP, runtime guards on the B loads and mma's: +1 % on, but the guards cost the
- * default path 4-8 %: pp512 9,888 against 10,326, pp4096 10,957 against 11,942); the lo digits' products in
- * accumulators of their own in the 8 x 1 layout (LILAC_CUDA_MMA_SPLIT, twice the independent mma chains):
- * pp512 9,814 against 9,888. */
+ * Measured and removed in session 18 (H200, alternated in one call each; the code in commits a7e135e, 8517848,
+ * a616aa9): an L2 prefetch of the weights P stages ahead (a prefetch.global.L2 a thread a stage, into the
+ * block's next item at the end): pp512 10,035/10,040 at P = 2 against 10,293/10,322 (9,997 at 4, 9,970 at 8),
+ * pp4096 11,805 against 11,975 -- the products are not bound by DRAM latency; a warp's n8 tiles past the
+ * tile's pairs skipping their B loads and mma's (runtime guards in the loop): +1 % switched on, but the guards
+ * cost the default path 4-8 % (pp512 9,888 against 10,326, pp4096 10,957 against 11,942); a warp with none of
+ * the tile's pairs skipping the stage (the 4 x 2 tiles, an instance of its own): 10,377/10,382 against
+ * 10,416/10,429, pp4096 the same; the lo digits' products into accumulators of their own in the 8 x 1 layout
+ * (twice the independent mma chains): 9,814 against 9,888. */
 bool wtab_enabled()
 {
     static std::atomic<int> on{-1};
     return env_switch_once(on, "LILAC_CUDA_MMA_WTAB", true);
 }
 
-template <int TYPE, bool A4, int TN, bool W8, bool WS = false>
-bool launch_k(MM p, long long max_items, cudaStream_t st)
+template <int TYPE, bool A4, int TN, bool W8> bool launch_k(MM p, long long max_items, cudaStream_t st)
 {
-    auto kern = k_mma<TYPE, A4, TN, W8, WS>;
+    auto kern = k_mma<TYPE, A4, TN, W8>;
     p.wtab = W8 && wtab_enabled();
     constexpr int smem = Smem<TYPE, TN>::TOTAL;
     static std::atomic<int> per_sm{0};
@@ -951,9 +941,6 @@ template <int TYPE, bool A4, int TN> bool launch_mma(MM p, long long max_items, 
     } else {
         if (TN == 16 && w8_enabled())
             return launch_k<TYPE, A4, TN, true>(p, max_items, st);
-        if constexpr (TN >= 32) /* (the 4 x 2 layout: a warp TN / 2 tokens) */
-            if (wskip_enabled())
-                return launch_k<TYPE, A4, TN, false, true>(p, max_items, st);
         return launch_k<TYPE, A4, TN, false>(p, max_items, st);
     }
 }
