@@ -113,7 +113,10 @@ __device__ __forceinline__ void load_kv(float *S, const float *src, int kvw, int
 // gate's D values after it when gated), out[t][h * D + d]. The key tiles alternate between the block's two
 // halves (half 0 the even ones, from key 0), each of four warps over the 64 rows with its own K, V buffers,
 // barrier and running max, sum and O; half 1 hands its state to half 0 through shared memory at the end.
-template <int D, int BK>
+// QS (LILAC_CUDA_ATTN_QSPLIT=1): Q split into tf32 hi and lo once, in shared memory (Qs's hi in place, the lo
+// after the K/V buffers), not at every use: a warp re-split its 16 rows x D of Q for every key tile, 3 of its
+// ~10 instructions a Q value a tile. The same splits, the same mma's: the same bits.
+template <int D, int BK, bool QS = false>
 __global__ void __launch_bounds__(AT_THREADS, 1)
     k_attn_mma(const float *__restrict__ q, int q_step, long long q_tok, const float *__restrict__ K,
                const float *__restrict__ V, int kvw, int group, int pos0, int n, float *__restrict__ out,
@@ -131,6 +134,8 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
     const int tid = threadIdx.x, half = tid / AT_HALF, ht = tid % AT_HALF;
     float *const Ks = Qs + AT_ROWS * SQ + half * BK * (SK + SV); // this half's [BK][SK]
     float *const Vs = Ks + BK * SK;                              // [BK][SV]
+    // QS: Q's lo parts [AT_ROWS][SQ] after both halves' K/V buffers; Qs holds the hi parts then (as floats' bits)
+    float *const Ql = Qs + AT_ROWS * SQ + 2 * BK * (SK + SV);
 
     const int bq = AT_ROWS / group; // tokens a block
     const int t0 = (int)(gridDim.x - 1 - blockIdx.x) * bq; // the blocks with the most keys first
@@ -169,6 +174,24 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
 
     cp_wait<2>(); // Q
     __syncthreads();
+    if constexpr (QS) { // each value by the thread that reads it: in place, no race
+        for (int i = tid; i < AT_ROWS * (D / 4); i += AT_THREADS) {
+            const int r = i / (D / 4), c = i - r * (D / 4);
+            float4 *const ph = reinterpret_cast<float4 *>(Qs + r * SQ + 4 * c);
+            const float4 x = *ph;
+            uint32_t h[4], l[4];
+            tf32_split(x.x, h[0], l[0]);
+            tf32_split(x.y, h[1], l[1]);
+            tf32_split(x.z, h[2], l[2]);
+            tf32_split(x.w, h[3], l[3]);
+            *ph = make_float4(__uint_as_float(h[0]), __uint_as_float(h[1]), __uint_as_float(h[2]),
+                              __uint_as_float(h[3]));
+            *reinterpret_cast<float4 *>(Ql + r * SQ + 4 * c) =
+                make_float4(__uint_as_float(l[0]), __uint_as_float(l[1]), __uint_as_float(l[2]),
+                            __uint_as_float(l[3]));
+        }
+        __syncthreads();
+    }
     for (; k0 < n_keys; k0 += 2 * BK) {
         // A warp whose rows see no key of a tile skips it. Every row sees key 0, in half 0's first tile: half 0's
         // maxima are finite from then on. A row of half 1 may see no key at all (it then keeps m = -inf, l = 0,
@@ -199,14 +222,27 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
                     const float4 xa = *reinterpret_cast<const float4 *>(qa + 16 * c);
                     const float4 xb = *reinterpret_cast<const float4 *>(qb + 16 * c);
                     uint32_t ah0[4], al0[4], ah1[4], al1[4];
-                    tf32_split(xa.x, ah0[0], al0[0]);
-                    tf32_split(xb.x, ah0[1], al0[1]);
-                    tf32_split(xa.y, ah0[2], al0[2]);
-                    tf32_split(xb.y, ah0[3], al0[3]);
-                    tf32_split(xa.z, ah1[0], al1[0]);
-                    tf32_split(xb.z, ah1[1], al1[1]);
-                    tf32_split(xa.w, ah1[2], al1[2]);
-                    tf32_split(xb.w, ah1[3], al1[3]);
+                    if constexpr (QS) { // xa, xb are the hi parts; the lo ones at the same place in Ql
+                        const float4 la = *reinterpret_cast<const float4 *>(qa + (Ql - Qs) + 16 * c);
+                        const float4 lb = *reinterpret_cast<const float4 *>(qb + (Ql - Qs) + 16 * c);
+                        ah0[0] = __float_as_uint(xa.x), al0[0] = __float_as_uint(la.x);
+                        ah0[1] = __float_as_uint(xb.x), al0[1] = __float_as_uint(lb.x);
+                        ah0[2] = __float_as_uint(xa.y), al0[2] = __float_as_uint(la.y);
+                        ah0[3] = __float_as_uint(xb.y), al0[3] = __float_as_uint(lb.y);
+                        ah1[0] = __float_as_uint(xa.z), al1[0] = __float_as_uint(la.z);
+                        ah1[1] = __float_as_uint(xb.z), al1[1] = __float_as_uint(lb.z);
+                        ah1[2] = __float_as_uint(xa.w), al1[2] = __float_as_uint(la.w);
+                        ah1[3] = __float_as_uint(xb.w), al1[3] = __float_as_uint(lb.w);
+                    } else {
+                        tf32_split(xa.x, ah0[0], al0[0]);
+                        tf32_split(xb.x, ah0[1], al0[1]);
+                        tf32_split(xa.y, ah0[2], al0[2]);
+                        tf32_split(xb.y, ah0[3], al0[3]);
+                        tf32_split(xa.z, ah1[0], al1[0]);
+                        tf32_split(xb.z, ah1[1], al1[1]);
+                        tf32_split(xa.w, ah1[2], al1[2]);
+                        tf32_split(xb.w, ah1[3], al1[3]);
+                    }
 #pragma unroll
                     for (int j = 0; j < NT; j++) {
                         const float4 y = *reinterpret_cast<const float4 *>(kr + j * 8 * SK + 16 * c); // key 8j + g
@@ -368,25 +404,33 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
     }
 }
 
-template <int D, int BK>
+template <int D, int BK, bool QS>
 int launch_attn_mma(const float *q, int q_step, long long q_tok, const float *K, const float *V, int n_head,
                     int n_head_kv, int pos0, int n, float *out, int gated, cudaStream_t st)
 {
-    const size_t smem = sizeof(float) * ((size_t)AT_ROWS * (D + 16) + 2 * (size_t)BK * (2 * D + 20));
+    const size_t smem =
+        sizeof(float) * ((size_t)AT_ROWS * (D + 16) * (QS ? 2 : 1) + 2 * (size_t)BK * (2 * D + 20));
     if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(k_attn_mma<D, BK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+        cudaFuncSetAttribute(k_attn_mma<D, BK, QS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
             cudaSuccess) {
         (void)cudaGetLastError();
         return -1;
     }
     const int group = n_head / n_head_kv, bq = AT_ROWS / group;
     const dim3 grid((unsigned)((n + bq - 1) / bq), (unsigned)n_head_kv);
-    k_attn_mma<D, BK><<<grid, AT_THREADS, smem, st>>>(q, q_step, q_tok, K, V, n_head_kv * D, group, pos0, n, out,
-                                                      (long long)n_head * D, gated);
+    k_attn_mma<D, BK, QS><<<grid, AT_THREADS, smem, st>>>(q, q_step, q_tok, K, V, n_head_kv * D, group, pos0, n, out,
+                                                          (long long)n_head * D, gated);
     return 0;
 }
 
 int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* LILAC_CUDA_ATTN_QSPLIT=1 (measuring): k_attn_mma's QS. Read once. */
+bool qsplit_enabled()
+{
+    static std::atomic<int> on{-1};
+    return env_switch_once(on, "LILAC_CUDA_ATTN_QSPLIT", false);
+}
 
 } // namespace
 
@@ -407,10 +451,14 @@ extern "C" int lilac_cuda_pf_attention_mma(const float *q, int q_step, long long
     if (!aligned16(q) || !aligned16(K) || !aligned16(V) || !aligned16(out) || q_step % 4 || q_tok % 4)
         return -1;
     const cudaStream_t st = CS(s);
+    const bool qs = qsplit_enabled();
     switch (hd) {
-    case 64: return launch_attn_mma<64, 32>(q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st);
-    case 128: return launch_attn_mma<128, 16>(q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st);
-    case 256: return launch_attn_mma<256, 16>(q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st);
+    case 64: return (qs ? launch_attn_mma<64, 32, true> : launch_attn_mma<64, 32, false>)(
+                 q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st);
+    case 128: return (qs ? launch_attn_mma<128, 16, true> : launch_attn_mma<128, 16, false>)(
+                  q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st);
+    case 256: return (qs ? launch_attn_mma<256, 16, true> : launch_attn_mma<256, 16, false>)(
+                  q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st);
     default: return -1;
     }
 }
