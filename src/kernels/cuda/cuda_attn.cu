@@ -31,9 +31,12 @@
 // serves as long as both operands agree: a thread's Q and K values of head
 // dims 16c + 4t .. + 3 are one 16-byte load (two k8 slices). Row strides
 // are padded so that the loads are free of bank conflicts (Q, K: 16 mod 32
-// floats; V: 4 mod 32). The hi/lo split is done as the operands are loaded,
-// not stored split (shared memory: hd 256 at BK 16 is 134 KB). At hd 256 a
-// thread holds 128 O values: 255 registers, no spills (ptxas -v).
+// floats; V: 4 mod 32). Q is split into hi/lo once, after its load, and
+// kept split (its lo parts in a second buffer: 203 KB of shared memory at hd
+// 256, BK 16); K and V are split as they are loaded from shared memory (a
+// half's four warps each split the whole tile: stored split too, they would
+// not fit beside Q's). At hd 256 a thread holds 128 O values: 255 registers,
+// no spills (ptxas -v).
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -113,7 +116,7 @@ __device__ __forceinline__ void load_kv(float *S, const float *src, int kvw, int
 // gate's D values after it when gated), out[t][h * D + d]. The key tiles alternate between the block's two
 // halves (half 0 the even ones, from key 0), each of four warps over the 64 rows with its own K, V buffers,
 // barrier and running max, sum and O; half 1 hands its state to half 0 through shared memory at the end.
-// QS (LILAC_CUDA_ATTN_QSPLIT=1): Q split into tf32 hi and lo once, in shared memory (Qs's hi in place, the lo
+// QS (unless LILAC_CUDA_ATTN_QSPLIT=0): Q split into tf32 hi and lo once, in shared memory (Qs's hi in place, the lo
 // after the K/V buffers), not at every use: a warp re-split its 16 rows x D of Q for every key tile, 3 of its
 // ~10 instructions a Q value a tile. The same splits, the same mma's: the same bits.
 template <int D, int BK, bool QS = false>
@@ -425,11 +428,13 @@ int launch_attn_mma(const float *q, int q_step, long long q_tok, const float *K,
 
 int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-/* LILAC_CUDA_ATTN_QSPLIT=1 (measuring): k_attn_mma's QS. Read once. */
+/* LILAC_CUDA_ATTN_QSPLIT=0: Q split at every use (k_attn_mma's QS off). On: test_cuda_attn's timing at hd 256,
+ * 512 tokens after 3584, 1.204 ms against 1.277; pp4096 12,082 against 11,965, pp512 10,488 against 10,467 (H200,
+ * one call, 2026-12-01). Read once. */
 bool qsplit_enabled()
 {
     static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_ATTN_QSPLIT", false);
+    return env_switch_once(on, "LILAC_CUDA_ATTN_QSPLIT", true);
 }
 
 } // namespace

@@ -79,8 +79,7 @@ constexpr int MM_THREADS = 32 * MM_WARPS_M * MM_WARPS_N;
 constexpr int BM = 32 * MM_WARPS_M;  /* weight rows a block */
 constexpr int XB = LILAC_CUDA_XQ_BLOCK; /* 128 bytes of digits a token and 32 columns: hi[32], lo[32] */
 constexpr int XROW = 8 * XB + 64;    /* a token's 256 columns in shared memory, padded (bank spread) */
-constexpr int MAX_EXPERT = 1024;
-constexpr int MAX_SMEM = 227 * 1024; /* a block's dynamic shared memory on sm_90 */     /* grouped: experts the tile prefix in shared memory holds */
+constexpr int MAX_EXPERT = 1024;     /* grouped: experts the tile prefix in shared memory holds */
 /* lilac_cuda_matvec: fewer tokens stay on the CUDA cores. From 16 on the H200, batched decode of the
  * 35B-A3B file gave 673-695 tok/s at 32 sequences (k_mv: 793) and 1038-1075 at 64 (k_mv: 931). */
 constexpr int MIN_TOK = 48;
@@ -351,17 +350,17 @@ struct MM {
 };
 
 /* A block's shared memory at TN tokens a tile. */
-template <int TYPE, int TN, int RB = BM> struct Smem { /* RB: rows a block */
+template <int TYPE, int TN> struct Smem {
     using Q = MQ<TYPE>;
     static constexpr int BN = TN;
-    static constexpr int W = 2 * RB * Q::SLOT;
+    static constexpr int W = 2 * BM * Q::SLOT;
     static constexpr int X = 2 * BN * XROW;
     static constexpr int XS = Q::KIND == KIND_SB ? 2 * BN * 8 * 4 : 0;
-    /* float table [NTAB][RB]; KIND_SB: the minima's fp16 pairs [4][RB] and dmin [RB] in its place, which at
+    /* float table [NTAB][BM]; KIND_SB: the minima's fp16 pairs [4][BM] and dmin [BM] in its place, which at
      * 24 tokens is all it takes (two blocks an SM; the other widths keep the layout last run on a GPU) */
-    static constexpr int TF = (Q::KIND == KIND_SB && TN == 24 ? 5 : Q::NTAB) * RB * 4;
-    static constexpr int TH = Q::KIND == KIND_SB ? 8 * RB * 8 : 0;   /* (mult, add) [8][RB] */
-    static constexpr int TD = Q::KIND == KIND_SB ? RB * 4 : 0;       /* d [RB] */
+    static constexpr int TF = (Q::KIND == KIND_SB && TN == 24 ? 5 : Q::NTAB) * BM * 4;
+    static constexpr int TH = Q::KIND == KIND_SB ? 8 * BM * 8 : 0;   /* (mult, add) [8][BM] */
+    static constexpr int TD = Q::KIND == KIND_SB ? BM * 4 : 0;       /* d [BM] */
     static constexpr int TP = (MAX_EXPERT + 4) * 4;                  /* tile prefix */
     static constexpr int XR = 4 * BN * 4; /* digit rows of the tile's pairs [2][BN], then their exponents [2][BN] */
     static constexpr int TOTAL = W + X + XS + TF + TH + TD + TP + XR;
@@ -375,23 +374,20 @@ template <int TYPE, int TN, int RB = BM> struct Smem { /* RB: rows a block */
  * tokens, for two more 16-byte B loads a step (per warp and 32 values: 4 decodes and 4 B loads instead of
  * 8 and 2, the 4 mma's the same). Those products are bound by instruction issue (a 16-token tile does
  * ~1k instructions a thread per 256 columns against 18 KB of weights), not by DRAM. */
-template <int TN, bool W8, int WR = MM_WARPS_M> struct Lay {
-    static constexpr int THREADS = W8 ? MM_THREADS : 64 * WR, ROWS = W8 ? BM : 32 * WR; /* a block's */
-    static constexpr int WM = W8 ? 8 : WR, WN = THREADS / 32 / WM, MT = ROWS / 16 / WM;
+template <int TN, bool W8> struct Lay {
+    static constexpr int WM = W8 ? 8 : MM_WARPS_M, WN = MM_THREADS / 32 / WM, MT = BM / 16 / WM;
     static constexpr int BN = TN, NW = BN / (8 * WN); /* n8 tiles a warp */
-    static_assert(WM * WN * 32 == THREADS && WM * MT * 16 == ROWS && NW * 8 * WN == BN, "warp layout");
-    static_assert(!W8 || WR == MM_WARPS_M, "W8: 8 x 1 warps of 16 rows");
+    static_assert(WM * WN * 32 == MM_THREADS && WM * MT * 16 == BM && NW * 8 * WN == BN, "warp layout");
 };
 
 /* TN tokens a tile. 16-token tiles fit two blocks an SM in shared memory (Q6_K, the largest: 106 KB), and
  * 24-token Q4_K ones (113 KB); ask for the registers of two as well (they use 108-115 without the bound). */
-template <int TYPE, bool A4, int TN, bool W8, int WR = MM_WARPS_M>
-__global__ void __launch_bounds__(Lay<TN, W8, WR>::THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p)
+template <int TYPE, bool A4, int TN, bool W8>
+__global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p)
 {
     using Q = MQ<TYPE>;
-    using LY = Lay<TN, W8, WR>;
-    using SM = Smem<TYPE, TN, LY::ROWS>;
-    constexpr int BM = LY::ROWS, MM_THREADS = LY::THREADS; /* this instance's (WR x 2 warps: 32 WR rows) */
+    using SM = Smem<TYPE, TN>;
+    using LY = Lay<TN, W8>;
     constexpr int BN = SM::BN, SLOT = Q::SLOT, G = SLOT / 16;
     constexpr int MT = LY::MT, NW = LY::NW, WM = LY::WM, NR = 2 * MT; /* NR: rows a thread (per k) */
     static_assert(BN == LY::BN, "tile width");
@@ -510,8 +506,7 @@ __global__ void __launch_bounds__(Lay<TN, W8, WR>::THREADS, TN <= 24 ? 2 : 1) k_
          * warp barrier, not the block's, stands between the tables and their readers */
         const bool wt = W8 && p.wtab;
         static_assert(!W8 || BM == 16 * (MM_THREADS / 32), "W8: a warp 16 rows");
-        const int tr = wt ? 16 * warp + (lane & 15) : (int)((unsigned)tid % BM),
-                  jb = wt ? lane >> 4 : (int)((unsigned)tid / BM);
+        const int tr = wt ? 16 * warp + (lane & 15) : tid & (BM - 1), jb = wt ? lane >> 4 : tid >> 7;
         const bool tok = row0 + tr < p.rows;
         const int tal = row_al(row0 + tr);
 
@@ -534,13 +529,9 @@ __global__ void __launch_bounds__(Lay<TN, W8, WR>::THREADS, TN <= 24 ? 2 : 1) k_
             }
             uint8_t *const xb = xbuf + buf * BN * XROW;
             const int q = tid & 63;
-            constexpr int XG = MM_THREADS / 64; /* token rows copied at once (64 threads a row) */
 #pragma unroll
-            for (int j = 0; j < (BN + XG - 1) / XG; j++) {
-                const int t = (tid >> 6) + XG * j;
-                if (BN % XG && t >= BN)
-                    break;
-                const int xt = xr[t];
+            for (int j = 0; j < BN / 4; j++) {
+                const int t = (tid >> 6) + 4 * j, xt = xr[t];
                 const bool ok = xt >= 0;
                 const uint8_t *src = p.xq + (ok ? ((size_t)xt * NB + (size_t)kb * 8) * XB + 16 * q : 0);
                 cp16(xb + t * XROW + 16 * q, src, ok ? 16 : 0);
@@ -877,10 +868,10 @@ void prep(const float *x, long long x_stride, const int32_t *map, int n, const i
     launch_prep(x, x_stride, map, n, n_dev, K, q, st);
 }
 
-int blocks_per_sm(const void *kern, int threads, int smem)
+int blocks_per_sm(const void *kern, int smem)
 {
     int per = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kern, threads, (size_t)smem) != cudaSuccess || per < 1) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kern, MM_THREADS, (size_t)smem) != cudaSuccess || per < 1) {
         (void)cudaGetLastError();
         per = 1;
     }
@@ -904,27 +895,20 @@ bool w8_enabled()
  * cost the default path 4-8 % (pp512 9,888 against 10,326, pp4096 10,957 against 11,942); a warp with none of
  * the tile's pairs skipping the stage (the 4 x 2 tiles, an instance of its own): 10,377/10,382 against
  * 10,416/10,429, pp4096 the same; the lo digits' products into accumulators of their own in the 8 x 1 layout
- * (twice the independent mma chains): 9,814 against 9,888. */
+ * (twice the independent mma chains): 9,814 against 9,888; the 64-token tiles in 5 x 2 warps (160 rows, 320
+ * threads, where the shared memory fits them; commit efdb447), for 10 warps an SM instead of 8: pp4096 10,992
+ * against 11,965, pp512 9,869 against 10,467. */
 bool wtab_enabled()
 {
     static std::atomic<int> on{-1};
     return env_switch_once(on, "LILAC_CUDA_MMA_WTAB", true);
 }
 
-/* max_items: the product's token tiles x p.row_tiles, counted in BM-row tiles; an instance of other rows a
- * block (WR) counts its own. */
-template <int TYPE, bool A4, int TN, bool W8, int WR = MM_WARPS_M>
-bool launch_k(MM p, long long max_items, cudaStream_t st)
+template <int TYPE, bool A4, int TN, bool W8> bool launch_k(MM p, long long max_items, cudaStream_t st)
 {
-    using LY = Lay<TN, W8, WR>;
-    auto kern = k_mma<TYPE, A4, TN, W8, WR>;
+    auto kern = k_mma<TYPE, A4, TN, W8>;
     p.wtab = W8 && wtab_enabled();
-    if constexpr (LY::ROWS != BM) {
-        const long long tiles = max_items / p.row_tiles;
-        p.row_tiles = (p.rows + LY::ROWS - 1) / LY::ROWS;
-        max_items = tiles * p.row_tiles;
-    }
-    constexpr int smem = Smem<TYPE, TN, LY::ROWS>::TOTAL;
+    constexpr int smem = Smem<TYPE, TN>::TOTAL;
     static std::atomic<int> per_sm{0};
     int per = per_sm.load(std::memory_order_relaxed);
     if (!per) {
@@ -935,25 +919,15 @@ bool launch_k(MM p, long long max_items, cudaStream_t st)
         /* all of L1 as shared memory: two 16-token blocks an SM need ~2 x 107 KB (a preference; ignored if refused) */
         if (cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess)
             (void)cudaGetLastError();
-        per = blocks_per_sm(reinterpret_cast<const void *>(kern), LY::THREADS, smem);
+        per = blocks_per_sm(reinterpret_cast<const void *>(kern), smem);
         per_sm.store(per, std::memory_order_relaxed);
     }
     const long long cap = (long long)per * dev_sm_count();
     const long long grid = max_items < cap ? max_items : cap;
     if (grid < 1)
         return true;
-    kern<<<(unsigned)grid, LY::THREADS, smem, st>>>(p);
+    kern<<<(unsigned)grid, MM_THREADS, smem, st>>>(p);
     return true;
-}
-
-/* LILAC_CUDA_MMA_WIDE=1 (measuring): 64-token tiles of 5 x 2 warps (160 rows, 320 threads) where they fit
- * the shared memory (Q4_K, Q5_K, Q4_0): the 4 x 2 tiles' 169-186 registers and ~190 KB hold one block of 8
- * warps an SM (ncu: 12 % of warps active, 5.6 cycles between a warp's instructions, the top stall `wait`),
- * 10 warps hide a little more. Read once. */
-bool wide_enabled()
-{
-    static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_MMA_WIDE", false);
 }
 
 template <int TYPE, bool A4, int TN> bool launch_mma(MM p, long long max_items, cudaStream_t st)
@@ -969,9 +943,6 @@ template <int TYPE, bool A4, int TN> bool launch_mma(MM p, long long max_items, 
     } else {
         if (TN == 16 && w8_enabled())
             return launch_k<TYPE, A4, TN, true>(p, max_items, st);
-        if constexpr (TN == 64 && Smem<TYPE, TN, 32 * 5>::TOTAL <= MAX_SMEM)
-            if (wide_enabled())
-                return launch_k<TYPE, A4, TN, false, 5>(p, max_items, st);
         return launch_k<TYPE, A4, TN, false>(p, max_items, st);
     }
 }
