@@ -13,6 +13,7 @@
 #include "cudatest.h"
 #include "model/cuda_mem.h"
 #include "model/decoder_cuda_int.h"
+#include "model/model.h"
 #include "models.h"
 
 static void set_chunk(const char *v)
@@ -214,6 +215,9 @@ static void long_prompt(const char *fx, const tcase *c, int n_long, const char *
             CHECKF(r.fits && r.pf_rows == LILAC_CUDA_PF_BIG, "%s: the plan's chunk: %d rows (fits %d)", path,
                    r.pf_rows, r.fits);
             CHECKF(lilac_model_mem_check(g, n_long, 1, &err) == LILAC_OK, "%s: mem check: %s", path, err.msg);
+            /* what the scheduler's prompt steps take where nothing decodes (sched.c's prompt_budget) */
+            CHECKF(lilac_cuda_model_prompt_rows(g->cuda) == LILAC_CUDA_PF_BIG, "%s: prompt rows %d, the plan's %d",
+                   path, lilac_cuda_model_prompt_rows(g->cuda), LILAC_CUDA_PF_BIG);
         }
         int V = lilac_model_hparams(g)->n_vocab;
         float *got = logits_last(g, lt, n_long, 0);

@@ -913,6 +913,11 @@ uint64_t lilac_cuda_model_bytes(const lilac_cuda_model *cm)
     return 0;
 }
 void lilac_cuda_model_pf_rows_set(lilac_cuda_model *cm, int rows) { (void)cm, (void)rows; }
+int lilac_cuda_model_prompt_rows(const lilac_cuda_model *cm)
+{
+    (void)cm;
+    return 0;
+}
 lilac_status lilac_cuda_seq_new(lilac_model *m, int n_ctx, lilac_cuda_seq **out, lilac_error *err)
 {
     (void)m, (void)n_ctx;

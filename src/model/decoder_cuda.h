@@ -23,6 +23,9 @@ uint64_t lilac_cuda_model_bytes(const lilac_cuda_model *cm);
 /* The rows the prefill's buffers take when first allocated (the GPU plan's choice, lilac_mem_report.pf_rows);
  * no effect once they are. LILAC_CUDA_PREFILL_CHUNK over them still wins (lilac_cuda_pf_rows). */
 void lilac_cuda_model_pf_rows_set(lilac_cuda_model *cm, int rows);
+/* The tokens one prefill chunk takes: the buffers' rows once allocated, else those they will take (the plan's
+ * or LILAC_CUDA_PREFILL_CHUNK's, at least PF_MAX); 0 for NULL or without CUDA. */
+int lilac_cuda_model_prompt_rows(const lilac_cuda_model *cm);
 
 lilac_status lilac_cuda_seq_new(lilac_model *m, int n_ctx, lilac_cuda_seq **out, lilac_error *err);
 void lilac_cuda_seq_free(lilac_cuda_seq *cs);

@@ -47,6 +47,16 @@ void lilac_cuda_model_pf_rows_set(lilac_cuda_model *cm, int rows)
         cm->pf_rows = rows;
 }
 
+int lilac_cuda_model_prompt_rows(const lilac_cuda_model *cm)
+{
+    if (!cm)
+        return 0;
+    if (cm->pf)
+        return cm->pf->rows;
+    const int r = lilac_cuda_pf_rows(); /* pf_alloc's choice */
+    return cm->pf_rows > r ? cm->pf_rows : r;
+}
+
 bool lilac_cuda_prefill_wanted(const lilac_seq *s, int n)
 {
     return n >= 2 && lilac_env_switch("LILAC_CUDA_PREFILL", true) && lilac_cuda_prefill_takes(s);
