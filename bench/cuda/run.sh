@@ -3,7 +3,7 @@
 # machine (an H200 here). Everything it writes goes under OUT (default
 # ./cuda-out): the build log, the test output, and bench JSON lines.
 #
-#   bench/cuda/run.sh [build|test|quick|synth|bench|ab|abold|gen|jobs|pp|tg|pdl|sanitize|suite|all|pack]...
+#   bench/cuda/run.sh [build|test|quick|synth|bench|ab|abold|gen|jobs|longjobs|pp|tg|pdl|sanitize|suite|all|pack]...
 #
 # Fixtures: $LILAC_FIXTURES (a copy of ../shared/fixtures, or the subset
 # bench/cuda/pack-fixtures.sh makes in .devfix). Libraries the machine lacks:
@@ -182,6 +182,28 @@ $(awk "BEGIN { printf \"%.2f s (%.1f tok/s incl. load and prefill)\", $t1 - $t0,
     done
 }
 
+# Long prompts through the scheduler (lilac batch, one slot): LONGJOBS requests (default 8) of ~3,000 words, one
+# token each, with the prompt steps as the scheduler now takes them (the GPU prefill's chunk) and at 256 tokens
+# (LILAC_SCHED_PROMPT_STEP=256, what it took before session 18): wall seconds each, the model's load included.
+do_longjobs() {
+    local T="timeout ${BENCH_TIMEOUT:-240}" i n=${LONGJOBS:-8} t0 t1 out v words
+    words=$(for ((i = 0; i < 3000; i++)); do printf 'word%d ' $((i % 97)); done)
+    for ((i = 0; i < n; i++)); do echo "{\"id\": \"l$i\", \"prompt\": \"$i $words\", \"max_tokens\": 1}"; done \
+        >/tmp/lilac-longjobs.jsonl
+    for v in LILAC_NONE=1 LILAC_SCHED_PROMPT_STEP=256 LILAC_NONE=1 LILAC_SCHED_PROMPT_STEP=256; do
+        out=/tmp/lilac-longjobs-out.jsonl
+        rm -f "$out"
+        t0=$(date +%s.%N)
+        env $v $T "$build/lilac" batch -m "$synth" -i /tmp/lilac-longjobs.jsonl -o "$out" --parallel 1 --ctx 8192 \
+            >/dev/null 2>"$out.err"
+        local rc=$?
+        t1=$(date +%s.%N)
+        echo "longjobs $v: rc=$rc, $(grep -c '"response"' "$out" 2>/dev/null) of $n answered in \
+$(awk "BEGIN { printf \"%.2f s\", $t1 - $t0 }")"
+        [ $rc = 0 ] || tail -2 "$out.err"
+    done
+}
+
 # Generation as a user runs it (lilac run: the sampler on the host, the logits downloaded every token), 128
 # tokens with the default sampling and greedy, by this tree and, where abold/old built it, the older one: the
 # "generated ... tok/s" line of each. Needs build and synth.
@@ -317,9 +339,10 @@ for s in "${steps[@]}"; do
     gen) do_gen ;;
     jobs) do_jobs ;;
     pp) do_pp ;;
+    longjobs) do_longjobs ;;
     old) build_old ;;
     tg) IFS=';' read -ra tv <<<"${TG_VARIANTS:-LILAC_NONE=1}" && tg128_each "${tv[@]}" ;;
     all) do_build && do_test && do_synth && do_bench ;;
-    *) echo "usage: $0 [build|test|quick|synth|bench|ab|abold|gen|jobs|pp|tg|pdl|sanitize|suite|all|pack]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [build|test|quick|synth|bench|ab|abold|gen|jobs|longjobs|pp|tg|pdl|sanitize|suite|all|pack]..." >&2; exit 2 ;;
     esac
 done

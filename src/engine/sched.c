@@ -11,6 +11,7 @@
 #include "model/decoder_cuda.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
+#include "util/env.h"
 #include "util/err.h"
 
 tok_tokenizer *lilac_tokenizer_tok(lilac_tokenizer *t);
@@ -428,6 +429,9 @@ static void admit_locked(sched *s)
  * LILAC_UBATCH pieces this took before, H200), else LILAC_UBATCH (the CPU's internal step). */
 static int prompt_budget(const sched *s)
 {
+    const int forced = lilac_env_int("LILAC_SCHED_PROMPT_STEP", 0, 0, 1 << 20); /* N: that many (measuring) */
+    if (forced)
+        return forced;
     const int r = s->m->cuda ? lilac_cuda_model_prompt_rows(s->m->cuda) : 0;
     return r > LILAC_UBATCH ? r : LILAC_UBATCH;
 }
