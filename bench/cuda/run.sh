@@ -59,6 +59,7 @@ do_test() {
     run_test mma-no-wtab test_cuda_mma LILAC_CUDA_MMA_WTAB=0
     run_test attn test_cuda_attn
     run_test attn-no-qsplit test_cuda_attn LILAC_CUDA_ATTN_QSPLIT=0
+    run_test attn-f16 test_cuda_attn LILAC_CUDA_ATTN_F16=1
     run_test dn test_cuda_dn
     run_test dn-block-norm test_cuda_dn LILAC_CUDA_PF_WARP_NORM=0
     run_test dn-narrow test_cuda_dn LILAC_CUDA_DN_WIDE=0
@@ -95,6 +96,7 @@ do_test() {
     run_test prefill-no-aux test_cuda_prefill LILAC_CUDA_PF_AUX=0
     run_test prefill-no-wtab test_cuda_prefill LILAC_CUDA_MMA_WTAB=0
     run_test prefill-no-qsplit test_cuda_prefill LILAC_CUDA_ATTN_QSPLIT=0
+    run_test prefill-f16 test_cuda_prefill LILAC_CUDA_ATTN_F16=1
     run_test batch-grouped-no-aux test_cuda_batch LILAC_CUDA_PAIRS=0 LILAC_CUDA_PF_AUX=0
     grep -h "wgmma probe" "$out"/wgmma.txt 2>/dev/null
     grep -h "launches of the fused" "$out"/model-*.txt 2>/dev/null

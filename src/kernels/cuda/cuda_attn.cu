@@ -37,6 +37,7 @@
 // half's four warps each split the whole tile: stored split too, they would
 // not fit beside Q's). At hd 256 a thread holds 128 O values: 255 registers,
 // no spills (ptxas -v).
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -108,6 +109,111 @@ __device__ __forceinline__ void load_kv(float *S, const float *src, int kvw, int
         const int r = i / C4, c = i - r * C4, key = k0 + r;
         const bool ok = key < n_keys;
         cp16(S + r * ST + 4 * c, src + (long long)(ok ? key : 0) * kvw + (long long)kvh * D + 4 * c, ok);
+    }
+}
+
+// The online softmax of k_pf_attention over a key tile's NT n8 tiles of scaled, masked scores p (a thread's
+// rows A: elements 0, 1; B: 2, 3), a row's four threads (same g) reducing by shuffles: p becomes the
+// probabilities, the running max m and this thread's part of the sum l move on, res is o's rescale.
+template <int NT>
+__device__ __forceinline__ void at_softmax(float (&p)[NT][4], float &mA, float &mB, float &lA, float &lB,
+                                           float &resA, float &resB)
+{
+    float xA = -INFINITY, xB = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        xA = fmaxf(xA, fmaxf(p[j][0], p[j][1]));
+        xB = fmaxf(xB, fmaxf(p[j][2], p[j][3]));
+    }
+    xA = fmaxf(xA, __shfl_xor_sync(0xffffffffu, xA, 1));
+    xB = fmaxf(xB, __shfl_xor_sync(0xffffffffu, xB, 1));
+    xA = fmaxf(xA, __shfl_xor_sync(0xffffffffu, xA, 2));
+    xB = fmaxf(xB, __shfl_xor_sync(0xffffffffu, xB, 2));
+    const float nA = fmaxf(mA, xA), nB = fmaxf(mB, xB);
+    const float aA = mA == -INFINITY ? 0.f : expf(mA - nA);
+    const float aB = mB == -INFINITY ? 0.f : expf(mB - nB);
+    mA = nA, mB = nB;
+    float sA = 0.f, sB = 0.f;
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        p[j][0] = p[j][0] == -INFINITY ? 0.f : expf(p[j][0] - nA);
+        p[j][1] = p[j][1] == -INFINITY ? 0.f : expf(p[j][1] - nA);
+        p[j][2] = p[j][2] == -INFINITY ? 0.f : expf(p[j][2] - nB);
+        p[j][3] = p[j][3] == -INFINITY ? 0.f : expf(p[j][3] - nB);
+        sA += p[j][0] + p[j][1];
+        sB += p[j][2] + p[j][3];
+    }
+    lA = lA * aA + sA;
+    lB = lB * aB + sB;
+    resA = aA, resB = aB;
+}
+
+// The end of a block: half 1 hands its max, sum and O to half 0 through `hand` (Q's buffer, free now), which
+// merges them and writes o / l (times the gate) for its rows: token r / group, head kvh group + r % group.
+template <int D>
+__device__ __forceinline__ void at_finish(float (&o)[D / 8][4], float mA, float mB, float lA, float lB, float *hand,
+                                          int half, int ht, int rA, int rB, int t, int group, int bq, int t0, int n,
+                                          int kvh, const float *__restrict__ q, int q_step, long long q_tok,
+                                          float *__restrict__ out, long long out_tok, int gated)
+{
+    constexpr int NO = D / 8;
+    // Half 1 hands its max, sum and O to the thread of half 0 that holds the same elements (Q's buffer is free
+    // now: [element][thread], conflict-free), which merges them as two tiles of the online softmax.
+    __syncthreads(); // both halves are done with Q's buffer
+    if (half) {
+#pragma unroll
+        for (int i = 0; i < NO; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                hand[(i * 4 + e) * AT_HALF + ht] = o[i][e];
+        hand[(NO * 4 + 0) * AT_HALF + ht] = mA;
+        hand[(NO * 4 + 1) * AT_HALF + ht] = mB;
+        hand[(NO * 4 + 2) * AT_HALF + ht] = lA;
+        hand[(NO * 4 + 3) * AT_HALF + ht] = lB;
+    }
+    __syncthreads();
+    if (half)
+        return;
+    {
+        const float m1A = hand[(NO * 4 + 0) * AT_HALF + ht], m1B = hand[(NO * 4 + 1) * AT_HALF + ht];
+        const float nA = fmaxf(mA, m1A), nB = fmaxf(mB, m1B); // finite: mA, mB are
+        const float aA = expf(mA - nA), aB = expf(mB - nB);
+        const float bA = m1A == -INFINITY ? 0.f : expf(m1A - nA), bB = m1B == -INFINITY ? 0.f : expf(m1B - nB);
+        lA = lA * aA + hand[(NO * 4 + 2) * AT_HALF + ht] * bA;
+        lB = lB * aB + hand[(NO * 4 + 3) * AT_HALF + ht] * bB;
+#pragma unroll
+        for (int i = 0; i < NO; i++) {
+            o[i][0] = o[i][0] * aA + hand[(i * 4 + 0) * AT_HALF + ht] * bA;
+            o[i][1] = o[i][1] * aA + hand[(i * 4 + 1) * AT_HALF + ht] * bA;
+            o[i][2] = o[i][2] * aB + hand[(i * 4 + 2) * AT_HALF + ht] * bB;
+            o[i][3] = o[i][3] * aB + hand[(i * 4 + 3) * AT_HALF + ht] * bB;
+        }
+    }
+
+    // The row sums over the row's four threads; then o / l (times the gate). Accumulator elements (c, 0) and
+    // (c, 1) are row rA's head dims 8c + 2t and 8c + 2t + 1; (c, 2), (c, 3) row rB's.
+    lA += __shfl_xor_sync(0xffffffffu, lA, 1);
+    lB += __shfl_xor_sync(0xffffffffu, lB, 1);
+    lA += __shfl_xor_sync(0xffffffffu, lA, 2);
+    lB += __shfl_xor_sync(0xffffffffu, lB, 2);
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int r = hr ? rB : rA, tq = r / group, j = r - tq * group;
+        if (tq >= bq || t0 + tq >= n)
+            continue;
+        const float l = hr ? lB : lA;
+        const int h = kvh * group + j;
+        float *orow = out + (long long)(t0 + tq) * out_tok + (long long)h * D + 2 * t;
+        const float *gate = q + (long long)(t0 + tq) * q_tok + (long long)h * q_step + D + 2 * t;
+#pragma unroll
+        for (int c = 0; c < NO; c++) {
+            float2 v = make_float2(o[c][2 * hr] / l, o[c][2 * hr + 1] / l);
+            if (gated) {
+                const float2 x = *reinterpret_cast<const float2 *>(gate + 8 * c);
+                v.x *= sigmoidf_(x.x), v.y *= sigmoidf_(x.y);
+            }
+            *reinterpret_cast<float2 *>(orow + 8 * c) = v;
+        }
     }
 }
 
@@ -278,34 +384,7 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
             load_kv<D, BK, SK>(Ks, K, kvw, kvh, k0 + 2 * BK, n_keys, ht);
         cp_commit();
         if (active) {
-            // The online softmax of k_pf_attention, a row's four threads (same g) reducing by shuffles.
-            float xA = -INFINITY, xB = -INFINITY;
-#pragma unroll
-            for (int j = 0; j < NT; j++) {
-                xA = fmaxf(xA, fmaxf(p[j][0], p[j][1]));
-                xB = fmaxf(xB, fmaxf(p[j][2], p[j][3]));
-            }
-            xA = fmaxf(xA, __shfl_xor_sync(0xffffffffu, xA, 1));
-            xB = fmaxf(xB, __shfl_xor_sync(0xffffffffu, xB, 1));
-            xA = fmaxf(xA, __shfl_xor_sync(0xffffffffu, xA, 2));
-            xB = fmaxf(xB, __shfl_xor_sync(0xffffffffu, xB, 2));
-            const float nA = fmaxf(mA, xA), nB = fmaxf(mB, xB);
-            const float aA = mA == -INFINITY ? 0.f : expf(mA - nA);
-            const float aB = mB == -INFINITY ? 0.f : expf(mB - nB);
-            mA = nA, mB = nB;
-            float sA = 0.f, sB = 0.f;
-#pragma unroll
-            for (int j = 0; j < NT; j++) {
-                p[j][0] = p[j][0] == -INFINITY ? 0.f : expf(p[j][0] - nA);
-                p[j][1] = p[j][1] == -INFINITY ? 0.f : expf(p[j][1] - nA);
-                p[j][2] = p[j][2] == -INFINITY ? 0.f : expf(p[j][2] - nB);
-                p[j][3] = p[j][3] == -INFINITY ? 0.f : expf(p[j][3] - nB);
-                sA += p[j][0] + p[j][1];
-                sB += p[j][2] + p[j][3];
-            }
-            lA = lA * aA + sA;
-            lB = lB * aB + sB;
-            resA = aA, resB = aB;
+            at_softmax<NT>(p, mA, mB, lA, lB, resA, resB);
         }
         cp_wait<1>(); // this tile's V (the next K may be pending)
         half_sync(half);
@@ -346,65 +425,306 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
     }
     cp_wait<0>();
 
-    // Half 1 hands its max, sum and O to the thread of half 0 that holds the same elements (Qs is free now:
-    // [element][thread], conflict-free), which merges them as two tiles of the online softmax.
-    float *const hand = Qs;
-    __syncthreads(); // both halves are done with Qs
-    if (half) {
+    at_finish<D>(o, mA, mB, lA, lB, Qs, half, ht, rA, rB, t, group, bq, t0, n, kvh, q, q_step, q_tok, out, out_tok,
+                 gated);
+}
+
+// ---- fp16 hi/lo operands (LILAC_CUDA_ATTN_F16=1: measuring; written in session 18, not yet run on a GPU) ----
+//
+// k_attn_f16: k_attn_mma's blocks, halves, 16-key tiles, online softmax and hand-over, with each operand
+// a = 2^-e (a_hi + a_lo), a_hi = fp16(2^e a), a_lo = fp16(2^e a - a_hi), and a b ~= a_lo b_hi + a_hi b_lo +
+// a_hi b_hi by mma.sync m16n8k16 (fp16 in, float32 accumulation): the 22 bits of tf32 hi/lo at twice the mma's
+// depth (k16, not k8). The power of two keeps the values in fp16's normal range: a row of Q and a key of K are
+// each scaled so that their largest |value| lies in [2^13, 2^14); V by head dim (a column of the tile's 16
+// keys); P by 2^14 (p <= 1; a p under 2^-28 loses bits, weighing under 2^-28). S's element (row, key) is scaled
+// back by qs_row ks_key, a tile's P V column d by vs_d. Q is split once a block, K and V once a tile, by all
+// the threads together into shared memory (k_attn_mma splits K and V in each of a half's four warps).
+// Split layouts, 32-bit words of two fp16: a row of Q or K, 16-dim slice c at words 8c .. 8c + 7, word 8c + 2t
+// dims 16c + 2t, + 1 and word 8c + 2t + 1 dims 16c + 8 + 2t, + 1, so that a thread's A (Q) or B (K) fragment
+// of a k16 step is one 8-byte load; V transposed, a head dim's 16 keys in 8 words, word 2t keys 2t, 2t + 1 and
+// word 2t + 1 keys 8 + 2t, + 1 (P V's B fragment, one 8-byte load).
+#define AF_BK 16
+#define AF_HV 8 // words a head dim of a V tile
+
+// e such that |x| max 2^e lies in [2^13, 2^14) (0 for 0 or a subnormal max), within [-126, 126] so that
+// 2^-e is a normal float.
+__device__ __forceinline__ int af_exp(float amax)
+{
+    const int E = (__float_as_int(amax) >> 23) & 255;
+    return E == 0 ? 0 : max(-126, min(126, 140 - E));
+}
+__device__ __forceinline__ float af_pow2(int e) { return __int_as_float((127 + e) << 23); }
+
+// (a, b) 2^e as fp16 pairs hi and lo.
+__device__ __forceinline__ void af_split(float a, float b, float scale, uint32_t &hi, uint32_t &lo)
+{
+    const float x = a * scale, y = b * scale; // exact: scale is a power of two
+    const __half xh = __float2half_rn(x), yh = __float2half_rn(y);
+    const __half xl = __float2half_rn(x - __half2float(xh)), yl = __float2half_rn(y - __half2float(yh));
+    hi = (uint32_t)__half_as_ushort(xh) | ((uint32_t)__half_as_ushort(yh) << 16);
+    lo = (uint32_t)__half_as_ushort(xl) | ((uint32_t)__half_as_ushort(yl) << 16);
+}
+
+// The word of head dims d, d + 1 (d even) in a split row.
+__device__ __forceinline__ int af_word(int d)
+{
+    const int c = d >> 4, r = d & 15;
+    return 8 * c + (r < 8 ? r : r - 7);
+}
+
+// c += a b, m16n8k16, fp16 operands, float32 accumulators.
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma3_f16(float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint2 bh,
+                                         uint2 bl)
+{
+    mma_f16(c, al, bh.x, bh.y);
+    mma_f16(c, ah, bl.x, bl.y);
+    mma_f16(c, ah, bh.x, bh.y);
+}
+
+template <int D> struct AfLay {
+    static constexpr int SQ = D + 16, SV = D + 4; // the fp32 K and V tiles' rows (cp.async), as k_attn_mma's
+    static constexpr int HQ = D / 2 + 8;          // a split row of Q or K in words: = 8 mod 32, loads conflict-free
+    static constexpr int Q = 2 * AT_ROWS * HQ + AT_ROWS;                       // Qh, Ql, qs
+    static constexpr int KST = 0, VST = KST + AF_BK * SQ, KH = VST + AF_BK * SV, KL = KH + AF_BK * HQ,
+                         KS = KL + AF_BK * HQ, VH = KS + AF_BK, VL = VH + D * AF_HV, VS = VL + D * AF_HV,
+                         HALF = VS + D; // a half's: K, V tiles, Kh, Kl, ks, Vh, Vl, vs
+    static constexpr int WORDS = Q + 2 * HALF;
+    static_assert(HALF % 4 == 0 && Q % 4 == 0 && VST % 4 == 0 && KH % 2 == 0 && VH % 2 == 0 && VS % 2 == 0,
+                  "16-byte copies, 8-byte loads");
+    static_assert(2 * AT_ROWS * HQ >= (D / 8) * 4 * AT_HALF + 4 * AT_HALF, "half 1's hand-over fits in Qh, Ql");
+};
+
+template <int D>
+__global__ void __launch_bounds__(AT_THREADS, 1)
+    k_attn_f16(const float *__restrict__ q, int q_step, long long q_tok, const float *__restrict__ K,
+               const float *__restrict__ V, int kvw, int group, int pos0, int n, float *__restrict__ out,
+               long long out_tok, int gated)
+{
+    using L = AfLay<D>;
+    constexpr int BK = AF_BK, NT = BK / 8, NO = D / 8, NC = D / 16, HQ = L::HQ;
+    static_assert(D % 64 == 0 && NC % AT_SCHUNK == 0, "shape");
+    extern __shared__ float4 af_smem4[];
+    uint32_t *const Qh = reinterpret_cast<uint32_t *>(af_smem4), *const Ql = Qh + AT_ROWS * HQ;
+    float *const qs = reinterpret_cast<float *>(Ql + AT_ROWS * HQ);
+    const int tid = threadIdx.x, half = tid / AT_HALF, ht = tid % AT_HALF;
+    float *const hb = reinterpret_cast<float *>(af_smem4) + L::Q + half * L::HALF; // this half's
+    float *const Kst = hb + L::KST, *const Vst = hb + L::VST, *const ks = hb + L::KS, *const vs = hb + L::VS;
+    uint32_t *const Kh = reinterpret_cast<uint32_t *>(hb + L::KH), *const Kl = reinterpret_cast<uint32_t *>(hb + L::KL);
+    uint32_t *const Vh = reinterpret_cast<uint32_t *>(hb + L::VH), *const Vl = reinterpret_cast<uint32_t *>(hb + L::VL);
+
+    const int bq = AT_ROWS / group;
+    const int t0 = (int)(gridDim.x - 1 - blockIdx.x) * bq; // the blocks with the most keys first
+    const int kvh = blockIdx.y;
+    const int lane = tid & 31, warp = tid >> 5, wr = warp & 3, g = lane >> 2, t = lane & 3;
+    const int last = min(t0 + bq, n) - 1;
+    const int n_keys = pos0 + last + 1;
+    const float scale = rsqrtf((float)D);
+
+    int k0 = half * BK;
+    load_kv<D, BK, L::SQ>(Kst, K, kvw, kvh, k0, n_keys, ht);
+    cp_commit();
+    load_kv<D, BK, L::SV>(Vst, V, kvw, kvh, k0, n_keys, ht);
+    cp_commit();
+
+    // Q split: warp w rows w, w + 8, ...; a lane the dim pairs lane + 32 i (rows past the tokens: zeros).
+    for (int r = warp; r < AT_ROWS; r += AT_THREADS / 32) {
+        const int tq = r / group, j = r - tq * group;
+        const bool ok = tq < bq && t0 + tq < n;
+        const float *src = q + (long long)(t0 + tq) * q_tok + (long long)(kvh * group + j) * q_step;
+        float2 v[D / 64];
+        float amax = 0.f;
 #pragma unroll
-        for (int i = 0; i < NO; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                hand[(i * 4 + e) * AT_HALF + ht] = o[i][e];
-        hand[(NO * 4 + 0) * AT_HALF + ht] = mA;
-        hand[(NO * 4 + 1) * AT_HALF + ht] = mB;
-        hand[(NO * 4 + 2) * AT_HALF + ht] = lA;
-        hand[(NO * 4 + 3) * AT_HALF + ht] = lB;
-    }
-    __syncthreads();
-    if (half)
-        return;
-    {
-        const float m1A = hand[(NO * 4 + 0) * AT_HALF + ht], m1B = hand[(NO * 4 + 1) * AT_HALF + ht];
-        const float nA = fmaxf(mA, m1A), nB = fmaxf(mB, m1B); // finite: mA, mB are
-        const float aA = expf(mA - nA), aB = expf(mB - nB);
-        const float bA = m1A == -INFINITY ? 0.f : expf(m1A - nA), bB = m1B == -INFINITY ? 0.f : expf(m1B - nB);
-        lA = lA * aA + hand[(NO * 4 + 2) * AT_HALF + ht] * bA;
-        lB = lB * aB + hand[(NO * 4 + 3) * AT_HALF + ht] * bB;
-#pragma unroll
-        for (int i = 0; i < NO; i++) {
-            o[i][0] = o[i][0] * aA + hand[(i * 4 + 0) * AT_HALF + ht] * bA;
-            o[i][1] = o[i][1] * aA + hand[(i * 4 + 1) * AT_HALF + ht] * bA;
-            o[i][2] = o[i][2] * aB + hand[(i * 4 + 2) * AT_HALF + ht] * bB;
-            o[i][3] = o[i][3] * aB + hand[(i * 4 + 3) * AT_HALF + ht] * bB;
+        for (int i = 0; i < D / 64; i++) {
+            v[i] = ok ? *reinterpret_cast<const float2 *>(src + 2 * (lane + 32 * i)) : make_float2(0.f, 0.f);
+            amax = fmaxf(amax, fmaxf(fabsf(v[i].x), fabsf(v[i].y)));
         }
+        for (int o = 16; o; o >>= 1)
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const int e = af_exp(amax);
+        const float up = af_pow2(e);
+#pragma unroll
+        for (int i = 0; i < D / 64; i++) {
+            const int w = af_word(2 * (lane + 32 * i));
+            af_split(v[i].x, v[i].y, up, Qh[r * HQ + w], Ql[r * HQ + w]);
+        }
+        if (lane == 0)
+            qs[r] = af_pow2(-e);
     }
 
-    // The row sums over the row's four threads; then o / l (times the gate). Accumulator elements (c, 0) and
-    // (c, 1) are row rA's head dims 8c + 2t and 8c + 2t + 1; (c, 2), (c, 3) row rB's.
-    lA += __shfl_xor_sync(0xffffffffu, lA, 1);
-    lB += __shfl_xor_sync(0xffffffffu, lB, 1);
-    lA += __shfl_xor_sync(0xffffffffu, lA, 2);
-    lB += __shfl_xor_sync(0xffffffffu, lB, 2);
+    const int rA = wr * 16 + g, rB = rA + 8;
+    const int limA = pos0 + min(t0 + min(rA / group, bq - 1), last);
+    const int limB = pos0 + min(t0 + min(rB / group, bq - 1), last);
+    const int wlim = pos0 + min(t0 + min((wr * 16 + 15) / group, bq - 1), last);
+
+    float o[NO][4];
 #pragma unroll
-    for (int hr = 0; hr < 2; hr++) {
-        const int r = hr ? rB : rA, tq = r / group, j = r - tq * group;
-        if (tq >= bq || t0 + tq >= n)
-            continue;
-        const float l = hr ? lB : lA;
-        const int h = kvh * group + j;
-        float *orow = out + (long long)(t0 + tq) * out_tok + (long long)h * D + 2 * t;
-        const float *gate = q + (long long)(t0 + tq) * q_tok + (long long)h * q_step + D + 2 * t;
+    for (int i = 0; i < NO; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float mA = -INFINITY, mB = -INFINITY, lA = 0.f, lB = 0.f;
+    __syncthreads(); // Q split
+    const float qsA = qs[rA], qsB = qs[rB];
+
+    for (; k0 < n_keys; k0 += 2 * BK) {
+        const bool active = k0 <= wlim;
+        float p[NT][4];
+        float resA = 1.f, resB = 1.f;
+        cp_wait<1>(); // this tile's K
+        half_sync(half);
+        { // K split: thread (key ht / 8, part ht % 8) the dim pairs ht % 8 + 8 i; a key's eight threads adjacent lanes
+            const int kk = ht >> 3, sub = ht & 7;
+            const float *row = Kst + kk * L::SQ;
+            float2 v[D / 16];
+            float amax = 0.f;
 #pragma unroll
-        for (int c = 0; c < NO; c++) {
-            float2 v = make_float2(o[c][2 * hr] / l, o[c][2 * hr + 1] / l);
-            if (gated) {
-                const float2 x = *reinterpret_cast<const float2 *>(gate + 8 * c);
-                v.x *= sigmoidf_(x.x), v.y *= sigmoidf_(x.y);
+            for (int i = 0; i < D / 16; i++) {
+                v[i] = *reinterpret_cast<const float2 *>(row + 2 * (sub + 8 * i));
+                amax = fmaxf(amax, fmaxf(fabsf(v[i].x), fabsf(v[i].y)));
             }
-            *reinterpret_cast<float2 *>(orow + 8 * c) = v;
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+            const int e = af_exp(amax);
+            const float up = af_pow2(e);
+#pragma unroll
+            for (int i = 0; i < D / 16; i++) {
+                const int w = af_word(2 * (sub + 8 * i));
+                af_split(v[i].x, v[i].y, up, Kh[kk * HQ + w], Kl[kk * HQ + w]);
+            }
+            if (sub == 0)
+                ks[kk] = af_pow2(-e);
+        }
+        half_sync(half); // Kh, Kl, ks written; the K tile free
+        if (k0 + 2 * BK < n_keys)
+            load_kv<D, BK, L::SQ>(Kst, K, kvw, kvh, k0 + 2 * BK, n_keys, ht);
+        cp_commit();
+        if (active) {
+            float s[NT][4];
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+                s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+            const uint32_t *qa = Qh + rA * HQ + 2 * t, *qb = Qh + rB * HQ + 2 * t;
+            const uint32_t *kh = Kh + g * HQ + 2 * t;
+            const int ql = Ql - Qh, kl = Kl - Kh;
+#pragma unroll 1
+            for (int c0 = 0; c0 < NC; c0 += AT_SCHUNK) { // 64 dims a chain, as k_attn_mma (its truncation)
+                float u[NT][4];
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+                    u[j][0] = u[j][1] = u[j][2] = u[j][3] = 0.f;
+#pragma unroll
+                for (int c = c0; c < c0 + AT_SCHUNK; c++) {
+                    const uint2 ha = *reinterpret_cast<const uint2 *>(qa + 8 * c);
+                    const uint2 hb2 = *reinterpret_cast<const uint2 *>(qb + 8 * c);
+                    const uint2 la = *reinterpret_cast<const uint2 *>(qa + ql + 8 * c);
+                    const uint2 lb = *reinterpret_cast<const uint2 *>(qb + ql + 8 * c);
+                    const uint32_t ah[4] = {ha.x, hb2.x, ha.y, hb2.y}, al[4] = {la.x, lb.x, la.y, lb.y};
+#pragma unroll
+                    for (int j = 0; j < NT; j++) { // key 8 j + g
+                        const uint2 bh = *reinterpret_cast<const uint2 *>(kh + j * 8 * HQ + 8 * c);
+                        const uint2 bl = *reinterpret_cast<const uint2 *>(kh + kl + j * 8 * HQ + 8 * c);
+                        mma3_f16(u[j], ah, al, bh, bl);
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        s[j][e] += u[j][e];
+            }
+            // Scale back, scale and mask: key k0 + 8 j + 2 t + (e & 1) of row rA (e < 2) or rB.
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int kt = 8 * j + 2 * t + (e & 1), key = k0 + kt;
+                    p[j][e] = key <= (e < 2 ? limA : limB) ? s[j][e] * (e < 2 ? qsA : qsB) * ks[kt] * scale
+                                                           : -INFINITY;
+                }
+            at_softmax<NT>(p, mA, mB, lA, lB, resA, resB);
+        }
+        cp_wait<1>(); // this tile's V (the next K may be pending)
+        half_sync(half);
+        // V split, transposed: thread ht head dims ht, ht + 128, ...: its 16 keys' largest |value|, the 2^14 of P
+        // in vs
+        for (int d = ht; d < D; d += AT_HALF) {
+            float v[BK];
+            float amax = 0.f;
+#pragma unroll
+            for (int k = 0; k < BK; k++) {
+                v[k] = Vst[k * L::SV + d];
+                amax = fmaxf(amax, fabsf(v[k]));
+            }
+            const int e = af_exp(amax);
+            const float up = af_pow2(e);
+            uint32_t h[AF_HV], l[AF_HV];
+#pragma unroll
+            for (int tt = 0; tt < 4; tt++) {
+                af_split(v[2 * tt], v[2 * tt + 1], up, h[2 * tt], l[2 * tt]);
+                af_split(v[8 + 2 * tt], v[9 + 2 * tt], up, h[2 * tt + 1], l[2 * tt + 1]);
+            }
+            uint4 *dh = reinterpret_cast<uint4 *>(Vh + d * AF_HV), *dl = reinterpret_cast<uint4 *>(Vl + d * AF_HV);
+            dh[0] = make_uint4(h[0], h[1], h[2], h[3]);
+            dh[1] = make_uint4(h[4], h[5], h[6], h[7]);
+            dl[0] = make_uint4(l[0], l[1], l[2], l[3]);
+            dl[1] = make_uint4(l[4], l[5], l[6], l[7]);
+            vs[d] = af_pow2(-e - 14);
+        }
+        half_sync(half); // Vh, Vl, vs written; the V tile free
+        if (k0 + 2 * BK < n_keys)
+            load_kv<D, BK, L::SV>(Vst, V, kvw, kvh, k0 + 2 * BK, n_keys, ht);
+        cp_commit();
+        if (active) {
+            // P 2^14 as the A operand: (row g, keys 2t, 2t + 1) tile 0's elements 0, 1; row g + 8 its 2, 3; keys
+            // 8 + 2t, + 1 tile 1's. The tile's P V from zero (3 mma) into o by one FFMA, o * rescale + it vs.
+            uint32_t ph[4], pl[4];
+            const float up = 16384.f;
+            af_split(p[0][0], p[0][1], up, ph[0], pl[0]);
+            af_split(p[0][2], p[0][3], up, ph[1], pl[1]);
+            af_split(p[1][0], p[1][1], up, ph[2], pl[2]);
+            af_split(p[1][2], p[1][3], up, ph[3], pl[3]);
+            const uint32_t *vh = Vh + g * AF_HV + 2 * t;
+            const int vl = Vl - Vh;
+#pragma unroll
+            for (int c = 0; c < NO; c++) { // O's n8 tile c, column g: head dim 8c + g
+                float u[4] = {0.f, 0.f, 0.f, 0.f};
+                const uint2 bh = *reinterpret_cast<const uint2 *>(vh + 8 * c * AF_HV);
+                const uint2 bl = *reinterpret_cast<const uint2 *>(vh + vl + 8 * c * AF_HV);
+                mma3_f16(u, ph, pl, bh, bl);
+                const float2 f = *reinterpret_cast<const float2 *>(vs + 8 * c + 2 * t);
+                o[c][0] = fmaf(o[c][0], resA, u[0] * f.x);
+                o[c][1] = fmaf(o[c][1], resA, u[1] * f.y);
+                o[c][2] = fmaf(o[c][2], resB, u[2] * f.x);
+                o[c][3] = fmaf(o[c][3], resB, u[3] * f.y);
+            }
         }
     }
+    cp_wait<0>();
+    at_finish<D>(o, mA, mB, lA, lB, reinterpret_cast<float *>(Qh), half, ht, rA, rB, t, group, bq, t0, n, kvh, q,
+                 q_step, q_tok, out, out_tok, gated);
+}
+
+template <int D>
+int launch_attn_f16(const float *q, int q_step, long long q_tok, const float *K, const float *V, int n_head,
+                    int n_head_kv, int pos0, int n, float *out, int gated, cudaStream_t st)
+{
+    const size_t smem = sizeof(float) * (size_t)AfLay<D>::WORDS;
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute(k_attn_f16<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    const int group = n_head / n_head_kv, bq = AT_ROWS / group;
+    const dim3 grid((unsigned)((n + bq - 1) / bq), (unsigned)n_head_kv);
+    k_attn_f16<D><<<grid, AT_THREADS, smem, st>>>(q, q_step, q_tok, K, V, n_head_kv * D, group, pos0, n, out,
+                                                  (long long)n_head * D, gated);
+    return 0;
 }
 
 template <int D, int BK, bool QS>
@@ -427,6 +747,13 @@ int launch_attn_mma(const float *q, int q_step, long long q_tok, const float *K,
 }
 
 int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* LILAC_CUDA_ATTN_F16=1 (measuring, not yet run on a GPU): k_attn_f16 for head dims 64, 128 and 256. Read once. */
+bool f16_enabled()
+{
+    static std::atomic<int> on{-1};
+    return env_switch_once(on, "LILAC_CUDA_ATTN_F16", false);
+}
 
 /* LILAC_CUDA_ATTN_QSPLIT=0: Q split at every use (k_attn_mma's QS off). On: test_cuda_attn's timing at hd 256,
  * 512 tokens after 3584, 1.204 ms against 1.277; pp4096 12,082 against 11,965, pp512 10,488 against 10,467 (H200,
@@ -456,6 +783,14 @@ extern "C" int lilac_cuda_pf_attention_mma(const float *q, int q_step, long long
     if (!aligned16(q) || !aligned16(K) || !aligned16(V) || !aligned16(out) || q_step % 4 || q_tok % 4)
         return -1;
     const cudaStream_t st = CS(s);
+    if (f16_enabled()) {
+        switch (hd) {
+        case 64: return launch_attn_f16<64>(q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st);
+        case 128: return launch_attn_f16<128>(q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st);
+        case 256: return launch_attn_f16<256>(q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st);
+        default: break;
+        }
+    }
     const bool qs = qsplit_enabled();
     switch (hd) {
     case 64: return (qs ? launch_attn_mma<64, 32, true> : launch_attn_mma<64, 32, false>)(
