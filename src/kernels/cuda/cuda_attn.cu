@@ -509,7 +509,7 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
 {
     using L = AfLay<D>;
     constexpr int BK = AF_BK, NT = BK / 8, NO = D / 8, NC = D / 16, HQ = L::HQ;
-    static_assert(D % 64 == 0 && NC % AT_SCHUNK == 0, "shape");
+    static_assert(D % 64 == 0 && NC % AT_SCHUNK == 0 && AT_HALF == 8 * BK, "shape: eight threads a key");
     extern __shared__ float4 af_smem4[];
     uint32_t *const Qh = reinterpret_cast<uint32_t *>(af_smem4), *const Ql = Qh + AT_ROWS * HQ;
     float *const qs = reinterpret_cast<float *>(Ql + AT_ROWS * HQ);
@@ -674,7 +674,7 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
             dh[1] = make_uint4(h[4], h[5], h[6], h[7]);
             dl[0] = make_uint4(l[0], l[1], l[2], l[3]);
             dl[1] = make_uint4(l[4], l[5], l[6], l[7]);
-            vs[d] = af_pow2(-e - 14);
+            vs[d] = af_pow2(-e) * (1.f / 16384.f); // (2^-e-14 may be subnormal: exact, not an exponent field)
         }
         half_sync(half); // Vh, Vl, vs written; the V tile free
         if (k0 + 2 * BK < n_keys)
