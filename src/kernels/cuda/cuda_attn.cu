@@ -67,22 +67,30 @@ __device__ __forceinline__ void tf32_split(float x, uint32_t &hi, uint32_t &lo)
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(lo) : "f"(r));
 }
 
-// c += a b, m16n8k8, tf32 operands, float32 accumulators.
-__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+// c += a b, float32 accumulators: m16n8k8 on tf32 operands, or (F16) m16n8k16 on fp16 pairs.
+template <bool F16>
+__device__ __forceinline__ void mma_op(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    if constexpr (F16)
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// c += a b in 3xTF32: the small terms first, then the big one.
+// c += a b on hi/lo operands (3xTF32, or fp16 hi/lo): the small terms first, then the big one.
+template <bool F16 = false>
 __device__ __forceinline__ void mma3(float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0,
                                      uint32_t bh1, uint32_t bl0, uint32_t bl1)
 {
-    mma_tf32(c, al, bh0, bh1);
-    mma_tf32(c, ah, bl0, bl1);
-    mma_tf32(c, ah, bh0, bh1);
+    mma_op<F16>(c, al, bh0, bh1);
+    mma_op<F16>(c, ah, bl0, bl1);
+    mma_op<F16>(c, ah, bh0, bh1);
 }
 
 // 16 bytes global -> shared, asynchronously; zeros when !valid (src must still be a mapped address).
@@ -110,6 +118,53 @@ __device__ __forceinline__ void load_kv(float *S, const float *src, int kvw, int
         const bool ok = key < n_keys;
         cp16(S + r * ST + 4 * c, src + (long long)(ok ? key : 0) * kvw + (long long)kvh * D + 4 * c, ok);
     }
+}
+
+// A thread's rows rA (accumulator elements 0, 1) and rB = rA + 8 (2, 3) of the block's 64, the last key each
+// sees (rows past the tokens take the block's last token's), and the last any row of its warp sees (rows
+// ascend).
+struct AtRows {
+    int rA, rB, limA, limB, wlim;
+};
+__device__ __forceinline__ AtRows at_rows(int wr, int g, int group, int bq, int t0, int last, int pos0)
+{
+    const int rA = wr * 16 + g, rB = rA + 8;
+    return {rA, rB, pos0 + min(t0 + min(rA / group, bq - 1), last), pos0 + min(t0 + min(rB / group, bq - 1), last),
+            pos0 + min(t0 + min((wr * 16 + 15) / group, bq - 1), last)};
+}
+
+// N accumulator fragments (m16n8: a thread's 4 floats each) zeroed; s += u.
+template <int N> __device__ __forceinline__ void frag_zero(float (&f)[N][4])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        f[i][0] = f[i][1] = f[i][2] = f[i][3] = 0.f;
+}
+template <int N> __device__ __forceinline__ void frag_add(float (&s)[N][4], const float (&u)[N][4])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            s[i][e] += u[i][e];
+}
+
+// A key tile's scores: element e of n8 tile j, key k0 + 8 j + 2 t + (e & 1) of row A (e < 2) or B, as
+// s (times rowA or rowB, times keyf[the key's index in the tile] where keyf is given) times scale, or -inf
+// past the row's last key.
+template <int NT>
+__device__ __forceinline__ void at_scores(float (&p)[NT][4], const float (&s)[NT][4], int k0, int t, int limA,
+                                          int limB, float scale, float rowA = 1.f, float rowB = 1.f,
+                                          const float *keyf = nullptr)
+{
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int kt = 8 * j + 2 * t + (e & 1);
+            const float x = keyf ? s[j][e] * (e < 2 ? rowA : rowB) * keyf[kt] : s[j][e];
+            p[j][e] = k0 + kt <= (e < 2 ? limA : limB) ? x * scale : -INFINITY;
+        }
 }
 
 // The online softmax of k_pf_attention over a key tile's NT n8 tiles of scaled, masked scores p (a thread's
@@ -268,17 +323,10 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
     load_kv<D, BK, SV>(Vs, V, kvw, kvh, k0, n_keys, ht);
     cp_commit();
 
-    // This thread's rows rA (accumulator elements 0, 1) and rB = rA + 8 (2, 3); the last key each sees (rows
-    // past the tokens take the block's last token's), and the last any row of the warp sees (rows ascend).
-    const int rA = wr * 16 + g, rB = rA + 8;
-    const int limA = pos0 + min(t0 + min(rA / group, bq - 1), last);
-    const int limB = pos0 + min(t0 + min(rB / group, bq - 1), last);
-    const int wlim = pos0 + min(t0 + min((wr * 16 + 15) / group, bq - 1), last);
+    const auto [rA, rB, limA, limB, wlim] = at_rows(wr, g, group, bq, t0, last, pos0);
 
     float o[NO][4];
-#pragma unroll
-    for (int i = 0; i < NO; i++)
-        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    frag_zero(o);
     float mA = -INFINITY, mB = -INFINITY, lA = 0.f, lB = 0.f; // running max; this thread's part of the sum
 
     cp_wait<2>(); // Q
@@ -315,16 +363,12 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
             // FADD: the tensor cores' accumulation truncates (rounds toward zero), which over one chain of all
             // hd would bias the score by up to hd / 8 * 3 units in the last place.
             float s[NT][4];
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-                s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+            frag_zero(s);
             const float *qa = Qs + rA * SQ + 4 * t, *qb = Qs + rB * SQ + 4 * t, *kr = Ks + g * SK + 4 * t;
 #pragma unroll 1
             for (int c0 = 0; c0 < D / 16; c0 += AT_SCHUNK) {
                 float u[NT][4];
-#pragma unroll
-                for (int j = 0; j < NT; j++)
-                    u[j][0] = u[j][1] = u[j][2] = u[j][3] = 0.f;
+                frag_zero(u);
 #pragma unroll 1
                 for (int c = c0; c < c0 + AT_SCHUNK; c++) {
                     // Head dims 16c + 4t + (0, 1) are slice 2c's slots t, t + 4; + (2, 3) slice 2c + 1's.
@@ -364,20 +408,9 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
                         mma3(u[j], ah1, al1, bh0, bh1, bl0, bl1);
                     }
                 }
-#pragma unroll
-                for (int j = 0; j < NT; j++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        s[j][e] += u[j][e];
+                frag_add(s, u);
             }
-            // Scale and mask: key k0 + 8 j + 2 t + (e & 1) of row rA (e < 2) or rB.
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int key = k0 + 8 * j + 2 * t + (e & 1);
-                    p[j][e] = key <= (e < 2 ? limA : limB) ? s[j][e] * scale : -INFINITY;
-                }
+            at_scores<NT>(p, s, k0, t, limA, limB, scale);
         }
         half_sync(half); // every warp of the half is done with Ks
         if (k0 + 2 * BK < n_keys)
@@ -472,22 +505,6 @@ __device__ __forceinline__ int af_word(int d)
     return 8 * c + (r < 8 ? r : r - 7);
 }
 
-// c += a b, m16n8k16, fp16 operands, float32 accumulators.
-__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void mma3_f16(float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint2 bh,
-                                         uint2 bl)
-{
-    mma_f16(c, al, bh.x, bh.y);
-    mma_f16(c, ah, bl.x, bl.y);
-    mma_f16(c, ah, bh.x, bh.y);
-}
-
 template <int D> struct AfLay {
     static constexpr int SQ = D + 16, SV = D + 4; // the fp32 K and V tiles' rows (cp.async), as k_attn_mma's
     static constexpr int HQ = D / 2 + 8;          // a split row of Q or K in words: = 8 mod 32, loads conflict-free
@@ -558,15 +575,10 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
             qs[r] = af_pow2(-e);
     }
 
-    const int rA = wr * 16 + g, rB = rA + 8;
-    const int limA = pos0 + min(t0 + min(rA / group, bq - 1), last);
-    const int limB = pos0 + min(t0 + min(rB / group, bq - 1), last);
-    const int wlim = pos0 + min(t0 + min((wr * 16 + 15) / group, bq - 1), last);
+    const auto [rA, rB, limA, limB, wlim] = at_rows(wr, g, group, bq, t0, last, pos0);
 
     float o[NO][4];
-#pragma unroll
-    for (int i = 0; i < NO; i++)
-        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    frag_zero(o);
     float mA = -INFINITY, mB = -INFINITY, lA = 0.f, lB = 0.f;
     __syncthreads(); // Q split
     const float qsA = qs[rA], qsB = qs[rB];
@@ -606,18 +618,14 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
         cp_commit();
         if (active) {
             float s[NT][4];
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-                s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+            frag_zero(s);
             const uint32_t *qa = Qh + rA * HQ + 2 * t, *qb = Qh + rB * HQ + 2 * t;
             const uint32_t *kh = Kh + g * HQ + 2 * t;
             const int ql = Ql - Qh, kl = Kl - Kh;
 #pragma unroll 1
             for (int c0 = 0; c0 < NC; c0 += AT_SCHUNK) { // 64 dims a chain, as k_attn_mma (its truncation)
                 float u[NT][4];
-#pragma unroll
-                for (int j = 0; j < NT; j++)
-                    u[j][0] = u[j][1] = u[j][2] = u[j][3] = 0.f;
+                frag_zero(u);
 #pragma unroll
                 for (int c = c0; c < c0 + AT_SCHUNK; c++) {
                     const uint2 ha = *reinterpret_cast<const uint2 *>(qa + 8 * c);
@@ -629,24 +637,12 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
                     for (int j = 0; j < NT; j++) { // key 8 j + g
                         const uint2 bh = *reinterpret_cast<const uint2 *>(kh + j * 8 * HQ + 8 * c);
                         const uint2 bl = *reinterpret_cast<const uint2 *>(kh + kl + j * 8 * HQ + 8 * c);
-                        mma3_f16(u[j], ah, al, bh, bl);
+                        mma3<true>(u[j], ah, al, bh.x, bh.y, bl.x, bl.y);
                     }
                 }
-#pragma unroll
-                for (int j = 0; j < NT; j++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        s[j][e] += u[j][e];
+                frag_add(s, u);
             }
-            // Scale back, scale and mask: key k0 + 8 j + 2 t + (e & 1) of row rA (e < 2) or rB.
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int kt = 8 * j + 2 * t + (e & 1), key = k0 + kt;
-                    p[j][e] = key <= (e < 2 ? limA : limB) ? s[j][e] * (e < 2 ? qsA : qsB) * ks[kt] * scale
-                                                           : -INFINITY;
-                }
+            at_scores<NT>(p, s, k0, t, limA, limB, scale, qsA, qsB, ks); // scaled back by the rows' and keys' 2^-e
             at_softmax<NT>(p, mA, mB, lA, lB, resA, resB);
         }
         cp_wait<1>(); // this tile's V (the next K may be pending)
@@ -696,7 +692,7 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
                 float u[4] = {0.f, 0.f, 0.f, 0.f};
                 const uint2 bh = *reinterpret_cast<const uint2 *>(vh + 8 * c * AF_HV);
                 const uint2 bl = *reinterpret_cast<const uint2 *>(vh + vl + 8 * c * AF_HV);
-                mma3_f16(u, ph, pl, bh, bl);
+                mma3<true>(u, ph, pl, bh.x, bh.y, bl.x, bl.y);
                 const float2 f = *reinterpret_cast<const float2 *>(vs + 8 * c + 2 * t);
                 o[c][0] = fmaf(o[c][0], resA, u[0] * f.x);
                 o[c][1] = fmaf(o[c][1], resA, u[1] * f.y);
