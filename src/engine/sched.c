@@ -71,6 +71,7 @@ struct sched {
     int n_snaps;
     uint64_t clock;
     sched_stats st;
+    int prompt_step; /* LILAC_SCHED_PROMPT_STEP=N (measuring): prompt steps of N tokens where nothing decodes */
 };
 
 /* ---- requests ---- */
@@ -429,9 +430,8 @@ static void admit_locked(sched *s)
  * LILAC_UBATCH pieces this took before, H200), else LILAC_UBATCH (the CPU's internal step). */
 static int prompt_budget(const sched *s)
 {
-    const int forced = lilac_env_int("LILAC_SCHED_PROMPT_STEP", 0, 0, 1 << 20); /* N: that many (measuring) */
-    if (forced)
-        return forced;
+    if (s->prompt_step)
+        return s->prompt_step;
     const int r = s->m->cuda ? lilac_cuda_model_prompt_rows(s->m->cuda) : 0;
     return r > LILAC_UBATCH ? r : LILAC_UBATCH;
 }
@@ -542,6 +542,7 @@ lilac_status sched_new(lilac_model *m, lilac_tokenizer *t, const sched_params *p
     s->p = *p;
     if (s->p.chunk < 1 || s->p.chunk > LILAC_UBATCH)
         s->p.chunk = 64;
+    s->prompt_step = lilac_env_int("LILAC_SCHED_PROMPT_STEP", 0, 0, 1 << 20);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->slots = calloc((size_t)p->n_parallel, sizeof *s->slots);

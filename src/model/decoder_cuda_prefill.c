@@ -47,14 +47,18 @@ void lilac_cuda_model_pf_rows_set(lilac_cuda_model *cm, int rows)
         cm->pf_rows = rows;
 }
 
+/* The rows pf_alloc gives the buffers: the environment's, or PF_MAX; the plan's where larger. */
+static int pf_rows_wanted(const lilac_cuda_model *cm)
+{
+    const int r = lilac_cuda_pf_rows();
+    return cm->pf_rows > r ? cm->pf_rows : r;
+}
+
 int lilac_cuda_model_prompt_rows(const lilac_cuda_model *cm)
 {
     if (!cm)
         return 0;
-    if (cm->pf)
-        return cm->pf->rows;
-    const int r = lilac_cuda_pf_rows(); /* pf_alloc's choice */
-    return cm->pf_rows > r ? cm->pf_rows : r;
+    return cm->pf ? cm->pf->rows : pf_rows_wanted(cm);
 }
 
 bool lilac_cuda_prefill_wanted(const lilac_seq *s, int n)
@@ -96,9 +100,7 @@ static lilac_status pf_alloc(lilac_model *m, lilac_error *err)
         (void **)&pf->att_part, (void **)&pf->dntp,   (void **)&pf->bpart,  (void **)&pf->bcount,
     };
     size_t sizes[LILAC_CUDA_PF_NBUF];
-    pf->rows = lilac_cuda_pf_rows(); /* the environment's, or PF_MAX; the plan's where larger */
-    if (cm->pf_rows > pf->rows)
-        pf->rows = cm->pf_rows;
+    pf->rows = pf_rows_wanted(cm);
     lilac_cuda_prefill_sizes(hp, pf->rows, sizes);
     lilac_status st = LILAC_OK;
     for (size_t i = 0; !st && i < LILAC_CUDA_PF_NBUF; i++)

@@ -203,8 +203,9 @@ __device__ __forceinline__ void at_softmax(float (&p)[NT][4], float &mA, float &
     resA = aA, resB = aB;
 }
 
-// The end of a block: half 1 hands its max, sum and O to half 0 through `hand` (Q's buffer, free now), which
-// merges them and writes o / l (times the gate) for its rows: token r / group, head kvh group + r % group.
+// The end of a block: half 1 hands its max, sum and O to the thread of half 0 that holds the same elements,
+// through `hand` (Q's buffer, free now), which merges them as two tiles of the online softmax and writes o / l
+// (times the gate) for its rows: token r / group, head kvh group + r % group.
 template <int D>
 __device__ __forceinline__ void at_finish(float (&o)[D / 8][4], float mA, float mB, float lA, float lB, float *hand,
                                           int half, int ht, int rA, int rB, int t, int group, int bq, int t0, int n,
@@ -212,9 +213,7 @@ __device__ __forceinline__ void at_finish(float (&o)[D / 8][4], float mA, float 
                                           float *__restrict__ out, long long out_tok, int gated)
 {
     constexpr int NO = D / 8;
-    // Half 1 hands its max, sum and O to the thread of half 0 that holds the same elements (Q's buffer is free
-    // now: [element][thread], conflict-free), which merges them as two tiles of the online softmax.
-    __syncthreads(); // both halves are done with Q's buffer
+    __syncthreads(); // both halves are done with Q's buffer (hand: [element][thread], conflict-free)
     if (half) {
 #pragma unroll
         for (int i = 0; i < NO; i++)
@@ -706,39 +705,21 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
                  q_step, q_tok, out, out_tok, gated);
 }
 
-template <int D>
-int launch_attn_f16(const float *q, int q_step, long long q_tok, const float *K, const float *V, int n_head,
-                    int n_head_kv, int pos0, int n, float *out, int gated, cudaStream_t st)
+// kern (k_attn_mma's or k_attn_f16's signature) over blocks of AT_ROWS / group tokens x the KV heads, with smem
+// bytes of dynamic shared memory; -1 where the device refuses that much.
+template <class Kern>
+int launch_attn(Kern kern, size_t smem, const float *q, int q_step, long long q_tok, const float *K, const float *V,
+                int n_head, int n_head_kv, int D, int pos0, int n, float *out, int gated, cudaStream_t st)
 {
-    const size_t smem = sizeof(float) * (size_t)AfLay<D>::WORDS;
     if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(k_attn_f16<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
         (void)cudaGetLastError();
         return -1;
     }
     const int group = n_head / n_head_kv, bq = AT_ROWS / group;
     const dim3 grid((unsigned)((n + bq - 1) / bq), (unsigned)n_head_kv);
-    k_attn_f16<D><<<grid, AT_THREADS, smem, st>>>(q, q_step, q_tok, K, V, n_head_kv * D, group, pos0, n, out,
-                                                  (long long)n_head * D, gated);
-    return 0;
-}
-
-template <int D, int BK, bool QS>
-int launch_attn_mma(const float *q, int q_step, long long q_tok, const float *K, const float *V, int n_head,
-                    int n_head_kv, int pos0, int n, float *out, int gated, cudaStream_t st)
-{
-    const size_t smem =
-        sizeof(float) * ((size_t)AT_ROWS * (D + 16) * (QS ? 2 : 1) + 2 * (size_t)BK * (2 * D + 20));
-    if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(k_attn_mma<D, BK, QS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
-            cudaSuccess) {
-        (void)cudaGetLastError();
-        return -1;
-    }
-    const int group = n_head / n_head_kv, bq = AT_ROWS / group;
-    const dim3 grid((unsigned)((n + bq - 1) / bq), (unsigned)n_head_kv);
-    k_attn_mma<D, BK, QS><<<grid, AT_THREADS, smem, st>>>(q, q_step, q_tok, K, V, n_head_kv * D, group, pos0, n, out,
-                                                          (long long)n_head * D, gated);
+    kern<<<grid, AT_THREADS, smem, st>>>(q, q_step, q_tok, K, V, n_head_kv * D, group, pos0, n, out,
+                                         (long long)n_head * D, gated);
     return 0;
 }
 
@@ -760,6 +741,24 @@ bool qsplit_enabled()
     return env_switch_once(on, "LILAC_CUDA_ATTN_QSPLIT", true);
 }
 
+
+// The attention kernel for head dim D (BK keys a tile in k_attn_mma) the switches choose.
+template <int D, int BK>
+int launch_attn_d(const float *q, int q_step, long long q_tok, const float *K, const float *V, int n_head,
+                  int n_head_kv, int pos0, int n, float *out, int gated, cudaStream_t st)
+{
+    const size_t mma_smem = sizeof(float) * ((size_t)AT_ROWS * (D + 16) + 2 * (size_t)BK * (2 * D + 20));
+    const size_t q_lo = sizeof(float) * (size_t)AT_ROWS * (D + 16); /* QS: Q's lo parts */
+    if (f16_enabled())
+        return launch_attn(k_attn_f16<D>, sizeof(float) * (size_t)AfLay<D>::WORDS, q, q_step, q_tok, K, V, n_head,
+                           n_head_kv, D, pos0, n, out, gated, st);
+    if (qsplit_enabled())
+        return launch_attn(k_attn_mma<D, BK, true>, mma_smem + q_lo, q, q_step, q_tok, K, V, n_head, n_head_kv, D,
+                           pos0, n, out, gated, st);
+    return launch_attn(k_attn_mma<D, BK, false>, mma_smem, q, q_step, q_tok, K, V, n_head, n_head_kv, D, pos0, n,
+                       out, gated, st);
+}
+
 } // namespace
 
 extern "C" int lilac_cuda_attn_mma_enabled(void)
@@ -779,22 +778,10 @@ extern "C" int lilac_cuda_pf_attention_mma(const float *q, int q_step, long long
     if (!aligned16(q) || !aligned16(K) || !aligned16(V) || !aligned16(out) || q_step % 4 || q_tok % 4)
         return -1;
     const cudaStream_t st = CS(s);
-    if (f16_enabled()) {
-        switch (hd) {
-        case 64: return launch_attn_f16<64>(q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st);
-        case 128: return launch_attn_f16<128>(q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st);
-        case 256: return launch_attn_f16<256>(q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st);
-        default: break;
-        }
-    }
-    const bool qs = qsplit_enabled();
     switch (hd) {
-    case 64: return (qs ? launch_attn_mma<64, 32, true> : launch_attn_mma<64, 32, false>)(
-                 q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st);
-    case 128: return (qs ? launch_attn_mma<128, 16, true> : launch_attn_mma<128, 16, false>)(
-                  q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st);
-    case 256: return (qs ? launch_attn_mma<256, 16, true> : launch_attn_mma<256, 16, false>)(
-                  q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st);
+    case 64: return launch_attn_d<64, 32>(q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st);
+    case 128: return launch_attn_d<128, 16>(q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st);
+    case 256: return launch_attn_d<256, 16>(q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st);
     default: return -1;
     }
 }

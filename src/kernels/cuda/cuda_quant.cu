@@ -1230,6 +1230,11 @@ template <int TYPE, int T, auto KERN> long long mv_grid_cap(long long cols)
     return (long long)per_sm * dev_sm_count();
 }
 
+/* Whether the kernels this device runs were compiled for sm_90 or later (lilac_cuda_code_arch): the device's
+ * compute capability is not enough, since a build for an older architecture runs on an H100 from its PTX
+ * (JIT), compiled with __CUDA_ARCH__ < 900, where griddep_wait() is a no-op and the bulk copies plain loads. */
+static bool code_sm90() { return dev_cc_major() >= 9 && lilac_cuda_code_arch() >= 90; }
+
 /* One-token products whose grid has a block an item stage the item's rows in shared memory (mv_stage) on sm_90
  * devices; LILAC_CUDA_MV_STAGE=0: they read them from global memory as they go. tg128 366.0/365.6/366.2 against
  * 363.0/364.3/363.9 (H200, alternated in one call, session 17: the dense products' copies run while the kernel
@@ -1237,11 +1242,6 @@ template <int TYPE, int T, auto KERN> long long mv_grid_cap(long long cols)
  * The down+sum kernel staging its k experts' rows (73 KB of shared memory a block, the k indices
  * loaded together, then a copy each) was slower: 342.0/342.2 against 366.9/366.4; removed (the code at e33bc90).
  * Read once. */
-/* Whether the kernels this device runs were compiled for sm_90 or later (lilac_cuda_code_arch): the device's
- * compute capability is not enough, since a build for an older architecture runs on an H100 from its PTX
- * (JIT), compiled with __CUDA_ARCH__ < 900, where griddep_wait() is a no-op and the bulk copies plain loads. */
-static bool code_sm90() { return dev_cc_major() >= 9 && lilac_cuda_code_arch() >= 90; }
-
 bool mv_stage_enabled()
 {
     static std::atomic<int> on{-1};
