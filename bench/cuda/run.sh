@@ -163,46 +163,48 @@ do_abold() {
 
 # (AB_DEPTH=N: tg128 after N tokens of context, for abold and tg alike.)
 
+# lilac batch by BIN over the requests in IN with the environment words V and the options after: its exit status,
+# the requests answered and the wall seconds (the model's load included) in batch_rc, batch_n and batch_s.
+batch_timed() {
+    local v=$1 bin=$2 in=$3 out=/tmp/lilac-batch-out.jsonl t0 t1
+    shift 3
+    rm -f "$out"
+    t0=$(date +%s.%N)
+    # shellcheck disable=SC2086 # v is one or more VAR=VALUE words
+    env $v timeout "${BENCH_TIMEOUT:-240}" "$bin" batch -m "$synth" -i "$in" -o "$out" "$@" >/dev/null 2>"$out.err"
+    batch_rc=$?
+    t1=$(date +%s.%N)
+    batch_n=$(grep -c '"response"' "$out" 2>/dev/null)
+    batch_s=$(awk "BEGIN { print $t1 - $t0 }")
+    [ "$batch_rc" = 0 ] || tail -2 "$out.err"
+}
+
 # The scheduler's path (lilac batch: the server's continuous batching offline): JOBS requests (default 32) of 32
 # tokens, default sampling, all in parallel, by this tree and (where built) the old one: wall seconds and
 # generated tokens a second. Needs build and synth.
 do_jobs() {
-    local T="timeout ${BENCH_TIMEOUT:-240}" bin i n=${JOBS:-32} t0 t1 out
+    local bin i n=${JOBS:-32}
     for ((i = 0; i < n; i++)); do echo "{\"id\": \"r$i\", \"prompt\": \"Request $i: tell me about\", \"max_tokens\": 32}"; done \
         >/tmp/lilac-jobs.jsonl
     for bin in "$build/lilac" "$old/b/lilac"; do
         [ -x "$bin" ] || continue
-        out=/tmp/lilac-jobs-out.jsonl
-        rm -f "$out"
-        t0=$(date +%s.%N)
-        $T "$bin" batch -m "$synth" -i /tmp/lilac-jobs.jsonl -o "$out" --parallel "$n" --max-tokens 32 >/dev/null 2>"$out.err"
-        local rc=$?
-        t1=$(date +%s.%N)
-        echo "jobs ${bin#"$root"/}: rc=$rc, $(grep -c '"response"' "$out" 2>/dev/null) of $n answered in \
-$(awk "BEGIN { printf \"%.2f s (%.1f tok/s incl. load and prefill)\", $t1 - $t0, $n * 32 / ($t1 - $t0) }")"
-        [ $rc = 0 ] || tail -2 "$out.err"
+        batch_timed LILAC_NONE=1 "$bin" /tmp/lilac-jobs.jsonl --parallel "$n" --max-tokens 32
+        echo "jobs ${bin#"$root"/}: rc=$batch_rc, $batch_n of $n answered in \
+$(awk "BEGIN { printf \"%.2f s (%.1f tok/s incl. load and prefill)\", $batch_s, $n * 32 / $batch_s }")"
     done
 }
 
-# Long prompts through the scheduler (lilac batch, one slot): LONGJOBS requests (default 8) of ~3,000 words, one
+# Long prompts through the scheduler (lilac batch, one slot): LONGJOBS requests (default 8) of ~3,000 tokens, one
 # token each, with the prompt steps as the scheduler now takes them (the GPU prefill's chunk) and at 256 tokens
 # (LILAC_SCHED_PROMPT_STEP=256, what it took before session 18): wall seconds each, the model's load included.
 do_longjobs() {
-    local T="timeout ${BENCH_TIMEOUT:-240}" i n=${LONGJOBS:-8} t0 t1 out v words
-    words=$(for ((i = 0; i < 3000; i++)); do printf 'word%d ' $((i % 97)); done)
+    local i n=${LONGJOBS:-8} v words
+    words=$(for ((i = 0; i < 3000; i++)); do printf 'the '; done) # ~3,000 tokens (word%d was ~4 a word: over --ctx)
     for ((i = 0; i < n; i++)); do echo "{\"id\": \"l$i\", \"prompt\": \"$i $words\", \"max_tokens\": 1}"; done \
         >/tmp/lilac-longjobs.jsonl
     for v in LILAC_NONE=1 LILAC_SCHED_PROMPT_STEP=256 LILAC_NONE=1 LILAC_SCHED_PROMPT_STEP=256; do
-        out=/tmp/lilac-longjobs-out.jsonl
-        rm -f "$out"
-        t0=$(date +%s.%N)
-        env $v $T "$build/lilac" batch -m "$synth" -i /tmp/lilac-longjobs.jsonl -o "$out" --parallel 1 --ctx 8192 \
-            >/dev/null 2>"$out.err"
-        local rc=$?
-        t1=$(date +%s.%N)
-        echo "longjobs $v: rc=$rc, $(grep -c '"response"' "$out" 2>/dev/null) of $n answered in \
-$(awk "BEGIN { printf \"%.2f s\", $t1 - $t0 }")"
-        [ $rc = 0 ] || tail -2 "$out.err"
+        batch_timed "$v" "$build/lilac" /tmp/lilac-longjobs.jsonl --parallel 1 --ctx 8192
+        echo "longjobs $v: rc=$batch_rc, $batch_n of $n answered in $(awk "BEGIN { printf \"%.2f s\", $batch_s }")"
     done
 }
 
