@@ -461,7 +461,7 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
                  gated);
 }
 
-// ---- fp16 hi/lo operands (LILAC_CUDA_ATTN_F16=1: measuring; written in session 18, not yet run on a GPU) ----
+// ---- fp16 hi/lo operands (the default since session 19; LILAC_CUDA_ATTN_F16=0 gives k_attn_mma) ----
 //
 // k_attn_f16: k_attn_mma's blocks, halves, 16-key tiles, online softmax and hand-over, with each operand
 // a = 2^-e (a_hi + a_lo), a_hi = fp16(2^e a), a_lo = fp16(2^e a - a_hi), and a b ~= a_lo b_hi + a_hi b_lo +
@@ -725,14 +725,16 @@ int launch_attn(Kern kern, size_t smem, const float *q, int q_step, long long q_
 
 int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-/* LILAC_CUDA_ATTN_F16=1 (measuring, not yet run on a GPU): k_attn_f16 for head dims 64, 128 and 256. Read once. */
+/* LILAC_CUDA_ATTN_F16=0: k_attn_mma (tf32 hi/lo) instead of k_attn_f16. On: test_cuda_attn's timing at hd 256, 512
+ * tokens after 3584, 0.723 ms against 1.214 and worst error/bound 0.080 against 0.107; pp4096 12,816/12,826 against
+ * 12,106/12,110, pp512 10,549/10,547 against 10,427/10,437 (H200, 2026-12-01). Read once. */
 bool f16_enabled()
 {
     static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_ATTN_F16", false);
+    return env_switch_once(on, "LILAC_CUDA_ATTN_F16", true);
 }
 
-/* LILAC_CUDA_ATTN_QSPLIT=0: Q split at every use (k_attn_mma's QS off). On: test_cuda_attn's timing at hd 256,
+/* LILAC_CUDA_ATTN_QSPLIT=0 (with LILAC_CUDA_ATTN_F16=0): Q split at every use (k_attn_mma's QS off). On: test_cuda_attn's timing at hd 256,
  * 512 tokens after 3584, 1.204 ms against 1.277; pp4096 12,082 against 11,965, pp512 10,488 against 10,467 (H200,
  * one call, 2026-12-01). Read once. */
 bool qsplit_enabled()
