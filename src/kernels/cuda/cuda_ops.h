@@ -177,6 +177,9 @@ void lilac_cuda_pf_deltanet(float *conv_out, int C, float *a, float *b, const fl
 int lilac_cuda_pf_deltanet_form(float *conv_out, int C, float *a, float *b, const float *ssm_a, const float *ssm_dt,
                                 float *S, float *o, const float *z, const float *norm_w, int nk, int nv, int dk, int dv,
                                 int tiled, float eps, int n, int chunked, float *tp, lilac_cuda_stream *s);
+/* Whether the chunked form with T and P first runs on the tensor cores (3xTF32; dk <= 128, a multiple of 16):
+ * its results are float32's to rounding, not the CUDA-core kernel's bits. LILAC_CUDA_DN_TC=0: off. */
+int lilac_cuda_dn_tc_enabled(void);
 /* Up to bytes of the tensor-core products' scratch of stream s (cuda_mma.cu), for a caller's temporary use on s
  * between products: NULL where it holds fewer bytes (it does not grow here). The pre-pass's memo of the digits it
  * holds is dropped. */

@@ -14,6 +14,7 @@
 #include "kernels/cuda/cuda_sizes.h"
 #include "kernels/cuda/cuda_dev.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_tc.cuh"
 #include "util/env.h"
 
 #define CS(s) ((cudaStream_t)(s))
@@ -881,6 +882,172 @@ __global__ void __launch_bounds__(NTH, 1)
     }
 }
 
+// ---- the chunked delta rule on the tensor cores (LILAC_CUDA_DN_TC; written in session 19) ----
+//
+// k_pf_dn_chunk<true>'s steps a sub-chunk, each product on mma.sync m16n8k8 in the 3xTF32 form (every operand
+// split hi + lo as it is loaded into a fragment; c += a_lo b_hi + a_hi b_lo + a_hi b_hi, float32 accumulation:
+// float32's result to a few roundings, not its bits): K S and Q S (64 tokens x DC_BC columns, over dk), V' = T X
+// and P V' (over the sub-chunk's tokens; T and P block lower triangular: a token tile reads the tiles up to its
+// own), and the state's update S = e^{G_L} S + K^T diag(e^{G_L - G}) V' (dk x DC_BC, over the tokens). On the CUDA
+// cores these were ~0.9 M FMAs a block a sub-chunk, ~24 us at 4096 tokens (ncu, session 18, ~15 % of fp32 peak).
+// 16 warps: warp w's tile of every 64 x DC_BC product is token rows 16 (w % 4) .., columns 8 (w / 4) ..; of the
+// state's update dims 16 (w % 4) .. and 16 (w % 4 + 4) .. of the same columns. Fragments (g = lane / 4, t = lane
+// % 4): A rows g, g + 8 and columns t, t + 4; B rows t, t + 4 and column g; C rows g, g + 8 and columns 2t, 2t + 1.
+// Strides: q, k, T and P rows 4 banks apart (A loads conflict-free), S, X and V' rows 8 apart (B loads).
+#define DT_SS 40  /* row stride of S, X and V' */
+#define DT_MAXDK 128
+
+static size_t dn_tc_smem(int dk)
+{
+    return sizeof(float) * ((size_t)2 * DC_L * (dk + 4) + (size_t)dk * DT_SS + (size_t)2 * DC_L * DC_TS +
+                            (size_t)2 * DC_L * DT_SS + 4 * DC_L);
+}
+
+// The A fragment of rows r, r + 8 and columns k, k + 4 of a row-major matrix (rows st floats apart) at a, split.
+__device__ __forceinline__ void dt_frag_a(const float *a, int st, uint32_t (&h)[4], uint32_t (&l)[4])
+{
+    tf32_split(a[0], h[0], l[0]);
+    tf32_split(a[8 * st], h[1], l[1]);
+    tf32_split(a[4], h[2], l[2]);
+    tf32_split(a[8 * st + 4], h[3], l[3]);
+}
+
+// c += the block-lower-triangular A (DC_L x DC_L, rows DC_TS apart; the warp's row tile mi reads column tiles
+// <= mi) times B (DC_L rows DT_SS apart), the warp's tile: rows 16 mi + g (+ 8), B's column nb + g.
+__device__ __forceinline__ void dt_tri_mm(const float *A, const float *B, int mi, int nb, int g, int t, float (&c)[4])
+{
+    const float *a = A + (16 * mi + g) * DC_TS + t, *b = B + t * DT_SS + nb + g;
+    for (int k0 = 0; k0 < 16 * mi + 16; k0 += 8) {
+        uint32_t ah[4], al[4], bh0, bl0, bh1, bl1;
+        dt_frag_a(a + k0, DC_TS, ah, al);
+        tf32_split(b[k0 * DT_SS], bh0, bl0);
+        tf32_split(b[(k0 + 4) * DT_SS], bh1, bl1);
+        mma3(c, ah, al, bh0, bh1, bl0, bl1);
+    }
+}
+
+__global__ void __launch_bounds__(2 * DC_T, 1)
+    k_pf_dn_chunk_tc(float *S_all, const float *conv, int C, const float *g, const float *beta, float *o_all, int nk,
+                     int nv, int dk, int dv, int tiled, int n, const float *tp, int nsub)
+{
+    constexpr int NTH = 2 * DC_T;
+    static_assert(NTH == 512 && DC_L == 64 && DC_BC == 32, "16 warps: 4 token tiles x 4 column tiles");
+    extern __shared__ float4 dtc_sh4[];
+    const int KS = dk + 4;
+    float *const Ks = reinterpret_cast<float *>(dtc_sh4); // [DC_L][KS]
+    float *const Qs = Ks + DC_L * KS;                      // [DC_L][KS]
+    float *const Ss = Qs + DC_L * KS;                      // [dk][DT_SS] this block's columns of S
+    float *const Ts = Ss + dk * DT_SS;                     // [DC_L][DC_TS] T
+    float *const Ps = Ts + DC_L * DC_TS;                   // [DC_L][DC_TS] P
+    float *const Xs = Ps + DC_L * DC_TS;                   // [DC_L][DT_SS] V, then X
+    float *const Vn = Xs + DC_L * DT_SS;                   // [DC_L][DT_SS] V'
+    float *const Gs = Vn + DC_L * DT_SS, *const eG = Gs + DC_L, *const eK = eG + DC_L, *const Bs = eK + DC_L;
+    const int j = blockIdx.x, c0 = blockIdx.y * DC_BC, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int gq = lane >> 2, tq = lane & 3, mi = warp & 3, ni = warp >> 2;
+    const int r0 = 16 * mi + gq, cc = 8 * ni + 2 * tq; // C: rows r0, r0 + 8, columns cc, cc + 1
+    const int kh = tiled ? j % nk : j / (nv / nk);
+    float *S = S_all + (size_t)j * dk * dv + c0;
+    for (int e = tid; e < dk * DC_BC; e += NTH) {
+        const int d = e / DC_BC, c = e - d * DC_BC;
+        Ss[d * DT_SS + c] = S[(size_t)d * dv + c];
+    }
+    const float *qb = conv + (size_t)kh * dk, *kb = conv + (size_t)(nk + kh) * dk;
+    const float *vb = conv + (size_t)2 * nk * dk + (size_t)j * dv + c0;
+    for (int t0 = 0; t0 < n; t0 += DC_L) {
+        const int L = min(DC_L, n - t0);
+        __syncthreads(); // the previous sub-chunk's k, V' and S are consumed
+        dc_stage_qk<NTH>(qb, kb, C, t0, L, dk, Qs, Ks, KS, tid);
+#pragma unroll
+        for (int u = 0; u < DC_L * DC_BC / 4 / NTH; u++) {
+            const int e = tid + u * NTH, i = e / (DC_BC / 4), c4 = e - i * (DC_BC / 4);
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (i < L)
+                v = __ldg(reinterpret_cast<const float4 *>(vb + (size_t)(t0 + i) * C + 4 * c4));
+            *reinterpret_cast<float4 *>(Xs + i * DT_SS + 4 * c4) = v;
+        }
+        dc_stage_gb(g, beta, nv, j, t0, L, Gs, eG, eK, Bs, tid);
+        {
+            const float4 *src = reinterpret_cast<const float4 *>(tp + dc_tp_slice(j, nsub, t0 / DC_L));
+#pragma unroll
+            for (int u = 0; u < DC_TP_U(NTH); u++)
+                *dc_tp_smem(Ts, Ps, tid + u * NTH) = __ldg(src + tid + u * NTH);
+        }
+        __syncthreads();
+        // ---- K S and Q S (the state before the sub-chunk): X = beta (V - e^G K S), and o's first term e^G Q S ----
+        float oa[4] = {0.f, 0.f, 0.f, 0.f};
+        {
+            float ks[4] = {0.f, 0.f, 0.f, 0.f};
+            const float *ka = Ks + r0 * KS + tq, *qa = Qs + r0 * KS + tq, *sb = Ss + tq * DT_SS + 8 * ni + gq;
+            for (int k0 = 0; k0 < dk; k0 += 8) {
+                uint32_t kh4[4], kl4[4], qh4[4], ql4[4], bh0, bl0, bh1, bl1;
+                dt_frag_a(ka + k0, KS, kh4, kl4);
+                dt_frag_a(qa + k0, KS, qh4, ql4);
+                tf32_split(sb[k0 * DT_SS], bh0, bl0);
+                tf32_split(sb[(k0 + 4) * DT_SS], bh1, bl1);
+                mma3(ks, kh4, kl4, bh0, bh1, bl0, bl1);
+                mma3(oa, qh4, ql4, bh0, bh1, bl0, bl1);
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = r0 + 8 * (e >> 1);
+                float *xp = Xs + i * DT_SS + cc + (e & 1);
+                *xp = Bs[i] * (*xp - eG[i] * ks[e]);
+                oa[e] *= eG[i];
+            }
+        }
+        __syncthreads();
+        // ---- V' = T X ----
+        {
+            float vn[4] = {0.f, 0.f, 0.f, 0.f};
+            dt_tri_mm(Ts, Xs, mi, 8 * ni, gq, tq, vn);
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                Vn[(r0 + 8 * (e >> 1)) * DT_SS + cc + (e & 1)] = vn[e];
+        }
+        __syncthreads();
+        // ---- o += P V' ----
+        dt_tri_mm(Ps, Vn, mi, 8 * ni, gq, tq, oa);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int i = r0 + 8 * h;
+            if (i < L)
+                *reinterpret_cast<float2 *>(o_all + (size_t)(t0 + i) * nv * dv + (size_t)j * dv + c0 + cc) =
+                    make_float2(oa[2 * h], oa[2 * h + 1]);
+        }
+        // ---- S = e^{G_last} S + K^T diag(e^{G_last - G}) V': A[d][i] = K[i][d], B[i][c] = e^{G_L - G_i} V'[i][c] ----
+        {
+            const float el = eG[L - 1];
+            const int kend = (L + 7) & ~7; // rows past L: K and V' zero
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int m0 = 16 * (mi + 4 * h);
+                if (m0 >= dk)
+                    break;
+                float *sp = Ss + (m0 + gq) * DT_SS + cc;
+                float sa[4] = {el * sp[0], el * sp[1], el * sp[8 * DT_SS], el * sp[8 * DT_SS + 1]};
+                const float *ka = Ks + tq * KS + m0 + gq, *vb8 = Vn + tq * DT_SS + 8 * ni + gq;
+                for (int k0 = 0; k0 < kend; k0 += 8) {
+                    uint32_t ah[4], al[4], bh0, bl0, bh1, bl1;
+                    const float *a = ka + k0 * KS;
+                    tf32_split(a[0], ah[0], al[0]);
+                    tf32_split(a[8], ah[1], al[1]);
+                    tf32_split(a[4 * KS], ah[2], al[2]);
+                    tf32_split(a[4 * KS + 8], ah[3], al[3]);
+                    tf32_split(vb8[k0 * DT_SS] * eK[k0 + tq], bh0, bl0);
+                    tf32_split(vb8[(k0 + 4) * DT_SS] * eK[k0 + tq + 4], bh1, bl1);
+                    mma3(sa, ah, al, bh0, bh1, bl0, bl1);
+                }
+                sp[0] = sa[0], sp[1] = sa[1], sp[8 * DT_SS] = sa[2], sp[8 * DT_SS + 1] = sa[3];
+            }
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < dk * DC_BC; e += NTH) {
+        const int d = e / DC_BC, c = e - d * DC_BC;
+        S[(size_t)d * dv + c] = Ss[d * DT_SS + c];
+    }
+}
+
 // ---- mixture of experts ----
 
 // dev_route's softmax for token blockIdx.x (a block of 256 threads, as there, so the
@@ -1168,6 +1335,14 @@ static bool dn_wide()
     return env_switch_once(on, "LILAC_CUDA_DN_WIDE", true);
 }
 
+/* LILAC_CUDA_DN_TC=0: the chunked delta rule with T and P first on the CUDA cores (k_pf_dn_chunk<true>), not the
+ * tensor cores (k_pf_dn_chunk_tc, dk <= 128 and a multiple of 16). Written in session 19: to be measured. */
+extern "C" int lilac_cuda_dn_tc_enabled(void)
+{
+    static std::atomic<int> on{-1};
+    return env_switch_once(on, "LILAC_CUDA_DN_TC", true);
+}
+
 // The chunked kernel for this shape, or -1 (nothing launched) where it does not take it: dk and dv multiples
 // of 32, dk <= DC_MAXDK, q, k and v rows float4-aligned, the shared memory granted.
 static int launch_dn_chunk(float *S, const float *conv, int C, const float *g, const float *beta, float *o, int nk,
@@ -1176,9 +1351,13 @@ static int launch_dn_chunk(float *S, const float *conv, int C, const float *g, c
     if (dk < 32 || dk % 32 || dk > DC_MAXDK || dv < DC_BC || dv % DC_BC || C % 4 ||
         ((uintptr_t)conv & 15) != 0 || ((uintptr_t)tp & 15) != 0)
         return -1;
-    const size_t smem = dn_chunk_smem(dk), smem_tp = dn_tp_smem(dk);
-    const bool wide = tp && dn_wide();
-    auto kern = wide ? k_pf_dn_chunk<true, 2 * DC_T> : tp ? k_pf_dn_chunk<true> : k_pf_dn_chunk<false>;
+    const bool tc = tp && dk <= DT_MAXDK && dk % 16 == 0 && lilac_cuda_dn_tc_enabled();
+    const size_t smem = tc ? dn_tc_smem(dk) : dn_chunk_smem(dk), smem_tp = dn_tp_smem(dk);
+    const bool wide = tp && (tc || dn_wide());
+    auto kern = tc     ? k_pf_dn_chunk_tc
+                : wide ? k_pf_dn_chunk<true, 2 * DC_T>
+                : tp   ? k_pf_dn_chunk<true>
+                       : k_pf_dn_chunk<false>;
     if ((smem > 48 * 1024 &&
          cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) ||
         (tp && smem_tp > 48 * 1024 &&
