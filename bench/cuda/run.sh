@@ -62,7 +62,9 @@ do_test() {
     run_test attn-no-qsplit test_cuda_attn LILAC_CUDA_ATTN_F16=0 LILAC_CUDA_ATTN_QSPLIT=0
     run_test dn test_cuda_dn
     run_test dn-block-norm test_cuda_dn LILAC_CUDA_PF_WARP_NORM=0
-    run_test dn-narrow test_cuda_dn LILAC_CUDA_DN_WIDE=0
+    run_test dn-narrow test_cuda_dn LILAC_CUDA_DN_WIDE=0 LILAC_CUDA_DN_TC=0
+    run_test dn-no-tc test_cuda_dn LILAC_CUDA_DN_TC=0
+    run_test dn-no-pf test_cuda_dn LILAC_CUDA_DN_PF=0
     run_test route test_cuda_route
     run_test sample test_cuda_sample
     run_test model test_cuda_model
@@ -89,7 +91,9 @@ do_test() {
     run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0
     run_test prefill-block-norm test_cuda_prefill LILAC_CUDA_PF_WARP_NORM=0
-    run_test prefill-dn-narrow test_cuda_prefill LILAC_CUDA_DN_WIDE=0
+    run_test prefill-dn-narrow test_cuda_prefill LILAC_CUDA_DN_WIDE=0 LILAC_CUDA_DN_TC=0
+    run_test prefill-dn-no-tc test_cuda_prefill LILAC_CUDA_DN_TC=0
+    run_test prefill-dn-no-pf test_cuda_prefill LILAC_CUDA_DN_PF=0
     run_test prefill-t24 test_cuda_prefill LILAC_CUDA_MMA_T24=2
     run_test prefill-no-gemm-split test_cuda_prefill LILAC_CUDA_GEMM_SPLIT=0
     run_test prefill-t16 test_cuda_prefill LILAC_CUDA_MMA_T24=0

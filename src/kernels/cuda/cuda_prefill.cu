@@ -569,14 +569,26 @@ __device__ __forceinline__ void dc_stage_qk(const float *qb, const float *kb, in
     }
 }
 
-// Value head j's G_i = g_0 + .. + g_i over the sub-chunk, e^G, e^{G_L-1 - G} and beta (zero past L). Warp 0.
-__device__ __forceinline__ void dc_stage_gb(const float *g, const float *beta, int nv, int j, int t0, int L, float *Gs,
-                                            float *eG, float *eK, float *Bs, int tid)
+// Value head j's gates of tokens t0 + 2 lane, + 1 (zero past L) into r: a, a', beta, beta'. Warp 0.
+__device__ __forceinline__ void dc_gb_load(const float *g, const float *beta, int nv, int j, int t0, int L, int tid,
+                                           float (&r)[4])
+{
+    if (tid < 32) {
+        const int i0 = 2 * tid;
+        r[0] = i0 < L ? g[(size_t)(t0 + i0) * nv + j] : 0.f;
+        r[1] = i0 + 1 < L ? g[(size_t)(t0 + i0 + 1) * nv + j] : 0.f;
+        r[2] = i0 < L ? beta[(size_t)(t0 + i0) * nv + j] : 0.f;
+        r[3] = i0 + 1 < L ? beta[(size_t)(t0 + i0 + 1) * nv + j] : 0.f;
+    }
+}
+
+// From dc_gb_load's r: G_i = g_0 + .. + g_i over the sub-chunk, e^G, e^{G_L-1 - G} and beta. Warp 0.
+__device__ __forceinline__ void dc_gb_put(const float (&r)[4], int L, float *Gs, float *eG, float *eK, float *Bs,
+                                          int tid)
 {
     if (tid < 32) { // G: a lane two tokens, a scan over the lanes
         const int i0 = 2 * tid;
-        const float a0 = i0 < L ? g[(size_t)(t0 + i0) * nv + j] : 0.f;
-        const float a1 = i0 + 1 < L ? g[(size_t)(t0 + i0 + 1) * nv + j] : 0.f;
+        const float a0 = r[0], a1 = r[1];
         float sc = a0 + a1;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
@@ -588,8 +600,8 @@ __device__ __forceinline__ void dc_stage_gb(const float *g, const float *beta, i
         ex = tid ? ex : 0.f;
         Gs[i0] = ex + a0;
         Gs[i0 + 1] = ex + a0 + a1;
-        Bs[i0] = i0 < L ? beta[(size_t)(t0 + i0) * nv + j] : 0.f;
-        Bs[i0 + 1] = i0 + 1 < L ? beta[(size_t)(t0 + i0 + 1) * nv + j] : 0.f;
+        Bs[i0] = r[2];
+        Bs[i0 + 1] = r[3];
         __syncwarp();
         const float gl = Gs[L - 1];
         for (int i = tid; i < DC_L; i += 32) {
@@ -597,6 +609,15 @@ __device__ __forceinline__ void dc_stage_gb(const float *g, const float *beta, i
             eK[i] = expf(gl - Gs[i]);
         }
     }
+}
+
+// Value head j's G, e^G, e^{G_L-1 - G} and beta of the sub-chunk at t0 (zero past L). Warp 0.
+__device__ __forceinline__ void dc_stage_gb(const float *g, const float *beta, int nv, int j, int t0, int L, float *Gs,
+                                            float *eG, float *eK, float *Bs, int tid)
+{
+    float r[4];
+    dc_gb_load(g, beta, nv, j, t0, L, tid, r);
+    dc_gb_put(r, L, Gs, eG, eK, Bs, tid);
 }
 
 // From the staged q, k, G and beta: P (Ps) and T = (I - A)^-1 (Ts), both [DC_L][DC_TS], block lower triangular
@@ -897,10 +918,48 @@ __global__ void __launch_bounds__(NTH, 1)
 #define DT_SS 40  /* row stride of S, X and V' */
 #define DT_MAXDK 128
 
-static size_t dn_tc_smem(int dk)
+// PF: q and k double-buffered (the next sub-chunk's copied while this one is computed), V, T and P copied
+// (cp.async) into their buffers as soon as this sub-chunk is done with them, the gates loaded a sub-chunk ahead.
+static size_t dn_tc_smem(int dk, bool pf)
 {
-    return sizeof(float) * ((size_t)2 * DC_L * (dk + 4) + (size_t)dk * DT_SS + (size_t)2 * DC_L * DC_TS +
+    return sizeof(float) * ((size_t)(pf ? 4 : 2) * DC_L * (dk + 4) + (size_t)dk * DT_SS + (size_t)2 * DC_L * DC_TS +
                             (size_t)2 * DC_L * DT_SS + 4 * DC_L);
+}
+
+// PF's copies of the sub-chunk at t0 (L tokens; rows past L zeros): q and k (QK), V into Xs (V), T (T), P (P).
+template <int NTH>
+__device__ __forceinline__ void dt_copy_qk(const float *qb, const float *kb, int C, int t0, int L, int dk, float *Qs,
+                                           float *Ks, int KS, int tid)
+{
+    const int q4 = dk >> 2;
+    for (int e = tid; e < DC_L * q4; e += NTH) {
+        const int i = e / q4, d4 = e - i * q4;
+        const size_t off = i < L ? (size_t)(t0 + i) * C + 4 * d4 : 0;
+        cp16(Qs + i * KS + 4 * d4, qb + off, i < L);
+        cp16(Ks + i * KS + 4 * d4, kb + off, i < L);
+    }
+}
+template <int NTH>
+__device__ __forceinline__ void dt_copy_v(const float *vb, int C, int t0, int L, float *Xs, int tid)
+{
+#pragma unroll
+    for (int u = 0; u < DC_L * DC_BC / 4 / NTH; u++) {
+        const int e = tid + u * NTH, i = e / (DC_BC / 4), c4 = e - i * (DC_BC / 4);
+        cp16(Xs + i * DT_SS + 4 * c4, vb + (i < L ? (size_t)(t0 + i) * C + 4 * c4 : 0), i < L);
+    }
+}
+// half 0: T, half 1: P (dc_tp_smem's float4s e of the slice: the first half T's, the second P's)
+template <int NTH>
+__device__ __forceinline__ void dt_copy_tp(const float *tp, int j, int nsub, int sc, float *Ts, float *Ps, int half,
+                                           int tid)
+{
+    const float *src = tp + dc_tp_slice(j, nsub, sc);
+    constexpr int U = DC_TP_U(NTH) / 2;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int e = tid + (half * U + u) * NTH;
+        cp16(reinterpret_cast<float *>(dc_tp_smem(Ts, Ps, e)), src + 4 * e, true);
+    }
 }
 
 // The A fragment of rows r, r + 8 and columns k, k + 4 of a row-major matrix (rows st floats apart) at a, split.
@@ -926,17 +985,19 @@ __device__ __forceinline__ void dt_tri_mm(const float *A, const float *B, int mi
     }
 }
 
+template <bool PF>
 __global__ void __launch_bounds__(2 * DC_T, 1)
     k_pf_dn_chunk_tc(float *S_all, const float *conv, int C, const float *g, const float *beta, float *o_all, int nk,
                      int nv, int dk, int dv, int tiled, int n, const float *tp, int nsub)
 {
     constexpr int NTH = 2 * DC_T;
     static_assert(NTH == 512 && DC_L == 64 && DC_BC == 32, "16 warps: 4 token tiles x 4 column tiles");
+    static_assert(DC_TP_U(NTH) % 2 == 0 && DC_TP_U(NTH) * NTH == 2 * DC_L * DC_L / 4, "T, then P: a half each");
     extern __shared__ float4 dtc_sh4[];
     const int KS = dk + 4;
-    float *const Ks = reinterpret_cast<float *>(dtc_sh4); // [DC_L][KS]
-    float *const Qs = Ks + DC_L * KS;                      // [DC_L][KS]
-    float *const Ss = Qs + DC_L * KS;                      // [dk][DT_SS] this block's columns of S
+    float *const Kb = reinterpret_cast<float *>(dtc_sh4);  // [PF ? 2 : 1][DC_L][KS]
+    float *const Qb = Kb + (PF ? 2 : 1) * DC_L * KS;       // [PF ? 2 : 1][DC_L][KS]
+    float *const Ss = Qb + (PF ? 2 : 1) * DC_L * KS;       // [dk][DT_SS] this block's columns of S
     float *const Ts = Ss + dk * DT_SS;                     // [DC_L][DC_TS] T
     float *const Ps = Ts + DC_L * DC_TS;                   // [DC_L][DC_TS] P
     float *const Xs = Ps + DC_L * DC_TS;                   // [DC_L][DT_SS] V, then X
@@ -947,27 +1008,47 @@ __global__ void __launch_bounds__(2 * DC_T, 1)
     const int r0 = 16 * mi + gq, cc = 8 * ni + 2 * tq; // C: rows r0, r0 + 8, columns cc, cc + 1
     const int kh = tiled ? j % nk : j / (nv / nk);
     float *S = S_all + (size_t)j * dk * dv + c0;
+    const float *qb = conv + (size_t)kh * dk, *kb = conv + (size_t)(nk + kh) * dk;
+    const float *vb = conv + (size_t)2 * nk * dk + (size_t)j * dv + c0;
+    float gr[4]; // PF: the next sub-chunk's gates (warp 0)
+    if (PF) {
+        const int L0 = min(DC_L, n);
+        dt_copy_qk<NTH>(qb, kb, C, 0, L0, dk, Qb, Kb, KS, tid);
+        dt_copy_v<NTH>(vb, C, 0, L0, Xs, tid);
+        dt_copy_tp<NTH>(tp, j, nsub, 0, Ts, Ps, 0, tid);
+        dt_copy_tp<NTH>(tp, j, nsub, 0, Ts, Ps, 1, tid);
+        cp_commit();
+        dc_gb_load(g, beta, nv, j, 0, L0, tid, gr);
+    }
     for (int e = tid; e < dk * DC_BC; e += NTH) {
         const int d = e / DC_BC, c = e - d * DC_BC;
         Ss[d * DT_SS + c] = S[(size_t)d * dv + c];
     }
-    const float *qb = conv + (size_t)kh * dk, *kb = conv + (size_t)(nk + kh) * dk;
-    const float *vb = conv + (size_t)2 * nk * dk + (size_t)j * dv + c0;
-    for (int t0 = 0; t0 < n; t0 += DC_L) {
-        const int L = min(DC_L, n - t0);
-        __syncthreads(); // the previous sub-chunk's k, V' and S are consumed
-        dc_stage_qk<NTH>(qb, kb, C, t0, L, dk, Qs, Ks, KS, tid);
+    for (int t0 = 0, sc = 0; t0 < n; t0 += DC_L, sc++) {
+        const int L = min(DC_L, n - t0), t1 = t0 + DC_L, L1 = min(DC_L, n - t1); // L1: the next one's (<= 0: none)
+        float *const Ks = Kb + (PF ? (sc & 1) : 0) * DC_L * KS, *const Qs = Qb + (PF ? (sc & 1) : 0) * DC_L * KS;
+        __syncthreads(); // the previous sub-chunk's q, k, V', S and gates are consumed
+        if (PF) {
+            if (L1 > 0) // into the buffer the previous sub-chunk read
+                dt_copy_qk<NTH>(qb, kb, C, t1, L1, dk, Qb + ((sc + 1) & 1) * DC_L * KS,
+                                Kb + ((sc + 1) & 1) * DC_L * KS, KS, tid);
+            cp_commit();
+            dc_gb_put(gr, L, Gs, eG, eK, Bs, tid);
+            if (L1 > 0)
+                dc_gb_load(g, beta, nv, j, t1, L1, tid, gr);
+            cp_wait<1>(); // all but the next q and k
+        } else {
+            dc_stage_qk<NTH>(qb, kb, C, t0, L, dk, Qs, Ks, KS, tid);
 #pragma unroll
-        for (int u = 0; u < DC_L * DC_BC / 4 / NTH; u++) {
-            const int e = tid + u * NTH, i = e / (DC_BC / 4), c4 = e - i * (DC_BC / 4);
-            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (i < L)
-                v = __ldg(reinterpret_cast<const float4 *>(vb + (size_t)(t0 + i) * C + 4 * c4));
-            *reinterpret_cast<float4 *>(Xs + i * DT_SS + 4 * c4) = v;
-        }
-        dc_stage_gb(g, beta, nv, j, t0, L, Gs, eG, eK, Bs, tid);
-        {
-            const float4 *src = reinterpret_cast<const float4 *>(tp + dc_tp_slice(j, nsub, t0 / DC_L));
+            for (int u = 0; u < DC_L * DC_BC / 4 / NTH; u++) {
+                const int e = tid + u * NTH, i = e / (DC_BC / 4), c4 = e - i * (DC_BC / 4);
+                float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (i < L)
+                    v = __ldg(reinterpret_cast<const float4 *>(vb + (size_t)(t0 + i) * C + 4 * c4));
+                *reinterpret_cast<float4 *>(Xs + i * DT_SS + 4 * c4) = v;
+            }
+            dc_stage_gb(g, beta, nv, j, t0, L, Gs, eG, eK, Bs, tid);
+            const float4 *src = reinterpret_cast<const float4 *>(tp + dc_tp_slice(j, nsub, sc));
 #pragma unroll
             for (int u = 0; u < DC_TP_U(NTH); u++)
                 *dc_tp_smem(Ts, Ps, tid + u * NTH) = __ldg(src + tid + u * NTH);
@@ -1005,6 +1086,13 @@ __global__ void __launch_bounds__(2 * DC_T, 1)
                 Vn[(r0 + 8 * (e >> 1)) * DT_SS + cc + (e & 1)] = vn[e];
         }
         __syncthreads();
+        if (PF) { // X and T are free: the next sub-chunk's V and T
+            if (L1 > 0) {
+                dt_copy_v<NTH>(vb, C, t1, L1, Xs, tid);
+                dt_copy_tp<NTH>(tp, j, nsub, sc + 1, Ts, Ps, 0, tid);
+            }
+            cp_commit();
+        }
         // ---- o += P V' ----
         dt_tri_mm(Ps, Vn, mi, 8 * ni, gq, tq, oa);
 #pragma unroll
@@ -1013,6 +1101,12 @@ __global__ void __launch_bounds__(2 * DC_T, 1)
             if (i < L)
                 *reinterpret_cast<float2 *>(o_all + (size_t)(t0 + i) * nv * dv + (size_t)j * dv + c0 + cc) =
                     make_float2(oa[2 * h], oa[2 * h + 1]);
+        }
+        if (PF) { // P is free once every warp's P V' is done: the next sub-chunk's
+            __syncthreads();
+            if (L1 > 0)
+                dt_copy_tp<NTH>(tp, j, nsub, sc + 1, Ts, Ps, 1, tid);
+            cp_commit();
         }
         // ---- S = e^{G_last} S + K^T diag(e^{G_last - G}) V': A[d][i] = K[i][d], B[i][c] = e^{G_L - G_i} V'[i][c] ----
         {
@@ -1041,6 +1135,8 @@ __global__ void __launch_bounds__(2 * DC_T, 1)
             }
         }
     }
+    if (PF)
+        cp_wait<0>(); // nothing left in flight (the last sub-chunk's copies are empty groups)
     __syncthreads();
     for (int e = tid; e < dk * DC_BC; e += NTH) {
         const int d = e / DC_BC, c = e - d * DC_BC;
@@ -1343,6 +1439,15 @@ extern "C" int lilac_cuda_dn_tc_enabled(void)
     return env_switch_once(on, "LILAC_CUDA_DN_TC", true);
 }
 
+/* LILAC_CUDA_DN_PF=0: k_pf_dn_chunk_tc stages each sub-chunk after the one before (q, k, V, the gates, T and P
+ * loaded, then a barrier), instead of copying it while the one before is computed. Written in session 19: to be
+ * measured. Read once. */
+static bool dn_pf()
+{
+    static std::atomic<int> on{-1};
+    return env_switch_once(on, "LILAC_CUDA_DN_PF", true);
+}
+
 // The chunked kernel for this shape, or -1 (nothing launched) where it does not take it: dk and dv multiples
 // of 32, dk <= DC_MAXDK, q, k and v rows float4-aligned, the shared memory granted.
 static int launch_dn_chunk(float *S, const float *conv, int C, const float *g, const float *beta, float *o, int nk,
@@ -1352,9 +1457,11 @@ static int launch_dn_chunk(float *S, const float *conv, int C, const float *g, c
         ((uintptr_t)conv & 15) != 0 || ((uintptr_t)tp & 15) != 0)
         return -1;
     const bool tc = tp && dk <= DT_MAXDK && dk % 16 == 0 && lilac_cuda_dn_tc_enabled();
-    const size_t smem = tc ? dn_tc_smem(dk) : dn_chunk_smem(dk), smem_tp = dn_tp_smem(dk);
+    const bool pf = tc && dn_tc_smem(dk, true) <= 227 * 1024 && dn_pf();
+    const size_t smem = tc ? dn_tc_smem(dk, pf) : dn_chunk_smem(dk), smem_tp = dn_tp_smem(dk);
     const bool wide = tp && (tc || dn_wide());
-    auto kern = tc     ? k_pf_dn_chunk_tc
+    auto kern = pf     ? k_pf_dn_chunk_tc<true>
+                : tc   ? k_pf_dn_chunk_tc<false>
                 : wide ? k_pf_dn_chunk<true, 2 * DC_T>
                 : tp   ? k_pf_dn_chunk<true>
                        : k_pf_dn_chunk<false>;
