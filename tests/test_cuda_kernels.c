@@ -320,12 +320,16 @@ static void test_type_matvec(int ti)
     if (!tmat_make(&m, type, 333, 4096, rb4096, mis, 0)) {
         test_matvec(ti, &m, 1, "data 2 or 4 bytes past 16-byte alignment");
         test_matvec(ti, &m, 5, "data 2 or 4 bytes past 16-byte alignment");
+        if (type == LILAC_F32) /* the GEMM's rows not 16-byte aligned: k_gemm_f, not the tensor cores */
+            test_matvec(ti, &m, 40, "data 4 bytes past 16-byte alignment, gemm");
         test_get_row(ti, &m, 17);
         tmat_free(&m);
     }
     if (!tmat_make(&m, type, 333, 512, (rb512 + 15) / 16 * 16 + 16, 0, 0)) {
         test_matvec(ti, &m, 1, "rows padded to 16 bytes + 16");
         test_matvec(ti, &m, 3, "rows padded to 16 bytes + 16");
+        if (type == LILAC_F32) /* F32 on the tensor cores: row_bytes past cols * 4 */
+            test_matvec(ti, &m, 40, "rows padded to 16 bytes + 16, gemm");
         tmat_free(&m);
     }
     if (!tmat_make(&m, type, 333, 4096, rb4096, 0, 1)) {
@@ -344,9 +348,15 @@ static void test_type_matvec(int ti)
         if (!tmat_make(&m, type, 7, 100, lilac_dtype_row_bytes(type, 100), 0, 0)) {
             test_matvec(ti, &m, 1, "100 columns");
             test_matvec(ti, &m, 2, "100 columns");
+            test_matvec(ti, &m, 40, "100 columns, gemm"); /* F32's tensor cores: a last column tile of 4 */
             test_get_row(ti, &m, 6);
             tmat_free(&m);
         }
+    }
+    /* the prefill's MoE router, F32 on the tensor cores: a prompt's tokens in 1000-token chunks */
+    if (type == LILAC_F32 && !tmat_make(&m, type, 256, 2048, lilac_dtype_row_bytes(type, 2048), 0, 0)) {
+        test_matvec(ti, &m, 1000, "the MoE router's shape, gemm");
+        tmat_free(&m);
     }
     test_experts(ti, type, 96, 512, 0, 0);
     test_experts(ti, type, 96, 512, 1, 0);
@@ -760,6 +770,13 @@ int main(void)
         const long n = lilac_cuda_gemm_split_launches();
         printf("float GEMM with K split: %ld launches\n", n);
         CHECKF(n > 0, "the GEMM's K split is on, yet no GEMM split K");
+    }
+    /* F32's GEMM cases on the tensor cores unless LILAC_CUDA_GEMM_TC=0 (or LILAC_CUDA_GEMM=0) */
+    if (!bench_only && ct_part("matvec")) {
+        const int tc = lilac_env_switch("LILAC_CUDA_GEMM_TC", true) && lilac_env_switch("LILAC_CUDA_GEMM", true);
+        const long n = lilac_cuda_gemm_tc_launches();
+        printf("F32 GEMM on the tensor cores: %ld launches\n", n);
+        CHECKF(tc ? n > 0 : n == 0, "F32 GEMM on the tensor cores %s, yet %ld launches", tc ? "on" : "off", n);
     }
 #endif
     if (!getenv("LILAC_CUDA_NO_BENCH"))

@@ -46,6 +46,7 @@ do_test() {
     run_test kernels-t8 test_cuda_kernels LILAC_CUDA_MV_T8=1 LILAC_CUDA_NO_BENCH=1
     run_test kernels-block-norm test_cuda_kernels LILAC_CUDA_PF_WARP_NORM=0 LILAC_CUDA_NO_BENCH=1
     run_test kernels-no-gemm-split test_cuda_kernels LILAC_CUDA_GEMM_SPLIT=0 LILAC_CUDA_NO_BENCH=1
+    run_test kernels-no-gemm-tc test_cuda_kernels LILAC_CUDA_GEMM_TC=0 LILAC_CUDA_NO_BENCH=1
     run_test kernels-down-sum-r1 test_cuda_kernels LILAC_CUDA_DOWN_SUM_R=1 LILAC_CUDA_NO_BENCH=1
     run_test kernels-no-stage test_cuda_kernels LILAC_CUDA_MV_STAGE=0 LILAC_CUDA_NO_BENCH=1
     run_test wgmma test_cuda_wgmma
@@ -232,8 +233,8 @@ do_gen() {
 # pays. Needs build and synth.
 do_ab() {
     local T="timeout ${BENCH_TIMEOUT:-240}" v
-    for v in NONE LILAC_CUDA_DN_KQ LILAC_CUDA_GEMM LILAC_CUDA_MMA_W8 LILAC_CUDA_MMA_XROWS LILAC_CUDA_PF_GU \
-        LILAC_CUDA_ATTN_MMA LILAC_CUDA_MMA; do
+    for v in NONE LILAC_CUDA_DN_KQ LILAC_CUDA_GEMM LILAC_CUDA_GEMM_TC LILAC_CUDA_MMA_W8 LILAC_CUDA_MMA_XROWS \
+        LILAC_CUDA_PF_GU LILAC_CUDA_ATTN_MMA LILAC_CUDA_MMA; do
         echo "$v=0: $(env "$v=0" $T "$build/lilac" bench -m "$synth" --backend cuda -p 512 -n 0 -r 2 --json 2>/dev/null |
             grep -o '"tokens_per_s": [0-9.]*')"
     done

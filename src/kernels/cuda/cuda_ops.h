@@ -186,6 +186,8 @@ int lilac_cuda_dn_tc_enabled(void);
 void *lilac_cuda_mma_scratch_borrow(lilac_cuda_stream *s, size_t bytes);
 /* The float GEMM's launches so far that split K (cuda_gemm.cu, LILAC_CUDA_GEMM_SPLIT=1). */
 long lilac_cuda_gemm_split_launches(void);
+/* The F32 GEMM's launches so far on the tensor cores (cuda_gemm.cu's k_gemm_tc, LILAC_CUDA_GEMM_TC=1). */
+long lilac_cuda_gemm_tc_launches(void);
 /* cuda_wgmma.cuh's assumptions checked on the GPU: d (64 x 128) = a (64 x K, row-major) times b (128 x K,
  * row-major: b's rows are the product's columns)^T, both rounded to fp16, by one warpgroup's wgmma with A from
  * registers and B in shared memory as cuda_wgmma.cuh describes it. K a multiple of 16 up to 64. 0, or -1 with
