@@ -973,16 +973,25 @@ __device__ __forceinline__ void dt_frag_a(const float *a, int st, uint32_t (&h)[
 
 // c += the block-lower-triangular A (DC_L x DC_L, rows DC_TS apart; the warp's row tile mi reads column tiles
 // <= mi) times B (DC_L rows DT_SS apart), the warp's tile: rows 16 mi + g (+ 8), B's column nb + g.
+// Two chains of mma's (even and odd 8-token steps, added at the end): a warp's products are latency-bound.
 __device__ __forceinline__ void dt_tri_mm(const float *A, const float *B, int mi, int nb, int g, int t, float (&c)[4])
 {
     const float *a = A + (16 * mi + g) * DC_TS + t, *b = B + t * DT_SS + nb + g;
-    for (int k0 = 0; k0 < 16 * mi + 16; k0 += 8) {
-        uint32_t ah[4], al[4], bh0, bl0, bh1, bl1;
+    float c2[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int k0 = 0; k0 < 16 * mi + 16; k0 += 16) {
+        uint32_t ah[4], al[4], bh0, bl0, bh1, bl1, dh[4], dl[4], eh0, el0, eh1, el1;
         dt_frag_a(a + k0, DC_TS, ah, al);
+        dt_frag_a(a + k0 + 8, DC_TS, dh, dl);
         tf32_split(b[k0 * DT_SS], bh0, bl0);
         tf32_split(b[(k0 + 4) * DT_SS], bh1, bl1);
+        tf32_split(b[(k0 + 8) * DT_SS], eh0, el0);
+        tf32_split(b[(k0 + 12) * DT_SS], eh1, el1);
         mma3(c, ah, al, bh0, bh1, bl0, bl1);
+        mma3(c2, dh, dl, eh0, eh1, el0, el1);
     }
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+        c[e] += c2[e];
 }
 
 template <bool PF>
@@ -1057,23 +1066,28 @@ __global__ void __launch_bounds__(2 * DC_T, 1)
         // ---- K S and Q S (the state before the sub-chunk): X = beta (V - e^G K S), and o's first term e^G Q S ----
         float oa[4] = {0.f, 0.f, 0.f, 0.f};
         {
-            float ks[4] = {0.f, 0.f, 0.f, 0.f};
+            // two chains each (even and odd 8-dim steps; dk a multiple of 16), added at the end
+            float ks[4] = {0.f, 0.f, 0.f, 0.f}, ks2[4] = {0.f, 0.f, 0.f, 0.f}, oa2[4] = {0.f, 0.f, 0.f, 0.f};
             const float *ka = Ks + r0 * KS + tq, *qa = Qs + r0 * KS + tq, *sb = Ss + tq * DT_SS + 8 * ni + gq;
-            for (int k0 = 0; k0 < dk; k0 += 8) {
-                uint32_t kh4[4], kl4[4], qh4[4], ql4[4], bh0, bl0, bh1, bl1;
-                dt_frag_a(ka + k0, KS, kh4, kl4);
-                dt_frag_a(qa + k0, KS, qh4, ql4);
-                tf32_split(sb[k0 * DT_SS], bh0, bl0);
-                tf32_split(sb[(k0 + 4) * DT_SS], bh1, bl1);
-                mma3(ks, kh4, kl4, bh0, bh1, bl0, bl1);
-                mma3(oa, qh4, ql4, bh0, bh1, bl0, bl1);
+            for (int k0 = 0; k0 < dk; k0 += 16) {
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    uint32_t kh4[4], kl4[4], qh4[4], ql4[4], bh0, bl0, bh1, bl1;
+                    const int k = k0 + 8 * u;
+                    dt_frag_a(ka + k, KS, kh4, kl4);
+                    dt_frag_a(qa + k, KS, qh4, ql4);
+                    tf32_split(sb[k * DT_SS], bh0, bl0);
+                    tf32_split(sb[(k + 4) * DT_SS], bh1, bl1);
+                    mma3(u ? ks2 : ks, kh4, kl4, bh0, bh1, bl0, bl1);
+                    mma3(u ? oa2 : oa, qh4, ql4, bh0, bh1, bl0, bl1);
+                }
             }
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int i = r0 + 8 * (e >> 1);
                 float *xp = Xs + i * DT_SS + cc + (e & 1);
-                *xp = Bs[i] * (*xp - eG[i] * ks[e]);
-                oa[e] *= eG[i];
+                *xp = Bs[i] * (*xp - eG[i] * (ks[e] + ks2[e]));
+                oa[e] = eG[i] * (oa[e] + oa2[e]);
             }
         }
         __syncthreads();
@@ -1112,26 +1126,38 @@ __global__ void __launch_bounds__(2 * DC_T, 1)
         {
             const float el = eG[L - 1];
             const int kend = (L + 7) & ~7; // rows past L: K and V' zero
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int m0 = 16 * (mi + 4 * h);
-                if (m0 >= dk)
-                    break;
-                float *sp = Ss + (m0 + gq) * DT_SS + cc;
+            // the warp's two tiles (dims 16 mi .. and 16 (mi + 4) ..) share B and run as two chains
+            const bool two = 16 * (mi + 4) < dk;
+            if (16 * mi < dk) {
+                float *sp = Ss + (16 * mi + gq) * DT_SS + cc, *sp2 = sp + 64 * DT_SS;
                 float sa[4] = {el * sp[0], el * sp[1], el * sp[8 * DT_SS], el * sp[8 * DT_SS + 1]};
-                const float *ka = Ks + tq * KS + m0 + gq, *vb8 = Vn + tq * DT_SS + 8 * ni + gq;
+                float sb2[4] = {0.f, 0.f, 0.f, 0.f};
+                if (two) {
+                    sb2[0] = el * sp2[0], sb2[1] = el * sp2[1];
+                    sb2[2] = el * sp2[8 * DT_SS], sb2[3] = el * sp2[8 * DT_SS + 1];
+                }
+                const float *ka = Ks + tq * KS + 16 * mi + gq, *vb8 = Vn + tq * DT_SS + 8 * ni + gq;
                 for (int k0 = 0; k0 < kend; k0 += 8) {
                     uint32_t ah[4], al[4], bh0, bl0, bh1, bl1;
                     const float *a = ka + k0 * KS;
+                    tf32_split(vb8[k0 * DT_SS] * eK[k0 + tq], bh0, bl0);
+                    tf32_split(vb8[(k0 + 4) * DT_SS] * eK[k0 + tq + 4], bh1, bl1);
                     tf32_split(a[0], ah[0], al[0]);
                     tf32_split(a[8], ah[1], al[1]);
                     tf32_split(a[4 * KS], ah[2], al[2]);
                     tf32_split(a[4 * KS + 8], ah[3], al[3]);
-                    tf32_split(vb8[k0 * DT_SS] * eK[k0 + tq], bh0, bl0);
-                    tf32_split(vb8[(k0 + 4) * DT_SS] * eK[k0 + tq + 4], bh1, bl1);
                     mma3(sa, ah, al, bh0, bh1, bl0, bl1);
+                    if (two) {
+                        tf32_split(a[64], ah[0], al[0]);
+                        tf32_split(a[72], ah[1], al[1]);
+                        tf32_split(a[4 * KS + 64], ah[2], al[2]);
+                        tf32_split(a[4 * KS + 72], ah[3], al[3]);
+                        mma3(sb2, ah, al, bh0, bh1, bl0, bl1);
+                    }
                 }
                 sp[0] = sa[0], sp[1] = sa[1], sp[8 * DT_SS] = sa[2], sp[8 * DT_SS + 1] = sa[3];
+                if (two)
+                    sp2[0] = sb2[0], sp2[1] = sb2[1], sp2[8 * DT_SS] = sb2[2], sp2[8 * DT_SS + 1] = sb2[3];
             }
         }
     }
