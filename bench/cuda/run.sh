@@ -95,6 +95,7 @@ do_test() {
     run_test prefill-dn-narrow test_cuda_prefill LILAC_CUDA_DN_WIDE=0 LILAC_CUDA_DN_TC=0
     run_test prefill-dn-no-tc test_cuda_prefill LILAC_CUDA_DN_TC=0
     run_test prefill-dn-no-pf test_cuda_prefill LILAC_CUDA_DN_PF=0
+    run_test prefill-ab-split test_cuda_prefill LILAC_CUDA_PF_AB=0
     run_test prefill-t24 test_cuda_prefill LILAC_CUDA_MMA_T24=2
     run_test prefill-no-gemm-split test_cuda_prefill LILAC_CUDA_GEMM_SPLIT=0
     run_test prefill-t16 test_cuda_prefill LILAC_CUDA_MMA_T24=0

@@ -160,6 +160,17 @@ static void products(lilac_cuda_model *cm, lilac_cuda_stream *s, lilac_cuda_stre
     lilac_cuda_fork(aux, s, cm->ev[1]);
 }
 
+/* LILAC_CUDA_PF_AB=0: the DeltaNet alpha and beta (32 rows each in the 35B-A3B file) as two products, on the CUDA
+ * cores (under LILAC_CUDA_MMA_MIN_ROWS); on, one product of the joined matrix (64 rows: the tensor cores), then
+ * split. Written in session 19: ncu put the two at 1.8 % of pp4096 (119 us a call). Read once. */
+static bool pf_ab_joined(void)
+{
+    static int on = -1;
+    if (on < 0)
+        on = lilac_env_switch("LILAC_CUDA_PF_AB", true);
+    return on;
+}
+
 /* The chunk's nt tokens (in pf->tok) at positions pos0 .. of cs, or with rows one token of each row's own
  * sequence: the final-normed rows to pf->xn; with hid, the residual stream's rows of them as well. */
 static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0, const pf_rows *rows,
@@ -226,9 +237,14 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
             lilac_cuda_op_mark(s, "pf attention", &t_);
             lilac_cuda_matvec(&cl->wo, pf->att, pf->tmp, nt, s);
         } else {
-            const lilac_cuda_mat *in_w[] = {&cl->ssm_qkv, &cl->ssm_z, &cl->ssm_alpha, &cl->ssm_beta};
-            float *const in_y[] = {pf->qkv, pf->z, pf->a, pf->b};
-            products(cm, s, aux, in_w, in_y, 2, 4, pf->xn, nt); /* alpha and beta beside qkv and z */
+            /* alpha and beta beside qkv and z; where they are joined (ssm_ab), as one product of twice the rows
+             * (into o, free until the delta rule writes it), then split into a and b; a prompt's chunk only */
+            const bool ab = !rows && cl->ssm_ab.data && pf_ab_joined();
+            const lilac_cuda_mat *in_w[] = {&cl->ssm_qkv, &cl->ssm_z, ab ? &cl->ssm_ab : &cl->ssm_alpha, &cl->ssm_beta};
+            float *const in_y[] = {pf->qkv, pf->z, ab ? pf->o : pf->a, pf->b};
+            products(cm, s, aux, in_w, in_y, 2, ab ? 3 : 4, pf->xn, nt);
+            if (ab)
+                lilac_cuda_pf_split_cols(pf->o, nv, pf->a, pf->b, nt, s);
             lilac_cuda_op_mark(s, "pf norm+qkv", &t_);
             if (rows) { /* each row with its own sequence's conv and recurrent state */
                 float **cp = rows->ptrs + (size_t)(4 * il + 2) * PF_BATCH, **sp = cp + PF_BATCH;

@@ -160,6 +160,8 @@ int lilac_cuda_pf_attention_mma(const float *q, int q_step, long long q_tok, con
 int lilac_cuda_pf_attention_simt(const float *q, int q_step, long long q_tok, const float *K, const float *V,
                                  int n_head, int n_head_kv, int hd, int pos0, int n, float *out, int gated,
                                  lilac_cuda_stream *s);
+/* Rows [n][2 w] of two joined products (ab: a's w columns, then b's) into a and b, [n][w] each. */
+void lilac_cuda_pf_split_cols(const float *ab, int w, float *a, float *b, int n, lilac_cuda_stream *s);
 /* The causal conv of n rows of C channels with SiLU (out [n][C]), then the state (K - 1 rows) advanced by n. */
 void lilac_cuda_pf_conv(const float *in, float *state, const float *w, float *out, int C, int K, int n,
                         lilac_cuda_stream *s);

@@ -257,6 +257,17 @@ template <int NQ> __global__ void k_pf_dn_qk_norm_warp(float *conv, int C, int n
                                  hw < nk ? rsqrtf((float)dk) : 1.0f);
 }
 
+// Element e of a and b ([n][w] each) from ab's row e / w ([n][2 w]: a's columns, then b's).
+__global__ void k_pf_split_cols(const float *ab, int w, float *a, float *b, long long total)
+{
+    const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= total)
+        return;
+    const long long t = e / w, c = e - t * w;
+    a[e] = ab[2 * w * t + c];
+    b[e] = ab[2 * w * t + w + c];
+}
+
 // g = ssm_a * softplus(a + dt), beta = sigmoid(b), for the [n][nv] gates.
 __global__ void k_pf_dn_gates(float *a, float *b, const float *ssm_a, const float *ssm_dt, int nv, int total)
 {
@@ -1547,6 +1558,13 @@ extern "C" int lilac_cuda_pf_deltanet_form(float *conv_out, int C, float *a, flo
     if (norm_w)
         lilac_cuda_gated_norm(o, z, norm_w, n * nv, dv, eps, s);
     return took;
+}
+
+extern "C" void lilac_cuda_pf_split_cols(const float *ab, int w, float *a, float *b, int n, lilac_cuda_stream *s)
+{
+    const long long total = (long long)n * w;
+    if (total > 0)
+        k_pf_split_cols<<<(unsigned)((total + 255) / 256), 256, 0, CS(s)>>>(ab, w, a, b, total);
 }
 
 extern "C" void lilac_cuda_pf_deltanet(float *conv_out, int C, float *a, float *b, const float *ssm_a,
