@@ -162,7 +162,8 @@ static void products(lilac_cuda_model *cm, lilac_cuda_stream *s, lilac_cuda_stre
 
 /* LILAC_CUDA_PF_AB=0: the DeltaNet alpha and beta (32 rows each in the 35B-A3B file) as two products, on the CUDA
  * cores (under LILAC_CUDA_MMA_MIN_ROWS); on, one product of the joined matrix (64 rows: the tensor cores), then
- * split. Written in session 19: ncu put the two at 1.8 % of pp4096 (119 us a call). Read once. */
+ * split. The two took 1.8 % of pp4096 in ncu (119 us a call); joined: pp4096 13,514/13,508 against 13,383/13,406,
+ * pp512 10,957/10,924 against 10,939/10,938 (H200, alternated in one call, session 19). Read once. */
 static bool pf_ab_joined(void)
 {
     static int on = -1;

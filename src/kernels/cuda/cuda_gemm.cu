@@ -132,9 +132,9 @@ __global__ void k_gemm_sum(const float *part, int nz, size_t m, float *y)
 }
 
 // ---- F32 weights on the tensor cores ----
-// Written without timing it: its speed is to be measured (the router's share of a prefill in ncu, against
-// k_gemm_f's ~20 TFLOPS). test_cuda_kernels passed once on the H200 (its F32 cases' worst error 2.4e-7 of
-// sum |w x|, k_gemm_f's 5.3e-7).
+// pp4096 13,368/13,377 against 13,209/13,220 with k_gemm_f (LILAC_CUDA_GEMM_TC=0), pp512 10,844/10,891 against
+// 10,787/10,796 (H200, alternated in one call, session 19); ncu: 132 us a call at 4096 tokens, tensor pipe 41 %.
+// test_cuda_kernels' F32 cases' worst error 2.4e-7 of sum |w x| (k_gemm_f's 5.3e-7).
 // Block (bx, by, z): rows TC_M bx .., tokens TC_N by .., columns [kc z, kc (z + 1)) (split K as k_gemm_f's).
 // 8 warps of 32 rows x 32 tokens (warp w: rows 32 (w % 4), tokens 32 (w / 4)): 2 m16 x 4 n8 tiles of
 // m16n8k8 tf32, W the A operand (row-major), x the B operand (its rows are B's columns), y[t][r] = C[r][t].
