@@ -190,14 +190,7 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
         }
     };
 
-    float acc[2][4][4];
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                acc[i][j][e] = 0.f;
+    float acc[2][4][4] = {};
     // A warp whose rows or tokens are all past the edge computes nothing (a 257-row router's third row block).
     const bool busy = r0 + 32 * wm < rows && t0 + 32 * wn < n;
     // This thread's float4s: rows 32 wm + g (+ 8, 16, 24) of W, 32 wn + g (+ 8 j) of x, chunk tq (+ 4) swizzled
@@ -224,14 +217,7 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
         fill = fill + 1 == TC_STAGES ? 0 : fill + 1;
         if (!busy)
             continue;
-        float u[2][4][4]; /* this tile's products, from zero */
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    u[i][j][e] = 0.f;
+        float u[2][4][4] = {}; /* this tile's products, from zero */
 #pragma unroll
         for (int c = 0; c < 2; c++) { /* columns 16c .. 16c + 15: slices 2c, 2c + 1 */
             const int oc = c ? oc1 : oc0;

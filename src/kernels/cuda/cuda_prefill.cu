@@ -745,6 +745,31 @@ __device__ __forceinline__ float4 *dc_tp_smem(float *Ts, float *Ps, int e)
     return reinterpret_cast<float4 *>((m ? Ps : Ts) + i * DC_TS + 4 * c4);
 }
 
+// V's DC_BC columns of rows t0 .. t0 + DC_L (vb: row 0's, rows C floats apart) into Xs (rows XS floats apart); rows
+// past L zero. Every thread.
+template <int NTH>
+__device__ __forceinline__ void dc_stage_v(const float *vb, int C, int t0, int L, float *Xs, int XS, int tid)
+{
+#pragma unroll
+    for (int u = 0; u < DC_L * DC_BC / 4 / NTH; u++) {
+        const int e = tid + u * NTH, i = e / (DC_BC / 4), c4 = e - i * (DC_BC / 4);
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (i < L)
+            v = __ldg(reinterpret_cast<const float4 *>(vb + (size_t)(t0 + i) * C + 4 * c4));
+        *reinterpret_cast<float4 *>(Xs + i * XS + 4 * c4) = v;
+    }
+}
+
+// T and P of value head j's sub-chunk sc (k_pf_dn_tp's) into Ts, Ps. Every thread.
+template <int NTH>
+__device__ __forceinline__ void dc_stage_tp(const float *tp, int j, int nsub, int sc, float *Ts, float *Ps, int tid)
+{
+    const float4 *src = reinterpret_cast<const float4 *>(tp + dc_tp_slice(j, nsub, sc));
+#pragma unroll
+    for (int u = 0; u < DC_TP_U(NTH); u++)
+        *dc_tp_smem(Ts, Ps, tid + u * NTH) = __ldg(src + tid + u * NTH);
+}
+
 // PRE: T and P precomputed by k_pf_dn_tp into tp (nsub sub-chunks a value head); else computed here, by each
 // of a head's dv / DC_BC blocks. NTH threads (DC_T, or 2 DC_T with PRE): thread (hi, lo) = (tid / 16, tid % 16)
 // takes rows hi + HS r (r < R, HS = NTH / 16) and columns lo + 16 s of a sub-chunk's 64 x DC_BC products, and
@@ -783,21 +808,10 @@ __global__ void __launch_bounds__(NTH, 1)
         const int L = min(DC_L, n - t0);
         __syncthreads(); // the previous sub-chunk's k, V' and S are consumed
         dc_stage_qk<NTH>(qb, kb, C, t0, L, dk, Qs, Ks, KS, tid);
-#pragma unroll
-        for (int u = 0; u < DC_L * DC_BC / 4 / NTH; u++) {
-            const int e = tid + u * NTH, i = e / (DC_BC / 4), c4 = e - i * (DC_BC / 4);
-            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (i < L)
-                v = __ldg(reinterpret_cast<const float4 *>(vb + (size_t)(t0 + i) * C + 4 * c4));
-            *reinterpret_cast<float4 *>(Xs + i * DC_XS + 4 * c4) = v;
-        }
+        dc_stage_v<NTH>(vb, C, t0, L, Xs, DC_XS, tid);
         dc_stage_gb(g, beta, nv, j, t0, L, Gs, eG, eK, Bs, tid);
-        if (PRE) { // T and P of this sub-chunk from k_pf_dn_tp
-            const float4 *src = reinterpret_cast<const float4 *>(tp + dc_tp_slice(j, nsub, t0 / DC_L));
-#pragma unroll
-            for (int u = 0; u < DC_TP_U(NTH); u++)
-                *dc_tp_smem(Ts, Ps, tid + u * NTH) = __ldg(src + tid + u * NTH);
-        }
+        if (PRE) // T and P of this sub-chunk from k_pf_dn_tp
+            dc_stage_tp<NTH>(tp, j, nsub, t0 / DC_L, Ts, Ps, tid);
         __syncthreads();
         if (!PRE)
             dc_tp(Ks, Qs, KS, dk, Gs, Bs, Ts, Ps, Ms, hi, lo, tid);
@@ -1064,19 +1078,9 @@ __global__ void __launch_bounds__(2 * DC_T, 1)
             cp_wait<1>(); // all but the next q and k
         } else {
             dc_stage_qk<NTH>(qb, kb, C, t0, L, dk, Qs, Ks, KS, tid);
-#pragma unroll
-            for (int u = 0; u < DC_L * DC_BC / 4 / NTH; u++) {
-                const int e = tid + u * NTH, i = e / (DC_BC / 4), c4 = e - i * (DC_BC / 4);
-                float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-                if (i < L)
-                    v = __ldg(reinterpret_cast<const float4 *>(vb + (size_t)(t0 + i) * C + 4 * c4));
-                *reinterpret_cast<float4 *>(Xs + i * DT_SS + 4 * c4) = v;
-            }
+            dc_stage_v<NTH>(vb, C, t0, L, Xs, DT_SS, tid);
             dc_stage_gb(g, beta, nv, j, t0, L, Gs, eG, eK, Bs, tid);
-            const float4 *src = reinterpret_cast<const float4 *>(tp + dc_tp_slice(j, nsub, sc));
-#pragma unroll
-            for (int u = 0; u < DC_TP_U(NTH); u++)
-                *dc_tp_smem(Ts, Ps, tid + u * NTH) = __ldg(src + tid + u * NTH);
+            dc_stage_tp<NTH>(tp, j, nsub, sc, Ts, Ps, tid);
         }
         __syncthreads();
         // ---- K S and Q S (the state before the sub-chunk): X = beta (V - e^G K S), and o's first term e^G Q S ----
