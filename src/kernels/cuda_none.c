@@ -268,6 +268,23 @@ int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride,
     return -1;
 }
 
+int lilac_cuda_matvec_grouped_glu(const lilac_cuda_mat *W, size_t expert_stride, int n_expert, const int32_t *offsets,
+                                  int max_pairs, int n_pairs, const float *g, const float *u, long long x_stride,
+                                  float *y, lilac_cuda_stream *s)
+{
+    return lilac_cuda_matvec_grouped_glu_mma(W, expert_stride, n_expert, offsets, max_pairs, n_pairs, g, u, x_stride,
+                                             y, s);
+}
+
+int lilac_cuda_matvec_grouped_glu_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert,
+                                      const int32_t *offsets, int max_pairs, int n_pairs, const float *g,
+                                      const float *u, long long x_stride, float *y, lilac_cuda_stream *s)
+{
+    (void)W, (void)expert_stride, (void)n_expert, (void)offsets, (void)max_pairs, (void)n_pairs, (void)g, (void)u,
+        (void)x_stride, (void)y, (void)s;
+    return -1;
+}
+
 int lilac_cuda_check(char *msg, size_t cap) { return no_cuda(msg, cap); }
 
 double lilac_cuda_bench_matvec(const lilac_cuda_mat *W, int n_tok, int reps)

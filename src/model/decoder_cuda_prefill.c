@@ -172,6 +172,17 @@ static bool pf_ab_joined(void)
     return on;
 }
 
+/* LILAC_CUDA_PF_GLU=1: the routed experts' SwiGLU computed by the down product's pre-pass as it converts its rows
+ * (k_swiglu's bits), not by k_swiglu first (ncu: SwiGLU 1.0 % of pp4096, the pre-pass 2.9 %). Written in session
+ * 19 without a GPU run: off until measured. Read once. */
+static bool pf_glu_prep(void)
+{
+    static int on = -1;
+    if (on < 0)
+        on = lilac_env_switch("LILAC_CUDA_PF_GLU", false);
+    return on;
+}
+
 /* The chunk's nt tokens (in pf->tok) at positions pos0 .. of cs, or with rows one token of each row's own
  * sequence: the final-normed rows to pf->xn; with hid, the residual stream's rows of them as well. */
 static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0, const pf_rows *rows,
@@ -300,9 +311,13 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
                 lilac_cuda_matvec_grouped(&cl->exp_up, cl->up_stride, NE, pf->offsets, pf->pair_tok, nt, nt, nt * k,
                                           pf->xn, E, ubuf, s);
             }
-            lilac_cuda_swiglu(pf->gbuf, ubuf, nt * k * ff, s);
-            lilac_cuda_matvec_grouped(&cl->exp_down, cl->down_stride, NE, pf->offsets, NULL, 0, nt, nt * k, pf->gbuf,
-                                      ff, pf->ex, s);
+            /* the down product's pre-pass computing the SwiGLU (LILAC_CUDA_PF_GLU=1), or it apart */
+            if (!pf_glu_prep() || lilac_cuda_matvec_grouped_glu(&cl->exp_down, cl->down_stride, NE, pf->offsets, nt,
+                                                                nt * k, pf->gbuf, ubuf, ff, pf->ex, s)) {
+                lilac_cuda_swiglu(pf->gbuf, ubuf, nt * k * ff, s);
+                lilac_cuda_matvec_grouped(&cl->exp_down, cl->down_stride, NE, pf->offsets, NULL, 0, nt, nt * k,
+                                          pf->gbuf, ff, pf->ex, s);
+            }
         }
         lilac_cuda_op_mark(s, by_pair ? "pf experts (pairs)" : "pf experts (grouped)", &t_);
         if (sh_aux) {

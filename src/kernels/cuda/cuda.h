@@ -187,6 +187,16 @@ int lilac_cuda_matvec_mma_x(const lilac_cuda_mat *W, const float *x, float *y, i
 int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert,
                                   const int32_t *offsets, const int32_t *rows_of_x, int n_x, int max_pairs, int n_pairs,
                                   const float *x, long long x_stride, float *y, lilac_cuda_stream *s);
+/* The grouped product (a pair a row of x, rows_of_x NULL) of the SwiGLU silu(g) u, g and u [pairs][x_stride], its
+ * pre-pass computing it (k_swiglu's bits; nothing written to g): 0 when the tensor cores took it, -1 when they do not
+ * (too few pairs, type, shape, LILAC_CUDA_MMA=0: nothing launched; the caller runs lilac_cuda_swiglu and
+ * lilac_cuda_matvec_grouped). _mma: the tensor-core path whatever the pairs. */
+int lilac_cuda_matvec_grouped_glu(const lilac_cuda_mat *W, size_t expert_stride, int n_expert, const int32_t *offsets,
+                                  int max_pairs, int n_pairs, const float *g, const float *u, long long x_stride,
+                                  float *y, lilac_cuda_stream *s);
+int lilac_cuda_matvec_grouped_glu_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert,
+                                      const int32_t *offsets, int max_pairs, int n_pairs, const float *g,
+                                      const float *u, long long x_stride, float *y, lilac_cuda_stream *s);
 
 /* Float weights (F32, F16, BF16) with many tokens (cuda_gemm.cu): a tiled float32 GEMM that reads each weight
  * once per 64 tokens; lilac_cuda_matvec takes it from lilac_cuda_gemm_min_tokens() tokens on (LILAC_CUDA_GEMM=0:

@@ -261,21 +261,37 @@ template <bool VEC> __device__ __forceinline__ void prep_load(const float *s, fl
     }
 }
 
+/* prep_load, or with u (the up projection's run beside the gate's s) the SwiGLU silu(s) u: k_swiglu's bits. */
+template <bool VEC> __device__ __forceinline__ void prep_load2(const float *s, const float *u, float (&v)[32])
+{
+    prep_load<VEC>(s, v);
+    if (u) {
+        float w[32];
+        prep_load<VEC>(u, w);
+#pragma unroll
+        for (int i = 0; i < 32; i++)
+            v[i] = __fmul_rn(silu(v[i]), w[i]);
+    }
+}
+
+/* x2 (or NULL): the SwiGLU's up rows at x's layout, x the gate's: the rows converted are silu(x) x2. */
 template <bool VEC>
-__global__ void __launch_bounds__(256) k_mma_prep(const float *x, long long x_stride, const int32_t *map, int n,
-                                                  const int32_t *n_dev, int K, uint8_t *xq, float *xsum, int *xexp)
+__global__ void __launch_bounds__(256) k_mma_prep(const float *x, const float *x2, long long x_stride,
+                                                  const int32_t *map, int n, const int32_t *n_dev, int K, uint8_t *xq,
+                                                  float *xsum, int *xexp)
 {
     __shared__ float red[8];
     const int count = n_dev ? min(n, __ldg(n_dev)) : n;
     const int NB = K / 32, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
     const bool held = NB <= nt; /* each thread at most one run: it keeps its values between the passes */
     for (int row = blockIdx.x; row < count; row += gridDim.x) {
-        const float *src = x + (long long)(map ? __ldg(map + row) : row) * x_stride;
+        const long long off = (long long)(map ? __ldg(map + row) : row) * x_stride;
+        const float *src = x + off, *src2 = x2 ? x2 + off : nullptr;
         float v[32];
         float amax = 0.f;
         bool bad = false;
         for (int blk = tid; blk < NB; blk += nt) {
-            prep_load<VEC>(src + 32 * blk, v);
+            prep_load2<VEC>(src + 32 * blk, src2 ? src2 + 32 * blk : nullptr, v);
 #pragma unroll
             for (int i = 0; i < 32; i++) {
                 const float a = fabsf(v[i]);
@@ -299,7 +315,7 @@ __global__ void __launch_bounds__(256) k_mma_prep(const float *x, long long x_st
             xexp[row] = bad ? INT_MAX : -sh;
         for (int blk = tid; blk < NB; blk += nt) {
             if (!held)
-                prep_load<VEC>(src + 32 * blk, v);
+                prep_load2<VEC>(src + 32 * blk, src2 ? src2 + 32 * blk : nullptr, v);
             float sum = 0.f;
 #pragma unroll
             for (int i = 0; i < 32; i++) {
@@ -834,16 +850,16 @@ bool xq_get(cudaStream_t st, int n, int K, XQ &q)
 /* k_mma_prep over n rows (count: min(n, *n_dev) when n_dev is set): a block a row (at most 65535 blocks,
  * grid-strided past that), a thread a run of 32 columns (whole warps, at most 256). */
 void launch_prep(const float *x, long long x_stride, const int32_t *map, int n, const int32_t *n_dev, int K,
-                 const XQ &q, cudaStream_t st)
+                 const XQ &q, cudaStream_t st, const float *x2 = nullptr)
 {
     const int nb = K / 32, threads = nb >= 256 ? 256 : (nb + 31) / 32 * 32;
     const unsigned grid = (unsigned)(n < 65535 ? n : 65535);
     if (grid < 1)
         return;
-    if ((reinterpret_cast<uintptr_t>(x) & 15) == 0 && x_stride % 4 == 0)
-        k_mma_prep<true><<<grid, threads, 0, st>>>(x, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
+    if ((reinterpret_cast<uintptr_t>(x) & 15) == 0 && (reinterpret_cast<uintptr_t>(x2) & 15) == 0 && x_stride % 4 == 0)
+        k_mma_prep<true><<<grid, threads, 0, st>>>(x, x2, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
     else
-        k_mma_prep<false><<<grid, threads, 0, st>>>(x, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
+        k_mma_prep<false><<<grid, threads, 0, st>>>(x, x2, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
 }
 
 /* The pre-pass of a product into q (xq_get's, just taken for n rows of K). same_x: the caller says x has not
@@ -851,9 +867,9 @@ void launch_prep(const float *x, long long x_stride, const int32_t *map, int n, 
  * that stride (the last pre-pass converted exactly them: neither a map nor a device count), the pre-pass is
  * skipped: the same digits (lilac_cuda_matvec_multi: a prefill's qkv, z, alpha and beta of one normed x). */
 void prep(const float *x, long long x_stride, const int32_t *map, int n, const int32_t *n_dev, int K, const XQ &q,
-          cudaStream_t st, bool same_x)
+          cudaStream_t st, bool same_x, const float *x2 = nullptr)
 {
-    const bool plain = !map && !n_dev;
+    const bool plain = !map && !n_dev && !x2;
     {
         std::lock_guard<std::mutex> lk(g_scr_mu);
         Scratch *sc = scratch_of(st, nullptr);
@@ -865,7 +881,7 @@ void prep(const float *x, long long x_stride, const int32_t *map, int n, const i
             sc->mn = plain ? n : 0;
         }
     }
-    launch_prep(x, x_stride, map, n, n_dev, K, q, st);
+    launch_prep(x, x_stride, map, n, n_dev, K, q, st, x2);
 }
 
 int blocks_per_sm(const void *kern, int smem)
@@ -1126,9 +1142,10 @@ int lilac_cuda_matvec_mma_x(const lilac_cuda_mat *W, const float *x, float *y, i
     return launch_tn(BN, p, a16, items, st, W->type) ? 0 : -1;
 }
 
-int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert,
-                                  const int32_t *offsets, const int32_t *rows_of_x, int n_x, int max_pairs, int n_pairs,
-                                  const float *x, long long x_stride, float *y, lilac_cuda_stream *s)
+/* lilac_cuda_matvec_grouped_mma's, x2 (or NULL) lilac_cuda_matvec_grouped_glu's up rows. */
+static int grouped_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert, const int32_t *offsets,
+                       const int32_t *rows_of_x, int n_x, int max_pairs, int n_pairs, const float *x, const float *x2,
+                       long long x_stride, float *y, lilac_cuda_stream *s)
 {
     bool a16 = false;
     if (!W || !offsets || !x || !y || n_expert < 1 || n_expert > MAX_EXPERT || max_pairs < 1 || n_pairs < 1 ||
@@ -1158,9 +1175,9 @@ int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride,
     p.K = K;
     p.row_tiles = (p.rows + BM - 1) / BM;
     if (by_row) /* x row r's digits at row r */
-        prep(x, x_stride, nullptr, n_x, nullptr, K, q, st, false);
+        prep(x, x_stride, nullptr, n_x, nullptr, K, q, st, false, x2);
     else /* pair i's digits at row i; the pairs in all are offsets[n_expert] (read on the device) */
-        prep(x, x_stride, rows_of_x, n_pairs, offsets + n_expert, K, q, st, false);
+        prep(x, x_stride, rows_of_x, n_pairs, offsets + n_expert, K, q, st, false, x2);
     /* tokens a tile from the mean pairs of an expert; items: sum ceil(c_e / BN) <= n_expert + n_pairs / BN.
      * Measured and removed: experts of over 16 pairs in a second launch of 32-token tiles with the 8 warps
      * along the rows (each weight decoded once for up to 32 tokens; one block an SM, 134 KB of shared memory):
@@ -1176,6 +1193,23 @@ int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride,
         tiles = tiles2;
     const long long items = tiles * p.row_tiles;
     return launch_tn(BN, p, a16, items, st, W->type) ? 0 : -1;
+}
+
+int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert,
+                                  const int32_t *offsets, const int32_t *rows_of_x, int n_x, int max_pairs, int n_pairs,
+                                  const float *x, long long x_stride, float *y, lilac_cuda_stream *s)
+{
+    return grouped_mma(W, expert_stride, n_expert, offsets, rows_of_x, n_x, max_pairs, n_pairs, x, nullptr, x_stride,
+                       y, s);
+}
+
+int lilac_cuda_matvec_grouped_glu_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert,
+                                      const int32_t *offsets, int max_pairs, int n_pairs, const float *g,
+                                      const float *u, long long x_stride, float *y, lilac_cuda_stream *s)
+{
+    if (!u)
+        return -1;
+    return grouped_mma(W, expert_stride, n_expert, offsets, nullptr, 0, max_pairs, n_pairs, g, u, x_stride, y, s);
 }
 
 } // extern "C"

@@ -2150,6 +2150,17 @@ void lilac_cuda_get_rows(const lilac_cuda_mat *W, const int32_t *r_dev, int n, f
         static_cast<const uint8_t *>(W->data), W->row_bytes, W->rows, W->cols, W->type, r_dev, out);
 }
 
+int lilac_cuda_matvec_grouped_glu(const lilac_cuda_mat *W, size_t expert_stride, int n_expert, const int32_t *offsets,
+                                  int max_pairs, int n_pairs, const float *g, const float *u, long long x_stride,
+                                  float *y, lilac_cuda_stream *s)
+{
+    if (!W || !W->data || !g || !u || !y || n_pairs < 1 || max_pairs < lilac_cuda_mma_min_pairs() ||
+        !lilac_cuda_mma_supported(W->type) || !lilac_cuda_mma_enabled())
+        return -1;
+    return lilac_cuda_matvec_grouped_glu_mma(W, expert_stride, n_expert, offsets, max_pairs, n_pairs, g, u, x_stride,
+                                             y, s);
+}
+
 void lilac_cuda_matvec_grouped(const lilac_cuda_mat *W, size_t expert_stride, int n_expert, const int32_t *offsets,
                                const int32_t *rows_of_x, int n_x, int max_pairs, int n_pairs, const float *x,
                                long long x_stride, float *y, lilac_cuda_stream *s)
