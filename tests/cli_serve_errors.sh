@@ -314,14 +314,22 @@ left_then_idle() {
     fi
 }
 
-curl -sS -N --max-time 0.3 -H 'Content-Type: application/json' --data-binary "$LONG_STREAM" \
-    "$URL$CHAT" >"$T/cut-stream" 2>/dev/null
+# The client leaves once its first chunk came (up to 10 s: a loaded machine may take over a fixed 0.3 s to send
+# one, which made this check flaky), long before the 3000 tokens end.
+curl -sS -N -H 'Content-Type: application/json' --data-binary "$LONG_STREAM" "$URL$CHAT" >"$T/cut-stream" 2>/dev/null &
+cut_pid=$!
+for _ in $(seq 100); do
+    grep -q '^data: {' "$T/cut-stream" 2>/dev/null && break
+    sleep 0.1
+done
+kill "$cut_pid" 2>/dev/null
+wait "$cut_pid"
 rc=$?
 n_chunks=$(grep -c '^data: {' "$T/cut-stream")
-if [ "$rc" = 28 ] && [ "$n_chunks" -gt 0 ] && ! grep -q '^data: \[DONE\]' "$T/cut-stream"; then
+if [ "$rc" != 0 ] && [ "$n_chunks" -gt 0 ] && ! grep -q '^data: \[DONE\]' "$T/cut-stream"; then
     ok "stream cut off by the client after $n_chunks chunks"
 else
-    bad "stream cut off by the client" "curl status $rc (28 wanted), $n_chunks chunks"
+    bad "stream cut off by the client" "curl status $rc (killed wanted), $n_chunks chunks"
 fi
 left_then_idle "client left mid-stream"
 
