@@ -194,6 +194,20 @@ long lilac_cuda_gemm_tc_launches(void);
  * row-major: b's rows are the product's columns)^T, both rounded to fp16, by one warpgroup's wgmma with A from
  * registers and B in shared memory as cuda_wgmma.cuh describes it. K a multiple of 16 up to 64. 0, or -1 with
  * msg (no sm_90a build or device, a CUDA error). */
+/* lilac_cuda_sync_probe's findings (cuda_probe.cu): microseconds a phase of a chain of dependent kernels (a CUDA
+ * graph; staged: each block's work loaded before its griddepcontrol.wait) and of one persistent kernel whose phases
+ * wait on device-scope counters (prefetch: the work loaded before the wait); check[v]: a hash of variant v's last
+ * phase values (last: the last variant's, the first 256 blocks'), which the caller compares with its own. */
+typedef struct {
+    int blocks;
+    double us_chain, us_chain_staged, us_persist, us_persist_prefetch;
+    unsigned check[4];
+    int last[256];
+} lilac_cuda_sync_probe_result;
+/* phases phases of a block an SM, each block reading work_bytes of its own a phase (a multiple of 4096, up to
+ * 65536) and every block's value of the phase before; reps timed runs of each variant. 0, or -1 with msg. */
+int lilac_cuda_sync_probe(int phases, int reps, int work_bytes, lilac_cuda_sync_probe_result *r, char *msg,
+                          size_t cap);
 int lilac_cuda_wgmma_probe(const float *a, const float *b, float *d, int K, char *msg, size_t cap);
 /* Whether the routing calls below take E experts, k a token (k <= 64). */
 int lilac_cuda_pf_moe_supported(int n_expert, int k);
