@@ -67,6 +67,7 @@ do_test() {
     run_test dn-narrow test_cuda_dn LILAC_CUDA_DN_WIDE=0 LILAC_CUDA_DN_TC=0
     run_test dn-no-tc test_cuda_dn LILAC_CUDA_DN_TC=0
     run_test dn-no-pf test_cuda_dn LILAC_CUDA_DN_PF=0
+    run_test dn-dk-generic test_cuda_dn LILAC_CUDA_DN_DK=0
     run_test route test_cuda_route
     run_test sample test_cuda_sample
     run_test model test_cuda_model

@@ -1024,11 +1024,13 @@ __device__ __forceinline__ void dt_tri_mm(const float *A, const float *B, int mi
         c[e] += c2[e];
 }
 
-template <bool PF>
+// DK: dk at compile time (the loops over it unrolled, the strides constants), or 0: dk_ at run time.
+template <bool PF, int DK>
 __global__ void __launch_bounds__(2 * DC_T, 1)
     k_pf_dn_chunk_tc(float *S_all, const float *conv, int C, const float *g, const float *beta, float *o_all, int nk,
-                     int nv, int dk, int dv, int tiled, int n, const float *tp, int nsub)
+                     int nv, int dk_, int dv, int tiled, int n, const float *tp, int nsub)
 {
+    const int dk = DK > 0 ? DK : dk_;
     constexpr int NTH = 2 * DC_T;
     static_assert(NTH == 512 && DC_L == 64 && DC_BC == 32, "16 warps: 4 token tiles x 4 column tiles");
     static_assert(DC_TP_U(NTH) % 2 == 0 && DC_TP_U(NTH) * NTH == 2 * DC_L * DC_L / 4, "T, then P: a half each");
@@ -1497,6 +1499,15 @@ static bool dn_pf()
     return env_switch_once(on, "LILAC_CUDA_DN_PF", true);
 }
 
+/* LILAC_CUDA_DN_DK=0: k_pf_dn_chunk_tc with dk at run time for dk 128 too (on: its instance for 128, the loops over
+ * dk unrolled; ncu had the kernel issue-bound, 3.4 k instructions a warp a sub-chunk). Written in session 19
+ * without a GPU run. Read once. */
+static bool dn_dk128()
+{
+    static std::atomic<int> on{-1};
+    return env_switch_once(on, "LILAC_CUDA_DN_DK", true);
+}
+
 // The chunked kernel for this shape, or -1 (nothing launched) where it does not take it: dk and dv multiples
 // of 32, dk <= DC_MAXDK, q, k and v rows float4-aligned, the shared memory granted.
 static int launch_dn_chunk(float *S, const float *conv, int C, const float *g, const float *beta, float *o, int nk,
@@ -1509,8 +1520,9 @@ static int launch_dn_chunk(float *S, const float *conv, int C, const float *g, c
     const bool pf = tc && dn_tc_smem(dk, true) <= 227 * 1024 && dn_pf();
     const size_t smem = tc ? dn_tc_smem(dk, pf) : dn_chunk_smem(dk), smem_tp = dn_tp_smem(dk);
     const bool wide = tp && (tc || dn_wide());
-    auto kern = pf     ? k_pf_dn_chunk_tc<true>
-                : tc   ? k_pf_dn_chunk_tc<false>
+    const bool dk128 = dk == 128 && dn_dk128();
+    auto kern = pf     ? (dk128 ? k_pf_dn_chunk_tc<true, 128> : k_pf_dn_chunk_tc<true, 0>)
+                : tc   ? (dk128 ? k_pf_dn_chunk_tc<false, 128> : k_pf_dn_chunk_tc<false, 0>)
                 : wide ? k_pf_dn_chunk<true, 2 * DC_T>
                 : tp   ? k_pf_dn_chunk<true>
                        : k_pf_dn_chunk<false>;
