@@ -160,8 +160,9 @@ lilac_status lilac_model_prepare(lilac_model *m, lilac_error *err);
 /* The bytes repacked (0: none, or not prepared yet). */
 uint64_t lilac_model_repacked_bytes(const lilac_model *m);
 uint64_t lilac_model_n_params(const lilac_model *m);
-/* Weight bytes one token reads: everything but the routed experts, plus
- * n_expert_used / n_expert of them. */
+/* Weight bytes one generated token reads: everything but the routed experts
+ * and the token embedding, plus n_expert_used / n_expert of the experts and
+ * one row of the embedding (all of it where the output matrix is tied to it). */
 uint64_t lilac_model_active_bytes(const lilac_model *m);
 
 /* Bytes one sequence of n_ctx tokens needs beside the weights. */

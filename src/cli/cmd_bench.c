@@ -330,16 +330,21 @@ static int run_test(lilac_model *m, const bench_opts *o, const lilac_seq *base, 
     else
         snprintf(name, sizeof name, "%s%d", gen ? "tg" : "pp", n);
     const lilac_hparams *hp = lilac_model_hparams(m);
+    /* one sequence's generation: the weights it streams a second (lilac_model_active_bytes a token) */
+    char rate[96] = "";
+    if (gen && !par)
+        snprintf(rate, sizeof rate, ", \"active_bytes\": %llu, \"weights_gb_s\": %.1f",
+                 (unsigned long long)lilac_model_active_bytes(m), med * (double)lilac_model_active_bytes(m) / 1e9);
     if (o->json)
         printf("{\"test\": \"%s\", \"model\": \"%s\", \"arch\": \"%s\", \"n_params\": %llu, \"model_bytes\": %llu, "
                "\"depth\": %d, \"threads\": %d, \"parallel\": %d, \"reps\": %d, \"tokens_per_s\": %.3f, \"min_tokens_per_s\": %.3f, "
                "\"max_tokens_per_s\": %.3f, \"stddev\": %.3f, \"load_s\": %.3f, \"peak_rss_bytes\": %lld, "
-               "\"warmup_tokens_per_s\": %.3f, \"n_layer\": %d, \"precise\": %s, \"kv_type\": \"%s\", \"repacked_bytes\": %llu}\n",
+               "\"warmup_tokens_per_s\": %.3f, \"n_layer\": %d, \"precise\": %s, \"kv_type\": \"%s\", \"repacked_bytes\": %llu%s}\n",
                name, o->model, lilac_model_arch_name(m), (unsigned long long)lilac_model_n_params(m),
                (unsigned long long)lilac_model_weight_bytes(m), o->depth, lilac_model_n_threads(m), gen ? o->parallel : 1,
                o->reps, med, t[0],
                t[o->reps - 1], sd, load_s, peak_rss_bytes(), warm, hp->n_layer, o->precise ? "true" : "false",
-               lilac_kv_type_name(lilac_model_kv_type(m)), (unsigned long long)lilac_model_repacked_bytes(m));
+               lilac_kv_type_name(lilac_model_kv_type(m)), (unsigned long long)lilac_model_repacked_bytes(m), rate);
     else
         printf("| %-10s | %9.2f GiB | %8.2f B | %7d | %-6s | %5d | %8.2f ± %6.2f | %8.2f | %8.2f | %8.2f |\n",
                lilac_model_arch_name(m), lilac_model_weight_bytes(m) / 1073741824.0, lilac_model_n_params(m) / 1e9,

@@ -376,8 +376,14 @@ uint64_t lilac_model_n_params(const lilac_model *m) { return m->n_params; }
 
 uint64_t lilac_model_active_bytes(const lilac_model *m)
 {
-    double unused = 1.0 - (double)m->hp.n_expert_used / m->hp.n_expert;
-    return m->weight_bytes - (uint64_t)(unused * (double)m->expert_bytes);
+    const double unused = m->hp.n_expert > 0 ? 1.0 - (double)m->hp.n_expert_used / m->hp.n_expert : 0.0;
+    uint64_t a = m->weight_bytes - (uint64_t)(unused * (double)m->expert_bytes);
+    /* the embedding: a token reads one row of it, unless the output is the same matrix (tied) and reads it all */
+    const lilac_mat *e = &m->w.tok_embd;
+    const uint64_t row = e->row_bytes + (e->scales ? e->scale_row_bytes : 0) + (e->biases ? e->scale_row_bytes : 0);
+    if (e->data && e->data != m->w.output.data && e->rows > 1 && (uint64_t)(e->rows - 1) * row < a)
+        a -= (uint64_t)(e->rows - 1) * row;
+    return a;
 }
 
 size_t lilac_model_type_counts(const lilac_model *m, lilac_type_count *out, size_t max)
