@@ -284,7 +284,8 @@ tg128_each() {
     for v in "$@"; do
         # shellcheck disable=SC2086 # v is one or more VAR=VALUE words
         echo "tg128 $v${AB_DEPTH:+ at depth $AB_DEPTH}: $(env $v $T "$build/lilac" bench -m "$synth" --backend cuda \
-            -p 0 -n 128 -d "${AB_DEPTH:-0}" -r 2 --json 2>&1 | grep -o '"tokens_per_s": [0-9.]*\|rror.*')"
+            -p 0 -n 128 -d "${AB_DEPTH:-0}" -r 2 --json 2>&1 |
+            grep -o '"tokens_per_s": [0-9.]*\|"weights_gb_s": [0-9.]*\|rror.*' | paste -sd' ')" # GB/s: of 4,800 on an H200
     done
 }
 
