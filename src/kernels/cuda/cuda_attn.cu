@@ -708,12 +708,13 @@ int launch_attn_d(const float *q, int q_step, long long q_tok, const float *K, c
 {
     const size_t mma_smem = sizeof(float) * ((size_t)AT_ROWS * (D + 16) + 2 * (size_t)BK * (2 * D + 20));
     const size_t q_lo = sizeof(float) * (size_t)AT_ROWS * (D + 16); /* QS: Q's lo parts */
-    if (f16_enabled())
-        return launch_attn(k_attn_f16<D>, sizeof(float) * (size_t)AfLay<D>::WORDS, q, q_step, q_tok, K, V, n_head,
-                           n_head_kv, D, pos0, n, out, gated, st);
-    if (qsplit_enabled())
-        return launch_attn(k_attn_mma<D, BK, true>, mma_smem + q_lo, q, q_step, q_tok, K, V, n_head, n_head_kv, D,
-                           pos0, n, out, gated, st);
+    // the fastest the switches allow whose shared memory the device grants (each falls back to the next)
+    if (f16_enabled() && launch_attn(k_attn_f16<D>, sizeof(float) * (size_t)AfLay<D>::WORDS, q, q_step, q_tok, K, V,
+                                     n_head, n_head_kv, D, pos0, n, out, gated, st) == 0)
+        return 0;
+    if (qsplit_enabled() && launch_attn(k_attn_mma<D, BK, true>, mma_smem + q_lo, q, q_step, q_tok, K, V, n_head,
+                                        n_head_kv, D, pos0, n, out, gated, st) == 0)
+        return 0;
     return launch_attn(k_attn_mma<D, BK, false>, mma_smem, q, q_step, q_tok, K, V, n_head, n_head_kv, D, pos0, n,
                        out, gated, st);
 }

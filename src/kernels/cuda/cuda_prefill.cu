@@ -1516,29 +1516,54 @@ static int launch_dn_chunk(float *S, const float *conv, int C, const float *g, c
     if (dk < 32 || dk % 32 || dk > DC_MAXDK || dv < DC_BC || dv % DC_BC || C % 4 ||
         ((uintptr_t)conv & 15) != 0 || ((uintptr_t)tp & 15) != 0)
         return -1;
+    // The kernels that take this call, fastest first; the first whose shared memory the device grants runs (a
+    // device with less than the 207 KB of the prefetching one gets the next, not the recurrent form).
+    using Kern = void (*)(float *, const float *, int, const float *, const float *, float *, int, int, int, int, int,
+                          int, const float *, int);
+    struct Cand {
+        Kern k;
+        size_t smem;
+        int threads;
+        bool tp;
+    } cand[5];
+    int nc = 0;
     const bool tc = tp && dk <= DT_MAXDK && dk % 16 == 0 && lilac_cuda_dn_tc_enabled();
-    const bool pf = tc && dn_tc_smem(dk, true) <= 227 * 1024 && dn_pf();
-    const size_t smem = tc ? dn_tc_smem(dk, pf) : dn_chunk_smem(dk), smem_tp = dn_tp_smem(dk);
-    const bool wide = tp && (tc || dn_wide());
     const bool dk128 = dk == 128 && dn_dk128();
-    auto kern = pf     ? (dk128 ? k_pf_dn_chunk_tc<true, 128> : k_pf_dn_chunk_tc<true, 0>)
-                : tc   ? (dk128 ? k_pf_dn_chunk_tc<false, 128> : k_pf_dn_chunk_tc<false, 0>)
-                : wide ? k_pf_dn_chunk<true, 2 * DC_T>
-                : tp   ? k_pf_dn_chunk<true>
-                       : k_pf_dn_chunk<false>;
-    if ((smem > 48 * 1024 &&
-         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) ||
-        (tp && smem_tp > 48 * 1024 &&
-         cudaFuncSetAttribute(k_pf_dn_tp, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_tp) != cudaSuccess)) {
-        (void)cudaGetLastError();
-        return -1;
-    }
-    const int nsub = (n + DC_L - 1) / DC_L;
+    if (tc && dn_pf())
+        cand[nc++] = {dk128 ? k_pf_dn_chunk_tc<true, 128> : k_pf_dn_chunk_tc<true, 0>, dn_tc_smem(dk, true), 2 * DC_T,
+                      true};
+    if (tc)
+        cand[nc++] = {dk128 ? k_pf_dn_chunk_tc<false, 128> : k_pf_dn_chunk_tc<false, 0>, dn_tc_smem(dk, false),
+                      2 * DC_T, true};
+    if (tp && dn_wide())
+        cand[nc++] = {k_pf_dn_chunk<true, 2 * DC_T>, dn_chunk_smem(dk), 2 * DC_T, true};
     if (tp)
+        cand[nc++] = {k_pf_dn_chunk<true>, dn_chunk_smem(dk), DC_T, true};
+    cand[nc++] = {k_pf_dn_chunk<false>, dn_chunk_smem(dk), DC_T, false};
+    const size_t smem_tp = dn_tp_smem(dk);
+    const bool tp_ok = tp && (smem_tp <= 48 * 1024 || cudaFuncSetAttribute(k_pf_dn_tp,
+                                                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                                             (int)smem_tp) == cudaSuccess);
+    (void)cudaGetLastError();
+    const Cand *c = nullptr;
+    for (int i = 0; i < nc && !c; i++) {
+        if (cand[i].tp && !tp_ok)
+            continue;
+        if (cand[i].smem <= 48 * 1024 ||
+            cudaFuncSetAttribute(cand[i].k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cand[i].smem) ==
+                cudaSuccess)
+            c = &cand[i];
+        (void)cudaGetLastError();
+    }
+    if (!c)
+        return -1;
+    const int nsub = (n + DC_L - 1) / DC_L;
+    if (c->tp)
         k_pf_dn_tp<<<dim3((unsigned)nv, (unsigned)nsub), DC_T, smem_tp, st>>>(conv, C, g, beta, nk, nv, dk, tiled, n,
                                                                              tp);
     const dim3 grid((unsigned)nv, (unsigned)(dv / DC_BC));
-    kern<<<grid, wide ? 2 * DC_T : DC_T, smem, st>>>(S, conv, C, g, beta, o, nk, nv, dk, dv, tiled, n, tp, nsub);
+    c->k<<<grid, c->threads, c->smem, st>>>(S, conv, C, g, beta, o, nk, nv, dk, dv, tiled, n, c->tp ? tp : nullptr,
+                                            nsub);
     return 0;
 }
 
