@@ -454,6 +454,10 @@ __device__ __forceinline__ void af_split(float a, float b, float scale, uint32_t
     lo = (uint32_t)__half_as_ushort(xl) | ((uint32_t)__half_as_ushort(yl) << 16);
 }
 
+// The word of a V tile's head dim (8c + g) where thread t's keys 2t, 2t + 1 start: word 2t of the head dim's 8,
+// with the head dim's two 16-byte halves swapped where its bit 2 is set (the V split's stores, conflict-free).
+__device__ __forceinline__ int af_vsw(int g, int t) { return (2 * t) ^ (4 * ((g >> 2) & 1)); }
+
 // The word of head dims d, d + 1 (d even) in a split row.
 __device__ __forceinline__ int af_word(int d)
 {
@@ -621,11 +625,14 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
                 af_split(v[2 * tt], v[2 * tt + 1], up, h[2 * tt], l[2 * tt]);
                 af_split(v[8 + 2 * tt], v[9 + 2 * tt], up, h[2 * tt + 1], l[2 * tt + 1]);
             }
+            // a head dim's two 16-byte halves swapped where bit 2 of d is set (af_vsw): eight consecutive d's
+            // stores then cover all 32 banks (they were two-way conflicts: ncu's 17 M a call at 4096 tokens)
             uint4 *dh = reinterpret_cast<uint4 *>(Vh + d * AF_HV), *dl = reinterpret_cast<uint4 *>(Vl + d * AF_HV);
-            dh[0] = make_uint4(h[0], h[1], h[2], h[3]);
-            dh[1] = make_uint4(h[4], h[5], h[6], h[7]);
-            dl[0] = make_uint4(l[0], l[1], l[2], l[3]);
-            dl[1] = make_uint4(l[4], l[5], l[6], l[7]);
+            const int sw = (d >> 2) & 1;
+            dh[sw] = make_uint4(h[0], h[1], h[2], h[3]);
+            dh[sw ^ 1] = make_uint4(h[4], h[5], h[6], h[7]);
+            dl[sw] = make_uint4(l[0], l[1], l[2], l[3]);
+            dl[sw ^ 1] = make_uint4(l[4], l[5], l[6], l[7]);
             vs[d] = af_pow2(-e) * (1.f / 16384.f); // (2^-e-14 may be subnormal: exact, not an exponent field)
         }
         half_sync(half); // Vh, Vl, vs written; the V tile free
@@ -641,7 +648,7 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
             af_split(p[0][2], p[0][3], up, ph[1], pl[1]);
             af_split(p[1][0], p[1][1], up, ph[2], pl[2]);
             af_split(p[1][2], p[1][3], up, ph[3], pl[3]);
-            const uint32_t *vh = Vh + g * AF_HV + 2 * t;
+            const uint32_t *vh = Vh + g * AF_HV + af_vsw(g, t); // head dim 8c + g: bit 2 of it is g's
             const int vl = Vl - Vh;
 #pragma unroll
             for (int c = 0; c < NO; c++) { // O's n8 tile c, column g: head dim 8c + g
