@@ -698,9 +698,9 @@ bool f16_enabled()
     return env_switch_once(on, "LILAC_CUDA_ATTN_F16", true);
 }
 
-/* LILAC_CUDA_ATTN_QSPLIT=0 (with LILAC_CUDA_ATTN_F16=0): Q split at every use (k_attn_mma's QS off). On: test_cuda_attn's timing at hd 256,
- * 512 tokens after 3584, 1.204 ms against 1.277; pp4096 12,082 against 11,965, pp512 10,488 against 10,467 (H200,
- * one call, 2026-12-01). Read once. */
+/* LILAC_CUDA_ATTN_QSPLIT=0 (with LILAC_CUDA_ATTN_F16=0): Q split at every use (k_attn_mma's QS off). On:
+ * test_cuda_attn's timing at hd 256, 512 tokens after 3584, 1.204 ms against 1.277; pp4096 12,082 against 11,965,
+ * pp512 10,488 against 10,467 (H200, one call, 2026-12-01). Read once. */
 bool qsplit_enabled()
 {
     static std::atomic<int> on{-1};

@@ -199,10 +199,6 @@ void *lilac_cuda_mma_scratch_borrow(lilac_cuda_stream *s, size_t bytes);
 long lilac_cuda_gemm_split_launches(void);
 /* The F32 GEMM's launches so far on the tensor cores (cuda_gemm.cu's k_gemm_tc, LILAC_CUDA_GEMM_TC=1). */
 long lilac_cuda_gemm_tc_launches(void);
-/* cuda_wgmma.cuh's assumptions checked on the GPU: d (64 x 128) = a (64 x K, row-major) times b (128 x K,
- * row-major: b's rows are the product's columns)^T, both rounded to fp16, by one warpgroup's wgmma with A from
- * registers and B in shared memory as cuda_wgmma.cuh describes it. K a multiple of 16 up to 64. 0, or -1 with
- * msg (no sm_90a build or device, a CUDA error). */
 /* lilac_cuda_sync_probe's findings (cuda_probe.cu): microseconds a phase of a chain of dependent kernels (a CUDA
  * graph; staged: each block's work loaded before its griddepcontrol.wait) and of one persistent kernel whose phases
  * wait on device-scope counters (prefetch: the work loaded before the wait); check[v]: a hash of variant v's last
@@ -217,6 +213,10 @@ typedef struct {
  * 65536) and every block's value of the phase before; reps timed runs of each variant. 0, or -1 with msg. */
 int lilac_cuda_sync_probe(int phases, int reps, int work_bytes, lilac_cuda_sync_probe_result *r, char *msg,
                           size_t cap);
+/* cuda_wgmma.cuh's assumptions checked on the GPU: d (64 x 128) = a (64 x K, row-major) times b (128 x K,
+ * row-major: b's rows are the product's columns)^T, both rounded to fp16, by one warpgroup's wgmma with A from
+ * registers and B in shared memory as cuda_wgmma.cuh describes it. K a multiple of 16 up to 64. 0, or -1 with
+ * msg (no sm_90a build or device, a CUDA error). */
 int lilac_cuda_wgmma_probe(const float *a, const float *b, float *d, int K, char *msg, size_t cap);
 /* Whether the routing calls below take E experts, k a token (k <= 64). */
 int lilac_cuda_pf_moe_supported(int n_expert, int k);

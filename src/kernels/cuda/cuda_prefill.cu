@@ -760,6 +760,20 @@ __device__ __forceinline__ void dc_stage_v(const float *vb, int C, int t0, int L
     }
 }
 
+// A block's DC_BC columns of value head j's state S (rows dv floats apart) into Ss (rows SS floats apart), or
+// (BACK) Ss back into S. Every thread.
+template <bool BACK, int NTH>
+__device__ __forceinline__ void dc_state_copy(float *S, int dv, float *Ss, int SS, int dk, int tid)
+{
+    for (int e = tid; e < dk * DC_BC; e += NTH) {
+        const int d = e / DC_BC, c = e - d * DC_BC;
+        if (BACK)
+            S[(size_t)d * dv + c] = Ss[d * SS + c];
+        else
+            Ss[d * SS + c] = S[(size_t)d * dv + c];
+    }
+}
+
 // T and P of value head j's sub-chunk sc (k_pf_dn_tp's) into Ts, Ps. Every thread.
 template <int NTH>
 __device__ __forceinline__ void dc_stage_tp(const float *tp, int j, int nsub, int sc, float *Ts, float *Ps, int tid)
@@ -798,10 +812,7 @@ __global__ void __launch_bounds__(NTH, 1)
     const int hi = tid >> 4, lo = tid & 15; // tiles: rows hi + HS r, columns lo + 16 s
     const int kh = tiled ? j % nk : j / (nv / nk);
     float *S = S_all + (size_t)j * dk * dv + c0;
-    for (int e = tid; e < dk * DC_BC; e += NTH) {
-        const int d = e / DC_BC, c = e - d * DC_BC;
-        Ss[d * DC_SS + c] = S[(size_t)d * dv + c];
-    }
+    dc_state_copy<false, NTH>(S, dv, Ss, DC_SS, dk, tid);
     const float *qb = conv + (size_t)kh * dk, *kb = conv + (size_t)(nk + kh) * dk;
     const float *vb = conv + (size_t)2 * nk * dk + (size_t)j * dv + c0;
     for (int t0 = 0; t0 < n; t0 += DC_L) {
@@ -922,10 +933,7 @@ __global__ void __launch_bounds__(NTH, 1)
         }
     }
     __syncthreads();
-    for (int e = tid; e < dk * DC_BC; e += NTH) {
-        const int d = e / DC_BC, c = e - d * DC_BC;
-        S[(size_t)d * dv + c] = Ss[d * DC_SS + c];
-    }
+    dc_state_copy<true, NTH>(S, dv, Ss, DC_SS, dk, tid);
 }
 
 // ---- the chunked delta rule on the tensor cores (LILAC_CUDA_DN_TC; session 19) ----
@@ -1061,10 +1069,7 @@ __global__ void __launch_bounds__(2 * DC_T, 1)
         cp_commit();
         dc_gb_load(g, beta, nv, j, 0, L0, tid, gr);
     }
-    for (int e = tid; e < dk * DC_BC; e += NTH) {
-        const int d = e / DC_BC, c = e - d * DC_BC;
-        Ss[d * DT_SS + c] = S[(size_t)d * dv + c];
-    }
+    dc_state_copy<false, NTH>(S, dv, Ss, DT_SS, dk, tid);
     for (int t0 = 0, sc = 0; t0 < n; t0 += DC_L, sc++) {
         const int L = min(DC_L, n - t0), t1 = t0 + DC_L, L1 = min(DC_L, n - t1); // L1: the next one's (<= 0: none)
         float *const Ks = Kb + (PF ? (sc & 1) : 0) * DC_L * KS, *const Qs = Qb + (PF ? (sc & 1) : 0) * DC_L * KS;
@@ -1186,10 +1191,7 @@ __global__ void __launch_bounds__(2 * DC_T, 1)
     if (PF)
         cp_wait<0>(); // nothing left in flight (the last sub-chunk's copies are empty groups)
     __syncthreads();
-    for (int e = tid; e < dk * DC_BC; e += NTH) {
-        const int d = e / DC_BC, c = e - d * DC_BC;
-        S[(size_t)d * dv + c] = Ss[d * DT_SS + c];
-    }
+    dc_state_copy<true, NTH>(S, dv, Ss, DT_SS, dk, tid);
 }
 
 // ---- mixture of experts ----

@@ -1022,6 +1022,8 @@ __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
     griddep_wait(); /* idx, the inputs, x and the shared expert's output come from the kernels before */
     TRACE_WAITED(LILAC_TK_MOE_DOWN_SUM);
     const bool has = warp < d.k;
+    /* the rows as EARLY's above, written out again: a shared helper changed the plain instances' code (1-14
+     * registers), whose bits and speed the GPU runs vouch for */
     if constexpr (!EARLY) {
         const uint8_t *W = d.w + (has ? (size_t)__ldg(idx + warp) * d.expert_stride : 0);
 #pragma unroll
@@ -1549,6 +1551,33 @@ template <int R> int ds_launch(const lilac_cuda_mat *W, size_t expert_stride, co
     return rc;
 }
 
+/* The fused kernels' launches so far, by kind (lilac_cuda_fused_launches). */
+std::atomic<long> g_fused_launches[LILAC_CUDA_FUSED_KINDS];
+
+/* The down+sum kernel's arguments every caller sets (one token's layout; the batched and routed callers add
+ * theirs). */
+DS ds_params(const lilac_cuda_mat *W, size_t expert_stride, int k, const float *g, const float *u, const float *wt,
+             const float *sh, float *x, const float *norm_w, float *xn, float eps, float *part, unsigned *count)
+{
+    DS d{};
+    d.w = static_cast<const uint8_t *>(W->data);
+    d.row_bytes = W->row_bytes, d.expert_stride = expert_stride;
+    d.wt = wt, d.g = g, d.u = u, d.x_slot = W->cols, d.sh = sh;
+    d.x = x, d.norm_w = norm_w, d.xn = xn, d.part = part, d.count = count;
+    d.rows = (int)W->rows, d.cols = (int)W->cols, d.k = k, d.eps = eps;
+    return d;
+}
+
+/* d launched over n rows at ds_r()'s rows a lane group, counted where it ran; -1 where it did not. */
+int ds_go(const lilac_cuda_mat *W, size_t expert_stride, const DS &d, lilac_cuda_stream *s, int n)
+{
+    const int rc =
+        ds_r() == 2 ? ds_launch<2>(W, expert_stride, d, S(s), n) : ds_launch<1>(W, expert_stride, d, S(s), n);
+    if (!rc)
+        g_fused_launches[LILAC_CUDA_FUSED_DOWN_SUM].fetch_add(1, std::memory_order_relaxed);
+    return rc;
+}
+
 } // namespace
 
 /* ------------------------------------------------------------------ */
@@ -1844,8 +1873,6 @@ void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, cons
     matvec(W, expert_stride, idx, k, x, W && x_stride ? W->cols : 0, y, 1, S(s), x2, accumulate);
 }
 
-static std::atomic<long> g_fused_launches[LILAC_CUDA_FUSED_KINDS];
-
 long lilac_cuda_fused_launches(int kind)
 {
     return kind >= 0 && kind < LILAC_CUDA_FUSED_KINDS ? g_fused_launches[kind].load(std::memory_order_relaxed) : 0;
@@ -1860,18 +1887,10 @@ int lilac_cuda_moe_down_sum_batch(const lilac_cuda_mat *W, size_t expert_stride,
         k > DS_MAXK || W->cols > INT_MAX || W->rows > INT_MAX || n < 1 || n > 65535 || idx_row < 0 || wt_row < 0 ||
         gu_row < 0)
         return -1;
-    DS d{};
-    d.w = static_cast<const uint8_t *>(W->data);
-    d.row_bytes = W->row_bytes, d.expert_stride = expert_stride;
-    d.idx = idx, d.wt = wt, d.g = g, d.u = u, d.x_slot = W->cols, d.sh = sh;
-    d.x = x, d.norm_w = norm_w, d.xn = xn, d.part = part, d.count = count;
-    d.rows = (int)W->rows, d.cols = (int)W->cols, d.k = k, d.eps = eps;
+    DS d = ds_params(W, expert_stride, k, g, u, wt, sh, x, norm_w, xn, eps, part, count);
+    d.idx = idx;
     d.r_idx = idx_row, d.r_wt = wt_row, d.r_gu = gu_row;
-    const int rc =
-        ds_r() == 2 ? ds_launch<2>(W, expert_stride, d, S(s), n) : ds_launch<1>(W, expert_stride, d, S(s), n);
-    if (!rc)
-        g_fused_launches[LILAC_CUDA_FUSED_DOWN_SUM].fetch_add(1, std::memory_order_relaxed);
-    return rc;
+    return ds_go(W, expert_stride, d, s, n);
 }
 
 /* LILAC_CUDA_DS_EARLY=1 (off; written in session 19 without a GPU run): the routed gate+up product launches the
@@ -1891,17 +1910,9 @@ int lilac_cuda_moe_down_sum_routed(const lilac_cuda_mat *W, size_t expert_stride
     if (!mat_ok(W) || !logits || !r || !route_takes(r->E, r->k) || !g || !u || !wt || !x ||
         (norm_w && (!xn || !part || !count)) || r->k < 1 || r->k > DS_MAXK || W->cols > INT_MAX || W->rows > INT_MAX)
         return -1;
-    DS d{};
-    d.w = static_cast<const uint8_t *>(W->data);
-    d.row_bytes = W->row_bytes, d.expert_stride = expert_stride;
-    d.wt = wt, d.g = g, d.u = u, d.x_slot = W->cols, d.sh = sh;
-    d.x = x, d.norm_w = norm_w, d.xn = xn, d.part = part, d.count = count;
-    d.rows = (int)W->rows, d.cols = (int)W->cols, d.k = r->k, d.eps = eps;
+    DS d = ds_params(W, expert_stride, r->k, g, u, wt, sh, x, norm_w, xn, eps, part, count);
     d.rlog = logits, d.ra = *r;
-    const int rc = ds_r() == 2 ? ds_launch<2>(W, expert_stride, d, S(s)) : ds_launch<1>(W, expert_stride, d, S(s));
-    if (!rc)
-        g_fused_launches[LILAC_CUDA_FUSED_DOWN_SUM].fetch_add(1, std::memory_order_relaxed);
-    return rc;
+    return ds_go(W, expert_stride, d, s, 1);
 }
 
 int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k, const float *g,
