@@ -160,6 +160,9 @@ static __device__ __forceinline__ float block_sum(float v) { return block_reduce
 static __device__ __forceinline__ float block_max(float v) { return block_reduce<true>(v); }
 
 static __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+/* The SwiGLU activation silu(g) u, one rounding for the product: every kernel's (k_swiglu, k_mv's SwiGLU input,
+ * the tensor-core pre-pass) so that their bits agree. */
+static __device__ __forceinline__ float glu(float g, float u) { return __fmul_rn(silu(g), u); }
 static __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 

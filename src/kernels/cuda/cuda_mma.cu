@@ -261,7 +261,7 @@ template <bool VEC> __device__ __forceinline__ void prep_load(const float *s, fl
     }
 }
 
-/* prep_load, or with u (the up projection's run beside the gate's s) the SwiGLU silu(s) u: k_swiglu's bits. */
+/* prep_load, or with u (the up projection's run beside the gate's s) the SwiGLU glu(s, u): k_swiglu's bits. */
 template <bool VEC> __device__ __forceinline__ void prep_load2(const float *s, const float *u, float (&v)[32])
 {
     prep_load<VEC>(s, v);
@@ -270,7 +270,7 @@ template <bool VEC> __device__ __forceinline__ void prep_load2(const float *s, c
         prep_load<VEC>(u, w);
 #pragma unroll
         for (int i = 0; i < 32; i++)
-            v[i] = __fmul_rn(silu(v[i]), w[i]);
+            v[i] = glu(v[i], w[i]);
     }
 }
 

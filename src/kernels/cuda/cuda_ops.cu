@@ -544,7 +544,7 @@ __global__ void k_swiglu(float *g, const float *u, int n)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
-        g[i] = __fmul_rn(silu(g[i]), u[i]); /* cuda_quant.cu's glu: the same bits */
+        g[i] = glu(g[i], u[i]);
 }
 
 extern "C" void lilac_cuda_swiglu(float *g, const float *u, int n, lilac_cuda_stream *s)

@@ -629,9 +629,6 @@ struct MV {
     int stage_off;
 };
 
-/* The SwiGLU activation as cuda_ops.cu's k_swiglu computes it (the same bits). */
-__device__ __forceinline__ float glu(float g, float u) { return __fmul_rn(g / (1.0f + expf(-g)), u); }
-
 /* x[t][u0 * VPU ..) of nt tokens (the rest zero) into shared memory, value
  * i of unit u at u * (VPU + 4) + i times 2^(64 - xshift(i)) (the 16-byte
  * pad puts adjacent lanes' float4 reads in different banks), and the sums
