@@ -332,9 +332,11 @@ static int run_test(lilac_model *m, const bench_opts *o, const lilac_seq *base, 
     const lilac_hparams *hp = lilac_model_hparams(m);
     /* one sequence's generation: the weights it streams a second (lilac_model_active_bytes a token) */
     char rate[96] = "";
-    if (gen && !par)
-        snprintf(rate, sizeof rate, ", \"active_bytes\": %llu, \"weights_gb_s\": %.1f",
-                 (unsigned long long)lilac_model_active_bytes(m), med * (double)lilac_model_active_bytes(m) / 1e9);
+    if (gen && !par) {
+        const uint64_t active = lilac_model_active_bytes(m);
+        snprintf(rate, sizeof rate, ", \"active_bytes\": %llu, \"weights_gb_s\": %.1f", (unsigned long long)active,
+                 med * (double)active / 1e9);
+    }
     if (o->json)
         printf("{\"test\": \"%s\", \"model\": \"%s\", \"arch\": \"%s\", \"n_params\": %llu, \"model_bytes\": %llu, "
                "\"depth\": %d, \"threads\": %d, \"parallel\": %d, \"reps\": %d, \"tokens_per_s\": %.3f, \"min_tokens_per_s\": %.3f, "
