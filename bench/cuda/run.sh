@@ -100,7 +100,7 @@ do_test() {
     run_test prefill-dn-no-tc test_cuda_prefill LILAC_CUDA_DN_TC=0
     run_test prefill-dn-no-pf test_cuda_prefill LILAC_CUDA_DN_PF=0
     run_test prefill-ab-split test_cuda_prefill LILAC_CUDA_PF_AB=0
-    run_test prefill-glu test_cuda_prefill LILAC_CUDA_PF_GLU=1
+    run_test prefill-no-glu test_cuda_prefill LILAC_CUDA_PF_GLU=0
     run_test prefill-t24 test_cuda_prefill LILAC_CUDA_MMA_T24=2
     run_test prefill-no-gemm-split test_cuda_prefill LILAC_CUDA_GEMM_SPLIT=0
     run_test prefill-t16 test_cuda_prefill LILAC_CUDA_MMA_T24=0
@@ -109,7 +109,7 @@ do_test() {
     run_test prefill-no-f16 test_cuda_prefill LILAC_CUDA_ATTN_F16=0
     run_test prefill-no-qsplit test_cuda_prefill LILAC_CUDA_ATTN_F16=0 LILAC_CUDA_ATTN_QSPLIT=0
     run_test batch-grouped-no-aux test_cuda_batch LILAC_CUDA_PAIRS=0 LILAC_CUDA_PF_AUX=0
-    run_test batch-grouped-glu test_cuda_batch LILAC_CUDA_PAIRS=0 LILAC_CUDA_PF_GLU=1
+    run_test batch-grouped-no-glu test_cuda_batch LILAC_CUDA_PAIRS=0 LILAC_CUDA_PF_GLU=0
     grep -h "wgmma probe" "$out"/wgmma.txt 2>/dev/null
     grep -h "us a phase" "$out"/sync.txt 2>/dev/null
     grep -h "launches of the fused" "$out"/model-*.txt 2>/dev/null

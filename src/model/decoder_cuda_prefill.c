@@ -172,14 +172,14 @@ static bool pf_ab_joined(void)
     return on;
 }
 
-/* LILAC_CUDA_PF_GLU=1: the routed experts' SwiGLU computed by the down product's pre-pass as it converts its rows
- * (k_swiglu's bits), not by k_swiglu first (ncu: SwiGLU 1.0 % of pp4096, the pre-pass 2.9 %). Written in session
- * 19 without a GPU run: off until measured. Read once. */
+/* The routed experts' SwiGLU computed by the down product's pre-pass as it converts its rows (k_swiglu's bits),
+ * not by k_swiglu first; LILAC_CUDA_PF_GLU=0 off. H200: pp512 11,092/11,096 vs 11,020/11,018, pp4096
+ * 13,747/13,753 vs 13,664/13,664 (one call, alternated). Read once. */
 static bool pf_glu_prep(void)
 {
     static int on = -1;
     if (on < 0)
-        on = lilac_env_switch("LILAC_CUDA_PF_GLU", false);
+        on = lilac_env_switch("LILAC_CUDA_PF_GLU", true);
     return on;
 }
 
@@ -311,7 +311,7 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
                 lilac_cuda_matvec_grouped(&cl->exp_up, cl->up_stride, NE, pf->offsets, pf->pair_tok, nt, nt, nt * k,
                                           pf->xn, E, ubuf, s);
             }
-            /* the down product's pre-pass computing the SwiGLU (LILAC_CUDA_PF_GLU=1), or it apart */
+            /* the down product's pre-pass computing the SwiGLU (LILAC_CUDA_PF_GLU=0: apart) */
             if (!pf_glu_prep() || lilac_cuda_matvec_grouped_glu(&cl->exp_down, cl->down_stride, NE, pf->offsets, nt,
                                                                 nt * k, pf->gbuf, ubuf, ff, pf->ex, s)) {
                 lilac_cuda_swiglu(pf->gbuf, ubuf, nt * k * ff, s);
