@@ -669,16 +669,9 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         }
         if (shared)
             lilac_cuda_fork(aux, s, cm->ev[1]);
-        /* LILAC_CUDA_DS_EARLY=1: after the routed gate+up product (which then launches it late enough), the
-         * down+sum kernel routes from the logits itself and starts its loads before its wait */
-        const bool ds_early = fused_gu && lilac_cuda_ds_early();
-        if (sw->down_sum &&
-            !(ds_early ? lilac_cuda_moe_down_sum_routed(&cl->exp_down, cl->down_stride, cm->rl, &ra, cm->gbuf,
-                                                        cm->ubuf, cm->rw, shared ? cm->sho : NULL, cm->x, next_norm,
-                                                        cm->xn, eps, cm->part, cm->count + 1, s)
-                       : lilac_cuda_moe_down_sum(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
-                                                 cm->rw, shared ? cm->sho : NULL, cm->x, next_norm, cm->xn, eps,
-                                                 cm->part, cm->count + 1, s))) {
+        if (sw->down_sum && !lilac_cuda_moe_down_sum(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
+                                                     cm->rw, shared ? cm->sho : NULL, cm->x, next_norm, cm->xn, eps,
+                                                     cm->part, cm->count + 1, s)) {
             if (g_trace == 1)
                 trace_name("moe_down_sum", "");
             continue;

@@ -69,15 +69,6 @@ int lilac_cuda_norm_router(const float *x, const float *norm_w, float *xn, const
 int lilac_cuda_matvec_experts_routed(const lilac_cuda_mat *W, size_t expert_stride, const float *logits,
                                      const lilac_cuda_route_args *route, const float *x, float *y,
                                      lilac_cuda_stream *s);
-
-/* lilac_cuda_moe_down_sum with the slots' experts routed by the kernel itself from the router's logits (r: the
- * routed gate+up product's arguments, lilac_cuda_matvec_experts_routed), before its wait: only right after that
- * product launched under lilac_cuda_ds_early() (LILAC_CUDA_DS_EARLY=1), which orders the launches so. */
-int lilac_cuda_ds_early(void);
-int lilac_cuda_moe_down_sum_routed(const lilac_cuda_mat *W, size_t expert_stride, const float *logits,
-                                   const lilac_cuda_route_args *r, const float *g, const float *u, const float *wt,
-                                   const float *sh, float *x, const float *norm_w, float *xn, float eps, float *part,
-                                   unsigned *count, lilac_cuda_stream *s);
 /* The same over a grid of blocks (x bit for bit the same; the norm's sum of squares in another order): part
  * holds a float a block of LILAC_CUDA_SUM_GRID_T values (device), count one unsigned (device, zero before the
  * first launch; each launch leaves it zero). -1 (nothing launched) for E over LILAC_CUDA_SUM_GRID_MAXB blocks

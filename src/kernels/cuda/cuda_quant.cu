@@ -621,9 +621,6 @@ struct MV {
      * r.shared_row), not read from idx; block 0 writes them to r.idx and r.w for the kernels after */
     const float *rlog;
     lilac_cuda_route_args r;
-    /* lilac_cuda_ds_early: the kernels after may start only once this one's wait is over (they then read what
-     * the kernels before it wrote: the down+sum kernel routes from the router's logits before its own wait) */
-    int dep_late;
     /* one token, a block an item (mv_stage_enabled): where in the dynamic shared memory the block's rows are
      * staged (mv_stage); 0: read from global memory as they are used */
     int stage_off;
@@ -904,15 +901,12 @@ template <int TYPE, bool A16, int R, int T, bool STG = false>
 __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(const MV p)
 {
     TRACE_START(LILAC_TK_MV);
-    if (!p.dep_late)
-        griddep_launch_dependents();
+    griddep_launch_dependents();
     const int32_t *idx = p.idx;
     if (p.idx || p.rlog) { /* the expert indices (or the router's logits) come from the kernel before */
         griddep_wait();
         TRACE_WAITED(LILAC_TK_MV);
     }
-    if (p.dep_late)
-        griddep_launch_dependents();
     if constexpr (T == 1) { /* (routed products are one token's: the others carry no routing scratch) */
         if (p.rlog) {
             __shared__ int32_t sidx[64];
@@ -967,17 +961,9 @@ struct DS {
     /* batched (blockIdx.y a row of its own token, lilac_cuda_moe_down_sum_batch): the row's idx, wt, g and u
      * these many elements on; x, sh and xn W->rows, part LILAC_CUDA_PART_MAXB, count 1. 0 at one token. */
     long long r_idx, r_wt, r_gu;
-    /* lilac_cuda_moe_down_sum_routed (one token): the slots' experts routed by each block from the router's
-     * logits (dev_route, the gate+up product's routing: the same experts in the same slots) before its wait, and
-     * the rows' first units loaded then too; idx unused. The gate+up product launches this kernel only after its
-     * own wait (dep_late), so the logits, two kernels back, are complete. */
-    const float *rlog;
-    lilac_cuda_route_args ra;
 };
 
-// EARLY: d.rlog's path (an instance of its own: the plain one's registers and shared memory stay as they were).
-template <int TYPE, bool A16, int R, bool EARLY = false>
-__global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
+template <int TYPE, bool A16, int R> __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
 {
     using UT = Unit<TYPE>;
     constexpr int US = UT::VPU + 4, NRUN = UT::NRUN, DS_ROWS = ds_rows(R);
@@ -998,41 +984,21 @@ __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
     float *const x = d.x + eo, *const xn = d.xn ? d.xn + eo : nullptr;
     float *const part = d.part ? d.part + by * LILAC_CUDA_PART_MAXB : nullptr;
     unsigned *const count = d.count ? d.count + by : nullptr;
-    const uint8_t *rowp[R];
-    bool ok[R];
-    typename UT::Pay a[R], b[R];
-    if constexpr (EARLY) { /* the routing and the rows' first loads before the wait (see DS) */
-        __shared__ int32_t eidx[64];
-        __shared__ float ew[65];
-        dev_route(d.rlog, d.ra.E, d.ra.k, d.ra.norm, eidx, ew, 0, nullptr, nullptr, 0);
-        __syncthreads();
-        const bool has = warp < d.k;
-        const uint8_t *W = d.w + (has ? (size_t)eidx[warp] * d.expert_stride : 0);
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            ok[r] = has && rg + r < d.rows;
-            rowp[r] = W + (size_t)(ok[r] ? rg + r : 0) * d.row_bytes;
-        }
-        if (sub < U)
-            load_rows<TYPE, A16, R>(rowp, ok, sub, a);
-    }
     griddep_wait(); /* idx, the inputs, x and the shared expert's output come from the kernels before */
     TRACE_WAITED(LILAC_TK_MOE_DOWN_SUM);
     const bool has = warp < d.k;
-    /* the rows as EARLY's above, written out again: a shared helper changed the plain instances' code (1-14
-     * registers), whose bits and speed the GPU runs vouch for */
-    if constexpr (!EARLY) {
-        const uint8_t *W = d.w + (has ? (size_t)__ldg(idx + warp) * d.expert_stride : 0);
+    const uint8_t *W = d.w + (has ? (size_t)__ldg(idx + warp) * d.expert_stride : 0);
+    const uint8_t *rowp[R];
+    bool ok[R];
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            ok[r] = has && rg + r < d.rows;
-            rowp[r] = W + (size_t)(ok[r] ? rg + r : 0) * d.row_bytes;
-        }
+    for (int r = 0; r < R; r++) {
+        ok[r] = has && rg + r < d.rows;
+        rowp[r] = W + (size_t)(ok[r] ? rg + r : 0) * d.row_bytes;
     }
+    typename UT::Pay a[R], b[R];
     int u = sub;
-    if constexpr (!EARLY)
-        if (u < U)
-            load_rows<TYPE, A16, R>(rowp, ok, u, a); /* in flight while x is loaded */
+    if (u < U)
+        load_rows<TYPE, A16, R>(rowp, ok, u, a); /* in flight while x is loaded */
     load_x<UT, DS_MAXK>(g_in, u_in, d.x_slot, d.k, 0, U, xs, XS, ss, SS); /* slot s as token s; ends with a barrier */
     float tot[R][1];
 #pragma unroll
@@ -1542,8 +1508,7 @@ template <int R> int ds_launch(const lilac_cuda_mat *W, size_t expert_stride, co
     mv_dispatch(W->type, mv_align(W, expert_stride), [&](auto kind) {
         using K = decltype(kind);
         if constexpr (Unit<K::type>::NRUN > 0) /* the block types (float rows have no run sums) */
-            rc = d.rlog ? go(k_moe_down_sum<K::type, K::a16, R, true>, Unit<K::type>::VPU, Unit<K::type>::NRUN)
-                        : go(k_moe_down_sum<K::type, K::a16, R>, Unit<K::type>::VPU, Unit<K::type>::NRUN);
+            rc = go(k_moe_down_sum<K::type, K::a16, R>, Unit<K::type>::VPU, Unit<K::type>::NRUN);
     });
     return rc;
 }
@@ -1849,7 +1814,6 @@ int lilac_cuda_matvec_experts_routed(const lilac_cuda_mat *W, size_t expert_stri
     MV p = mv_params(W, expert_stride, r->idx, true, x, nullptr, 0, y, 1, 0);
     p.rlog = logits;
     p.r = *r;
-    p.dep_late = lilac_cuda_ds_early();
     return mv_fast(W, mv_align(W, expert_stride), p, S(s), slots) ? 0 : -1;
 }
 
@@ -1888,28 +1852,6 @@ int lilac_cuda_moe_down_sum_batch(const lilac_cuda_mat *W, size_t expert_stride,
     d.idx = idx;
     d.r_idx = idx_row, d.r_wt = wt_row, d.r_gu = gu_row;
     return ds_go(W, expert_stride, d, s, n);
-}
-
-/* LILAC_CUDA_DS_EARLY=1 (off; written in session 19 without a GPU run): the routed gate+up product launches the
- * kernels after it only once its wait is over, and the down+sum kernel (lilac_cuda_moe_down_sum_routed) routes
- * from the router's logits and loads its rows' first units before its own wait, while gate+up runs. Read once. */
-int lilac_cuda_ds_early(void)
-{
-    static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_DS_EARLY", false);
-}
-
-int lilac_cuda_moe_down_sum_routed(const lilac_cuda_mat *W, size_t expert_stride, const float *logits,
-                                   const lilac_cuda_route_args *r, const float *g, const float *u, const float *wt,
-                                   const float *sh, float *x, const float *norm_w, float *xn, float eps, float *part,
-                                   unsigned *count, lilac_cuda_stream *s)
-{
-    if (!mat_ok(W) || !logits || !r || !route_takes(r->E, r->k) || !g || !u || !wt || !x ||
-        (norm_w && (!xn || !part || !count)) || r->k < 1 || r->k > DS_MAXK || W->cols > INT_MAX || W->rows > INT_MAX)
-        return -1;
-    DS d = ds_params(W, expert_stride, r->k, g, u, wt, sh, x, norm_w, xn, eps, part, count);
-    d.rlog = logits, d.ra = *r;
-    return ds_go(W, expert_stride, d, s, 1);
 }
 
 int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k, const float *g,
