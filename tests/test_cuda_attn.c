@@ -17,7 +17,9 @@
  * the CUDA-core kernel is compared on every row (A bounded by
  * scale |q| max |k|). Cache rows past the chunk hold NaN and the output
  * buffer starts as NaN with a NaN guard after it: a key read past the mask
- * or a row left unwritten shows. Then a timing line of both kernels at hd
+ * or a row left unwritten shows. The tensor-core cases run the kernel the
+ * switches choose (k_attn_f16p by default: K and V split once a call into
+ * scratch; the test checks it ran). Then a timing line of both kernels at hd
  * 256, 512 tokens after 3584 (informative).
  *
  * Without a usable CUDA device it skips (exit 77), unless
@@ -403,6 +405,11 @@ int main(void)
     CHECKF(lilac_cuda_check(m2, sizeof m2) == 0, "launch errors: %s", m2);
     CHECKF(lilac_cuda_sync(NULL, m2, sizeof m2) == 0, "sync: %s", m2);
     printf("%d cases; worst error/bound: mma %.3f, simt %.3f\n", n_cases, worst_mma, worst_simt);
+    /* K and V split once a call (k_attn_f16p) unless switched off: it ran (its scratch was granted) */
+    printf("k_attn_f16p calls: %ld (%s)\n", lilac_cuda_attn_pre_launches(),
+           lilac_cuda_attn_pre_wanted() ? "on" : "switched off");
+    CHECK(!lilac_cuda_attn_pre_wanted() || lilac_cuda_attn_pre_launches() > 0);
+    CHECK(lilac_cuda_attn_pre_wanted() || lilac_cuda_attn_pre_launches() == 0);
     if (!quick) {
         bench(512, 3584);
         bench(4096, 0);

@@ -10,6 +10,7 @@
  * PF_MID's where those fit (LILAC_CUDA_PREFILL_AUTO, on by default; the
  * other checks run with it off, at PF_MAX rows). */
 #include "engine/plan.h"
+#include "kernels/cuda/cuda_sizes.h"
 #include "model/cuda_mem.h"
 #include "models.h"
 
@@ -74,7 +75,13 @@ static void test_model(const char *fx, const char *name)
             /* linear: twice the context, twice the KV cache and the same state; the scores in scratch */
             lilac_mem_report r2 = lilac_model_gpu_mem_report(m, 2 * c, P);
             CHECK(r2.kv == 2 * r.kv && r2.recurrent == r.recurrent);
-            CHECK(r2.scratch - r.scratch == (uint64_t)hp->n_head * c * 4 * P);
+            CHECK(r2.scratch - r.scratch == (uint64_t)hp->n_head * c * 4 * P + lilac_cuda_attn_split_bound(hp, 2 * c) -
+                                                lilac_cuda_attn_split_bound(hp, c));
+            /* the prefill attention's split K and V: a context's keys at least, once (not a sequence each) */
+            const uint64_t split = lilac_cuda_attn_split_bound(hp, c);
+            CHECK(n_attn == 0 || split >= lilac_cuda_attn_split_bytes((size_t)c, (size_t)hp->n_head_kv,
+                                                                      (size_t)hp->head_dim));
+            CHECK(n_attn > 0 || split == 0);
             CHECK(r2.weights == r.weights);
         }
     lilac_mem_report a = lilac_model_gpu_mem_report(m, 4096, 1), b = lilac_model_gpu_mem_report(m, 4096, 5);

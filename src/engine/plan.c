@@ -162,7 +162,8 @@ static uint64_t need_gpu_rows(const lilac_model *m, int n_ctx, int n_parallel, i
     r->recurrent = (uint64_t)s.recurrent * P;
     r->pf_rows = pf_rows;
     r->scratch = lilac_cuda_decode_sizes(hp, NULL) + lilac_cuda_prefill_sizes(hp, pf_rows, NULL) +
-                 lilac_cuda_mma_scratch_bound(hp, pf_rows) + (uint64_t)s.scores * P;
+                 lilac_cuda_mma_scratch_bound(hp, pf_rows) + lilac_cuda_attn_split_bound(hp, n_ctx) +
+                 (uint64_t)s.scores * P;
     r->other = LILAC_CUDA_MARGIN_BASE + n_tensors * LILAC_CUDA_MARGIN_TENSOR + P * LILAC_CUDA_MARGIN_SEQ;
     return r->weights + r->kv + r->recurrent + r->scratch + r->other;
 }

@@ -129,6 +129,18 @@ uint64_t lilac_cuda_prefill_sizes(const lilac_hparams *hp, int rows, size_t *byt
     return fill(b, LILAC_CUDA_PF_NBUF, bytes);
 }
 
+uint64_t lilac_cuda_attn_split_bound(const lilac_hparams *hp, int n_ctx)
+{
+    int attn = 0;
+    for (int i = 0; i < hp->n_layer; i++)
+        attn |= hp->layer_kind[i] == LILAC_LAYER_ATTENTION;
+    const int hd = hp->head_dim;
+    if (!attn || n_ctx < 1 || (hd != 64 && hd != 128 && hd != 256))
+        return 0;
+    const size_t keys = ((size_t)n_ctx + LILAC_CUDA_ATT_GROW - 1) / LILAC_CUDA_ATT_GROW * LILAC_CUDA_ATT_GROW;
+    return lilac_cuda_scratch_round(lilac_cuda_attn_split_bytes(keys, (size_t)hp->n_head_kv, (size_t)hd));
+}
+
 uint64_t lilac_cuda_mma_scratch_bound(const lilac_hparams *hp, int rows)
 {
     const size_t T = (size_t)pf_rows_of(rows), E = (size_t)hp->n_embd, k = (size_t)hp->n_expert_used;

@@ -63,6 +63,10 @@ uint64_t lilac_cuda_prefill_sizes(const lilac_hparams *hp, int rows, size_t *byt
  * v_heads x v_dim, shared_ff), or its rows x n_expert_used pairs of expert_ff columns (the down products);
  * and the second stream's, for a chunk's rows of n_embd or shared_ff columns (the products it runs beside). */
 uint64_t lilac_cuda_mma_scratch_bound(const lilac_hparams *hp, int rows);
+/* A bound on the prefill attention's split K and V (cuda_attn.cu: one buffer for the model's stream, grown to
+ * the largest request): a context's keys, rounded up as the kernel asks (LILAC_CUDA_ATT_GROW), of n_head_kv
+ * heads (lilac_cuda_attn_split_bytes); 0 without attention layers or for a head size the kernel does not take. */
+uint64_t lilac_cuda_attn_split_bound(const lilac_hparams *hp, int n_ctx);
 
 /* The margin for what is not counted buffer by buffer: the kernels' code loaded into the context, the
  * allocator's granularity (1 MiB a weight tensor: half of a 2 MiB page on average), each sequence's

@@ -174,6 +174,10 @@ int lilac_cuda_mma_enabled(void);
  * generation counts its allocations: a graph captured with the scratch is stale once the generation moves. */
 int lilac_cuda_mma_reserve(lilac_cuda_stream *s, size_t bytes);
 unsigned lilac_cuda_mma_scratch_gen(lilac_cuda_stream *s);
+/* A scratch buffer of stream s of a kind (one buffer a device, stream and kind) of at least bytes, grown to
+ * the largest request so far: NULL where it would have to grow while s is being captured, or on failure. */
+enum { LILAC_CUDA_SCR_MMA = 0, LILAC_CUDA_SCR_ATTN = 1 };
+void *lilac_cuda_scratch(lilac_cuda_stream *s, int kind, size_t bytes);
 int lilac_cuda_mma_set_enabled(int on); /* returns the previous setting */
 int lilac_cuda_mma_min_tokens(void);
 int lilac_cuda_mma_min_pairs(void);

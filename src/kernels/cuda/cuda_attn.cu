@@ -48,6 +48,7 @@
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_dev.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_sizes.h"
 #include "kernels/cuda/cuda_tc.cuh"
 
 #define CS(s) ((cudaStream_t)(s))
@@ -478,6 +479,152 @@ template <int D> struct AfLay {
     static_assert(2 * AT_ROWS * HQ >= (D / 8) * 4 * AT_HALF + 4 * AT_HALF, "half 1's hand-over fits in Qh, Ql");
 };
 
+// Q split, once a block: warp w rows w, w + 8, ...; a lane the dim pairs lane + 32 i (rows past the tokens: zeros).
+template <int D>
+__device__ __forceinline__ void af_split_q(const float *__restrict__ q, int q_step, long long q_tok, int group, int bq,
+                                           int t0, int n, int kvh, int warp, int lane, uint32_t *Qh, uint32_t *Ql,
+                                           float *qs)
+{
+    constexpr int HQ = AfLay<D>::HQ;
+    for (int r = warp; r < AT_ROWS; r += AT_THREADS / 32) {
+        const int tq = r / group, j = r - tq * group;
+        const bool ok = tq < bq && t0 + tq < n;
+        const float *src = q + (long long)(t0 + tq) * q_tok + (long long)(kvh * group + j) * q_step;
+        float2 v[D / 64];
+        float amax = 0.f;
+#pragma unroll
+        for (int i = 0; i < D / 64; i++) {
+            v[i] = ok ? *reinterpret_cast<const float2 *>(src + 2 * (lane + 32 * i)) : make_float2(0.f, 0.f);
+            amax = fmaxf(amax, fmaxf(fabsf(v[i].x), fabsf(v[i].y)));
+        }
+        for (int o = 16; o; o >>= 1)
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const int e = af_exp(amax);
+        const float up = af_pow2(e);
+#pragma unroll
+        for (int i = 0; i < D / 64; i++) {
+            const int w = af_word(2 * (lane + 32 * i));
+            af_split(v[i].x, v[i].y, up, Qh[r * HQ + w], Ql[r * HQ + w]);
+        }
+        if (lane == 0)
+            qs[r] = af_pow2(-e);
+    }
+}
+
+// A key's split: its eight threads (sub 0 .. 7, adjacent lanes) each the dim pairs sub + 8 i of row (zeros where
+// !valid), the key's largest |value| by shuffles; the hi/lo words to kh, kl at af_word's places, the key's 2^-e
+// to *ks (by sub 0).
+template <int D>
+__device__ __forceinline__ void af_split_key(const float *row, bool valid, int sub, uint32_t *kh, uint32_t *kl,
+                                             float *ks)
+{
+    float2 v[D / 16];
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < D / 16; i++) {
+        v[i] = valid ? *reinterpret_cast<const float2 *>(row + 2 * (sub + 8 * i)) : make_float2(0.f, 0.f);
+        amax = fmaxf(amax, fmaxf(fabsf(v[i].x), fabsf(v[i].y)));
+    }
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+    const int e = af_exp(amax);
+    const float up = af_pow2(e);
+#pragma unroll
+    for (int i = 0; i < D / 16; i++) {
+        const int w = af_word(2 * (sub + 8 * i));
+        af_split(v[i].x, v[i].y, up, kh[w], kl[w]);
+    }
+    if (sub == 0)
+        *ks = af_pow2(-e);
+}
+
+// A head dim's column of a V tile, AF_BK keys col[k * stride] (zeros from key `valid` on), split into words h,
+// l (word 2t keys 2t, 2t + 1; word 2t + 1 keys 8 + 2t, + 1) at the column's 2^e; returns 2^-e times P's 2^-14
+// (2^-e-14 may be subnormal: exact, not an exponent field).
+__device__ __forceinline__ float af_split_v(const float *col, int stride, int valid, uint32_t (&h)[AF_HV],
+                                            uint32_t (&l)[AF_HV])
+{
+    float v[AF_BK];
+    float amax = 0.f;
+#pragma unroll
+    for (int k = 0; k < AF_BK; k++) {
+        v[k] = k < valid ? col[(long long)k * stride] : 0.f;
+        amax = fmaxf(amax, fabsf(v[k]));
+    }
+    const int e = af_exp(amax);
+    const float up = af_pow2(e);
+#pragma unroll
+    for (int tt = 0; tt < 4; tt++) {
+        af_split(v[2 * tt], v[2 * tt + 1], up, h[2 * tt], l[2 * tt]);
+        af_split(v[8 + 2 * tt], v[9 + 2 * tt], up, h[2 * tt + 1], l[2 * tt + 1]);
+    }
+    return af_pow2(-e) * (1.f / 16384.f);
+}
+
+// A key tile's probabilities p for a thread's rows A and B: S = Q K^T on the hi/lo digits (qa, qb its rows' Q
+// words, ql to their lo; kh key g's K words, kl to its lo), 64 dims a chain added in float32 (k_attn_mma's
+// truncation), scaled back by the rows' and keys' 2^-e (qsA, qsB, ks) and masked, then the online softmax.
+template <int D>
+__device__ __forceinline__ void af_scores(float (&p)[AF_BK / 8][4], const uint32_t *qa, const uint32_t *qb, int ql,
+                                          const uint32_t *kh, int kl, int k0, int t, int limA, int limB, float scale,
+                                          float qsA, float qsB, const float *ks, float &mA, float &mB, float &lA,
+                                          float &lB, float &resA, float &resB)
+{
+    constexpr int NT = AF_BK / 8, NC = D / 16, HQ = AfLay<D>::HQ;
+    float s[NT][4];
+    frag_zero(s);
+#pragma unroll 1
+    for (int c0 = 0; c0 < NC; c0 += AT_SCHUNK) {
+        float u[NT][4];
+        frag_zero(u);
+#pragma unroll
+        for (int c = c0; c < c0 + AT_SCHUNK; c++) {
+            const uint2 ha = *reinterpret_cast<const uint2 *>(qa + 8 * c);
+            const uint2 hb2 = *reinterpret_cast<const uint2 *>(qb + 8 * c);
+            const uint2 la = *reinterpret_cast<const uint2 *>(qa + ql + 8 * c);
+            const uint2 lb = *reinterpret_cast<const uint2 *>(qb + ql + 8 * c);
+            const uint32_t ah[4] = {ha.x, hb2.x, ha.y, hb2.y}, al[4] = {la.x, lb.x, la.y, lb.y};
+#pragma unroll
+            for (int j = 0; j < NT; j++) { // key 8 j + g
+                const uint2 bh = *reinterpret_cast<const uint2 *>(kh + j * 8 * HQ + 8 * c);
+                const uint2 bl = *reinterpret_cast<const uint2 *>(kh + kl + j * 8 * HQ + 8 * c);
+                mma3<true>(u[j], ah, al, bh.x, bh.y, bl.x, bl.y);
+            }
+        }
+        frag_add(s, u);
+    }
+    at_scores<NT>(p, s, k0, t, limA, limB, scale, qsA, qsB, ks);
+    at_softmax<NT>(p, mA, mB, lA, lB, resA, resB);
+}
+
+// A key tile's P V into o: P 2^14 as the A operand, (row g, keys 2t, 2t + 1) tile 0's elements 0, 1; row g + 8
+// its 2, 3; keys 8 + 2t, + 1 tile 1's. The tile's P V from zero (3 mma) into o by one FFMA, o * rescale + it vs.
+// vh: head dim g's V words of the thread (8 words a head dim; vl to the lo ones), vs the head dims' scales.
+template <int D>
+__device__ __forceinline__ void af_pv(float (&o)[D / 8][4], const float (&p)[AF_BK / 8][4], const uint32_t *vh, int vl,
+                                      const float *vs, int t, float resA, float resB)
+{
+    uint32_t ph[4], pl[4];
+    const float up = 16384.f;
+    af_split(p[0][0], p[0][1], up, ph[0], pl[0]);
+    af_split(p[0][2], p[0][3], up, ph[1], pl[1]);
+    af_split(p[1][0], p[1][1], up, ph[2], pl[2]);
+    af_split(p[1][2], p[1][3], up, ph[3], pl[3]);
+#pragma unroll
+    for (int c = 0; c < D / 8; c++) { // O's n8 tile c, column g: head dim 8c + g
+        float u[4] = {0.f, 0.f, 0.f, 0.f};
+        const uint2 bh = *reinterpret_cast<const uint2 *>(vh + 8 * c * AF_HV);
+        const uint2 bl = *reinterpret_cast<const uint2 *>(vh + vl + 8 * c * AF_HV);
+        mma3<true>(u, ph, pl, bh.x, bh.y, bl.x, bl.y);
+        const float2 f = *reinterpret_cast<const float2 *>(vs + 8 * c + 2 * t);
+        o[c][0] = fmaf(o[c][0], resA, u[0] * f.x);
+        o[c][1] = fmaf(o[c][1], resA, u[1] * f.y);
+        o[c][2] = fmaf(o[c][2], resB, u[2] * f.x);
+        o[c][3] = fmaf(o[c][3], resB, u[3] * f.y);
+    }
+}
+
 template <int D>
 __global__ void __launch_bounds__(AT_THREADS, 1)
     k_attn_f16(const float *__restrict__ q, int q_step, long long q_tok, const float *__restrict__ K,
@@ -510,30 +657,7 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
     load_kv<D, BK, L::SV>(Vst, V, kvw, kvh, k0, n_keys, ht);
     cp_commit();
 
-    // Q split: warp w rows w, w + 8, ...; a lane the dim pairs lane + 32 i (rows past the tokens: zeros).
-    for (int r = warp; r < AT_ROWS; r += AT_THREADS / 32) {
-        const int tq = r / group, j = r - tq * group;
-        const bool ok = tq < bq && t0 + tq < n;
-        const float *src = q + (long long)(t0 + tq) * q_tok + (long long)(kvh * group + j) * q_step;
-        float2 v[D / 64];
-        float amax = 0.f;
-#pragma unroll
-        for (int i = 0; i < D / 64; i++) {
-            v[i] = ok ? *reinterpret_cast<const float2 *>(src + 2 * (lane + 32 * i)) : make_float2(0.f, 0.f);
-            amax = fmaxf(amax, fmaxf(fabsf(v[i].x), fabsf(v[i].y)));
-        }
-        for (int o = 16; o; o >>= 1)
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const int e = af_exp(amax);
-        const float up = af_pow2(e);
-#pragma unroll
-        for (int i = 0; i < D / 64; i++) {
-            const int w = af_word(2 * (lane + 32 * i));
-            af_split(v[i].x, v[i].y, up, Qh[r * HQ + w], Ql[r * HQ + w]);
-        }
-        if (lane == 0)
-            qs[r] = af_pow2(-e);
-    }
+    af_split_q<D>(q, q_step, q_tok, group, bq, t0, n, kvh, warp, lane, Qh, Ql, qs);
 
     const auto [rA, rB, limA, limB, wlim] = at_rows(wr, g, group, bq, t0, last, pos0);
 
@@ -549,82 +673,24 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
         float resA = 1.f, resB = 1.f;
         cp_wait<1>(); // this tile's K
         half_sync(half);
-        { // K split: thread (key ht / 8, part ht % 8) the dim pairs ht % 8 + 8 i; a key's eight threads adjacent lanes
-            const int kk = ht >> 3, sub = ht & 7;
-            const float *row = Kst + kk * L::SQ;
-            float2 v[D / 16];
-            float amax = 0.f;
-#pragma unroll
-            for (int i = 0; i < D / 16; i++) {
-                v[i] = *reinterpret_cast<const float2 *>(row + 2 * (sub + 8 * i));
-                amax = fmaxf(amax, fmaxf(fabsf(v[i].x), fabsf(v[i].y)));
-            }
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
-            const int e = af_exp(amax);
-            const float up = af_pow2(e);
-#pragma unroll
-            for (int i = 0; i < D / 16; i++) {
-                const int w = af_word(2 * (sub + 8 * i));
-                af_split(v[i].x, v[i].y, up, Kh[kk * HQ + w], Kl[kk * HQ + w]);
-            }
-            if (sub == 0)
-                ks[kk] = af_pow2(-e);
+        { // K split: thread (key ht / 8, part ht % 8); a key's eight threads adjacent lanes
+            const int kk = ht >> 3;
+            af_split_key<D>(Kst + kk * L::SQ, true, ht & 7, Kh + kk * HQ, Kl + kk * HQ, ks + kk);
         }
         half_sync(half); // Kh, Kl, ks written; the K tile free
         if (k0 + 2 * BK < n_keys)
             load_kv<D, BK, L::SQ>(Kst, K, kvw, kvh, k0 + 2 * BK, n_keys, ht);
         cp_commit();
-        if (active) {
-            float s[NT][4];
-            frag_zero(s);
-            const uint32_t *qa = Qh + rA * HQ + 2 * t, *qb = Qh + rB * HQ + 2 * t;
-            const uint32_t *kh = Kh + g * HQ + 2 * t;
-            const int ql = Ql - Qh, kl = Kl - Kh;
-#pragma unroll 1
-            for (int c0 = 0; c0 < NC; c0 += AT_SCHUNK) { // 64 dims a chain, as k_attn_mma (its truncation)
-                float u[NT][4];
-                frag_zero(u);
-#pragma unroll
-                for (int c = c0; c < c0 + AT_SCHUNK; c++) {
-                    const uint2 ha = *reinterpret_cast<const uint2 *>(qa + 8 * c);
-                    const uint2 hb2 = *reinterpret_cast<const uint2 *>(qb + 8 * c);
-                    const uint2 la = *reinterpret_cast<const uint2 *>(qa + ql + 8 * c);
-                    const uint2 lb = *reinterpret_cast<const uint2 *>(qb + ql + 8 * c);
-                    const uint32_t ah[4] = {ha.x, hb2.x, ha.y, hb2.y}, al[4] = {la.x, lb.x, la.y, lb.y};
-#pragma unroll
-                    for (int j = 0; j < NT; j++) { // key 8 j + g
-                        const uint2 bh = *reinterpret_cast<const uint2 *>(kh + j * 8 * HQ + 8 * c);
-                        const uint2 bl = *reinterpret_cast<const uint2 *>(kh + kl + j * 8 * HQ + 8 * c);
-                        mma3<true>(u[j], ah, al, bh.x, bh.y, bl.x, bl.y);
-                    }
-                }
-                frag_add(s, u);
-            }
-            at_scores<NT>(p, s, k0, t, limA, limB, scale, qsA, qsB, ks); // scaled back by the rows' and keys' 2^-e
-            at_softmax<NT>(p, mA, mB, lA, lB, resA, resB);
-        }
+        if (active)
+            af_scores<D>(p, Qh + rA * HQ + 2 * t, Qh + rB * HQ + 2 * t, Ql - Qh, Kh + g * HQ + 2 * t, Kl - Kh, k0, t,
+                         limA, limB, scale, qsA, qsB, ks, mA, mB, lA, lB, resA, resB);
         cp_wait<1>(); // this tile's V (the next K may be pending)
         half_sync(half);
         // V split, transposed: thread ht head dims ht, ht + 128, ...: its 16 keys' largest |value|, the 2^14 of P
         // in vs
         for (int d = ht; d < D; d += AT_HALF) {
-            float v[BK];
-            float amax = 0.f;
-#pragma unroll
-            for (int k = 0; k < BK; k++) {
-                v[k] = Vst[k * L::SV + d];
-                amax = fmaxf(amax, fabsf(v[k]));
-            }
-            const int e = af_exp(amax);
-            const float up = af_pow2(e);
             uint32_t h[AF_HV], l[AF_HV];
-#pragma unroll
-            for (int tt = 0; tt < 4; tt++) {
-                af_split(v[2 * tt], v[2 * tt + 1], up, h[2 * tt], l[2 * tt]);
-                af_split(v[8 + 2 * tt], v[9 + 2 * tt], up, h[2 * tt + 1], l[2 * tt + 1]);
-            }
+            const float vsc = af_split_v(Vst + d, L::SV, BK, h, l);
             // a head dim's two 16-byte halves swapped where bit 2 of d is set (af_vsw): eight consecutive d's
             // stores then cover all 32 banks (they were two-way conflicts: ncu's 17 M a call at 4096 tokens)
             uint4 *dh = reinterpret_cast<uint4 *>(Vh + d * AF_HV), *dl = reinterpret_cast<uint4 *>(Vl + d * AF_HV);
@@ -633,35 +699,171 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
             dh[sw ^ 1] = make_uint4(h[4], h[5], h[6], h[7]);
             dl[sw] = make_uint4(l[0], l[1], l[2], l[3]);
             dl[sw ^ 1] = make_uint4(l[4], l[5], l[6], l[7]);
-            vs[d] = af_pow2(-e) * (1.f / 16384.f); // (2^-e-14 may be subnormal: exact, not an exponent field)
+            vs[d] = vsc;
         }
         half_sync(half); // Vh, Vl, vs written; the V tile free
         if (k0 + 2 * BK < n_keys)
             load_kv<D, BK, L::SV>(Vst, V, kvw, kvh, k0 + 2 * BK, n_keys, ht);
         cp_commit();
-        if (active) {
-            // P 2^14 as the A operand: (row g, keys 2t, 2t + 1) tile 0's elements 0, 1; row g + 8 its 2, 3; keys
-            // 8 + 2t, + 1 tile 1's. The tile's P V from zero (3 mma) into o by one FFMA, o * rescale + it vs.
-            uint32_t ph[4], pl[4];
-            const float up = 16384.f;
-            af_split(p[0][0], p[0][1], up, ph[0], pl[0]);
-            af_split(p[0][2], p[0][3], up, ph[1], pl[1]);
-            af_split(p[1][0], p[1][1], up, ph[2], pl[2]);
-            af_split(p[1][2], p[1][3], up, ph[3], pl[3]);
-            const uint32_t *vh = Vh + g * AF_HV + af_vsw(g, t); // head dim 8c + g: bit 2 of it is g's
-            const int vl = Vl - Vh;
-#pragma unroll
-            for (int c = 0; c < NO; c++) { // O's n8 tile c, column g: head dim 8c + g
-                float u[4] = {0.f, 0.f, 0.f, 0.f};
-                const uint2 bh = *reinterpret_cast<const uint2 *>(vh + 8 * c * AF_HV);
-                const uint2 bl = *reinterpret_cast<const uint2 *>(vh + vl + 8 * c * AF_HV);
-                mma3<true>(u, ph, pl, bh.x, bh.y, bl.x, bl.y);
-                const float2 f = *reinterpret_cast<const float2 *>(vs + 8 * c + 2 * t);
-                o[c][0] = fmaf(o[c][0], resA, u[0] * f.x);
-                o[c][1] = fmaf(o[c][1], resA, u[1] * f.y);
-                o[c][2] = fmaf(o[c][2], resB, u[2] * f.x);
-                o[c][3] = fmaf(o[c][3], resB, u[3] * f.y);
-            }
+        if (active) // head dim 8c + g: bit 2 of it is g's (af_vsw)
+            af_pv<D>(o, p, Vh + g * AF_HV + af_vsw(g, t), Vl - Vh, vs, t, resA, resB);
+    }
+    cp_wait<0>();
+    at_finish<D>(o, mA, mB, lA, lB, reinterpret_cast<float *>(Qh), half, ht, rA, rB, t, group, bq, t0, n, kvh, q,
+                 q_step, q_tok, out, out_tok, gated);
+}
+
+// k_attn_f16p: k_attn_f16 with K and V split once a call, not once a block. k_attn_f16's blocks each split every
+// K and V tile they read (a block of 64 rows is 8 tokens x the 8 heads of a group: at 4096 tokens each tile was
+// split by up to 512 blocks), ~40 % of a thread's instructions a tile. Here k_attn_presplit splits the call's keys
+// (the same splits: a key's 2^e from its own values, a V tile's head dim's from the tile's 16 keys, zeros past
+// the call's last key) into stream scratch (AfSplit), and a half copies its tiles' digits with cp.async into two
+// stages, the next tile's while this one's are computed: one barrier a tile, not four. V's digits keep the
+// natural word order in shared memory (af_vsw was for the split's stores). The result differs from k_attn_f16's
+// only where a V tile holds keys past a block's last (that block's keys are zeros there, the call's keys here):
+// the tile's scales, p 0 for those keys either way.
+struct AfSplit {
+    uint32_t *kh, *kl, *vh, *vl; // K: hi, lo words [kv head][key][D / 2]; V: [kv head][tile][D][AF_HV]
+    float *ks, *vs;              // K's scale [kv head][key], V's [kv head][tile][D]
+    int cap;                     // keys a head (whole tiles)
+};
+
+// The split of n_keys keys of n_kv heads of D dims in base (lilac_cuda_attn_split_bytes of them).
+AfSplit af_split_in(void *base, int n_keys, int n_kv, int D)
+{
+    AfSplit sp;
+    sp.cap = (n_keys + AF_BK - 1) / AF_BK * AF_BK;
+    const size_t kw = (size_t)n_kv * sp.cap * (D / 2), vw = (size_t)n_kv * (sp.cap / AF_BK) * D * AF_HV;
+    sp.kh = static_cast<uint32_t *>(base);
+    sp.kl = sp.kh + kw;
+    sp.ks = reinterpret_cast<float *>(sp.kl + kw);
+    sp.vh = reinterpret_cast<uint32_t *>(sp.ks + (size_t)n_kv * sp.cap);
+    sp.vl = sp.vh + vw;
+    sp.vs = reinterpret_cast<float *>(sp.vl + vw);
+    return sp;
+}
+
+// Keys 0 .. n_keys - 1 of K and V (rows kvw floats apart) split into sp: a block (AT_HALF threads) a 16-key tile
+// and KV head, K a key to eight threads, V a head dim to a thread.
+template <int D>
+__global__ void __launch_bounds__(AT_HALF) k_attn_presplit(const float *__restrict__ K, const float *__restrict__ V,
+                                                         int kvw, int n_keys, AfSplit sp)
+{
+    const int ht = threadIdx.x, kvh = blockIdx.y, k0 = blockIdx.x * AF_BK;
+    {
+        const int key = k0 + (ht >> 3);
+        const size_t r = (size_t)kvh * sp.cap + key;
+        af_split_key<D>(K + (long long)key * kvw + (long long)kvh * D, key < n_keys, ht & 7, sp.kh + r * (D / 2),
+                        sp.kl + r * (D / 2), sp.ks + r);
+    }
+    for (int d = ht; d < D; d += AT_HALF) {
+        uint32_t h[AF_HV], l[AF_HV];
+        const float vsc = af_split_v(V + (long long)k0 * kvw + (long long)kvh * D + d, kvw, n_keys - k0, h, l);
+        const size_t c = ((size_t)kvh * (sp.cap / AF_BK) + blockIdx.x) * D + d;
+        uint4 *dh = reinterpret_cast<uint4 *>(sp.vh + c * AF_HV), *dl = reinterpret_cast<uint4 *>(sp.vl + c * AF_HV);
+        dh[0] = make_uint4(h[0], h[1], h[2], h[3]);
+        dh[1] = make_uint4(h[4], h[5], h[6], h[7]);
+        dl[0] = make_uint4(l[0], l[1], l[2], l[3]);
+        dl[1] = make_uint4(l[4], l[5], l[6], l[7]);
+        sp.vs[c] = vsc;
+    }
+}
+
+// k_attn_f16p's shared memory in words: Q as k_attn_f16's, then a half's two stages of a tile's digits (K's rows
+// padded to HQ words as k_attn_f16's, V's head dims AF_HV words each, unpadded: P V's loads are conflict-free).
+template <int D> struct AfpLay {
+    static constexpr int HQ = AfLay<D>::HQ, Q = AfLay<D>::Q;
+    static constexpr int KH = 0, KL = KH + AF_BK * HQ, KS = KL + AF_BK * HQ, VH = KS + AF_BK, VL = VH + D * AF_HV,
+                         VS = VL + D * AF_HV, STAGE = VS + D;
+    static constexpr int WORDS = Q + 4 * STAGE; // two halves of two stages
+    static_assert(KL % 4 == 0 && KS % 4 == 0 && VH % 4 == 0 && VL % 4 == 0 && VS % 4 == 0 && STAGE % 4 == 0 &&
+                      Q % 4 == 0,
+                  "16-byte copies");
+};
+
+__device__ __forceinline__ void cp16w(uint32_t *dst, const uint32_t *src)
+{
+    cp16(reinterpret_cast<float *>(dst), reinterpret_cast<const float *>(src), true);
+}
+
+// Tile k0 of KV head kvh's digits from sp into stage st, by a half's AT_HALF threads (cp.async; not committed).
+template <int D>
+__device__ __forceinline__ void af_stage(uint32_t *st, const AfSplit &sp, int kvh, int k0, int ht)
+{
+    using L = AfpLay<D>;
+    constexpr int KP = D / 8; // 16-byte pieces of a key's hi (or lo) words
+    const size_t kr = (size_t)kvh * sp.cap + k0, vr = ((size_t)kvh * (sp.cap / AF_BK) + k0 / AF_BK) * D;
+    const uint32_t *gkh = sp.kh + kr * (D / 2), *gkl = sp.kl + kr * (D / 2);
+#pragma unroll 4
+    for (int i = ht; i < AF_BK * KP; i += AT_HALF) {
+        const int r = i / KP, c = i - r * KP;
+        cp16w(st + L::KH + r * L::HQ + 4 * c, gkh + r * (D / 2) + 4 * c);
+        cp16w(st + L::KL + r * L::HQ + 4 * c, gkl + r * (D / 2) + 4 * c);
+    }
+    const uint32_t *gvh = sp.vh + vr * AF_HV, *gvl = sp.vl + vr * AF_HV;
+#pragma unroll 4
+    for (int i = ht; i < D * AF_HV / 4; i += AT_HALF) {
+        cp16w(st + L::VH + 4 * i, gvh + 4 * i);
+        cp16w(st + L::VL + 4 * i, gvl + 4 * i);
+    }
+    if (ht < AF_BK / 4)
+        cp16w(st + L::KS + 4 * ht, reinterpret_cast<const uint32_t *>(sp.ks + kr) + 4 * ht);
+    for (int i = ht; i < D / 4; i += AT_HALF)
+        cp16w(st + L::VS + 4 * i, reinterpret_cast<const uint32_t *>(sp.vs + vr) + 4 * i);
+}
+
+template <int D>
+__global__ void __launch_bounds__(AT_THREADS, 1)
+    k_attn_f16p(const float *__restrict__ q, int q_step, long long q_tok, AfSplit sp, int group, int pos0, int n,
+                float *__restrict__ out, long long out_tok, int gated)
+{
+    using L = AfpLay<D>;
+    constexpr int BK = AF_BK, NT = BK / 8, NO = D / 8, HQ = L::HQ;
+    static_assert(D % 64 == 0 && (D / 16) % AT_SCHUNK == 0 && AT_HALF == 8 * BK, "shape: eight threads a key");
+    extern __shared__ float4 af_smem4[];
+    uint32_t *const Qh = reinterpret_cast<uint32_t *>(af_smem4), *const Ql = Qh + AT_ROWS * HQ;
+    float *const qs = reinterpret_cast<float *>(Ql + AT_ROWS * HQ);
+    const int tid = threadIdx.x, half = tid / AT_HALF, ht = tid % AT_HALF;
+    uint32_t *const hb = reinterpret_cast<uint32_t *>(af_smem4) + L::Q + half * 2 * L::STAGE; // this half's stages
+
+    const int bq = AT_ROWS / group;
+    const int t0 = (int)(gridDim.x - 1 - blockIdx.x) * bq; // the blocks with the most keys first
+    const int kvh = blockIdx.y;
+    const int lane = tid & 31, warp = tid >> 5, wr = warp & 3, g = lane >> 2, t = lane & 3;
+    const int last = min(t0 + bq, n) - 1;
+    const int n_keys = pos0 + last + 1;
+    const float scale = rsqrtf((float)D);
+
+    int k0 = half * BK;
+    if (k0 < n_keys)
+        af_stage<D>(hb, sp, kvh, k0, ht);
+    cp_commit();
+
+    af_split_q<D>(q, q_step, q_tok, group, bq, t0, n, kvh, warp, lane, Qh, Ql, qs);
+
+    const auto [rA, rB, limA, limB, wlim] = at_rows(wr, g, group, bq, t0, last, pos0);
+
+    float o[NO][4];
+    frag_zero(o);
+    float mA = -INFINITY, mB = -INFINITY, lA = 0.f, lB = 0.f;
+    __syncthreads(); // Q split
+    const float qsA = qs[rA], qsB = qs[rB];
+
+    for (int cur = 0; k0 < n_keys; k0 += 2 * BK, cur ^= 1) {
+        cp_wait<0>(); // this tile's digits (this thread's copies)
+        half_sync(half); // everyone's; and the other stage's last reads are done
+        if (k0 + 2 * BK < n_keys)
+            af_stage<D>(hb + (cur ^ 1) * L::STAGE, sp, kvh, k0 + 2 * BK, ht);
+        cp_commit();
+        if (k0 <= wlim) {
+            const uint32_t *const st = hb + cur * L::STAGE;
+            float p[NT][4];
+            float resA, resB;
+            af_scores<D>(p, Qh + rA * HQ + 2 * t, Qh + rB * HQ + 2 * t, Ql - Qh, st + L::KH + g * HQ + 2 * t,
+                         L::KL - L::KH, k0, t, limA, limB, scale, qsA, qsB,
+                         reinterpret_cast<const float *>(st + L::KS), mA, mB, lA, lB, resA, resB);
+            af_pv<D>(o, p, st + L::VH + g * AF_HV + 2 * t, L::VL - L::VH, reinterpret_cast<const float *>(st + L::VS), t,
+                     resA, resB);
         }
     }
     cp_wait<0>();
@@ -708,6 +910,43 @@ bool qsplit_enabled()
 }
 
 
+/* LILAC_CUDA_ATTN_PRE=0: k_attn_f16 (K and V split by every block) instead of k_attn_f16p (split once a call).
+ * Read once. */
+bool pre_enabled()
+{
+    static std::atomic<int> on{-1};
+    return env_switch_once(on, "LILAC_CUDA_ATTN_PRE", true);
+}
+std::atomic<long> g_pre{0}; /* k_attn_f16p's calls (lilac_cuda_attn_pre_launches) */
+
+// k_attn_f16p over a call: K and V (keys 0 .. pos0 + n - 1) split into the stream's scratch, then the blocks; -1
+// (nothing launched) where the device refuses the shared memory or the scratch is not to be had (it would grow
+// while the stream is being captured, or the allocation failed).
+template <int D>
+int launch_attn_pre(const float *q, int q_step, long long q_tok, const float *K, const float *V, int n_head,
+                    int n_head_kv, int pos0, int n, float *out, int gated, cudaStream_t st)
+{
+    const size_t smem = sizeof(float) * (size_t)AfpLay<D>::WORDS;
+    if (cudaFuncSetAttribute(k_attn_f16p<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    const int n_keys = pos0 + n;
+    const size_t grow = ((size_t)n_keys + LILAC_CUDA_ATT_GROW - 1) / LILAC_CUDA_ATT_GROW * LILAC_CUDA_ATT_GROW;
+    void *base = lilac_cuda_scratch(reinterpret_cast<lilac_cuda_stream *>(st), LILAC_CUDA_SCR_ATTN,
+                                    lilac_cuda_attn_split_bytes(grow, (size_t)n_head_kv, D));
+    if (!base)
+        return -1;
+    const AfSplit sp = af_split_in(base, n_keys, n_head_kv, D);
+    k_attn_presplit<D><<<dim3((unsigned)(sp.cap / AF_BK), (unsigned)n_head_kv), AT_HALF, 0, st>>>(
+        K, V, n_head_kv * D, n_keys, sp);
+    const int group = n_head / n_head_kv, bq = AT_ROWS / group;
+    k_attn_f16p<D><<<dim3((unsigned)((n + bq - 1) / bq), (unsigned)n_head_kv), AT_THREADS, smem, st>>>(
+        q, q_step, q_tok, sp, group, pos0, n, out, (long long)n_head * D, gated);
+    g_pre.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+}
+
 // The attention kernel for head dim D (BK keys a tile in k_attn_mma) the switches choose.
 template <int D, int BK>
 int launch_attn_d(const float *q, int q_step, long long q_tok, const float *K, const float *V, int n_head,
@@ -716,6 +955,9 @@ int launch_attn_d(const float *q, int q_step, long long q_tok, const float *K, c
     const size_t mma_smem = sizeof(float) * ((size_t)AT_ROWS * (D + 16) + 2 * (size_t)BK * (2 * D + 20));
     const size_t q_lo = sizeof(float) * (size_t)AT_ROWS * (D + 16); /* QS: Q's lo parts */
     // the fastest the switches allow whose shared memory the device grants (each falls back to the next)
+    if (f16_enabled() && pre_enabled() &&
+        launch_attn_pre<D>(q, q_step, q_tok, K, V, n_head, n_head_kv, pos0, n, out, gated, st) == 0)
+        return 0;
     if (f16_enabled() && launch_attn(k_attn_f16<D>, sizeof(float) * (size_t)AfLay<D>::WORDS, q, q_step, q_tok, K, V,
                                      n_head, n_head_kv, D, pos0, n, out, gated, st) == 0)
         return 0;
@@ -727,6 +969,9 @@ int launch_attn_d(const float *q, int q_step, long long q_tok, const float *K, c
 }
 
 } // namespace
+
+extern "C" long lilac_cuda_attn_pre_launches(void) { return g_pre.load(std::memory_order_relaxed); }
+extern "C" int lilac_cuda_attn_pre_wanted(void) { return f16_enabled() && pre_enabled(); }
 
 extern "C" int lilac_cuda_attn_mma_enabled(void)
 {

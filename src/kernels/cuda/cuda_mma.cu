@@ -755,9 +755,10 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
 inline cudaStream_t S(lilac_cuda_stream *s) { return reinterpret_cast<cudaStream_t>(s); }
 
 
-/* The digits' buffer of a (device, stream). */
+/* The buffer of a (device, stream, kind): LILAC_CUDA_SCR_MMA the products' digits, LILAC_CUDA_SCR_ATTN the
+ * prefill attention's split K and V. */
 struct Scratch {
-    int dev;
+    int dev, kind;
     cudaStream_t st;
     void *p;
     size_t cap;
@@ -771,9 +772,9 @@ std::mutex g_scr_mu;
 Scratch g_scr[16];
 int g_n_scr;
 
-/* The scratch of st on the current device (under g_scr_mu), and that device (-1: none current): NULL where st
- * has none yet. */
-Scratch *scratch_of(cudaStream_t st, int *devp)
+/* The scratch of st of that kind on the current device (under g_scr_mu), and that device (-1: none current):
+ * NULL where st has none yet. */
+Scratch *scratch_of(cudaStream_t st, int *devp, int kind = LILAC_CUDA_SCR_MMA)
 {
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) {
@@ -783,17 +784,17 @@ Scratch *scratch_of(cudaStream_t st, int *devp)
     if (devp)
         *devp = dev;
     for (int i = 0; dev >= 0 && i < g_n_scr; i++)
-        if (g_scr[i].dev == dev && g_scr[i].st == st)
+        if (g_scr[i].dev == dev && g_scr[i].st == st && g_scr[i].kind == kind)
             return &g_scr[i];
     return nullptr;
 }
 
 /* Scratch of at least bytes for st: NULL when it would have to grow while st is being captured, or on failure. */
-void *scratch(cudaStream_t st, size_t bytes)
+void *scratch(cudaStream_t st, size_t bytes, int kind = LILAC_CUDA_SCR_MMA)
 {
     std::lock_guard<std::mutex> lk(g_scr_mu);
     int dev = -1;
-    Scratch *sc = scratch_of(st, &dev);
+    Scratch *sc = scratch_of(st, &dev, kind);
     if (dev < 0)
         return nullptr;
     if (sc && sc->cap >= bytes)
@@ -807,7 +808,7 @@ void *scratch(cudaStream_t st, size_t bytes)
         if (g_n_scr == 16)
             return nullptr;
         sc = &g_scr[g_n_scr++];
-        *sc = Scratch{dev, st, nullptr, 0, 0, nullptr, 0, 0, 0};
+        *sc = Scratch{dev, kind, st, nullptr, 0, 0, nullptr, 0, 0, 0};
     }
     if (sc->p) { /* earlier products on st may still read it */
         if (cudaStreamSynchronize(st) != cudaSuccess) {
@@ -1075,6 +1076,8 @@ extern "C" {
 int lilac_cuda_mma_supported(int type) { return chunk_bytes(type) != 0; }
 
 int lilac_cuda_mma_reserve(lilac_cuda_stream *s, size_t bytes) { return scratch(S(s), bytes) ? 0 : -1; }
+
+void *lilac_cuda_scratch(lilac_cuda_stream *s, int kind, size_t bytes) { return scratch(S(s), bytes, kind); }
 
 void *lilac_cuda_mma_scratch_borrow(lilac_cuda_stream *s, size_t bytes)
 {

@@ -154,6 +154,10 @@ int lilac_cuda_pf_attention(const float *q, int q_step, long long q_tok, const f
  * lilac_cuda_pf_attention_supported takes). Each alone for tests; -1 (nothing launched) for a shape it
  * does not take. */
 int lilac_cuda_attn_mma_enabled(void);
+/* The tensor-core kernel's calls that split K and V once (k_attn_f16p) so far, and whether the switches ask for
+ * it (LILAC_CUDA_ATTN_PRE, LILAC_CUDA_ATTN_F16 not 0): a test checks that it ran. */
+long lilac_cuda_attn_pre_launches(void);
+int lilac_cuda_attn_pre_wanted(void);
 int lilac_cuda_pf_attention_mma(const float *q, int q_step, long long q_tok, const float *K, const float *V,
                                 int n_head, int n_head_kv, int hd, int pos0, int n, float *out, int gated,
                                 lilac_cuda_stream *s);

@@ -71,6 +71,20 @@ static inline size_t lilac_cuda_top_bytes(int n_vocab, int top_max, int rows)
     return (size_t)rows * (LILAC_CUDA_TOP_OUT + nb * ((size_t)top_max * 8 + 8));
 }
 
+/* The prefill attention's K and V split into fp16 hi/lo once a call (cuda_attn.cu's k_attn_presplit) for keys
+ * 0 .. n_keys - 1 (cap: n_keys rounded up to whole LILAC_CUDA_ATT_TILE-key tiles) of n_kv heads of hd dims, one
+ * buffer: K's hi and lo words (hd / 2 each a key), K's scales (a float a key), V's hi and lo words (8 each a tile
+ * and head dim), V's scales (a float a tile and head dim). The scratch is asked for keys rounded up to
+ * LILAC_CUDA_ATT_GROW (it grows in those steps as a context does). */
+#define LILAC_CUDA_ATT_TILE 16
+#define LILAC_CUDA_ATT_GROW 4096
+
+static inline size_t lilac_cuda_attn_split_bytes(size_t n_keys, size_t n_kv, size_t hd)
+{
+    const size_t cap = (n_keys + LILAC_CUDA_ATT_TILE - 1) / LILAC_CUDA_ATT_TILE * LILAC_CUDA_ATT_TILE;
+    return n_kv * cap * (hd * 4 + 4) + n_kv * cap * hd * 4 + n_kv * (cap / LILAC_CUDA_ATT_TILE) * hd * 4;
+}
+
 static inline size_t lilac_cuda_scratch_round(size_t bytes)
 {
     return (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
