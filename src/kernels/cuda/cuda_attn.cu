@@ -776,6 +776,7 @@ template <int D> struct AfpLay {
     static constexpr int KH = 0, KL = KH + AF_BK * HQ, KS = KL + AF_BK * HQ, VH = KS + AF_BK, VL = VH + D * AF_HV,
                          VS = VL + D * AF_HV, STAGE = VS + D;
     static constexpr int WORDS = Q + 4 * STAGE; // two halves of two stages
+    static_assert(2 * STAGE >= (D / 8) * 4 * AT_HALF + 4 * AT_HALF, "half 1's hand-over fits in its stages");
     static_assert(KL % 4 == 0 && KS % 4 == 0 && VH % 4 == 0 && VL % 4 == 0 && VS % 4 == 0 && STAGE % 4 == 0 &&
                       Q % 4 == 0,
                   "16-byte copies");
@@ -867,8 +868,10 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
         }
     }
     cp_wait<0>();
-    at_finish<D>(o, mA, mB, lA, lB, reinterpret_cast<float *>(Qh), half, ht, rA, rB, t, group, bq, t0, n, kvh, q,
-                 q_step, q_tok, out, out_tok, gated);
+    // the hand-over through half 1's stages (at_finish's barrier first): not Q's buffer, which half 0 may read
+    // until that barrier (racecheck reported Q's reads against the hand-over's writes there)
+    at_finish<D>(o, mA, mB, lA, lB, reinterpret_cast<float *>(af_smem4) + L::Q + 2 * L::STAGE, half, ht, rA, rB, t,
+                 group, bq, t0, n, kvh, q, q_step, q_tok, out, out_tok, gated);
 }
 
 // kern (k_attn_mma's or k_attn_f16's signature) over blocks of AT_ROWS / group tokens x the KV heads, with smem
