@@ -91,6 +91,17 @@ __device__ __forceinline__ AtRows at_rows(int wr, int g, int group, int bq, int 
             pos0 + min(t0 + min((wr * 16 + 15) / group, bq - 1), last)};
 }
 
+// A block's tokens: bq (AT_ROWS / group) from t0, the grid's blocks in reverse (those with the most keys first),
+// its last token and the keys that one sees.
+struct AtBlock {
+    int bq, t0, last, n_keys;
+};
+__device__ __forceinline__ AtBlock at_block(int group, int n, int pos0)
+{
+    const int bq = AT_ROWS / group, t0 = (int)(gridDim.x - 1 - blockIdx.x) * bq, last = min(t0 + bq, n) - 1;
+    return {bq, t0, last, pos0 + last + 1};
+}
+
 // N accumulator fragments (m16n8: a thread's 4 floats each) zeroed; s += u.
 template <int N> __device__ __forceinline__ void frag_zero(float (&f)[N][4])
 {
@@ -258,12 +269,9 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
     // QS: Q's lo parts [AT_ROWS][SQ] after both halves' K/V buffers; Qs holds the hi parts then (as floats' bits)
     float *const Ql = Qs + AT_ROWS * SQ + 2 * BK * (SK + SV);
 
-    const int bq = AT_ROWS / group; // tokens a block
-    const int t0 = (int)(gridDim.x - 1 - blockIdx.x) * bq; // the blocks with the most keys first
+    const auto [bq, t0, last, n_keys] = at_block(group, n, pos0);
     const int kvh = blockIdx.y;
     const int lane = tid & 31, wr = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
-    const int last = min(t0 + bq, n) - 1; // the block's last token
-    const int n_keys = pos0 + last + 1;
     const float scale = rsqrtf((float)D);
 
     // Q, rows past the block's tokens zero (they see key 0 like every row, and are not written).
@@ -643,12 +651,9 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
     uint32_t *const Kh = reinterpret_cast<uint32_t *>(hb + L::KH), *const Kl = reinterpret_cast<uint32_t *>(hb + L::KL);
     uint32_t *const Vh = reinterpret_cast<uint32_t *>(hb + L::VH), *const Vl = reinterpret_cast<uint32_t *>(hb + L::VL);
 
-    const int bq = AT_ROWS / group;
-    const int t0 = (int)(gridDim.x - 1 - blockIdx.x) * bq; // the blocks with the most keys first
+    const auto [bq, t0, last, n_keys] = at_block(group, n, pos0);
     const int kvh = blockIdx.y;
     const int lane = tid & 31, warp = tid >> 5, wr = warp & 3, g = lane >> 2, t = lane & 3;
-    const int last = min(t0 + bq, n) - 1;
-    const int n_keys = pos0 + last + 1;
     const float scale = rsqrtf((float)D);
 
     int k0 = half * BK;
@@ -827,12 +832,9 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
     const int tid = threadIdx.x, half = tid / AT_HALF, ht = tid % AT_HALF;
     uint32_t *const hb = reinterpret_cast<uint32_t *>(af_smem4) + L::Q + half * 2 * L::STAGE; // this half's stages
 
-    const int bq = AT_ROWS / group;
-    const int t0 = (int)(gridDim.x - 1 - blockIdx.x) * bq; // the blocks with the most keys first
+    const auto [bq, t0, last, n_keys] = at_block(group, n, pos0);
     const int kvh = blockIdx.y;
     const int lane = tid & 31, warp = tid >> 5, wr = warp & 3, g = lane >> 2, t = lane & 3;
-    const int last = min(t0 + bq, n) - 1;
-    const int n_keys = pos0 + last + 1;
     const float scale = rsqrtf((float)D);
 
     int k0 = half * BK;
