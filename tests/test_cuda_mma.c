@@ -23,6 +23,7 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cuda/cuda.h"
+#include "kernels/cuda/cuda_sizes.h"
 #include "cudatest.h"
 
 #define TOL 1e-5
@@ -449,6 +450,65 @@ out:
     free(x);
 }
 
+/* The pre-pass with four lanes a run (k_mma_prep_q, LILAC_CUDA_PREP_QUARTER) gives k_mma_prep's bytes: digits,
+ * sums and exponents, over row lengths that fill a block, leave it short (K 256: 32 threads) and pass it (K
+ * 16384: each thread two parts), with and without the SwiGLU's up rows, rows padded (x_stride > K) and
+ * misaligned (x one float off: the scalar loads), zero, NaN, Inf, tiny and huge rows (fill_x's specials). */
+static void test_prep_quarter(void)
+{
+    static const int SHAPES[][2] = {{1, 256}, {7, 512}, {64, 2048}, {33, 4096}, {12, 16384}, {130, 768}};
+    int n_same = 0;
+    for (size_t si = 0; si < sizeof SHAPES / sizeof SHAPES[0]; si++)
+        for (int glu = 0; glu < 2; glu++)
+            for (int mis = 0; mis < 2; mis++) {
+                const int n = SHAPES[si][0], K = SHAPES[si][1], stride = K + (mis ? 8 : 0);
+                const size_t nx = (size_t)n * stride + 1, bytes = lilac_cuda_xq_bytes((size_t)n, (size_t)K);
+                float *x = malloc(sizeof(float) * nx), *u = malloc(sizeof(float) * nx);
+                unsigned char *nan_rows = malloc((size_t)n);
+                uint8_t *a = malloc(bytes), *b = malloc(bytes);
+                if (!x || !u || !nan_rows || !a || !b) {
+                    CHECK(0);
+                    free(x), free(u), free(nan_rows), free(a), free(b);
+                    return;
+                }
+                fill_x(x, (int)(nx / (size_t)K), K, nan_rows, 1);
+                fill_x(u, (int)(nx / (size_t)K), K, nan_rows, 0);
+                float *dx = dev_copy(x, sizeof(float) * nx), *du = dev_copy(u, sizeof(float) * nx);
+                void *da = dev_copy(NULL, bytes), *db = dev_copy(NULL, bytes);
+                char msg[512];
+                if (dx && du && da && db) {
+                    memset(a, 0x5a, bytes), memset(b, 0xa5, bytes);
+                    CHECK(lilac_cuda_upload(da, a, bytes, msg, sizeof msg) == 0); /* the pad bytes agree too */
+                    CHECK(lilac_cuda_upload(db, a, bytes, msg, sizeof msg) == 0);
+                    const float *xs = dx + mis, *us = glu ? du + mis : NULL;
+                    CHECK(lilac_cuda_mma_prep_into(xs, us, stride, n, K, 0, da, NULL) == 0);
+                    CHECK(lilac_cuda_mma_prep_into(xs, us, stride, n, K, 1, db, NULL) == 0);
+                    const char *err = check_msg();
+                    CHECKF(!err, "pre-pass %d x %d: %s", n, K, err ? err : "");
+                    if (!err && lilac_cuda_download(a, da, bytes, NULL, msg, sizeof msg) == 0 &&
+                        lilac_cuda_download(b, db, bytes, NULL, msg, sizeof msg) == 0) {
+                        size_t at = 0;
+                        while (at < bytes && a[at] == b[at])
+                            at++;
+                        CHECKF(at == bytes, "pre-pass %d x %d (glu %d, misaligned %d): quarter lanes differ at byte %zu "
+                               "of %zu", n, K, glu, mis, at, bytes);
+                        n_same += at == bytes;
+                        /* and both wrote: row 0's exponent (after the digits and the sums) is no longer the fill */
+                        const size_t nb = (size_t)n * (size_t)(K / 32), at_exp = nb * LILAC_CUDA_XQ_BLOCK + ((nb * 4 + 255) & ~(size_t)255);
+                        int e0;
+                        memcpy(&e0, a + at_exp, sizeof e0);
+                        CHECKF(at_exp + sizeof e0 <= bytes && e0 != 0x5a5a5a5a, "pre-pass %d x %d: no exponent written",
+                               n, K);
+                    }
+                }
+                CHECK(lilac_cuda_mma_prep_into(dx, NULL, K - 1, n, K, 1, da, NULL) == -1); /* stride under K */
+                CHECK(lilac_cuda_mma_prep_into(dx, NULL, K, n, 100, 1, da, NULL) == -1);   /* K not 256's */
+                lilac_cuda_free(dx), lilac_cuda_free(du), lilac_cuda_free(da), lilac_cuda_free(db);
+                free(x), free(u), free(nan_rows), free(a), free(b);
+            }
+    printf("pre-pass, four lanes a run: %d shapes bit-equal to a lane a run\n", n_same);
+}
+
 int main(void)
 {
     char msg[512];
@@ -463,5 +523,6 @@ int main(void)
     }
     CHECK(!lilac_cuda_mma_supported(LILAC_F32) && !lilac_cuda_mma_supported(LILAC_F16));
     test_multi();
+    test_prep_quarter();
     TEST_END();
 }

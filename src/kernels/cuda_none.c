@@ -228,6 +228,19 @@ unsigned lilac_cuda_mma_scratch_gen(lilac_cuda_stream *s)
     return 0;
 }
 
+void *lilac_cuda_scratch(lilac_cuda_stream *s, int kind, size_t bytes)
+{
+    (void)s, (void)kind, (void)bytes;
+    return NULL;
+}
+
+int lilac_cuda_mma_prep_into(const float *x, const float *x2, long long x_stride, int n, int K, int quarter,
+                             void *out, lilac_cuda_stream *s)
+{
+    (void)x, (void)x2, (void)x_stride, (void)n, (void)K, (void)quarter, (void)out, (void)s;
+    return -1;
+}
+
 int lilac_cuda_mma_set_enabled(int on)
 {
     (void)on;

@@ -246,30 +246,30 @@ __device__ __forceinline__ void xsum_put(float *xsum, int NB, int row, int blk, 
     d[2] = l;
 }
 
-template <bool VEC> __device__ __forceinline__ void prep_load(const float *s, float (&v)[32])
+template <bool VEC, int N> __device__ __forceinline__ void prep_load(const float *s, float (&v)[N])
 {
     if constexpr (VEC) {
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
+        for (int i = 0; i < N / 4; i++) {
             const float4 f = reinterpret_cast<const float4 *>(s)[i];
             v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
         }
     } else {
 #pragma unroll
-        for (int i = 0; i < 32; i++)
+        for (int i = 0; i < N; i++)
             v[i] = s[i];
     }
 }
 
 /* prep_load, or with u (the up projection's run beside the gate's s) the SwiGLU glu(s, u): k_swiglu's bits. */
-template <bool VEC> __device__ __forceinline__ void prep_load2(const float *s, const float *u, float (&v)[32])
+template <bool VEC, int N> __device__ __forceinline__ void prep_load2(const float *s, const float *u, float (&v)[N])
 {
     prep_load<VEC>(s, v);
     if (u) {
-        float w[32];
+        float w[N];
         prep_load<VEC>(u, w);
 #pragma unroll
-        for (int i = 0; i < 32; i++)
+        for (int i = 0; i < N; i++)
             v[i] = glu(v[i], w[i]);
     }
 }
@@ -343,6 +343,90 @@ __global__ void __launch_bounds__(256) k_mma_prep(const float *x, const float *x
                 d[4 + i] = make_uint4(lo[4 * i], lo[4 * i + 1], lo[4 * i + 2], lo[4 * i + 3]);
             }
             xsum_put(xsum, NB, row, blk, sum);
+        }
+        __syncthreads(); /* red is the next row's */
+    }
+}
+
+/* k_mma_prep with four adjacent lanes a run, each 8 of its values (LILAC_CUDA_PREP_QUARTER=1): four times the
+ * threads a row, for the rows of a 512-token chunk (a block a row of 2048 columns had 64 threads: ~8 warps an
+ * SM, each load a round trip). The same digits, sums and exponents, bit for bit: the largest |value| is a
+ * maximum (any order), and the run's sum is added in k_mma_prep's order, value 0 to 31, each lane adding its
+ * 8 to the sum the lane before passed it. Needs K / 32 a multiple of 8 (whole warps a row). */
+template <bool VEC>
+__global__ void __launch_bounds__(256) k_mma_prep_q(const float *x, const float *x2, long long x_stride,
+                                                    const int32_t *map, int n, const int32_t *n_dev, int K,
+                                                    uint8_t *xq, float *xsum, int *xexp)
+{
+    __shared__ float red[8];
+    const int count = n_dev ? min(n, __ldg(n_dev)) : n;
+    const int NP = K / 8, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, q = tid & 3;
+    const bool held = NP <= nt; /* each thread at most one part of a run: it keeps its values between passes */
+    for (int row = blockIdx.x; row < count; row += gridDim.x) {
+        const long long off = (long long)(map ? __ldg(map + row) : row) * x_stride;
+        const float *src = x + off, *src2 = x2 ? x2 + off : nullptr;
+        float v[8];
+        float amax = 0.f;
+        bool bad = false;
+        for (int pi = tid; pi < NP; pi += nt) { /* part pi: run pi / 4, its values 8 q .. 8 q + 7 */
+            prep_load2<VEC>(src + 8 * pi, src2 ? src2 + 8 * pi : nullptr, v);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const float a = fabsf(v[i]);
+                bad |= !(a <= FLT_MAX);
+                amax = fmaxf(amax, a);
+            }
+        }
+        for (int o = 16; o; o >>= 1)
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        if (lane == 0)
+            red[warp] = amax;
+        bad = __syncthreads_or(bad); /* also orders red */
+        amax = 0.f;
+        for (int w = 0; w < (nt + 31) / 32; w++)
+            amax = fmaxf(amax, red[w]);
+        int e = 0;
+        if (amax > 0.f)
+            (void)frexpf(amax, &e);
+        const int sh = 14 - e;
+        if (tid == 0)
+            xexp[row] = bad ? INT_MAX : -sh;
+        for (int pi = tid; pi < NP; pi += nt) { /* every lane of a warp the same passes: NP, nt multiples of 32 */
+            if (!held)
+                prep_load2<VEC>(src + 8 * pi, src2 ? src2 + 8 * pi : nullptr, v);
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                v[i] = bad ? 0.f : ldexpf(v[i], sh);
+            float run = 0.f; /* the run's sum so far, passed from lane q to lane q + 1 */
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float mine = run;
+                if (q == j)
+#pragma unroll
+                    for (int i = 0; i < 8; i++)
+                        mine += v[i];
+                run = __shfl_sync(0xffffffffu, mine, (lane & ~3) | j);
+            }
+            /* word 4t + 2h + k of the run: values 16h + 4t + k and + 2; this lane's values 8q .. are h = q / 2,
+             * t = 2 (q % 2) + tt, its values 4 tt + k and + 2 */
+            uint8_t *d = xq + ((size_t)row * (K / 32) + pi / 4) * XB;
+#pragma unroll
+            for (int tt = 0; tt < 2; tt++) {
+                uint32_t hi[2], lo[2];
+#pragma unroll
+                for (int k = 0; k < 2; k++) {
+                    const float a = v[4 * tt + k], b = v[4 * tt + k + 2];
+                    const __half ha = __float2half_rn(a), hb = __float2half_rn(b);
+                    const __half la = __float2half_rn(a - __half2float(ha)), lb = __float2half_rn(b - __half2float(hb));
+                    hi[k] = h2u(__halves2half2(ha, hb));
+                    lo[k] = h2u(__halves2half2(la, lb));
+                }
+                const int w = 4 * (2 * (q & 1) + tt) + 2 * (q >> 1);
+                *reinterpret_cast<uint2 *>(d + 4 * w) = make_uint2(hi[0], hi[1]);
+                *reinterpret_cast<uint2 *>(d + XB / 2 + 4 * w) = make_uint2(lo[0], lo[1]);
+            }
+            if (q == 0)
+                xsum_put(xsum, K / 32, row, pi / 4, run);
         }
         __syncthreads(); /* red is the next row's */
     }
@@ -835,29 +919,50 @@ struct XQ {
     float *xsum;
     int *xexp;
 };
-bool xq_get(cudaStream_t st, int n, int K, XQ &q)
+/* The digits, sums and exponents of n rows of K columns in base (lilac_cuda_xq_bytes of them). */
+XQ xq_at(uint8_t *base, int n, int K)
 {
     const size_t nb = (size_t)n * (K / 32);
     const size_t b_xq = nb * XB, b_sum = (nb * 4 + 255) & ~(size_t)255;
+    return XQ{base, reinterpret_cast<float *>(base + b_xq), reinterpret_cast<int *>(base + b_xq + b_sum)};
+}
+bool xq_get(cudaStream_t st, int n, int K, XQ &q)
+{
     uint8_t *base = static_cast<uint8_t *>(scratch(st, lilac_cuda_xq_bytes((size_t)n, (size_t)K)));
     if (!base)
         return false;
-    q.xq = base;
-    q.xsum = reinterpret_cast<float *>(base + b_xq);
-    q.xexp = reinterpret_cast<int *>(base + b_xq + b_sum);
+    q = xq_at(base, n, K);
     return true;
 }
 
-/* k_mma_prep over n rows (count: min(n, *n_dev) when n_dev is set): a block a row (at most 65535 blocks,
- * grid-strided past that), a thread a run of 32 columns (whole warps, at most 256). */
-void launch_prep(const float *x, long long x_stride, const int32_t *map, int n, const int32_t *n_dev, int K,
-                 const XQ &q, cudaStream_t st, const float *x2 = nullptr)
+/* LILAC_CUDA_PREP_QUARTER=1: the pre-pass with four lanes a run (k_mma_prep_q; the same bits). Written in
+ * session 20 without a GPU run: off until measured. Read once. */
+bool prep_quarter_enabled()
 {
-    const int nb = K / 32, threads = nb >= 256 ? 256 : (nb + 31) / 32 * 32;
+    static std::atomic<int> on{-1};
+    return env_switch_once(on, "LILAC_CUDA_PREP_QUARTER", false);
+}
+
+/* The pre-pass over n rows (count: min(n, *n_dev) when n_dev is set): a block a row (at most 65535 blocks,
+ * grid-strided past that); k_mma_prep a thread a run of 32 columns (whole warps, at most 256), or where quarter
+ * (and K / 32 a multiple of 8) k_mma_prep_q four threads a run. */
+void launch_prep(const float *x, long long x_stride, const int32_t *map, int n, const int32_t *n_dev, int K,
+                 const XQ &q, cudaStream_t st, const float *x2 = nullptr, bool quarter = prep_quarter_enabled())
+{
+    const int nb = K / 32;
     const unsigned grid = (unsigned)(n < 65535 ? n : 65535);
     if (grid < 1)
         return;
-    if ((reinterpret_cast<uintptr_t>(x) & 15) == 0 && (reinterpret_cast<uintptr_t>(x2) & 15) == 0 && x_stride % 4 == 0)
+    const bool vec =
+        (reinterpret_cast<uintptr_t>(x) & 15) == 0 && (reinterpret_cast<uintptr_t>(x2) & 15) == 0 && x_stride % 4 == 0;
+    if (quarter && nb % 8 == 0) {
+        const int threads = 4 * nb >= 256 ? 256 : 4 * nb;
+        auto kern = vec ? k_mma_prep_q<true> : k_mma_prep_q<false>;
+        kern<<<grid, threads, 0, st>>>(x, x2, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
+        return;
+    }
+    const int threads = nb >= 256 ? 256 : (nb + 31) / 32 * 32;
+    if (vec)
         k_mma_prep<true><<<grid, threads, 0, st>>>(x, x2, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
     else
         k_mma_prep<false><<<grid, threads, 0, st>>>(x, x2, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
@@ -1078,6 +1183,16 @@ int lilac_cuda_mma_supported(int type) { return chunk_bytes(type) != 0; }
 int lilac_cuda_mma_reserve(lilac_cuda_stream *s, size_t bytes) { return scratch(S(s), bytes) ? 0 : -1; }
 
 void *lilac_cuda_scratch(lilac_cuda_stream *s, int kind, size_t bytes) { return scratch(S(s), bytes, kind); }
+
+int lilac_cuda_mma_prep_into(const float *x, const float *x2, long long x_stride, int n, int K, int quarter,
+                             void *out, lilac_cuda_stream *s)
+{
+    if (!x || !out || n < 1 || K < 256 || K % 256 || x_stride < K)
+        return -1;
+    launch_prep(x, x_stride, nullptr, n, nullptr, K, xq_at(static_cast<uint8_t *>(out), n, K), S(s), x2,
+                quarter != 0);
+    return 0;
+}
 
 void *lilac_cuda_mma_scratch_borrow(lilac_cuda_stream *s, size_t bytes)
 {
