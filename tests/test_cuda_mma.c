@@ -464,7 +464,7 @@ static void test_prep_quarter(void)
                 const int n = SHAPES[si][0], K = SHAPES[si][1], stride = K + (mis ? 8 : 0);
                 const size_t nx = (size_t)n * stride + 1, bytes = lilac_cuda_xq_bytes((size_t)n, (size_t)K);
                 float *x = malloc(sizeof(float) * nx), *u = malloc(sizeof(float) * nx);
-                unsigned char *nan_rows = malloc((size_t)n);
+                unsigned char *nan_rows = malloc(nx / (size_t)K + 1); /* fill_x's rows of K */
                 uint8_t *a = malloc(bytes), *b = malloc(bytes);
                 if (!x || !u || !nan_rows || !a || !b) {
                     CHECK(0);
