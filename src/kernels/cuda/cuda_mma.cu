@@ -348,7 +348,7 @@ __global__ void __launch_bounds__(256) k_mma_prep(const float *x, const float *x
     }
 }
 
-/* k_mma_prep with four adjacent lanes a run, each 8 of its values (LILAC_CUDA_PREP_QUARTER=1): four times the
+/* k_mma_prep with four adjacent lanes a run, each 8 of its values (the default; LILAC_CUDA_PREP_QUARTER=0 off): four times the
  * threads a row, for the rows of a 512-token chunk (a block a row of 2048 columns had 64 threads: ~8 warps an
  * SM, each load a round trip). The same digits, sums and exponents, bit for bit: the largest |value| is a
  * maximum (any order), and the run's sum is added in k_mma_prep's order, value 0 to 31, each lane adding its
@@ -935,12 +935,13 @@ bool xq_get(cudaStream_t st, int n, int K, XQ &q)
     return true;
 }
 
-/* LILAC_CUDA_PREP_QUARTER=1: the pre-pass with four lanes a run (k_mma_prep_q; the same bits). Written in
- * session 20 without a GPU run: off until measured. Read once. */
+/* The pre-pass with four lanes a run (k_mma_prep_q; the same bytes: test_cuda_mma); LILAC_CUDA_PREP_QUARTER=0: a
+ * lane a run (k_mma_prep). H200: pp512 11,395 vs 11,199, pp4096 14,249 vs 14,020 (one call, one round each).
+ * Read once. */
 bool prep_quarter_enabled()
 {
     static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_PREP_QUARTER", false);
+    return env_switch_once(on, "LILAC_CUDA_PREP_QUARTER", true);
 }
 
 /* The pre-pass over n rows (count: min(n, *n_dev) when n_dev is set): a block a row (at most 65535 blocks,
