@@ -519,6 +519,24 @@ __device__ __forceinline__ void af_split_q(const float *__restrict__ q, int q_st
     }
 }
 
+// A block's start, after its first K/V copies are issued: Q split (a barrier after it), the thread's rows and
+// their limits (at_rows) and scales.
+struct AfStart {
+    int rA, rB, limA, limB, wlim;
+    float qsA, qsB;
+};
+template <int D>
+__device__ __forceinline__ AfStart af_begin(const float *__restrict__ q, int q_step, long long q_tok, int group,
+                                            int bq, int t0, int last, int n, int pos0, int kvh, uint32_t *Qh,
+                                            uint32_t *Ql, float *qs)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    af_split_q<D>(q, q_step, q_tok, group, bq, t0, n, kvh, warp, lane, Qh, Ql, qs);
+    const AtRows r = at_rows(warp & 3, lane >> 2, group, bq, t0, last, pos0);
+    __syncthreads(); // Q split
+    return {r.rA, r.rB, r.limA, r.limB, r.wlim, qs[r.rA], qs[r.rB]};
+}
+
 // A key's split: its eight threads (sub 0 .. 7, adjacent lanes) each the dim pairs sub + 8 i of row (zeros where
 // !valid), the key's largest |value| by shuffles; the hi/lo words to kh, kl at af_word's places, the key's 2^-e
 // to *ks (by sub 0).
@@ -653,7 +671,7 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
 
     const auto [bq, t0, last, n_keys] = at_block(group, n, pos0);
     const int kvh = blockIdx.y;
-    const int lane = tid & 31, warp = tid >> 5, wr = warp & 3, g = lane >> 2, t = lane & 3;
+    const int lane = tid & 31, g = lane >> 2, t = lane & 3;
     const float scale = rsqrtf((float)D);
 
     int k0 = half * BK;
@@ -662,15 +680,12 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
     load_kv<D, BK, L::SV>(Vst, V, kvw, kvh, k0, n_keys, ht);
     cp_commit();
 
-    af_split_q<D>(q, q_step, q_tok, group, bq, t0, n, kvh, warp, lane, Qh, Ql, qs);
-
-    const auto [rA, rB, limA, limB, wlim] = at_rows(wr, g, group, bq, t0, last, pos0);
+    const auto [rA, rB, limA, limB, wlim, qsA, qsB] =
+        af_begin<D>(q, q_step, q_tok, group, bq, t0, last, n, pos0, kvh, Qh, Ql, qs);
 
     float o[NO][4];
     frag_zero(o);
     float mA = -INFINITY, mB = -INFINITY, lA = 0.f, lB = 0.f;
-    __syncthreads(); // Q split
-    const float qsA = qs[rA], qsB = qs[rB];
 
     for (; k0 < n_keys; k0 += 2 * BK) {
         const bool active = k0 <= wlim;
@@ -834,7 +849,7 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
 
     const auto [bq, t0, last, n_keys] = at_block(group, n, pos0);
     const int kvh = blockIdx.y;
-    const int lane = tid & 31, warp = tid >> 5, wr = warp & 3, g = lane >> 2, t = lane & 3;
+    const int lane = tid & 31, g = lane >> 2, t = lane & 3;
     const float scale = rsqrtf((float)D);
 
     int k0 = half * BK;
@@ -842,15 +857,12 @@ __global__ void __launch_bounds__(AT_THREADS, 1)
         af_stage<D>(hb, sp, kvh, k0, ht);
     cp_commit();
 
-    af_split_q<D>(q, q_step, q_tok, group, bq, t0, n, kvh, warp, lane, Qh, Ql, qs);
-
-    const auto [rA, rB, limA, limB, wlim] = at_rows(wr, g, group, bq, t0, last, pos0);
+    const auto [rA, rB, limA, limB, wlim, qsA, qsB] =
+        af_begin<D>(q, q_step, q_tok, group, bq, t0, last, n, pos0, kvh, Qh, Ql, qs);
 
     float o[NO][4];
     frag_zero(o);
     float mA = -INFINITY, mB = -INFINITY, lA = 0.f, lB = 0.f;
-    __syncthreads(); // Q split
-    const float qsA = qs[rA], qsB = qs[rB];
 
     for (int cur = 0; k0 < n_keys; k0 += 2 * BK, cur ^= 1) {
         cp_wait<0>(); // this tile's digits (this thread's copies)

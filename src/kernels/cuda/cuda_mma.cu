@@ -274,6 +274,39 @@ template <bool VEC, int N> __device__ __forceinline__ void prep_load2(const floa
     }
 }
 
+/* The pre-pass's row maximum: a thread's values into amax, and whether one is a NaN or an Inf. */
+template <int N> __device__ __forceinline__ void prep_max(const float (&v)[N], float &amax, bool &bad)
+{
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const float a = fabsf(v[i]);
+        bad |= !(a <= FLT_MAX);
+        amax = fmaxf(amax, a);
+    }
+}
+
+/* The row's scale 2^sh from the block's threads' maxima (red: a float a warp), bad made the block's; thread 0
+ * writes the row's exponent (INT_MAX where bad). Ends with the block's barrier (red ordered). */
+__device__ __forceinline__ int prep_shift(float amax, bool &bad, float *red, int *xexp, int row)
+{
+    const int tid = threadIdx.x, nt = blockDim.x;
+    for (int o = 16; o; o >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if ((tid & 31) == 0)
+        red[tid >> 5] = amax;
+    bad = __syncthreads_or(bad); /* also orders red */
+    amax = 0.f;
+    for (int w = 0; w < (nt + 31) / 32; w++)
+        amax = fmaxf(amax, red[w]);
+    int e = 0;
+    if (amax > 0.f)
+        (void)frexpf(amax, &e); /* amax in [2^(e-1), 2^e) */
+    const int sh = 14 - e;      /* scaled: max in [2^13, 2^14) */
+    if (tid == 0)
+        xexp[row] = bad ? INT_MAX : -sh;
+    return sh;
+}
+
 /* x2 (or NULL): the SwiGLU's up rows at x's layout, x the gate's: the rows converted are silu(x) x2. */
 template <bool VEC>
 __global__ void __launch_bounds__(256) k_mma_prep(const float *x, const float *x2, long long x_stride,
@@ -282,7 +315,7 @@ __global__ void __launch_bounds__(256) k_mma_prep(const float *x, const float *x
 {
     __shared__ float red[8];
     const int count = n_dev ? min(n, __ldg(n_dev)) : n;
-    const int NB = K / 32, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
+    const int NB = K / 32, tid = threadIdx.x, nt = blockDim.x;
     const bool held = NB <= nt; /* each thread at most one run: it keeps its values between the passes */
     for (int row = blockIdx.x; row < count; row += gridDim.x) {
         const long long off = (long long)(map ? __ldg(map + row) : row) * x_stride;
@@ -292,27 +325,9 @@ __global__ void __launch_bounds__(256) k_mma_prep(const float *x, const float *x
         bool bad = false;
         for (int blk = tid; blk < NB; blk += nt) {
             prep_load2<VEC>(src + 32 * blk, src2 ? src2 + 32 * blk : nullptr, v);
-#pragma unroll
-            for (int i = 0; i < 32; i++) {
-                const float a = fabsf(v[i]);
-                bad |= !(a <= FLT_MAX);
-                amax = fmaxf(amax, a);
-            }
+            prep_max(v, amax, bad);
         }
-        for (int o = 16; o; o >>= 1)
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        if (lane == 0)
-            red[warp] = amax;
-        bad = __syncthreads_or(bad); /* also orders red */
-        amax = 0.f;
-        for (int w = 0; w < (nt + 31) / 32; w++)
-            amax = fmaxf(amax, red[w]);
-        int e = 0;
-        if (amax > 0.f)
-            (void)frexpf(amax, &e); /* amax in [2^(e-1), 2^e) */
-        const int sh = 14 - e;      /* scaled: max in [2^13, 2^14) */
-        if (tid == 0)
-            xexp[row] = bad ? INT_MAX : -sh;
+        const int sh = prep_shift(amax, bad, red, xexp, row);
         for (int blk = tid; blk < NB; blk += nt) {
             if (!held)
                 prep_load2<VEC>(src + 32 * blk, src2 ? src2 + 32 * blk : nullptr, v);
@@ -360,7 +375,7 @@ __global__ void __launch_bounds__(256) k_mma_prep_q(const float *x, const float 
 {
     __shared__ float red[8];
     const int count = n_dev ? min(n, __ldg(n_dev)) : n;
-    const int NP = K / 8, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, q = tid & 3;
+    const int NP = K / 8, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, q = tid & 3;
     const bool held = NP <= nt; /* each thread at most one part of a run: it keeps its values between passes */
     for (int row = blockIdx.x; row < count; row += gridDim.x) {
         const long long off = (long long)(map ? __ldg(map + row) : row) * x_stride;
@@ -370,27 +385,9 @@ __global__ void __launch_bounds__(256) k_mma_prep_q(const float *x, const float 
         bool bad = false;
         for (int pi = tid; pi < NP; pi += nt) { /* part pi: run pi / 4, its values 8 q .. 8 q + 7 */
             prep_load2<VEC>(src + 8 * pi, src2 ? src2 + 8 * pi : nullptr, v);
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const float a = fabsf(v[i]);
-                bad |= !(a <= FLT_MAX);
-                amax = fmaxf(amax, a);
-            }
+            prep_max(v, amax, bad);
         }
-        for (int o = 16; o; o >>= 1)
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        if (lane == 0)
-            red[warp] = amax;
-        bad = __syncthreads_or(bad); /* also orders red */
-        amax = 0.f;
-        for (int w = 0; w < (nt + 31) / 32; w++)
-            amax = fmaxf(amax, red[w]);
-        int e = 0;
-        if (amax > 0.f)
-            (void)frexpf(amax, &e);
-        const int sh = 14 - e;
-        if (tid == 0)
-            xexp[row] = bad ? INT_MAX : -sh;
+        const int sh = prep_shift(amax, bad, red, xexp, row);
         for (int pi = tid; pi < NP; pi += nt) { /* every lane of a warp the same passes: NP, nt multiples of 32 */
             if (!held)
                 prep_load2<VEC>(src + 8 * pi, src2 ? src2 + 8 * pi : nullptr, v);
