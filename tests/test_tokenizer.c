@@ -964,6 +964,9 @@ static int write_seeds(const char *dir)
         "def f(x):\n    return x**2  # comment\n\n\n",
         "\xE6\x95\xB0\xE5\xAD\x97 1234567890 \xF0\x9F\xA6\x99 caf\x65\xCC\x81 \xE0\xA4\xB9\xE0\xA4\xBF",
         "   \t\t\n\n  x  ",
+        /* a combining mark right after an added token: the token matched on the raw text, U+0338 normalized
+         * apart (not composed with its ">" into U+226F); the fuzzer found the old oracle's false alarm here */
+        "Mixed: <tool_call>\xCC\xB8\xD0\xB9 <|im_end|>\xCC\x81" "e\xCC\x81",
     };
     int n = 0;
     char p[4096];
