@@ -717,6 +717,66 @@ static void test_gated_norm(void)
 static void test_gated_norm(void) {}
 #endif
 
+/* k_mv_pipe (lilac_cuda_mv_pipe_set): one token through matrices of more row tiles than the grid has blocks
+ * (40,001 rows: the LM head's kind; the last tile part full), streamed through shared memory two tiles ahead,
+ * gives the plain kernel's bits (the same dots), for y = and y +=; and it ran. */
+static void test_pipe(void)
+{
+    static const int PT[] = {LILAC_Q4_K, LILAC_Q6_K, LILAC_Q5_K, LILAC_Q8_0};
+    const int64_t rows = 40001, cols = 2048;
+    char msg[512];
+    int n_same = 0;
+    for (size_t ti = 0; ti < sizeof PT / sizeof PT[0]; ti++) {
+        const int type = PT[ti];
+        const size_t rb = lilac_dtype_row_bytes(type, cols), bytes = (size_t)rows * rb;
+        uint8_t *host = malloc(bytes);
+        float *x = malloc(sizeof(float) * (size_t)cols), *base = malloc(sizeof(float) * (size_t)rows);
+        float *y0 = malloc(sizeof(float) * (size_t)rows), *y1 = malloc(sizeof(float) * (size_t)rows);
+        void *dw = NULL;
+        if (!host || !x || !base || !y0 || !y1 || lilac_cuda_malloc(&dw, bytes, msg, sizeof msg)) {
+            CHECKF(0, "pipe %s: buffers", tname(type));
+            free(host), free(x), free(base), free(y0), free(y1);
+            return;
+        }
+        fill_matrix(type, rows, cols, rb, 0, host);
+        for (int64_t c = 0; c < cols; c++)
+            x[c] = ldexpf(rnd_sym(), (int)(rnd() % 9) - 4);
+        for (int64_t r = 0; r < rows; r++)
+            base[r] = rnd_sym();
+        float *dx = dev_floats(x, (size_t)cols), *da = dev_floats(NULL, (size_t)rows), *db = dev_floats(NULL, (size_t)rows);
+        if (dx && da && db && lilac_cuda_upload(dw, host, bytes, msg, sizeof msg) == 0) {
+            const lilac_cuda_mat m = {.data = dw, .type = type, .rows = rows, .cols = cols, .row_bytes = rb};
+            for (int acc = 0; acc < 2; acc++) {
+                lilac_cuda_upload(da, base, sizeof(float) * (size_t)rows, msg, sizeof msg);
+                lilac_cuda_upload(db, base, sizeof(float) * (size_t)rows, msg, sizeof msg);
+                const int prev = lilac_cuda_mv_pipe_set(0);
+                lilac_cuda_matvec_fused(&m, 0, NULL, 1, dx, NULL, 0, da, acc, NULL);
+                lilac_cuda_mv_pipe_set(1);
+                const long n0 = lilac_cuda_mv_pipe_launches();
+                lilac_cuda_matvec_fused(&m, 0, NULL, 1, dx, NULL, 0, db, acc, NULL);
+                const long n1 = lilac_cuda_mv_pipe_launches();
+                lilac_cuda_mv_pipe_set(prev);
+                const char *err = check_msg();
+                CHECKF(!err, "pipe %s: %s", tname(type), err ? err : "");
+                if (err || lilac_cuda_download(y0, da, sizeof(float) * (size_t)rows, NULL, msg, sizeof msg) ||
+                    lilac_cuda_download(y1, db, sizeof(float) * (size_t)rows, NULL, msg, sizeof msg))
+                    continue;
+                int64_t bad = -1;
+                for (int64_t r = 0; r < rows && bad < 0; r++)
+                    if (memcmp(&y0[r], &y1[r], sizeof(float)) != 0)
+                        bad = r;
+                CHECKF(bad < 0, "pipe %s (acc %d): row %lld %.9g vs the plain kernel's %.9g", tname(type), acc,
+                       (long long)bad, bad < 0 ? 0.0 : (double)y1[bad], bad < 0 ? 0.0 : (double)y0[bad]);
+                CHECKF(!lilac_cuda_mv_pipe_usable() || n1 > n0, "pipe %s: k_mv_pipe did not run", tname(type));
+                n_same += bad < 0 && n1 > n0;
+            }
+        }
+        lilac_cuda_free(dx), lilac_cuda_free(da), lilac_cuda_free(db), lilac_cuda_free(dw);
+        free(host), free(x), free(base), free(y0), free(y1);
+    }
+    printf("one-token products streamed two tiles ahead (k_mv_pipe): %d of 8 cases bit-equal to k_mv\n", n_same);
+}
+
 int main(void)
 {
     char msg[512];
@@ -739,12 +799,12 @@ int main(void)
     const int split = !getenv("LILAC_CUDA_GEMM_SPLIT") || atoi(getenv("LILAC_CUDA_GEMM_SPLIT"));
     if (split)
         CHECKF(lilac_cuda_mma_reserve(NULL, (size_t)64 << 20) == 0, "could not reserve the tensor-core scratch");
-    static const char *const PARTS[] = {"matvec", "down_sum", "norm", "refusals", "like"};
+    static const char *const PARTS[] = {"matvec", "down_sum", "norm", "refusals", "like", "pipe"};
     int parts = 0;
     for (size_t i = 0; i < sizeof PARTS / sizeof PARTS[0]; i++)
         parts += ct_part(PARTS[i]);
     CHECKF(parts > 0,
-           "LILAC_CUDA_TEST_PARTS=%s names none of this test's parts (matvec, down_sum, norm, refusals, like)",
+           "LILAC_CUDA_TEST_PARTS=%s names none of this test's parts (matvec, down_sum, norm, refusals, like, pipe)",
            getenv("LILAC_CUDA_TEST_PARTS"));
     if (!bench_only && ct_part("refusals"))
         test_refusals();
@@ -756,6 +816,8 @@ int main(void)
                tname(TYPES[ti]), cases[ti], worst_mv[ti], worst_ex[ti], gr_bad[ti] ? "MISMATCH" : "bit-exact");
         fflush(stdout);
     }
+    if (!bench_only && ct_part("pipe"))
+        test_pipe();
     if (!bench_only && ct_part("like")) {
         printf("products as the one-token step's (matvec_like): %d cases bit for bit\n", like_cases);
         CHECKF(like_cases > 0, "no case of lilac_cuda_matvec_like matched");

@@ -132,6 +132,14 @@ int lilac_cuda_moe_down_sum_batch(const lilac_cuda_mat *W, size_t expert_stride,
 
 int lilac_cuda_moe_down_sum_r(void) { return 2; }
 
+int lilac_cuda_mv_pipe_set(int on)
+{
+    (void)on;
+    return 0;
+}
+long lilac_cuda_mv_pipe_launches(void) { return 0; }
+int lilac_cuda_mv_pipe_usable(void) { return 0; }
+
 void lilac_cuda_matvec_like(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int slots,
                             const float *x, int x_stride, const float *x2, float *y, int n_tok, int accumulate,
                             const lilac_cuda_mat *like, size_t like_stride, int like_slots, lilac_cuda_stream *s)

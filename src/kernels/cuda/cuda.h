@@ -124,6 +124,12 @@ int lilac_cuda_moe_down_sum_batch(const lilac_cuda_mat *W, size_t expert_stride,
                                   long long idx_row, long long wt_row, long long gu_row, lilac_cuda_stream *s);
 /* Its rows a lane group (LILAC_CUDA_DOWN_SUM_R, 2 by default or 1; the same bits). */
 int lilac_cuda_moe_down_sum_r(void);
+/* One-token dense products with more row tiles than blocks streamed through shared memory two tiles ahead
+ * (k_mv_pipe; LILAC_CUDA_MV_PIPE=1, off by default): the switch set now (returns the previous setting), the
+ * launches so far, and whether this device and build can (sm_90 code: the bulk copies). */
+int lilac_cuda_mv_pipe_set(int on);
+long lilac_cuda_mv_pipe_launches(void);
+int lilac_cuda_mv_pipe_usable(void);
 /* lilac_cuda_matvec_fused's product (idx set: `slots` slots, n_tok 1; idx NULL: slots 1, n_tok tokens, x rows
  * and y rows W->cols and W->rows apart) with every dot in the order the one-token product of `like` (W's type
  * and columns; its experts like_stride bytes apart) over like_slots slots would take: lanes a row from that

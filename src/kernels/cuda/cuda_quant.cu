@@ -929,6 +929,86 @@ __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(con
     TRACE_END(LILAC_TK_MV);
 }
 
+/* LILAC_CUDA_MV_PIPE=1 (off; written in session 20 without a GPU run): a dense one-token product whose blocks
+ * each take several items (the LM head: 248k rows over the grid that fits) streams them through shared memory
+ * instead of loading units from global memory lane by lane: two buffers of an item's rows, each item one bulk
+ * copy by thread 0 issued two items ahead, so the copies (a TMA engine's, a few instructions) keep the DRAM busy
+ * while the lanes compute from shared memory (mv_units' staged walk: the same dots, the same bits as k_mv's).
+ * The unstaged kernel's big products ran at 2.0-2.9 TB/s (test_cuda_kernels' bench lines); Q6_K's 210-byte
+ * blocks load unaligned (three 16-byte loads and shifts for 32 bytes). Items are the block's contiguous run, as
+ * mv_block's; barrier k's phase j is the block's item 2 j + k. */
+template <int TYPE, bool A16>
+__global__ void __launch_bounds__(NTHREADS, 1) k_mv_pipe(const MV p)
+{
+    using UT = Unit<TYPE>;
+    constexpr int R = cfg_rows_t(1), T = 1, VPU = UT::VPU, NRUN = UT::NRUN, US = VPU + 4;
+    TRACE_START(LILAC_TK_MV);
+    griddep_launch_dependents();
+    __shared__ uint64_t bars[2];
+    extern __shared__ float4 smem4[];
+    float *const xs = reinterpret_cast<float *>(smem4);
+    const int XS = p.ut * US;
+    float *const ss = xs + T * XS;
+    const int SS = p.ut * NRUN;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lpr = 1 << p.lpr_log2, sub = lane & (lpr - 1), grp = lane >> p.lpr_log2;
+    const int rpw = R << (5 - p.lpr_log2);
+    const long long rpt = mv_tile_rows(R, p.lpr_log2);
+    const size_t buf = ((size_t)rpt * p.row_bytes + 127) & ~(size_t)127; /* a buffer's bytes (launch_pipe's) */
+    uint8_t *const st0 = reinterpret_cast<uint8_t *>(smem4) + p.stage_off;
+    const int U = (int)(p.cols / VPU);
+    const long long it0 = p.items * blockIdx.x / gridDim.x, it1 = p.items * (blockIdx.x + 1) / gridDim.x;
+    const uint32_t bar0 = dev_smem_addr(&bars[0]), bar1 = dev_smem_addr(&bars[1]);
+    auto issue = [&](long long it) { /* thread 0: item it's rows into buffer (it - it0) & 1 */
+        const int k = (int)((it - it0) & 1);
+        const long long r0 = it * rpt, nr = p.rows - r0 < rpt ? p.rows - r0 : rpt;
+        const uint32_t bytes = (uint32_t)(nr * (long long)p.row_bytes), bar = k ? bar1 : bar0;
+        dev_stage_expect(bar, bytes);
+        dev_stage_copy(st0 + k * buf, p.w + (size_t)r0 * p.row_bytes, bytes, bar);
+    };
+    if (threadIdx.x == 0) { /* the weights do not depend on the kernel before: copied before the wait */
+        dev_stage_init(bar0);
+        dev_stage_init(bar1);
+        if (it0 < it1)
+            issue(it0);
+        if (it0 + 1 < it1)
+            issue(it0 + 1);
+    }
+    griddep_wait(); /* x comes from the kernel before */
+    TRACE_WAITED(LILAC_TK_MV);
+    load_x<UT, T>(p.x, p.x2, p.x_tok, 1, 0, U, xs, XS, ss, SS); /* ends with a barrier: also the mbarriers' */
+    for (long long it = it0; it < it1; it++) {
+        const int k = (int)((it - it0) & 1);
+        const long long row0 = it * rpt + warp * rpw + grp * R;
+        const uint8_t *rowp[R];
+        bool ok[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            ok[r] = row0 + r < p.rows;
+            rowp[r] = st0 + k * buf + (size_t)(row0 + r - it * rpt) * p.row_bytes;
+        }
+        float tot[R][T];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            tot[r][0] = 0.f;
+        dev_stage_wait(k ? bar1 : bar0, (uint32_t)(((it - it0) >> 1) & 1));
+        typename UT::Pay a[R], b[R];
+        mv_units<TYPE, A16, R, T, true>(rowp, ok, sub, 0, U, lpr, a, b, xs, XS, ss, SS, 1, tot);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float v = lanes_sum(tot[r][0], lpr);
+            if (sub == 0 && ok[r]) {
+                float *yp = p.y + row0 + r;
+                *yp = p.acc ? *yp + v : v;
+            }
+        }
+        __syncthreads(); /* every lane is done with buffer k */
+        if (threadIdx.x == 0 && it + 2 < it1)
+            issue(it + 2);
+    }
+    TRACE_END(LILAC_TK_MV);
+}
+
 /* The decode step's routed down product, the experts' sum and the next layer's input norm in one kernel
  * (lilac_cuda_moe_down_sum; the default since session 13, LILAC_CUDA_DOWN_SUM=0 off): instead of
  * k_mv over k slots into ex and then k_moe_sum_norm_grid, a block takes DS_ROWS rows of every slot, warp s
@@ -1264,8 +1344,65 @@ template <int TYPE, int T> int mv_stage_off(const MV &p, long long grid, int *sm
     return off;
 }
 
+/* LILAC_CUDA_MV_PIPE=1: dense one-token products with several items a block through k_mv_pipe (off: written
+ * in session 20 without a GPU run). Read once. */
+std::atomic<int> g_pipe{-1};     /* -1: LILAC_CUDA_MV_PIPE not read yet (lilac_cuda_mv_pipe_set) */
+std::atomic<long> g_pipe_n{0};   /* k_mv_pipe's launches (lilac_cuda_mv_pipe_launches) */
+bool mv_pipe_enabled()
+{
+    return env_switch_once(g_pipe, "LILAC_CUDA_MV_PIPE", false) && mv_stage_enabled();
+}
+
+/* p (shaped, its grid `grid`) through KERN_PIPE (k_mv_pipe) where it takes it: one token, dense, one column
+ * tile, more items than blocks, rows 16-aligned, x and two buffers of a tile's rows within the device's shared
+ * memory for a block (the LM head's 64-row Q6_K tiles: 2 x 105 KB; the tile, i.e. the lanes a row, stays
+ * mv_shape's: another would sum in another order and the batched step's bits would differ); its own grid (what
+ * fits at that shared memory). false: nothing launched. */
+template <auto KERN_PIPE> bool launch_pipe(MV p, long long grid, int smem, cudaStream_t st)
+{
+    if (p.n_tok != 1 || p.idx || p.rlog || p.n_ct != 1 || p.items <= grid || p.row_bytes % 16 ||
+        reinterpret_cast<uintptr_t>(p.w) % 16 || !mv_pipe_enabled())
+        return false;
+    static std::atomic<int> optin{0}; /* the device's shared memory a block may opt in to (every H100/H200: 227 KB) */
+    int most = optin.load(std::memory_order_relaxed);
+    if (!most) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || most < 1) {
+            (void)cudaGetLastError();
+            return false;
+        }
+        optin.store(most, std::memory_order_relaxed);
+    }
+    const long long rpt = mv_tile_rows(cfg_rows_t(1), p.lpr_log2);
+    const long long buf = (rpt * (long long)p.row_bytes + 127) & ~127LL; /* k_mv_pipe's */
+    const int off = (smem + 127) & ~127;
+    if (off + 2 * buf > most)
+        return false;
+    p.stage_off = off;
+    const int total = off + (int)(2 * buf);
+    static std::atomic<int> attr{0}; /* KERN_PIPE's attribute set to the most this device allows, once */
+    if (!attr.load(std::memory_order_relaxed)) {
+        if (cudaFuncSetAttribute(KERN_PIPE, cudaFuncAttributeMaxDynamicSharedMemorySize, most) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return false;
+        }
+        attr.store(1, std::memory_order_relaxed);
+    }
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, KERN_PIPE, NTHREADS, (size_t)total) != cudaSuccess ||
+        per_sm < 1) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    const long long cap = (long long)per_sm * dev_sm_count();
+    launch_dependent(KERN_PIPE, dim3((unsigned)(p.items < cap ? p.items : cap)), dim3(NTHREADS), (size_t)total, st, p);
+    g_pipe_n.fetch_add(1, std::memory_order_relaxed);
+    return true;
+}
+
 /* KERN (k_mv, T tokens a pass) over the grid that fits, in mv_shape's shape. */
-template <int TYPE, int T, auto KERN, auto KERN_STG = KERN>
+template <int TYPE, int T, auto KERN, auto KERN_STG = KERN, auto KERN_PIPE = KERN>
 void launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force)
 {
     auto kern = KERN;
@@ -1274,6 +1411,9 @@ void launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force)
     mv_shape<TYPE, T>(p, slots, cap, lpr_force);
     const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
     p.stage_off = KERN_STG != KERN ? mv_stage_off<TYPE, T>(p, grid, &smem) : 0;
+    if constexpr (KERN_PIPE != KERN)
+        if (!p.stage_off && launch_pipe<KERN_PIPE>(p, grid, smem, st))
+            return;
     if (p.stage_off) {
         kern = KERN_STG;
         smem_max_once<KERN_STG>();
@@ -1289,8 +1429,8 @@ void launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force)
 template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int slots, int lpr_force)
 {
     if constexpr (T == 1)
-        launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T>, k_mv<TYPE, A16, cfg_rows_t(T), T, true>>(
-            p, st, slots, lpr_force);
+        launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T>, k_mv<TYPE, A16, cfg_rows_t(T), T, true>,
+                      k_mv_pipe<TYPE, A16>>(p, st, slots, lpr_force);
     else
         launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T>>(p, st, slots, lpr_force);
 }
@@ -1863,6 +2003,15 @@ int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const
 }
 
 int lilac_cuda_moe_down_sum_r(void) { return ds_r(); }
+
+int lilac_cuda_mv_pipe_set(int on)
+{
+    const int prev = env_switch_once(g_pipe, "LILAC_CUDA_MV_PIPE", false);
+    g_pipe.store(on ? 1 : 0, std::memory_order_relaxed);
+    return prev;
+}
+long lilac_cuda_mv_pipe_launches(void) { return g_pipe_n.load(std::memory_order_relaxed); }
+int lilac_cuda_mv_pipe_usable(void) { return mv_stage_enabled(); }
 
 void lilac_cuda_matvec_like(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int slots,
                             const float *x, int x_stride, const float *x2, float *y, int n_tok, int accumulate,
