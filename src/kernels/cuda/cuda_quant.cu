@@ -1363,12 +1363,16 @@ template <auto KERN_PIPE> bool launch_pipe(MV p, long long grid, int smem, cudaS
     if (p.n_tok != 1 || p.idx || p.rlog || p.n_ct != 1 || p.items <= grid || p.row_bytes % 16 ||
         reinterpret_cast<uintptr_t>(p.w) % 16 || !mv_pipe_enabled())
         return false;
-    static std::atomic<int> optin{0}; /* the device's shared memory a block may opt in to (every H100/H200: 227 KB) */
+    /* the dynamic shared memory a block of it may have: the device's opt-in most (every H100/H200: 227 KB) less
+     * the kernel's static (its two mbarriers) */
+    static std::atomic<int> optin{0};
     int most = optin.load(std::memory_order_relaxed);
     if (!most) {
         int dev = 0;
+        cudaFuncAttributes fa{};
         if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || most < 1) {
+            cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+            cudaFuncGetAttributes(&fa, KERN_PIPE) != cudaSuccess || (most -= (int)fa.sharedSizeBytes) < 1) {
             (void)cudaGetLastError();
             return false;
         }
