@@ -717,6 +717,35 @@ static void test_gated_norm(void)
 static void test_gated_norm(void) {}
 #endif
 
+/* A stream's scratch buffers go with it (lilac_cuda_stream_free): one a kind, grown and reused, given back; and
+ * 40 streams in turn (more than the 16 slots there are) each get theirs. */
+static void test_scratch_release(void)
+{
+    char msg[512];
+    lilac_cuda_stream *s = NULL;
+    CHECKF(lilac_cuda_stream_new(&s, msg, sizeof msg) == 0, "stream: %s", msg);
+    if (!s)
+        return;
+    const int n0 = lilac_cuda_scratch_entries();
+    void *a = lilac_cuda_scratch(s, LILAC_CUDA_SCR_MMA, (size_t)1 << 20);
+    void *b = lilac_cuda_scratch(s, LILAC_CUDA_SCR_ATTN, (size_t)3 << 20);
+    CHECK(a && b && a != b);
+    CHECK(lilac_cuda_scratch(s, LILAC_CUDA_SCR_ATTN, (size_t)1 << 20) == b); /* big enough already: the same */
+    CHECK(lilac_cuda_scratch_entries() == n0 + 2);
+    lilac_cuda_stream_free(s);
+    CHECK(lilac_cuda_scratch_entries() == n0);
+    int got = 0;
+    for (int i = 0; i < 40; i++) {
+        lilac_cuda_stream *t = NULL;
+        if (lilac_cuda_stream_new(&t, msg, sizeof msg))
+            break;
+        got += lilac_cuda_scratch(t, LILAC_CUDA_SCR_ATTN, (size_t)1 << 20) != NULL;
+        lilac_cuda_stream_free(t);
+    }
+    CHECKF(got == 40, "scratch for %d of 40 streams in turn", got);
+    CHECK(lilac_cuda_scratch_entries() == n0);
+}
+
 /* k_mv_pipe (lilac_cuda_mv_pipe_set): one token through matrices of more row tiles than the grid has blocks
  * (40,001 rows: the LM head's kind; the last tile part full), streamed through shared memory two tiles ahead,
  * gives the plain kernel's bits (the same dots), for y = and y +=; and it ran. */
@@ -816,6 +845,8 @@ int main(void)
                tname(TYPES[ti]), cases[ti], worst_mv[ti], worst_ex[ti], gr_bad[ti] ? "MISMATCH" : "bit-exact");
         fflush(stdout);
     }
+    if (!bench_only && ct_part("refusals"))
+        test_scratch_release();
     if (!bench_only && ct_part("pipe"))
         test_pipe();
     if (!bench_only && ct_part("like")) {

@@ -242,6 +242,10 @@ void *lilac_cuda_scratch(lilac_cuda_stream *s, int kind, size_t bytes)
     return NULL;
 }
 
+void lilac_cuda_scratch_release(lilac_cuda_stream *s) { (void)s; }
+
+int lilac_cuda_scratch_entries(void) { return 0; }
+
 int lilac_cuda_mma_prep_into(const float *x, const float *x2, long long x_stride, int n, int K, int quarter,
                              void *out, lilac_cuda_stream *s)
 {

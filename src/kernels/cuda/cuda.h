@@ -184,6 +184,10 @@ unsigned lilac_cuda_mma_scratch_gen(lilac_cuda_stream *s);
  * the largest request so far: NULL where it would have to grow while s is being captured, or on failure. */
 enum { LILAC_CUDA_SCR_MMA = 0, LILAC_CUDA_SCR_ATTN = 1 };
 void *lilac_cuda_scratch(lilac_cuda_stream *s, int kind, size_t bytes);
+/* Every scratch buffer of stream s freed (after its work) and its slot given back: lilac_cuda_stream_free does
+ * it. lilac_cuda_scratch_entries: the (device, stream, kind) buffers held now (a test's). */
+void lilac_cuda_scratch_release(lilac_cuda_stream *s);
+int lilac_cuda_scratch_entries(void);
 /* The products' pre-pass alone (a test's): n rows of x (x_stride floats apart; with x2 the SwiGLU silu(x) x2)
  * of K columns (a multiple of 256) to digits, sums and exponents in out (lilac_cuda_xq_bytes(n, K) bytes), by
  * k_mma_prep or, with quarter, k_mma_prep_q (which must give the same bytes). 0, or -1 for bad arguments. */

@@ -1182,6 +1182,29 @@ int lilac_cuda_mma_reserve(lilac_cuda_stream *s, size_t bytes) { return scratch(
 
 void *lilac_cuda_scratch(lilac_cuda_stream *s, int kind, size_t bytes) { return scratch(S(s), bytes, kind); }
 
+void lilac_cuda_scratch_release(lilac_cuda_stream *s)
+{
+    std::lock_guard<std::mutex> lk(g_scr_mu);
+    const cudaStream_t st = S(s);
+    for (int i = 0; i < g_n_scr;) {
+        if (g_scr[i].st != st) {
+            i++;
+            continue;
+        }
+        if (g_scr[i].p) { /* the stream's last products may still read it */
+            if (cudaStreamSynchronize(st) != cudaSuccess || cudaFree(g_scr[i].p) != cudaSuccess)
+                (void)cudaGetLastError();
+        }
+        g_scr[i] = g_scr[--g_n_scr]; /* no Scratch pointer outlives the lock */
+    }
+}
+
+int lilac_cuda_scratch_entries(void)
+{
+    std::lock_guard<std::mutex> lk(g_scr_mu);
+    return g_n_scr;
+}
+
 int lilac_cuda_mma_prep_into(const float *x, const float *x2, long long x_stride, int n, int K, int quarter,
                              void *out, lilac_cuda_stream *s)
 {

@@ -1881,7 +1881,10 @@ int lilac_cuda_stream_new(lilac_cuda_stream **s, char *msg, size_t cap)
 
 void lilac_cuda_stream_free(lilac_cuda_stream *s)
 {
-    if (s && cudaStreamDestroy(S(s)) != cudaSuccess)
+    if (!s)
+        return;
+    lilac_cuda_scratch_release(s); /* else its slots (16 in all) and memory stay taken after it is gone */
+    if (cudaStreamDestroy(S(s)) != cudaSuccess)
         (void)cudaGetLastError();
 }
 
