@@ -54,6 +54,7 @@ do_test() {
     run_test mma test_cuda_mma
     run_test mma-old-paths test_cuda_mma LILAC_CUDA_MMA_W8=0 LILAC_CUDA_MMA_XROWS=0
     run_test mma-prep-lane test_cuda_mma LILAC_CUDA_PREP_QUARTER=0
+    run_test mma-no-narrow test_cuda_mma LILAC_CUDA_MMA_NARROW=0
     run_test mma-dense-nt4 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=4
     run_test mma-dense-nt2 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=2
     run_test mma-dense-nt1 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=1
@@ -108,6 +109,8 @@ do_test() {
     run_test prefill-no-wtab test_cuda_prefill LILAC_CUDA_MMA_WTAB=0
     run_test prefill-no-pre test_cuda_prefill LILAC_CUDA_ATTN_PRE=0
     run_test prefill-prep-lane test_cuda_prefill LILAC_CUDA_PREP_QUARTER=0
+    run_test prefill-no-narrow test_cuda_prefill LILAC_CUDA_MMA_NARROW=0
+    run_test batch-grouped-no-narrow test_cuda_batch LILAC_CUDA_PAIRS=0 LILAC_CUDA_MMA_NARROW=0
     run_test prefill-no-f16 test_cuda_prefill LILAC_CUDA_ATTN_F16=0
     run_test prefill-no-qsplit test_cuda_prefill LILAC_CUDA_ATTN_F16=0 LILAC_CUDA_ATTN_QSPLIT=0
     run_test batch-grouped-no-aux test_cuda_batch LILAC_CUDA_PAIRS=0 LILAC_CUDA_PF_AUX=0

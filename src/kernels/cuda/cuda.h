@@ -125,7 +125,7 @@ int lilac_cuda_moe_down_sum_batch(const lilac_cuda_mat *W, size_t expert_stride,
 /* Its rows a lane group (LILAC_CUDA_DOWN_SUM_R, 2 by default or 1; the same bits). */
 int lilac_cuda_moe_down_sum_r(void);
 /* One-token dense products with more row tiles than blocks streamed through shared memory two tiles ahead
- * (k_mv_pipe; LILAC_CUDA_MV_PIPE=1, off by default): the switch set now (returns the previous setting), the
+ * (k_mv_pipe; on by default, LILAC_CUDA_MV_PIPE=0 off): the switch set now (returns the previous setting), the
  * launches so far, and whether this device and build can (sm_90 code: the bulk copies). */
 int lilac_cuda_mv_pipe_set(int on);
 long lilac_cuda_mv_pipe_launches(void);

@@ -65,6 +65,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <type_traits>
 
 #include "format/dtype.h"
 #include "kernels/cuda/cuda.h"
@@ -444,6 +445,7 @@ struct MM {
     float *y;
     int rows, K, row_tiles;
     int wtab; /* W8 tiles (unless LILAC_CUDA_MMA_WTAB=0): each warp decodes its own 16 rows' scale tables */
+    int narrow; /* W8 tiles (unless LILAC_CUDA_MMA_NARROW=0): a tile of few pairs leaves its last n8 tile out */
 };
 
 /* A block's shared memory at TN tokens a tile. */
@@ -643,190 +645,206 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
             cp_commit();
         };
 
-        float acc[MT][NW][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int nt = 0; nt < NW; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    acc[mt][nt][e] = 0.f;
+        /* The tile's work with NWX of a warp's NW n8 tiles (the 8 x 1 layout, where a warp takes all of the tile's
+         * tokens): a tile of at most 8 (NW - 1) pairs (at pp512 over half the 24-token expert tiles: Poisson(16)
+         * pairs an expert) leaves its last n8 tile out, its B loads and mma's, as an instance of its own chosen
+         * once an item (a block-uniform branch; guards inside the loop had cost the default path 4-8 %, session
+         * 18). The tiles it keeps do the same arithmetic: the same bits. LILAC_CUDA_MMA_NARROW=0: always NW. */
+        auto tile_work = [&](auto nw_c) {
+            constexpr int NWX = decltype(nw_c)::value;
+            float acc[MT][NWX][4];
+    #pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+    #pragma unroll
+                for (int nt = 0; nt < NWX; nt++)
+    #pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        acc[mt][nt][e] = 0.f;
 
-        /* this thread's rows (r = 2 mt + half: row g + 8 half of m-tile mt) */
-        int lrow[NR], roff[NR], ral[NR]; /* ral: row_al of the row */
-#pragma unroll
-        for (int r = 0; r < NR; r++) {
-            lrow[r] = wm * 16 * MT + (r >> 1) * 16 + (r & 1) * 8 + g;
-            roff[r] = 0;
-            ral[r] = row_al(row0 + lrow[r]);
-        }
-
-        issue(0, 0);
-        for (int kb = 0; kb < NK; kb++) {
-            const int buf = kb & 1;
-            if (kb + 1 < NK) {
-                issue(kb + 1, buf ^ 1);
-                cp_wait<1>();
-            } else {
-                cp_wait<0>();
+            /* this thread's rows (r = 2 mt + half: row g + 8 half of m-tile mt) */
+            int lrow[NR], roff[NR], ral[NR]; /* ral: row_al of the row */
+    #pragma unroll
+            for (int r = 0; r < NR; r++) {
+                lrow[r] = wm * 16 * MT + (r >> 1) * 16 + (r & 1) * 8 + g;
+                roff[r] = 0;
+                ral[r] = row_al(row0 + lrow[r]);
             }
-            __syncthreads();
-            const uint8_t *wb = wbuf + buf * BM * SLOT;
-            /* the scale tables of this stage: thread (tr, jb) row tr's sub-blocks jb, jb + 2, ... */
-            if (tok) {
-                const uint8_t *b = wb + tr * SLOT + (A4 ? 0 : (tal + kb * Q::BYTES) & 15);
-                if (Q::KIND == KIND_SB) { /* thread (tr, jb): sub-blocks 4 jb .. 4 jb + 3 */
-                    const float d = h2f_s(b), dmin = h2f_s(b + 2);
-                    const uint8_t *sc = b + 4; /* lilac_kq_scale_min's 12 bytes */
-                    int scv[4], mv[4];
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        if (jb == 0) {
-                            scv[i] = sc[i] & 63, mv[i] = sc[i + 4] & 63;
-                        } else {
-                            const int hi4 = sc[i + 8];
-                            scv[i] = (hi4 & 0xF) | ((sc[i] >> 6) << 4), mv[i] = (hi4 >> 4) | ((sc[i + 4] >> 6) << 4);
-                        }
-                        const bool hiq = TYPE == LILAC_Q4_K && (i & 1); /* odd sub-blocks: codes seen as 16 q */
-                        const float f = (float)scv[i];
-                        const float mul = hiq ? f * 0.0625f : f, add = hiq ? -64.f * f : -1024.f * f;
-                        tabh[(4 * jb + i) * BM + tr] = make_uint2(pk(mul, mul), pk(add, add));
-                    }
-                    tabm[(2 * jb) * BM + tr] = pk((float)mv[0], (float)mv[1]);
-                    tabm[(2 * jb + 1) * BM + tr] = pk((float)mv[2], (float)mv[3]);
-                    if (jb == 0) {
-                        tabd[tr] = d;
-                        tabdm[tr] = dmin * 64.f; /* xsum_put's 2^-6 */
-                    }
-                } else if (Q::KIND == KIND_16) {
-                    const float d = h2f_s(b + 208);
-#pragma unroll
-                    for (int m = 0; m < 8; m++)
-                        tabf[(jb + 2 * m) * BM + tr] = d * (float)(int8_t)b[192 + jb + 2 * m];
+
+            issue(0, 0);
+            for (int kb = 0; kb < NK; kb++) {
+                const int buf = kb & 1;
+                if (kb + 1 < NK) {
+                    issue(kb + 1, buf ^ 1);
+                    cp_wait<1>();
                 } else {
-#pragma unroll
-                    for (int m = 0; m < 4; m++)
-                        tabf[(jb + 2 * m) * BM + tr] = h2f_s(b + (TYPE == LILAC_Q8_0 ? 34 : 18) * (jb + 2 * m));
+                    cp_wait<0>();
                 }
-            }
-#pragma unroll
-            for (int r = 0; r < NR; r++)
-                roff[r] = lrow[r] * SLOT + (A4 ? 0 : (ral[r] + kb * Q::BYTES) & 15);
-            if (wt)
-                __syncwarp();
-            else
                 __syncthreads();
-
-            const uint8_t *xb = xbuf + buf * BN * XROW + (wn * NW * 8 + g) * XROW + 16 * tig;
-            float frag[MT][NW][4];
-            auto fzero = [&]() {
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                    for (int nt = 0; nt < NW; nt++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            frag[mt][nt][e] = 0.f;
-            };
-            /* acc += scale(row) * frag */
-            auto fold = [&](const float *tab) {
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    const float s0 = tab[lrow[2 * mt]], s1 = tab[lrow[2 * mt + 1]];
-#pragma unroll
-                    for (int nt = 0; nt < NW; nt++) {
-                        acc[mt][nt][0] = fmaf(s0, frag[mt][nt][0], acc[mt][nt][0]);
-                        acc[mt][nt][1] = fmaf(s0, frag[mt][nt][1], acc[mt][nt][1]);
-                        acc[mt][nt][2] = fmaf(s1, frag[mt][nt][2], acc[mt][nt][2]);
-                        acc[mt][nt][3] = fmaf(s1, frag[mt][nt][3], acc[mt][nt][3]);
-                    }
-                }
-            };
-            if (Q::KIND == KIND_SB)
-                fzero();
-#pragma unroll 2
-            for (int s = 0; s < 8; s++) { /* unrolled by two: fully, the B loads hoisted spill */
-                uint4 bh[NW], bl[NW];
-#pragma unroll
-                for (int nt = 0; nt < NW; nt++) {
-                    bh[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB);
-                    bl[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB + 64);
-                }
-                uint2 ma[NR] = {};
-                if (Q::KIND == KIND_SB)
-#pragma unroll
-                    for (int r = 0; r < NR; r++)
-                        ma[r] = tabh[s * BM + lrow[r]];
-                if (Q::KIND == KIND_32)
-                    fzero();
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    if (Q::KIND == KIND_16)
-                        fzero();
-                    uint32_t a[2][4];
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++) {
-                        Dec<TYPE, A4>::run(wb + roff[2 * mt], s, h, tig, ma[2 * mt], a[mt][0], a[mt][2]);
-                        Dec<TYPE, A4>::run(wb + roff[2 * mt + 1], s, h, tig, ma[2 * mt + 1], a[mt][1], a[mt][3]);
-                    }
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                        for (int nt = 0; nt < NW; nt++) {
-                            mma16816(frag[mt][nt], a[mt], h ? bh[nt].z : bh[nt].x, h ? bh[nt].w : bh[nt].y);
-                            mma16816(frag[mt][nt], a[mt], h ? bl[nt].z : bl[nt].x, h ? bl[nt].w : bl[nt].y);
+                const uint8_t *wb = wbuf + buf * BM * SLOT;
+                /* the scale tables of this stage: thread (tr, jb) row tr's sub-blocks jb, jb + 2, ... */
+                if (tok) {
+                    const uint8_t *b = wb + tr * SLOT + (A4 ? 0 : (tal + kb * Q::BYTES) & 15);
+                    if (Q::KIND == KIND_SB) { /* thread (tr, jb): sub-blocks 4 jb .. 4 jb + 3 */
+                        const float d = h2f_s(b), dmin = h2f_s(b + 2);
+                        const uint8_t *sc = b + 4; /* lilac_kq_scale_min's 12 bytes */
+                        int scv[4], mv[4];
+    #pragma unroll
+                        for (int i = 0; i < 4; i++) {
+                            if (jb == 0) {
+                                scv[i] = sc[i] & 63, mv[i] = sc[i + 4] & 63;
+                            } else {
+                                const int hi4 = sc[i + 8];
+                                scv[i] = (hi4 & 0xF) | ((sc[i] >> 6) << 4), mv[i] = (hi4 >> 4) | ((sc[i + 4] >> 6) << 4);
+                            }
+                            const bool hiq = TYPE == LILAC_Q4_K && (i & 1); /* odd sub-blocks: codes seen as 16 q */
+                            const float f = (float)scv[i];
+                            const float mul = hiq ? f * 0.0625f : f, add = hiq ? -64.f * f : -1024.f * f;
+                            tabh[(4 * jb + i) * BM + tr] = make_uint2(pk(mul, mul), pk(add, add));
                         }
-                    if (Q::KIND == KIND_16)
-                        fold(tabf + (2 * s + h) * BM);
-                }
-                if (Q::KIND == KIND_32)
-                    fold(tabf + s * BM);
-            }
-            if (Q::KIND == KIND_SB) { /* the minimum: acc -= dmin (row) sum_s m_s (row) xsum_s (token), one mma of
-                                         k = the 8 runs' hi then lo sums (A: the m pairs twice) */
-                const uint32_t *sw = reinterpret_cast<const uint32_t *>(sbuf + buf * BN * 8) + (wn * NW * 8 + g) * 8 + 2 * tig;
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    uint32_t am[4];
-                    am[0] = am[2] = tabm[tig * BM + lrow[2 * mt]];
-                    am[1] = am[3] = tabm[tig * BM + lrow[2 * mt + 1]];
-                    const float d0 = tabdm[lrow[2 * mt]], d1 = tabdm[lrow[2 * mt + 1]];
-#pragma unroll
-                    for (int nt = 0; nt < NW; nt++) {
-                        const uint2 bw = *reinterpret_cast<const uint2 *>(sw + nt * 64);
-                        float f[4] = {0.f, 0.f, 0.f, 0.f};
-                        mma16816(f, am, bw.x, bw.y);
-                        acc[mt][nt][0] = fmaf(-d0, f[0], acc[mt][nt][0]);
-                        acc[mt][nt][1] = fmaf(-d0, f[1], acc[mt][nt][1]);
-                        acc[mt][nt][2] = fmaf(-d1, f[2], acc[mt][nt][2]);
-                        acc[mt][nt][3] = fmaf(-d1, f[3], acc[mt][nt][3]);
+                        tabm[(2 * jb) * BM + tr] = pk((float)mv[0], (float)mv[1]);
+                        tabm[(2 * jb + 1) * BM + tr] = pk((float)mv[2], (float)mv[3]);
+                        if (jb == 0) {
+                            tabd[tr] = d;
+                            tabdm[tr] = dmin * 64.f; /* xsum_put's 2^-6 */
+                        }
+                    } else if (Q::KIND == KIND_16) {
+                        const float d = h2f_s(b + 208);
+    #pragma unroll
+                        for (int m = 0; m < 8; m++)
+                            tabf[(jb + 2 * m) * BM + tr] = d * (float)(int8_t)b[192 + jb + 2 * m];
+                    } else {
+    #pragma unroll
+                        for (int m = 0; m < 4; m++)
+                            tabf[(jb + 2 * m) * BM + tr] = h2f_s(b + (TYPE == LILAC_Q8_0 ? 34 : 18) * (jb + 2 * m));
                     }
                 }
-            }
-            if (Q::KIND == KIND_SB)
-                fold(tabd);
-            __syncthreads(); /* the stage's buffers and tables are free */
-        }
+    #pragma unroll
+                for (int r = 0; r < NR; r++)
+                    roff[r] = lrow[r] * SLOT + (A4 ? 0 : (ral[r] + kb * Q::BYTES) & 15);
+                if (wt)
+                    __syncwarp();
+                else
+                    __syncthreads();
 
-        /* y = acc * 2^xexp: a product by the power of two where that is a normal float (the same rounding as
-         * ldexpf's), ldexpf where it is not; NaN for a row of x with a NaN or Inf */
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int nt = 0; nt < NW; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int row = row0 + lrow[2 * mt + (e >> 1)];
-                    const int t = wn * NW * 8 + nt * 8 + 2 * tig + (e & 1);
-                    if (row < p.rows && t < cnt) {
-                        const int x2 = xe[t];
-                        const float v = acc[mt][nt][e];
-                        p.y[(size_t)(c0 + t) * p.rows + row] =
-                            x2 == INT_MAX                 ? __int_as_float(0x7fc00000)
-                            : x2 >= -126 && x2 <= 127 ? v * __int_as_float((127 + x2) << 23)
-                                                          : ldexpf(v, x2);
+                const uint8_t *xb = xbuf + buf * BN * XROW + (wn * NW * 8 + g) * XROW + 16 * tig;
+                float frag[MT][NWX][4];
+                auto fzero = [&]() {
+    #pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+    #pragma unroll
+                        for (int nt = 0; nt < NWX; nt++)
+    #pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                frag[mt][nt][e] = 0.f;
+                };
+                /* acc += scale(row) * frag */
+                auto fold = [&](const float *tab) {
+    #pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        const float s0 = tab[lrow[2 * mt]], s1 = tab[lrow[2 * mt + 1]];
+    #pragma unroll
+                        for (int nt = 0; nt < NWX; nt++) {
+                            acc[mt][nt][0] = fmaf(s0, frag[mt][nt][0], acc[mt][nt][0]);
+                            acc[mt][nt][1] = fmaf(s0, frag[mt][nt][1], acc[mt][nt][1]);
+                            acc[mt][nt][2] = fmaf(s1, frag[mt][nt][2], acc[mt][nt][2]);
+                            acc[mt][nt][3] = fmaf(s1, frag[mt][nt][3], acc[mt][nt][3]);
+                        }
+                    }
+                };
+                if (Q::KIND == KIND_SB)
+                    fzero();
+    #pragma unroll 2
+                for (int s = 0; s < 8; s++) { /* unrolled by two: fully, the B loads hoisted spill */
+                    uint4 bh[NWX], bl[NWX];
+    #pragma unroll
+                    for (int nt = 0; nt < NWX; nt++) {
+                        bh[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB);
+                        bl[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB + 64);
+                    }
+                    uint2 ma[NR] = {};
+                    if (Q::KIND == KIND_SB)
+    #pragma unroll
+                        for (int r = 0; r < NR; r++)
+                            ma[r] = tabh[s * BM + lrow[r]];
+                    if (Q::KIND == KIND_32)
+                        fzero();
+    #pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        if (Q::KIND == KIND_16)
+                            fzero();
+                        uint32_t a[2][4];
+    #pragma unroll
+                        for (int mt = 0; mt < MT; mt++) {
+                            Dec<TYPE, A4>::run(wb + roff[2 * mt], s, h, tig, ma[2 * mt], a[mt][0], a[mt][2]);
+                            Dec<TYPE, A4>::run(wb + roff[2 * mt + 1], s, h, tig, ma[2 * mt + 1], a[mt][1], a[mt][3]);
+                        }
+    #pragma unroll
+                        for (int mt = 0; mt < MT; mt++)
+    #pragma unroll
+                            for (int nt = 0; nt < NWX; nt++) {
+                                mma16816(frag[mt][nt], a[mt], h ? bh[nt].z : bh[nt].x, h ? bh[nt].w : bh[nt].y);
+                                mma16816(frag[mt][nt], a[mt], h ? bl[nt].z : bl[nt].x, h ? bl[nt].w : bl[nt].y);
+                            }
+                        if (Q::KIND == KIND_16)
+                            fold(tabf + (2 * s + h) * BM);
+                    }
+                    if (Q::KIND == KIND_32)
+                        fold(tabf + s * BM);
+                }
+                if (Q::KIND == KIND_SB) { /* the minimum: acc -= dmin (row) sum_s m_s (row) xsum_s (token), one mma of
+                                             k = the 8 runs' hi then lo sums (A: the m pairs twice) */
+                    const uint32_t *sw = reinterpret_cast<const uint32_t *>(sbuf + buf * BN * 8) + (wn * NW * 8 + g) * 8 + 2 * tig;
+    #pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        uint32_t am[4];
+                        am[0] = am[2] = tabm[tig * BM + lrow[2 * mt]];
+                        am[1] = am[3] = tabm[tig * BM + lrow[2 * mt + 1]];
+                        const float d0 = tabdm[lrow[2 * mt]], d1 = tabdm[lrow[2 * mt + 1]];
+    #pragma unroll
+                        for (int nt = 0; nt < NWX; nt++) {
+                            const uint2 bw = *reinterpret_cast<const uint2 *>(sw + nt * 64);
+                            float f[4] = {0.f, 0.f, 0.f, 0.f};
+                            mma16816(f, am, bw.x, bw.y);
+                            acc[mt][nt][0] = fmaf(-d0, f[0], acc[mt][nt][0]);
+                            acc[mt][nt][1] = fmaf(-d0, f[1], acc[mt][nt][1]);
+                            acc[mt][nt][2] = fmaf(-d1, f[2], acc[mt][nt][2]);
+                            acc[mt][nt][3] = fmaf(-d1, f[3], acc[mt][nt][3]);
+                        }
                     }
                 }
+                if (Q::KIND == KIND_SB)
+                    fold(tabd);
+                __syncthreads(); /* the stage's buffers and tables are free */
+            }
+
+            /* y = acc * 2^xexp: a product by the power of two where that is a normal float (the same rounding as
+             * ldexpf's), ldexpf where it is not; NaN for a row of x with a NaN or Inf */
+    #pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+    #pragma unroll
+                for (int nt = 0; nt < NWX; nt++)
+    #pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int row = row0 + lrow[2 * mt + (e >> 1)];
+                        const int t = wn * NW * 8 + nt * 8 + 2 * tig + (e & 1);
+                        if (row < p.rows && t < cnt) {
+                            const int x2 = xe[t];
+                            const float v = acc[mt][nt][e];
+                            p.y[(size_t)(c0 + t) * p.rows + row] =
+                                x2 == INT_MAX                 ? __int_as_float(0x7fc00000)
+                                : x2 >= -126 && x2 <= 127 ? v * __int_as_float((127 + x2) << 23)
+                                                              : ldexpf(v, x2);
+                        }
+                    }
+        };
+        if constexpr (W8 && NW > 1) {
+            if (p.narrow && cnt <= 8 * (NW - 1))
+                tile_work(std::integral_constant<int, NW - 1>{});
+            else
+                tile_work(std::integral_constant<int, NW>{});
+        } else {
+            tile_work(std::integral_constant<int, NW>{});
+        }
     }
 }
 
@@ -1024,10 +1042,18 @@ bool wtab_enabled()
     return env_switch_once(on, "LILAC_CUDA_MMA_WTAB", true);
 }
 
+/* LILAC_CUDA_MMA_NARROW=0: a W8 tile of few pairs does all its n8 tiles (MM.narrow). Read once. */
+bool narrow_enabled()
+{
+    static std::atomic<int> on{-1};
+    return env_switch_once(on, "LILAC_CUDA_MMA_NARROW", true);
+}
+
 template <int TYPE, bool A4, int TN, bool W8> bool launch_k(MM p, long long max_items, cudaStream_t st)
 {
     auto kern = k_mma<TYPE, A4, TN, W8>;
     p.wtab = W8 && wtab_enabled();
+    p.narrow = W8 && narrow_enabled();
     constexpr int smem = Smem<TYPE, TN>::TOTAL;
     static std::atomic<int> per_sm{0};
     int per = per_sm.load(std::memory_order_relaxed);

@@ -929,7 +929,7 @@ __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(con
     TRACE_END(LILAC_TK_MV);
 }
 
-/* LILAC_CUDA_MV_PIPE=1 (off; written in session 20 without a GPU run): a dense one-token product whose blocks
+/* k_mv_pipe (LILAC_CUDA_MV_PIPE=0 off; session 20, on since session 21): a dense one-token product whose blocks
  * each take several items (the LM head: 248k rows over the grid that fits) streams them through shared memory
  * instead of loading units from global memory lane by lane: two buffers of an item's rows, each item one bulk
  * copy by thread 0 issued two items ahead, so the copies (a TMA engine's, a few instructions) keep the DRAM busy
@@ -1344,13 +1344,14 @@ template <int TYPE, int T> int mv_stage_off(const MV &p, long long grid, int *sm
     return off;
 }
 
-/* LILAC_CUDA_MV_PIPE=1: dense one-token products with several items a block through k_mv_pipe (off: written
- * in session 20 without a GPU run). Read once. */
+/* Dense one-token products with several items a block through k_mv_pipe (LILAC_CUDA_MV_PIPE=0 off). H200,
+ * session 21: tg128 371.6/371.4 against 367.1/365.4 (alternated in one call); ncu (cold, serialized) puts the
+ * LM head (Q6_K 248,320 x 2048) at 210 us against k_mv's 240. Read once. */
 std::atomic<int> g_pipe{-1};     /* -1: LILAC_CUDA_MV_PIPE not read yet (lilac_cuda_mv_pipe_set) */
 std::atomic<long> g_pipe_n{0};   /* k_mv_pipe's launches (lilac_cuda_mv_pipe_launches) */
 bool mv_pipe_enabled()
 {
-    return env_switch_once(g_pipe, "LILAC_CUDA_MV_PIPE", false) && mv_stage_enabled();
+    return env_switch_once(g_pipe, "LILAC_CUDA_MV_PIPE", true) && mv_stage_enabled();
 }
 
 /* p (shaped, its grid `grid`) through KERN_PIPE (k_mv_pipe) where it takes it: one token, dense, one column
@@ -2013,7 +2014,7 @@ int lilac_cuda_moe_down_sum_r(void) { return ds_r(); }
 
 int lilac_cuda_mv_pipe_set(int on)
 {
-    const int prev = env_switch_once(g_pipe, "LILAC_CUDA_MV_PIPE", false);
+    const int prev = env_switch_once(g_pipe, "LILAC_CUDA_MV_PIPE", true);
     g_pipe.store(on ? 1 : 0, std::memory_order_relaxed);
     return prev;
 }
