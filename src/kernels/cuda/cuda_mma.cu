@@ -653,17 +653,17 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
         auto tile_work = [&](auto nw_c) {
             constexpr int NWX = decltype(nw_c)::value;
             float acc[MT][NWX][4];
-    #pragma unroll
+#pragma unroll
             for (int mt = 0; mt < MT; mt++)
-    #pragma unroll
+#pragma unroll
                 for (int nt = 0; nt < NWX; nt++)
-    #pragma unroll
+#pragma unroll
                     for (int e = 0; e < 4; e++)
                         acc[mt][nt][e] = 0.f;
 
             /* this thread's rows (r = 2 mt + half: row g + 8 half of m-tile mt) */
             int lrow[NR], roff[NR], ral[NR]; /* ral: row_al of the row */
-    #pragma unroll
+#pragma unroll
             for (int r = 0; r < NR; r++) {
                 lrow[r] = wm * 16 * MT + (r >> 1) * 16 + (r & 1) * 8 + g;
                 roff[r] = 0;
@@ -685,16 +685,29 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
                 if (tok) {
                     const uint8_t *b = wb + tr * SLOT + (A4 ? 0 : (tal + kb * Q::BYTES) & 15);
                     if (Q::KIND == KIND_SB) { /* thread (tr, jb): sub-blocks 4 jb .. 4 jb + 3 */
-                        const float d = h2f_s(b), dmin = h2f_s(b + 2);
-                        const uint8_t *sc = b + 4; /* lilac_kq_scale_min's 12 bytes */
+                        /* d, dmin and lilac_kq_scale_min's 12 bytes as words (A4: one 16-byte load; the rows'
+                         * byte loads had taken ~14 loads a thread, 4-way bank conflicts: ~5 M a 24-token
+                         * grouped launch at pp512, ncu session 21) */
+                        float d, dmin;
+                        uint32_t s0, s1, s2; /* scale bytes 0-3, 4-7, 8-11 */
+                        if (A4) {
+                            const uint4 w = *reinterpret_cast<const uint4 *>(b);
+                            d = __half2float(__ushort_as_half((unsigned short)(w.x & 0xFFFFu)));
+                            dmin = __half2float(__ushort_as_half((unsigned short)(w.x >> 16)));
+                            s0 = w.y, s1 = w.z, s2 = w.w;
+                        } else {
+                            d = h2f_s(b), dmin = h2f_s(b + 2);
+                            s0 = ld32<false>(b + 4), s1 = ld32<false>(b + 8), s2 = ld32<false>(b + 12);
+                        }
                         int scv[4], mv[4];
-    #pragma unroll
+#pragma unroll
                         for (int i = 0; i < 4; i++) {
+                            const int sa = (s0 >> (8 * i)) & 0xFF, sm = (s1 >> (8 * i)) & 0xFF;
                             if (jb == 0) {
-                                scv[i] = sc[i] & 63, mv[i] = sc[i + 4] & 63;
+                                scv[i] = sa & 63, mv[i] = sm & 63;
                             } else {
-                                const int hi4 = sc[i + 8];
-                                scv[i] = (hi4 & 0xF) | ((sc[i] >> 6) << 4), mv[i] = (hi4 >> 4) | ((sc[i + 4] >> 6) << 4);
+                                const int hi4 = (s2 >> (8 * i)) & 0xFF;
+                                scv[i] = (hi4 & 0xF) | ((sa >> 6) << 4), mv[i] = (hi4 >> 4) | ((sm >> 6) << 4);
                             }
                             const bool hiq = TYPE == LILAC_Q4_K && (i & 1); /* odd sub-blocks: codes seen as 16 q */
                             const float f = (float)scv[i];
@@ -709,16 +722,16 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
                         }
                     } else if (Q::KIND == KIND_16) {
                         const float d = h2f_s(b + 208);
-    #pragma unroll
+#pragma unroll
                         for (int m = 0; m < 8; m++)
                             tabf[(jb + 2 * m) * BM + tr] = d * (float)(int8_t)b[192 + jb + 2 * m];
                     } else {
-    #pragma unroll
+#pragma unroll
                         for (int m = 0; m < 4; m++)
                             tabf[(jb + 2 * m) * BM + tr] = h2f_s(b + (TYPE == LILAC_Q8_0 ? 34 : 18) * (jb + 2 * m));
                     }
                 }
-    #pragma unroll
+#pragma unroll
                 for (int r = 0; r < NR; r++)
                     roff[r] = lrow[r] * SLOT + (A4 ? 0 : (ral[r] + kb * Q::BYTES) & 15);
                 if (wt)
@@ -729,20 +742,20 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
                 const uint8_t *xb = xbuf + buf * BN * XROW + (wn * NW * 8 + g) * XROW + 16 * tig;
                 float frag[MT][NWX][4];
                 auto fzero = [&]() {
-    #pragma unroll
+#pragma unroll
                     for (int mt = 0; mt < MT; mt++)
-    #pragma unroll
+#pragma unroll
                         for (int nt = 0; nt < NWX; nt++)
-    #pragma unroll
+#pragma unroll
                             for (int e = 0; e < 4; e++)
                                 frag[mt][nt][e] = 0.f;
                 };
                 /* acc += scale(row) * frag */
                 auto fold = [&](const float *tab) {
-    #pragma unroll
+#pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
                         const float s0 = tab[lrow[2 * mt]], s1 = tab[lrow[2 * mt + 1]];
-    #pragma unroll
+#pragma unroll
                         for (int nt = 0; nt < NWX; nt++) {
                             acc[mt][nt][0] = fmaf(s0, frag[mt][nt][0], acc[mt][nt][0]);
                             acc[mt][nt][1] = fmaf(s0, frag[mt][nt][1], acc[mt][nt][1]);
@@ -753,34 +766,34 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
                 };
                 if (Q::KIND == KIND_SB)
                     fzero();
-    #pragma unroll 2
+#pragma unroll 2
                 for (int s = 0; s < 8; s++) { /* unrolled by two: fully, the B loads hoisted spill */
                     uint4 bh[NWX], bl[NWX];
-    #pragma unroll
+#pragma unroll
                     for (int nt = 0; nt < NWX; nt++) {
                         bh[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB);
                         bl[nt] = *reinterpret_cast<const uint4 *>(xb + nt * 8 * XROW + s * XB + 64);
                     }
                     uint2 ma[NR] = {};
                     if (Q::KIND == KIND_SB)
-    #pragma unroll
+#pragma unroll
                         for (int r = 0; r < NR; r++)
                             ma[r] = tabh[s * BM + lrow[r]];
                     if (Q::KIND == KIND_32)
                         fzero();
-    #pragma unroll
+#pragma unroll
                     for (int h = 0; h < 2; h++) {
                         if (Q::KIND == KIND_16)
                             fzero();
                         uint32_t a[2][4];
-    #pragma unroll
+#pragma unroll
                         for (int mt = 0; mt < MT; mt++) {
                             Dec<TYPE, A4>::run(wb + roff[2 * mt], s, h, tig, ma[2 * mt], a[mt][0], a[mt][2]);
                             Dec<TYPE, A4>::run(wb + roff[2 * mt + 1], s, h, tig, ma[2 * mt + 1], a[mt][1], a[mt][3]);
                         }
-    #pragma unroll
+#pragma unroll
                         for (int mt = 0; mt < MT; mt++)
-    #pragma unroll
+#pragma unroll
                             for (int nt = 0; nt < NWX; nt++) {
                                 mma16816(frag[mt][nt], a[mt], h ? bh[nt].z : bh[nt].x, h ? bh[nt].w : bh[nt].y);
                                 mma16816(frag[mt][nt], a[mt], h ? bl[nt].z : bl[nt].x, h ? bl[nt].w : bl[nt].y);
@@ -794,13 +807,13 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
                 if (Q::KIND == KIND_SB) { /* the minimum: acc -= dmin (row) sum_s m_s (row) xsum_s (token), one mma of
                                              k = the 8 runs' hi then lo sums (A: the m pairs twice) */
                     const uint32_t *sw = reinterpret_cast<const uint32_t *>(sbuf + buf * BN * 8) + (wn * NW * 8 + g) * 8 + 2 * tig;
-    #pragma unroll
+#pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
                         uint32_t am[4];
                         am[0] = am[2] = tabm[tig * BM + lrow[2 * mt]];
                         am[1] = am[3] = tabm[tig * BM + lrow[2 * mt + 1]];
                         const float d0 = tabdm[lrow[2 * mt]], d1 = tabdm[lrow[2 * mt + 1]];
-    #pragma unroll
+#pragma unroll
                         for (int nt = 0; nt < NWX; nt++) {
                             const uint2 bw = *reinterpret_cast<const uint2 *>(sw + nt * 64);
                             float f[4] = {0.f, 0.f, 0.f, 0.f};
@@ -819,11 +832,11 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
 
             /* y = acc * 2^xexp: a product by the power of two where that is a normal float (the same rounding as
              * ldexpf's), ldexpf where it is not; NaN for a row of x with a NaN or Inf */
-    #pragma unroll
+#pragma unroll
             for (int mt = 0; mt < MT; mt++)
-    #pragma unroll
+#pragma unroll
                 for (int nt = 0; nt < NWX; nt++)
-    #pragma unroll
+#pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int row = row0 + lrow[2 * mt + (e >> 1)];
                         const int t = wn * NW * 8 + nt * 8 + 2 * tig + (e & 1);
