@@ -48,7 +48,7 @@ size_t lilac_trace_assemble(const lilac_trace_ev *ev, size_t n, lilac_trace_rec 
     qsort(s, n, sizeof *s, cmp_ev);
     size_t m = 0;
     for (size_t i = 0; i < n;) {
-        lilac_trace_rec r = {s[i].gridid, s[i].smid, s[i].block, s[i].kernel, 0, 0, 0};
+        lilac_trace_rec r = {s[i].gridid, s[i].smid, s[i].block, s[i].kernel, 0, 0, 0, {0, 0}};
         size_t j = i;
         for (; j < n && s[j].gridid == s[i].gridid && s[j].block == s[i].block; j++) {
             uint64_t t = s[j].t;
@@ -58,6 +58,9 @@ size_t lilac_trace_assemble(const lilac_trace_ev *ev, size_t n, lilac_trace_rec 
                 r.t_waited = t;
             else if (s[j].kind == LILAC_TRACE_END && t > r.t_end)
                 r.t_end = t;
+            else if ((s[j].kind == LILAC_TRACE_MARK1 || s[j].kind == LILAC_TRACE_MARK2) &&
+                     (!r.t_mark[s[j].kind - LILAC_TRACE_MARK1] || t < r.t_mark[s[j].kind - LILAC_TRACE_MARK1]))
+                r.t_mark[s[j].kind - LILAC_TRACE_MARK1] = t;
             if (s[j].kernel)
                 r.kernel = s[j].kernel;
         }
@@ -184,6 +187,57 @@ static int fits(int want, int got)
            (want == LILAC_TK_ATT_GQA && got == LILAC_TK_ATT_PART);
 }
 
+/* The quantiles (min, 10 %, median, 90 %, max) of n times (sorted in place), in us from t0. */
+static void quantiles(FILE *f, const char *what, uint64_t *t, size_t n, uint64_t t0)
+{
+    fprintf(f, " %s", what);
+    if (!n) {
+        fprintf(f, " -");
+        return;
+    }
+    qsort(t, n, sizeof *t, cmp_u64);
+    const size_t at[5] = {0, n / 10, n / 2, n - 1 - (n - 1) / 10, n - 1};
+    for (int i = 0; i < 5; i++)
+        fprintf(f, "%s%.2f", i ? "/" : " ", t[at[i]] >= t0 ? (double)(t[at[i]] - t0) / 1e3 : 0.0);
+}
+
+/* LILAC_CUDA_TRACE_BLOCKS=LAYER: for each launch of that layer, when its blocks started, returned from their
+ * wait and ended (quantiles over blocks), and each block's work after its wait: whether a launch ran in waves,
+ * waited for room on the SMs, or had stragglers. */
+static void block_rows(FILE *f, const lilac_trace_launch *L, const lilac_trace_rec *rec, size_t n_rec, uint64_t t0,
+                       const char *op)
+{
+    uint64_t *t = malloc((n_rec ? n_rec : 1) * sizeof *t);
+    if (!t)
+        return;
+    const int kinds = 6;
+    fprintf(f, "cuda trace blocks: %-14s %-20s %5d", op, lilac_trace_kernel_name(L->kernel), L->blocks);
+    for (int kind = 0; kind < kinds; kind++) {
+        size_t m = 0;
+        for (size_t i = 0; i < n_rec; i++) {
+            const lilac_trace_rec *r = &rec[i];
+            if (r->gridid != L->gridid || !r->t_start)
+                continue;
+            if (kind == 0)
+                t[m++] = r->t_start;
+            else if (kind == 1 && r->t_waited)
+                t[m++] = r->t_waited;
+            else if (kind == 2 && r->t_end)
+                t[m++] = r->t_end;
+            else if (kind == 3 && r->t_mark[0])
+                t[m++] = r->t_mark[0];
+            else if (kind == 4 && r->t_mark[1])
+                t[m++] = r->t_mark[1];
+            else if (kind == 5 && r->t_end)
+                t[m++] = r->t_end - (r->t_waited ? r->t_waited : r->t_start);
+        }
+        static const char *const what[] = {"start", "waited", "end", "mark1", "mark2", "work"};
+        quantiles(f, what[kind], t, m, kind == 5 ? 0 : t0);
+    }
+    fprintf(f, "\n");
+    free(t);
+}
+
 lilac_trace_totals lilac_trace_write(FILE *f, const lilac_trace_launch *L, size_t n, const lilac_trace_name *names,
                                      size_t n_names, const lilac_trace_rec *rec, size_t n_rec, uint64_t dropped)
 {
@@ -226,6 +280,12 @@ lilac_trace_totals lilac_trace_write(FILE *f, const lilac_trace_launch *L, size_
                 "start", "dur", "wait med (max)", "gap");
     }
     double main_end = -1;
+    const char *bl = getenv("LILAC_CUDA_TRACE_BLOCKS");
+    const int blocks_layer = bl && *bl ? atoi(bl) : -1;
+    uint64_t t0 = UINT64_MAX;
+    for (size_t i = 0; i < n_rec; i++)
+        if (rec[i].t_start && rec[i].t_start < t0)
+            t0 = rec[i].t_start;
     for (size_t k = 0; k < n; k++) {
         const lilac_trace_name *nm = k < n_names ? &names[k] : NULL;
         const int bad = nm && !fits(nm->kernel, L[k].kernel);
@@ -243,6 +303,8 @@ lilac_trace_totals lilac_trace_write(FILE *f, const lilac_trace_launch *L, size_
             T.step_us = L[k].end_us;
         if (!f)
             continue;
+        if (blocks_layer >= 0 && nm && nm->layer == blocks_layer)
+            block_rows(f, &L[k], rec, n_rec, t0, nm->op);
         char wait[48] = "-", lyr[16] = "";
         if (L[k].wait_med_us >= 0)
             snprintf(wait, sizeof wait, "%.2f (%.2f)", L[k].wait_med_us, L[k].wait_max_us);

@@ -16,7 +16,9 @@ extern "C" {
 #endif
 
 /* What an event marks. */
-enum { LILAC_TRACE_START = 0, LILAC_TRACE_WAITED = 1, LILAC_TRACE_END = 2 };
+/* MARK1/MARK2: two points inside a block's work that a kernel may record (cuda_trace.cuh's TRACE_MARK1/2), for
+ * the per-block view (LILAC_CUDA_TRACE_BLOCKS) */
+enum { LILAC_TRACE_START = 0, LILAC_TRACE_WAITED = 1, LILAC_TRACE_END = 2, LILAC_TRACE_MARK1 = 3, LILAC_TRACE_MARK2 = 4 };
 
 /* The instrumented kernels (lilac_trace_kernel_name). */
 enum {
@@ -55,6 +57,7 @@ typedef struct lilac_trace_rec {
     uint64_t gridid;
     uint32_t smid, block, kernel;
     uint64_t t_start, t_waited, t_end;
+    uint64_t t_mark[2]; /* the earliest MARK1, MARK2 (0: none) */
 } lilac_trace_rec;
 
 /* A launch: its blocks' records grouped by gridid. Times in microseconds

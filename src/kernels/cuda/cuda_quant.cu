@@ -624,18 +624,76 @@ struct MV {
     /* one token, a block an item (mv_stage_enabled): where in the dynamic shared memory the block's rows are
      * staged (mv_stage); 0: read from global memory as they are used */
     int stage_off;
+    int xvec; /* load_x's vec: x, x2 and their strides 16-byte aligned (mv_xvec) */
 };
 
 /* x[t][u0 * VPU ..) of nt tokens (the rest zero) into shared memory, value
  * i of unit u at u * (VPU + 4) + i times 2^(64 - xshift(i)) (the 16-byte
  * pad puts adjacent lanes' float4 reads in different banks), and the sums
  * of x over each run of 16 values. A thread a run. */
+/* load_x's vectorized form, part i of its 4 T nruns (four lanes a run of 16 values, a float4 each, so that a
+ * warp's loads are 512 contiguous bytes, one instruction where there were four: sixteen scalar loads a run, each
+ * lane 64 bytes from the next, made every load instruction a wavefront a cache line): xv_get loads the part's
+ * four values (and x2's), xv_put stores them as load_x does, the run's sum passed from lane to lane in the
+ * scalar form's order (value 0 to 15): the same bits. Every lane of a warp takes part (the shuffles). */
+template <class UT>
+__device__ __forceinline__ void xv_get(const float *x, const float *x2, long long x_tok, int nt, int u0, int nruns,
+                                       int i, float4 &a, float4 &b)
+{
+    constexpr int VPU = UT::VPU, NR = VPU / 16;
+    const int ri = i >> 2, t = ri / nruns, run = ri - t * nruns, u = run / NR, rr = run - u * NR, q = i & 3;
+    const long long off = (long long)u0 * VPU + UT::vcol(u * VPU + 16 * rr) + t * x_tok + 4 * q;
+    a = b = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (t < nt) {
+        a = *reinterpret_cast<const float4 *>(x + off);
+        if (x2)
+            b = *reinterpret_cast<const float4 *>(x2 + off);
+    }
+}
+template <class UT>
+__device__ __forceinline__ void xv_put(bool glu_in, int nt, int nruns, int i, float4 a, float4 b, float *xs, int XS,
+                                       float *ss, int SS)
+{
+    constexpr int VPU = UT::VPU, US = VPU + 4, NR = VPU / 16;
+    const int ri = i >> 2, t = ri / nruns, run = ri - t * nruns, u = run / NR, rr = run - u * NR, q = i & 3;
+    const int lane = threadIdx.x & 31;
+    float v[4] = {a.x, a.y, a.z, a.w};
+    if (glu_in && t < nt)
+        v[0] = glu(v[0], b.x), v[1] = glu(v[1], b.y), v[2] = glu(v[2], b.z), v[3] = glu(v[3], b.w);
+    float s = 0.f; /* the run's sum so far: lane q adds its four to what lane q - 1 passed */
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        float mine = s;
+        if (q == j)
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                mine += v[k];
+        s = __shfl_sync(0xffffffffu, mine, (lane & ~3) | j);
+    }
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        v[k] *= __int_as_float((127 + 64 - UT::xshift(16 * rr + 4 * q + k)) << 23);
+    *reinterpret_cast<float4 *>(xs + t * XS + u * US + 16 * rr + 4 * q) = make_float4(v[0], v[1], v[2], v[3]);
+    if (UT::NRUN && q == 3)
+        ss[t * SS + run] = s;
+}
+
 template <class UT, int T>
 __device__ void load_x(const float *x, const float *x2, long long x_tok, int nt, int u0, int u1, float *xs, int XS,
-                       float *ss, int SS)
+                       float *ss, int SS, bool vec = false)
 {
     constexpr int VPU = UT::VPU, US = VPU + 4, NR = VPU / 16;
     const int nruns = (u1 - u0) * NR;
+    /* vec (the caller's: x, x2 and their token strides 16-byte aligned; LILAC_CUDA_X_VEC=0 off): xv_get */
+    if (vec && (T * nruns) % 8 == 0) { /* whole warps a run group (the shuffles) */
+        for (int i = threadIdx.x; i < 4 * T * nruns; i += NTHREADS) {
+            float4 a, b;
+            xv_get<UT>(x, x2, x_tok, nt, u0, nruns, i, a, b);
+            xv_put<UT>(x2 != nullptr, nt, nruns, i, a, b, xs, XS, ss, SS);
+        }
+        __syncthreads();
+        return;
+    }
     for (int i = threadIdx.x; i < T * nruns; i += NTHREADS) {
         const int t = i / nruns, run = i - t * nruns, u = run / NR, rr = run - u * NR;
         const long long off = (long long)u0 * VPU + UT::vcol(u * VPU + 16 * rr) + t * x_tok;
@@ -836,11 +894,13 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
                     }
                     __syncthreads();
                     load_x<UT, T>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0, u1,
-                                         xs, XS, ss, SS);
+                                         xs, XS, ss, SS, p.xvec);
                     loaded = key;
                 }
-                if (SH) /* the staged rows (one item a block: the copy's one phase) */
+                if (SH) { /* the staged rows (one item a block: the copy's one phase) */
                     dev_stage_wait(bar, 0);
+                    TRACE_MARK2(LILAC_TK_MV);
+                }
                 mv_units<TYPE, A16, R, T, SH>(rowp, ok, u, u0, u1, lpr, a, b, xs, XS, ss, SS, nt, tot);
             }
 #pragma unroll
@@ -912,6 +972,7 @@ __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(con
             __shared__ int32_t sidx[64];
             mv_route(p.rlog, p.r, sidx);
             __syncthreads();
+            TRACE_MARK1(LILAC_TK_MV);
             idx = sidx;
         }
         if constexpr (STG) { /* (an instance of its own: the registers of the plain one stay as they were) */
@@ -976,7 +1037,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_mv_pipe(const MV p)
     }
     griddep_wait(); /* x comes from the kernel before */
     TRACE_WAITED(LILAC_TK_MV);
-    load_x<UT, T>(p.x, p.x2, p.x_tok, 1, 0, U, xs, XS, ss, SS); /* ends with a barrier: also the mbarriers' */
+    load_x<UT, T>(p.x, p.x2, p.x_tok, 1, 0, U, xs, XS, ss, SS, p.xvec); /* ends with a barrier: also the mbarriers' */
     for (long long it = it0; it < it1; it++) {
         const int k = (int)((it - it0) & 1);
         const long long row0 = it * rpt + warp * rpw + grp * R;
@@ -1041,6 +1102,7 @@ struct DS {
     /* batched (blockIdx.y a row of its own token, lilac_cuda_moe_down_sum_batch): the row's idx, wt, g and u
      * these many elements on; x, sh and xn W->rows, part LILAC_CUDA_PART_MAXB, count 1. 0 at one token. */
     long long r_idx, r_wt, r_gu;
+    int xvec; /* load_x's vec (mv_xvec) */
 };
 
 template <int TYPE, bool A16, int R> __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
@@ -1079,7 +1141,8 @@ template <int TYPE, bool A16, int R> __global__ void __launch_bounds__(NTHREADS)
     int u = sub;
     if (u < U)
         load_rows<TYPE, A16, R>(rowp, ok, u, a); /* in flight while x is loaded */
-    load_x<UT, DS_MAXK>(g_in, u_in, d.x_slot, d.k, 0, U, xs, XS, ss, SS); /* slot s as token s; ends with a barrier */
+    load_x<UT, DS_MAXK>(g_in, u_in, d.x_slot, d.k, 0, U, xs, XS, ss, SS, d.xvec); /* slot s as token s; ends with a barrier */
+    TRACE_MARK1(LILAC_TK_MOE_DOWN_SUM);
     float tot[R][1];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -1093,6 +1156,7 @@ template <int TYPE, bool A16, int R> __global__ void __launch_bounds__(NTHREADS)
             vs[warp * DS_ROWS + grp * R + r] = v;
     }
     __syncthreads();
+    TRACE_MARK2(LILAC_TK_MOE_DOWN_SUM);
     float o = 0.0f;
     const int t = threadIdx.x, e = row0 + t;
     if (t < DS_ROWS && e < d.rows) { /* k_moe_sum_norm_grid's sum, in its order */
@@ -1406,11 +1470,31 @@ template <auto KERN_PIPE> bool launch_pipe(MV p, long long grid, int smem, cudaS
     return true;
 }
 
+/* LILAC_CUDA_X_VEC=0: load_x a thread a run of scalar loads (its older form). Read once. */
+static bool x_vec_enabled()
+{
+    static std::atomic<int> on{-1};
+    int v = on.load(std::memory_order_relaxed);
+    if (v < 0) {
+        v = lilac_env_switch("LILAC_CUDA_X_VEC", true);
+        on.store(v, std::memory_order_relaxed);
+    }
+    return v;
+}
+
+/* Whether load_x may read x (and x2) a float4 at a time: every run it loads starts 16-byte aligned. */
+static int mv_xvec(const float *x, const float *x2, long long tok, long long slot)
+{
+    const auto al = [](const float *q) { return !q || (reinterpret_cast<uintptr_t>(q) & 15) == 0; };
+    return x_vec_enabled() && x && al(x) && al(x2) && tok % 4 == 0 && slot % 4 == 0;
+}
+
 /* KERN (k_mv, T tokens a pass) over the grid that fits, in mv_shape's shape. */
 template <int TYPE, int T, auto KERN, auto KERN_STG = KERN, auto KERN_PIPE = KERN>
 void launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force)
 {
     auto kern = KERN;
+    p.xvec = mv_xvec(p.x, p.x2, p.x_tok, p.x_slot);
     int smem = mv_smem<TYPE, T>(p.cols);
     const long long cap = mv_grid_cap<TYPE, T, KERN>(p.cols);
     mv_shape<TYPE, T>(p, slots, cap, lpr_force);
@@ -1672,6 +1756,7 @@ DS ds_params(const lilac_cuda_mat *W, size_t expert_stride, int k, const float *
     d.wt = wt, d.g = g, d.u = u, d.x_slot = W->cols, d.sh = sh;
     d.x = x, d.norm_w = norm_w, d.xn = xn, d.part = part, d.count = count;
     d.rows = (int)W->rows, d.cols = (int)W->cols, d.k = k, d.eps = eps;
+    d.xvec = mv_xvec(g, u, d.x_slot, d.x_slot);
     return d;
 }
 
@@ -1999,6 +2084,7 @@ int lilac_cuda_moe_down_sum_batch(const lilac_cuda_mat *W, size_t expert_stride,
     DS d = ds_params(W, expert_stride, k, g, u, wt, sh, x, norm_w, xn, eps, part, count);
     d.idx = idx;
     d.r_idx = idx_row, d.r_wt = wt_row, d.r_gu = gu_row;
+    d.xvec = d.xvec && gu_row % 4 == 0; /* every row's inputs 16-byte aligned */
     return ds_go(W, expert_stride, d, s, n);
 }
 

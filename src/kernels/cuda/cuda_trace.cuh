@@ -56,5 +56,7 @@ static __device__ __forceinline__ void trace_ev(int kind, int kernel)
 #define TRACE_START(k) trace_ev(LILAC_TRACE_START, k)
 #define TRACE_WAITED(k) trace_ev(LILAC_TRACE_WAITED, k)
 #define TRACE_END(k) trace_ev(LILAC_TRACE_END, k)
+#define TRACE_MARK1(k) trace_ev(LILAC_TRACE_MARK1, k)
+#define TRACE_MARK2(k) trace_ev(LILAC_TRACE_MARK2, k)
 
 #endif
