@@ -1105,7 +1105,54 @@ struct DS {
     int xvec; /* load_x's vec (mv_xvec) */
 };
 
-template <int TYPE, bool A16, int R> __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
+/* k_moe_down_sum's end, from the rows' dots of its slots in tot: the dots meet in shared memory (vs), the weighted
+ * sum into x, and the last block's norm into xn. */
+template <int R, int DS_ROWS>
+__device__ __forceinline__ void ds_tail(const DS &d, const float (&tot)[R][1], bool has, int sub, int grp, int warp,
+                                        int row0, float *vs, const float *wt, const float *sh, float *x, float *xn,
+                                        float *part, unsigned *count)
+{
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const float v = lanes_sum(tot[r][0], DS_LPR); /* every lane: whole-warp shuffles */
+        if (has && sub == 0)
+            vs[warp * DS_ROWS + grp * R + r] = v;
+    }
+    __syncthreads();
+    TRACE_MARK2(LILAC_TK_MOE_DOWN_SUM);
+    float o = 0.0f;
+    const int t = threadIdx.x, e = row0 + t;
+    if (t < DS_ROWS && e < d.rows) { /* k_moe_sum_norm_grid's sum, in its order */
+        const float xv = __ldcg(x + e), sv = sh ? __ldcg(sh + e) : 0.0f, g = sh ? __ldcg(wt + d.k) : 0.0f;
+        for (int i = 0; i < d.k; i++) /* explicit FMAs, as the sum kernel's (kq_fold says why) */
+            o = __fmaf_rn(__ldcg(wt + i), vs[i * DS_ROWS + t], o);
+        if (sh)
+            o = __fmaf_rn(g, sv, o);
+        o = __fadd_rn(o, xv);
+        x[e] = o;
+    }
+    if (!d.norm_w) {
+        TRACE_END(LILAC_TK_MOE_DOWN_SUM);
+        return;
+    }
+    const float sq = block_sum(t < DS_ROWS && e < d.rows ? __fmul_rn(o, o) : 0.0f);
+    if (t == 0)
+        part[blockIdx.x] = sq;
+    if (dev_last_block(count)) /* the parts and x loaded together */
+        dev_scale_store_with(x, d.norm_w, xn, d.rows, [&] {
+            const float tt = block_sum(t < (int)gridDim.x ? __ldcg(part + t) : 0.0f); /* a fixed tree: every run */
+            return rsqrtf(tt / d.rows + d.eps);
+        });
+    TRACE_END(LILAC_TK_MOE_DOWN_SUM);
+}
+
+/* STG (the default where it fits, LILAC_CUDA_DS_STAGE=0 off; an instance of its own): the block's rows of every slot (DS_ROWS consecutive rows
+ * of its expert, one contiguous run) copied into shared memory by one bulk copy each, issued by warp 0's lanes
+ * right after the indices are read, so that the rows take no load instruction of the lanes (Q6_K's unaligned
+ * units were ~22 a lane, each a wavefront a row); the lanes read them from shared memory with the same dots. The
+ * host takes it only where every run is 16-byte aligned and whole (ds_stage_ok). */
+template <int TYPE, bool A16, int R, bool STG = false>
+__global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
 {
     using UT = Unit<TYPE>;
     constexpr int US = UT::VPU + 4, NRUN = UT::NRUN, DS_ROWS = ds_rows(R);
@@ -1139,6 +1186,38 @@ template <int TYPE, bool A16, int R> __global__ void __launch_bounds__(NTHREADS)
     }
     typename UT::Pay a[R], b[R];
     int u = sub;
+    if constexpr (STG) {
+        __shared__ uint64_t bar;
+        uint8_t *const st = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(vs + DS_MAXK * DS_ROWS) + 15) &
+                                                        ~uintptr_t(15)); /* ds_launch counts the 16 */
+        const uint32_t run = (uint32_t)(DS_ROWS * d.row_bytes), b_ = dev_smem_addr(&bar);
+        if (warp == 0) {
+            if (lane == 0) {
+                dev_stage_init(b_);
+                dev_stage_expect(b_, run * (uint32_t)d.k);
+            }
+            __syncwarp();
+            if (lane < d.k)
+                dev_stage_copy(st + lane * run, d.w + (size_t)__ldg(idx + lane) * d.expert_stride +
+                                                    (size_t)row0 * d.row_bytes, run, b_);
+        }
+        load_x<UT, DS_MAXK>(g_in, u_in, d.x_slot, d.k, 0, U, xs, XS, ss, SS, d.xvec); /* its barrier: bar's init */
+        TRACE_MARK1(LILAC_TK_MOE_DOWN_SUM);
+        const uint8_t *srow[R];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            srow[r] = st + (size_t)warp * run + (size_t)(grp * R + r) * d.row_bytes;
+        float tot[R][1];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            tot[r][0] = 0.f;
+        dev_stage_wait(b_, 0);
+        if (has)
+            mv_units<TYPE, A16, R, 1, true>(srow, ok, u, 0, U, DS_LPR, a, b, xs + warp * XS, XS, ss + warp * SS, SS, 1,
+                                            tot);
+        ds_tail<R, DS_ROWS>(d, tot, has, sub, grp, warp, row0, vs, wt, sh, x, xn, part, count);
+        return;
+    }
     if (u < U)
         load_rows<TYPE, A16, R>(rowp, ok, u, a); /* in flight while x is loaded */
     load_x<UT, DS_MAXK>(g_in, u_in, d.x_slot, d.k, 0, U, xs, XS, ss, SS, d.xvec); /* slot s as token s; ends with a barrier */
@@ -1149,38 +1228,7 @@ template <int TYPE, bool A16, int R> __global__ void __launch_bounds__(NTHREADS)
         tot[r][0] = 0.f;
     if (has)
         mv_units<TYPE, A16, R, 1>(rowp, ok, u, 0, U, DS_LPR, a, b, xs + warp * XS, XS, ss + warp * SS, SS, 1, tot);
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        const float v = lanes_sum(tot[r][0], DS_LPR); /* every lane: whole-warp shuffles */
-        if (has && sub == 0)
-            vs[warp * DS_ROWS + grp * R + r] = v;
-    }
-    __syncthreads();
-    TRACE_MARK2(LILAC_TK_MOE_DOWN_SUM);
-    float o = 0.0f;
-    const int t = threadIdx.x, e = row0 + t;
-    if (t < DS_ROWS && e < d.rows) { /* k_moe_sum_norm_grid's sum, in its order */
-        const float xv = __ldcg(x + e), sv = sh ? __ldcg(sh + e) : 0.0f, g = sh ? __ldcg(wt + d.k) : 0.0f;
-        for (int i = 0; i < d.k; i++) /* explicit FMAs, as the sum kernel's (kq_fold says why) */
-            o = __fmaf_rn(__ldcg(wt + i), vs[i * DS_ROWS + t], o);
-        if (sh)
-            o = __fmaf_rn(g, sv, o);
-        o = __fadd_rn(o, xv);
-        x[e] = o;
-    }
-    if (!d.norm_w) {
-        TRACE_END(LILAC_TK_MOE_DOWN_SUM);
-        return;
-    }
-    const float sq = block_sum(t < DS_ROWS && e < d.rows ? __fmul_rn(o, o) : 0.0f);
-    if (t == 0)
-        part[blockIdx.x] = sq;
-    if (dev_last_block(count)) /* the parts and x loaded together */
-        dev_scale_store_with(x, d.norm_w, xn, d.rows, [&] {
-            const float tt = block_sum(t < (int)gridDim.x ? __ldcg(part + t) : 0.0f); /* a fixed tree: every run */
-            return rsqrtf(tt / d.rows + d.eps);
-        });
-    TRACE_END(LILAC_TK_MOE_DOWN_SUM);
+    ds_tail<R, DS_ROWS>(d, tot, has, sub, grp, warp, row0, vs, wt, sh, x, xn, part, count);
 }
 
 /* The scalar fallback, for layouts the fast kernel does not take (float
@@ -1471,16 +1519,8 @@ template <auto KERN_PIPE> bool launch_pipe(MV p, long long grid, int smem, cudaS
 }
 
 /* LILAC_CUDA_X_VEC=0: load_x a thread a run of scalar loads (its older form). Read once. */
-static bool x_vec_enabled()
-{
-    static std::atomic<int> on{-1};
-    int v = on.load(std::memory_order_relaxed);
-    if (v < 0) {
-        v = lilac_env_switch("LILAC_CUDA_X_VEC", true);
-        on.store(v, std::memory_order_relaxed);
-    }
-    return v;
-}
+static std::atomic<int> g_x_vec{-1};
+static bool x_vec_enabled() { return env_switch_once(g_x_vec, "LILAC_CUDA_X_VEC", true); }
 
 /* Whether load_x may read x (and x2) a float4 at a time: every run it loads starts 16-byte aligned. */
 static int mv_xvec(const float *x, const float *x2, long long tok, long long slot)
@@ -1718,6 +1758,17 @@ int ds_r()
     return v;
 }
 
+/* k_moe_down_sum's STG instances (LILAC_CUDA_DS_STAGE=0 off), where the device stages (mv_stage_enabled) and every
+ * block's run of a slot's rows is whole and 16-byte aligned. H200, tg128 of the 35B-A3B file: 384.2/387.2
+ * against 377.8/381.3 (alternated in one call, session 23), its decode logits byte-equal. */
+static std::atomic<int> g_ds_stage{-1};
+static bool ds_stage_ok(const lilac_cuda_mat *W, size_t expert_stride, int rows_a_block)
+{
+    return env_switch_once(g_ds_stage, "LILAC_CUDA_DS_STAGE", true) && mv_stage_enabled() &&
+           W->rows % rows_a_block == 0 && ((size_t)rows_a_block * W->row_bytes) % 16 == 0 && expert_stride % 16 == 0 &&
+           (reinterpret_cast<uintptr_t>(W->data) & 15) == 0;
+}
+
 /* k_moe_down_sum at R rows a lane group over W's rows; -1 (nothing launched) where it does not take W. */
 template <int R> int ds_launch(const lilac_cuda_mat *W, size_t expert_stride, const DS &d, cudaStream_t st, int n = 1)
 {
@@ -1725,10 +1776,17 @@ template <int R> int ds_launch(const lilac_cuda_mat *W, size_t expert_stride, co
     if (nb > LILAC_CUDA_DOWN_SUM_MAXB)
         return -1;
     /* shared memory: the k inputs (DS_MAXK slots' room) and their run sums, then the dots */
-    auto go = [&](auto kern, int vpu, int nrun) {
+    /* the slots' rows (the STG instance's), where they fit beside the inputs */
+    const size_t stage = 16 + (size_t)DS_MAXK * ds_rows(R) * W->row_bytes;
+    bool stg = false;
+    auto smem = [&](int vpu, int nrun) {
         const long long U = W->cols / vpu;
         const size_t sm = sizeof(float) * (size_t)(DS_MAXK * U * (vpu + 4) + DS_MAXK * U * nrun + DS_MAXK * ds_rows(R));
-        if (W->cols % vpu || sm > 48 * 1024)
+        stg = ds_stage_ok(W, expert_stride, ds_rows(R)) && sm + stage <= (size_t)SMEM_MAX;
+        return stg ? sm + stage : sm;
+    };
+    auto go = [&](auto kern, int vpu, size_t sm) {
+        if (W->cols % vpu || sm > (stg ? (size_t)SMEM_MAX : 48 * 1024))
             return -1;
         launch_dependent(kern, dim3((unsigned)nb, (unsigned)n), dim3(NTHREADS), sm, st, d);
         return 0;
@@ -1736,8 +1794,15 @@ template <int R> int ds_launch(const lilac_cuda_mat *W, size_t expert_stride, co
     int rc = -1;
     mv_dispatch(W->type, mv_align(W, expert_stride), [&](auto kind) {
         using K = decltype(kind);
-        if constexpr (Unit<K::type>::NRUN > 0) /* the block types (float rows have no run sums) */
-            rc = go(k_moe_down_sum<K::type, K::a16, R>, Unit<K::type>::VPU, Unit<K::type>::NRUN);
+        if constexpr (Unit<K::type>::NRUN > 0) { /* the block types (float rows have no run sums) */
+            const size_t sm = smem(Unit<K::type>::VPU, Unit<K::type>::NRUN);
+            if (stg) {
+                smem_max_once<k_moe_down_sum<K::type, K::a16, R, true>>();
+                rc = go(k_moe_down_sum<K::type, K::a16, R, true>, Unit<K::type>::VPU, sm);
+            } else {
+                rc = go(k_moe_down_sum<K::type, K::a16, R>, Unit<K::type>::VPU, sm);
+            }
+        }
     });
     return rc;
 }
