@@ -1147,7 +1147,7 @@ __device__ __forceinline__ void ds_tail(const DS &d, const float (&tot)[R][1], b
 }
 
 /* STG (the default where it fits, LILAC_CUDA_DS_STAGE=0 off; an instance of its own): the block's rows of every slot (DS_ROWS consecutive rows
- * of its expert, one contiguous run) copied into shared memory by one bulk copy each, issued by warp 0's lanes
+ * of its expert, one contiguous run) copied into shared memory by one bulk copy each, issued by thread 0
  * right after the indices are read, so that the rows take no load instruction of the lanes (Q6_K's unaligned
  * units were ~22 a lane, each a wavefront a row); the lanes read them from shared memory with the same dots. The
  * host takes it only where every run is 16-byte aligned and whole (ds_stage_ok). */
@@ -1191,15 +1191,18 @@ __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
         uint8_t *const st = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(vs + DS_MAXK * DS_ROWS) + 15) &
                                                         ~uintptr_t(15)); /* ds_launch counts the 16 */
         const uint32_t run = (uint32_t)(DS_ROWS * d.row_bytes), b_ = dev_smem_addr(&bar);
-        if (warp == 0) {
-            if (lane == 0) {
-                dev_stage_init(b_);
-                dev_stage_expect(b_, run * (uint32_t)d.k);
-            }
-            __syncwarp();
-            if (lane < d.k)
-                dev_stage_copy(st + lane * run, d.w + (size_t)__ldg(idx + lane) * d.expert_stride +
-                                                    (size_t)row0 * d.row_bytes, run, b_);
+        if (threadIdx.x == 0) { /* mv_stage's pattern: one thread sets the barrier up and issues the copies */
+            int e[DS_MAXK];
+#pragma unroll
+            for (int s = 0; s < DS_MAXK; s++)
+                e[s] = s < d.k ? __ldg(idx + s) : 0; /* the indices loaded together */
+            dev_stage_init(b_);
+            dev_stage_expect(b_, run * (uint32_t)d.k);
+#pragma unroll
+            for (int s = 0; s < DS_MAXK; s++)
+                if (s < d.k)
+                    dev_stage_copy(st + s * run, d.w + (size_t)e[s] * d.expert_stride + (size_t)row0 * d.row_bytes,
+                                   run, b_);
         }
         load_x<UT, DS_MAXK>(g_in, u_in, d.x_slot, d.k, 0, U, xs, XS, ss, SS, d.xvec); /* its barrier: bar's init */
         TRACE_MARK1(LILAC_TK_MOE_DOWN_SUM);
