@@ -51,6 +51,7 @@ do_test() {
     run_test kernels-no-stage test_cuda_kernels LILAC_CUDA_MV_STAGE=0 LILAC_CUDA_NO_BENCH=1
     run_test kernels-no-ds-stage test_cuda_kernels LILAC_CUDA_DS_STAGE=0 LILAC_CUDA_NO_BENCH=1
     run_test kernels-no-xvec test_cuda_kernels LILAC_CUDA_X_VEC=0 LILAC_CUDA_NO_BENCH=1
+    run_test kernels-r2 test_cuda_kernels LILAC_CUDA_MV_R2=1 LILAC_CUDA_NO_BENCH=1
     run_test wgmma test_cuda_wgmma
     run_test sync test_cuda_sync
     run_test mma test_cuda_mma
@@ -82,6 +83,7 @@ do_test() {
     run_test model-no-stage test_cuda_model LILAC_CUDA_MV_STAGE=0
     run_test model-no-ds-stage test_cuda_model LILAC_CUDA_DS_STAGE=0
     run_test model-no-xvec test_cuda_model LILAC_CUDA_X_VEC=0
+    run_test model-r2 test_cuda_model LILAC_CUDA_MV_R2=1
     run_test model-pdl-set test_cuda_model LILAC_CUDA_PDL_SET=route,attention,combine,rope,sum,conv,rmsnorm
     run_test model-apart test_cuda_model LILAC_CUDA_NORM_ROUTER=0 LILAC_CUDA_PDL_ALL=1 LILAC_CUDA_SUM_GRID=0
     run_test model-no-down-sum test_cuda_model LILAC_CUDA_DOWN_SUM=0
@@ -99,6 +101,7 @@ do_test() {
     run_test batch-no-stage test_cuda_batch LILAC_CUDA_MV_STAGE=0
     run_test batch-no-ds-stage test_cuda_batch LILAC_CUDA_DS_STAGE=0
     run_test batch-no-xvec test_cuda_batch LILAC_CUDA_X_VEC=0
+    run_test batch-r2 test_cuda_batch LILAC_CUDA_MV_R2=1
     run_test prefill test_cuda_prefill
     run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0

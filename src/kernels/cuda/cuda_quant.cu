@@ -625,6 +625,7 @@ struct MV {
      * staged (mv_stage); 0: read from global memory as they are used */
     int stage_off;
     int xvec; /* load_x's vec: x, x2 and their strides 16-byte aligned (mv_xvec) */
+    int rows_lg; /* rows a lane group the shape is for (mv_shape): the kernel instance's R */
 };
 
 /* x[t][u0 * VPU ..) of nt tokens (the rest zero) into shared memory, value
@@ -998,11 +999,11 @@ __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(con
  * The unstaged kernel's big products ran at 2.0-2.9 TB/s (test_cuda_kernels' bench lines); Q6_K's 210-byte
  * blocks load unaligned (three 16-byte loads and shifts for 32 bytes). Items are the block's contiguous run, as
  * mv_block's; barrier k's phase j is the block's item 2 j + k. */
-template <int TYPE, bool A16>
+template <int TYPE, bool A16, int R = cfg_rows_t(1)>
 __global__ void __launch_bounds__(NTHREADS, 1) k_mv_pipe(const MV p)
 {
     using UT = Unit<TYPE>;
-    constexpr int R = cfg_rows_t(1), T = 1, VPU = UT::VPU, NRUN = UT::NRUN, US = VPU + 4;
+    constexpr int T = 1, VPU = UT::VPU, NRUN = UT::NRUN, US = VPU + 4;
     TRACE_START(LILAC_TK_MV);
     griddep_launch_dependents();
     __shared__ uint64_t bars[2];
@@ -1357,6 +1358,10 @@ template <int TYPE, int T> int mv_smem(long long cols)
     return (int)sizeof(float) * T * mv_tile_units<TYPE, T>(cols) * (UT::VPU + 4 + UT::NRUN);
 }
 
+/* LILAC_CUDA_MV_R2=1: mv_shape's one-token shapes at two rows a lane group (off; session 23, not yet run). */
+static std::atomic<int> g_mv_r2{-1};
+static bool mv_r2() { return env_switch_once(g_mv_r2, "LILAC_CUDA_MV_R2", false); }
+
 /* launch_fast's shape of the product over a grid of cap blocks (lanes a row, column tiles, row tiles, items);
  * the shared memory a block needs for it. lpr_force >= 0: 2^lpr_force lanes a row, whatever the shape
  * (lilac_cuda_matvec_like: a row's dot in the order another product's lanes take). */
@@ -1386,9 +1391,16 @@ template <int TYPE, int T> int mv_shape(MV &p, int slots, long long cap, int lpr
         lpr *= 2;
     if (lpr_force >= 0)
         lpr = 1 << lpr_force;
-    p.lpr_log2 = floor_log2(lpr);
     p.row_tiles = tiles(lpr) / slots;
     p.items = p.row_tiles * slots;
+    p.rows_lg = R;
+    /* LILAC_CUDA_MV_R2=1 (one token): the same row tiles with two rows a lane group and twice the lanes a row,
+     * so that each x value a lane reads from shared memory serves two rows (one-token staged products were bound
+     * by those reads: a row's x is 8 KB of LDS.128 for its 1 KB of Q4_K). Another lanes a row sums in another
+     * order: token_lpr (the batched step's) takes this shape too, so the bits still match there. */
+    if (T == 1 && lpr_force < 0 && mv_r2() && lpr < 32 && 2 * lpr <= U)
+        lpr *= 2, p.rows_lg = 2;
+    p.lpr_log2 = floor_log2(lpr);
     return mv_smem<TYPE, T>(p.cols);
 }
 
@@ -1450,7 +1462,7 @@ template <int TYPE, int T> int mv_stage_off(const MV &p, long long grid, int *sm
     if (T != 1 || p.n_tok != 1 || !mv_stage_enabled() || p.items > grid || p.n_ct != 1 || p.row_bytes % 16 ||
         p.expert_stride % 16 || reinterpret_cast<uintptr_t>(p.w) % 16)
         return 0;
-    const long long rpt = mv_tile_rows(cfg_rows_t(T), p.lpr_log2);
+    const long long rpt = mv_tile_rows(p.rows_lg, p.lpr_log2);
     const int off = (*smem + 127) & ~127;
     const long long bytes = rpt * (long long)p.row_bytes;
     if (off + bytes > SMEM_MAX)
@@ -1494,7 +1506,7 @@ template <auto KERN_PIPE> bool launch_pipe(MV p, long long grid, int smem, cudaS
         }
         optin.store(most, std::memory_order_relaxed);
     }
-    const long long rpt = mv_tile_rows(cfg_rows_t(1), p.lpr_log2);
+    const long long rpt = mv_tile_rows(p.rows_lg, p.lpr_log2);
     const long long buf = (rpt * (long long)p.row_bytes + 127) & ~127LL; /* k_mv_pipe's */
     const int off = (smem + 127) & ~127;
     if (off + 2 * buf > most)
@@ -1533,14 +1545,32 @@ static int mv_xvec(const float *x, const float *x2, long long tok, long long slo
 }
 
 /* KERN (k_mv, T tokens a pass) over the grid that fits, in mv_shape's shape. */
-template <int TYPE, int T, auto KERN, auto KERN_STG = KERN, auto KERN_PIPE = KERN>
+template <int TYPE, int T, auto KERN, auto KERN_STG, auto KERN_PIPE>
+void launch_on(MV p, cudaStream_t st, int smem, long long cap);
+
+/* KERN2*: the instances at two rows a lane group, where mv_shape chose them (p.rows_lg: LILAC_CUDA_MV_R2). */
+template <int TYPE, int T, auto KERN, auto KERN_STG = KERN, auto KERN_PIPE = KERN, auto KERN2 = KERN,
+          auto KERN2_STG = KERN_STG, auto KERN2_PIPE = KERN_PIPE>
 void launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force)
 {
-    auto kern = KERN;
     p.xvec = mv_xvec(p.x, p.x2, p.x_tok, p.x_slot);
-    int smem = mv_smem<TYPE, T>(p.cols);
+    const int smem = mv_smem<TYPE, T>(p.cols);
     const long long cap = mv_grid_cap<TYPE, T, KERN>(p.cols);
     mv_shape<TYPE, T>(p, slots, cap, lpr_force);
+    if constexpr (KERN2 != KERN)
+        if (p.rows_lg == 2) {
+            smem_max_once<KERN2>();
+            launch_on<TYPE, T, KERN2, KERN2_STG, KERN2_PIPE>(p, st, smem, cap);
+            return;
+        }
+    launch_on<TYPE, T, KERN, KERN_STG, KERN_PIPE>(p, st, smem, cap);
+}
+
+/* launch_shaped's launch of the shaped p by KERN (or its staged or pipelined instance). */
+template <int TYPE, int T, auto KERN, auto KERN_STG, auto KERN_PIPE>
+void launch_on(MV p, cudaStream_t st, int smem, long long cap)
+{
+    auto kern = KERN;
     const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
     p.stage_off = KERN_STG != KERN ? mv_stage_off<TYPE, T>(p, grid, &smem) : 0;
     if constexpr (KERN_PIPE != KERN)
@@ -1562,7 +1592,8 @@ template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int
 {
     if constexpr (T == 1)
         launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T>, k_mv<TYPE, A16, cfg_rows_t(T), T, true>,
-                      k_mv_pipe<TYPE, A16>>(p, st, slots, lpr_force);
+                      k_mv_pipe<TYPE, A16>, k_mv<TYPE, A16, 2, T>, k_mv<TYPE, A16, 2, T, true>, k_mv_pipe<TYPE, A16, 2>>(
+            p, st, slots, lpr_force);
     else
         launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T>>(p, st, slots, lpr_force);
 }
