@@ -534,6 +534,7 @@ const lilac_cuda_step_sw *lilac_cuda_step_switches(void)
             .sum_grid = lilac_env_switch("LILAC_CUDA_SUM_GRID", true),
             .down_sum = lilac_env_switch("LILAC_CUDA_DOWN_SUM", true),
             .route_fused = lilac_env_switch("LILAC_CUDA_ROUTE_FUSED", true),
+            .probe_route = lilac_env_switch("LILAC_CUDA_PROBE_ROUTE", false),
         };
         read = true;
     }
@@ -614,7 +615,7 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         OP("matvec", lilac_cuda_matvec_fused(wout, 0, NULL, 1, xout, NULL, 0, cm->x, 1, s));
         const lilac_cuda_route_args ra = {
             .E = hp->n_expert, .k = k, .norm = hp->norm_topk, .up_offset = cl->gu_fused ? hp->n_expert : 0,
-            .shared_row = shared, .idx = cm->idx, .w = cm->rw, .count = cm->count,
+            .shared_row = shared, .idx = cm->idx, .w = cm->rw, .count = cm->count, .probe = sw->probe_route,
         };
         const bool tail = sw->route_tail && (!shared || cl->router_gate_row);
         /* the shared expert's gate as the router's row n_expert, where it is stored there: its dot off the

@@ -84,6 +84,9 @@ typedef struct lilac_cuda_step_sw {
      * (lilac_cuda_matvec_experts_routed) where the norm+router kernel gives the logits (and the shared gate's)
      * and gate and up are one product: the route kernel off the chain */
     bool route_fused;
+    /* PROBE_ROUTE=1: a timing probe, not a mode: the fused gate+up product's blocks skip the routing and take
+     * experts 0 .. k-1 at equal weights (the outputs are wrong): what the routing costs on the chain */
+    bool probe_route;
 } lilac_cuda_step_sw;
 const lilac_cuda_step_sw *lilac_cuda_step_switches(void);
 

@@ -55,6 +55,7 @@ typedef struct lilac_cuda_route_args {
     int32_t *idx;
     float *w;
     unsigned *count;
+    int probe; /* the gate+up product's routing only (LILAC_CUDA_PROBE_ROUTE): experts 0 .. k-1, weights 1/k */
 } lilac_cuda_route_args;
 /* xn = RMSNorm(x) * norm_w and logits[r] = W[r] . xn for a float32 router W (n_exp rows of row_floats floats) in
  * one kernel, then the routing when route is set; -1 (nothing launched) for a shape it does not take (n or rows

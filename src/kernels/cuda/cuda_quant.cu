@@ -923,6 +923,18 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
 static __device__ __noinline__ void mv_route(const float *rlog, const lilac_cuda_route_args r, int32_t *sidx)
 {
     __shared__ float sw[33];
+    if (r.probe) { /* a timing probe (LILAC_CUDA_PROBE_ROUTE): no routing, experts 0 .. k-1 */
+        const int ns = r.up_offset > 0 ? 2 * r.k : r.k, t = threadIdx.x;
+        if (t < ns)
+            sidx[t] = t < r.k ? t : t - r.k + r.up_offset;
+        if (blockIdx.x == 0 && blockIdx.y == 0) {
+            if (t < ns)
+                r.idx[t] = t < r.k ? t : t - r.k + r.up_offset;
+            if (t < r.k + (r.shared_row ? 1 : 0))
+                r.w[t] = t < r.k ? 1.0f / (float)r.k : 0.5f;
+        }
+        return;
+    }
     dev_route(rlog, r.E, r.k, r.norm, sidx, sw, r.up_offset, nullptr, nullptr, 0, r.shared_row ? rlog + r.E : nullptr);
     if (threadIdx.x < 32 && blockIdx.x == 0 && blockIdx.y == 0) { /* warp 0 wrote sidx and sw */
         __syncwarp();
