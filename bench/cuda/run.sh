@@ -163,7 +163,7 @@ do_bench() {
     done
 }
 
-# (tg: tg128 under each switch set of TG_VARIANTS, ';' apart.)
+# (tg: tg128 under each switch set of TG_VARIANTS, ';' apart, alternated TG_ROUNDS times, default 1.)
 # tg128 of this tree against an older one, alternated on one machine (H200s differ by up to 15 %): the older
 # tree as a tar in .ab/old.tar (carried), e.g. `mkdir -p .ab && git archive -o .ab/old.tar HEAD CMakeLists.txt src include` before
 # the change; built into /tmp/lilac-old (lilac alone). AB_VARIANTS: switch sets for this tree's runs, ';' apart.
@@ -374,7 +374,7 @@ for s in "${steps[@]}"; do
     pp) do_pp ;;
     longjobs) do_longjobs ;;
     old) build_old ;;
-    tg) IFS=';' read -ra tv <<<"${TG_VARIANTS:-LILAC_NONE=1}" && tg128_each "${tv[@]}" ;;
+    tg) IFS=';' read -ra tv <<<"${TG_VARIANTS:-LILAC_NONE=1}" && for _ in $(seq "${TG_ROUNDS:-1}"); do tg128_each "${tv[@]}"; done ;;
     all) do_build && do_test && do_synth && do_bench ;;
     *) echo "usage: $0 [build|test|quick|synth|bench|ab|abold|gen|jobs|longjobs|pp|tg|pdl|sanitize|suite|all|pack]..." >&2; exit 2 ;;
     esac
