@@ -58,6 +58,7 @@ do_test() {
     run_test mma-old-paths test_cuda_mma LILAC_CUDA_MMA_W8=0 LILAC_CUDA_MMA_XROWS=0
     run_test mma-prep-lane test_cuda_mma LILAC_CUDA_PREP_QUARTER=0
     run_test mma-no-narrow test_cuda_mma LILAC_CUDA_MMA_NARROW=0
+    run_test mma-pf-pdl test_cuda_mma LILAC_CUDA_PF_PDL=1
     run_test mma-dense-nt4 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=4
     run_test mma-dense-nt2 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=2
     run_test mma-dense-nt1 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=1
@@ -119,6 +120,8 @@ do_test() {
     run_test prefill-no-pre test_cuda_prefill LILAC_CUDA_ATTN_PRE=0
     run_test prefill-prep-lane test_cuda_prefill LILAC_CUDA_PREP_QUARTER=0
     run_test prefill-no-narrow test_cuda_prefill LILAC_CUDA_MMA_NARROW=0
+    run_test prefill-pf-pdl test_cuda_prefill LILAC_CUDA_PF_PDL=1
+    run_test batch-grouped-pf-pdl test_cuda_batch LILAC_CUDA_PAIRS=0 LILAC_CUDA_PF_PDL=1
     run_test batch-grouped-no-narrow test_cuda_batch LILAC_CUDA_PAIRS=0 LILAC_CUDA_MMA_NARROW=0
     run_test prefill-no-f16 test_cuda_prefill LILAC_CUDA_ATTN_F16=0
     run_test prefill-no-qsplit test_cuda_prefill LILAC_CUDA_ATTN_F16=0 LILAC_CUDA_ATTN_QSPLIT=0
