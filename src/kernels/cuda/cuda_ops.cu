@@ -1042,6 +1042,86 @@ extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, 
     return 0;
 }
 
+/* LILAC_CUDA_DN_SPLIT=1 (off; session 23, not yet run): k_dn_fused's step with a value head over dv / 32 blocks
+ * of 32 state columns each (the delta rule is column by column; k_dn_fused put a head's 64 KB of state on one SM,
+ * 32 blocks in all), which end before the gated norm: each writes its columns' o (the sum over the parts, as
+ * dn_head's) to o_raw and its warp's sum of their squares (dn_head's opart[c / 32], the same lanes and order) to
+ * ss[j * (dv / 32) + c / 32]; the output product's input load applies the norm (lilac_cuda_matvec_gnorm: the same
+ * sums, the same o_h). Block j * ns + sp: head j, columns 32 sp ..; 32 DN_P threads. */
+__global__ void __launch_bounds__(32 * DN_P) k_dn_split(float *S_all, const float *conv, const float *a,
+                                                      const float *b, const float *ssm_a, const float *ssm_dt,
+                                                      float *o_raw, float *ss_out, int nk, int nv, int dk, int dv,
+                                                      int tiled)
+{
+    TRACE_START(LILAC_TK_DN_FUSED);
+    const int ns = dv / 32, j = blockIdx.x / ns, sp = blockIdx.x - j * ns;
+    const int cl = threadIdx.x & 31, part = threadIdx.x >> 5, c = 32 * sp + cl;
+    const int kh = tiled ? j % nk : j / (nv / nk);
+    extern __shared__ float sh[]; // q[dk], k[dk], red[DN_P][32]
+    float *qs = sh, *ks = sh + dk, *rd = sh + 2 * dk;
+    __shared__ float gate[2];
+    griddep_launch_dependents();
+    float *S = S_all + (size_t)j * dk * dv; /* the head's state; this block's columns in flight before the wait */
+    float sr[DN_ROWS];
+    int n = 0;
+    for (int i = part; i < dk; i += DN_P, n++)
+        sr[n] = S[(size_t)i * dv + c];
+    griddep_wait();
+    TRACE_WAITED(LILAC_TK_DN_FUSED);
+    const float v = conv[(size_t)2 * nk * dk + (size_t)j * dv + c];
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+        qs[i] = conv[(size_t)kh * dk + i];
+        ks[i] = conv[(size_t)(nk + kh) * dk + i];
+    }
+    if (threadIdx.x == 64) // warp 2: warps 0 and 1 take the norms
+        dn_gates(a, b, ssm_a, ssm_dt, j, gate);
+    dn_norm_qk(qs, ks, dk);
+    /* dn_head's arithmetic for the block's columns (rd indexed by the column within the block) */
+    const float g = gate[0], beta = gate[1];
+    float decay = expf(g), kv = 0;
+    n = 0;
+    for (int i = part; i < dk; i += DN_P, n++) {
+        sr[n] *= decay;
+        kv += sr[n] * ks[i];
+    }
+    rd[part * 32 + cl] = kv;
+    __syncthreads();
+    kv = 0;
+    for (int q = 0; q < DN_P; q++)
+        kv += rd[q * 32 + cl];
+    float delta = (v - kv) * beta, o = 0;
+    n = 0;
+    for (int i = part; i < dk; i += DN_P, n++) {
+        sr[n] += ks[i] * delta;
+        S[(size_t)i * dv + c] = sr[n];
+        o += sr[n] * qs[i];
+    }
+    __syncthreads();
+    rd[part * 32 + cl] = o;
+    __syncthreads();
+    if (part == 0) {
+        o = 0;
+        for (int q = 0; q < DN_P; q++)
+            o += rd[q * 32 + cl];
+        const float ss = warp_sum(o * o);
+        o_raw[(size_t)j * dv + c] = o;
+        if (cl == 0)
+            ss_out[(size_t)j * ns + sp] = ss;
+    }
+    TRACE_END(LILAC_TK_DN_FUSED);
+}
+
+extern "C" int lilac_cuda_deltanet_split(const float *conv_out, const float *a, const float *b, const float *ssm_a,
+                                         const float *ssm_dt, float *S, float *o_raw, float *ss, int nk, int nv,
+                                         int dk, int dv, int tiled, lilac_cuda_stream *s)
+{
+    if (!dn_fused_takes(dk, dv) || dv % 32)
+        return -1;
+    launch_dependent(k_dn_split, dim3(nv * (dv / 32)), dim3(32 * DN_P), (size_t)(2 * dk + DN_P * 32) * sizeof(float),
+                     CS(s), S, conv_out, a, b, ssm_a, ssm_dt, o_raw, ss, nk, nv, dk, dv, tiled);
+    return 0;
+}
+
 extern "C" int lilac_cuda_deltanet_rows(const float *conv_out, const float *a, const float *b, const float *ssm_a,
                                         const float *ssm_dt, float *const *Sp, float *o, const float *z,
                                         const float *norm_w, int nk, int nv, int dk, int dv, int tiled, float eps,

@@ -603,6 +603,15 @@ template <> struct Unit<LILAC_BF16> : UnitFloat<LILAC_BF16> {};
 /* ------------------------------------------------------------------ */
 /* The product kernel */
 
+/* A gated RMSNorm applied to x as it is loaded (lilac_cuda_matvec_gnorm; z NULL: none): x's head h = column / dv
+ * becomes ((x r_h) nw[column % dv]) silu(z[column]), r_h = rsqrtf((ss[h ns] + ... + ss[h ns + ns - 1]) / dv + eps),
+ * ns = dv / 32: k_dn_fused's (dn_head's) o_h, the same operations in the same order. */
+struct GN {
+    const float *z, *nw, *ss;
+    int dv;
+    float eps;
+};
+
 struct MV {
     const uint8_t *w; /* matrix (expert 0) */
     size_t row_bytes, expert_stride;
@@ -626,6 +635,7 @@ struct MV {
     int stage_off;
     int xvec; /* load_x's vec: x, x2 and their strides 16-byte aligned (mv_xvec) */
     int rows_lg; /* rows a lane group the shape is for (mv_shape): the kernel instance's R */
+    GN gn;       /* x's gated norm (gn.z set: lilac_cuda_matvec_gnorm) */
 };
 
 /* x[t][u0 * VPU ..) of nt tokens (the rest zero) into shared memory, value
@@ -681,10 +691,30 @@ __device__ __forceinline__ void xv_put(bool glu_in, int nt, int nruns, int i, fl
 
 template <class UT, int T>
 __device__ void load_x(const float *x, const float *x2, long long x_tok, int nt, int u0, int u1, float *xs, int XS,
-                       float *ss, int SS, bool vec = false)
+                       float *ss, int SS, bool vec = false, const GN *gn = nullptr)
 {
     constexpr int VPU = UT::VPU, US = VPU + 4, NR = VPU / 16;
     const int nruns = (u1 - u0) * NR;
+    if (gn && gn->z) { /* one token (T == 1 callers), x and z 16-byte aligned (lilac_cuda_matvec_gnorm checks) */
+        const int ns = gn->dv / 32;
+        for (int i = threadIdx.x; i < 4 * T * nruns; i += NTHREADS) { /* whole warps: nruns % 8 == 0 checked */
+            const int ri = i >> 2, run = ri % nruns, u = run / NR, rr = run - u * NR, q = i & 3;
+            const long long col = (long long)u0 * VPU + UT::vcol(u * VPU + 16 * rr) + 4 * q;
+            const int h = (int)(col / gn->dv), cc = (int)(col - (long long)h * gn->dv);
+            const float4 o = *reinterpret_cast<const float4 *>(x + col);
+            const float4 z = *reinterpret_cast<const float4 *>(gn->z + col);
+            const float4 w = *reinterpret_cast<const float4 *>(gn->nw + cc);
+            float t = 0;
+            for (int k = 0; k < ns; k++) /* dn_head's order */
+                t += __ldg(gn->ss + (size_t)h * ns + k);
+            const float r = rsqrtf(t / gn->dv + gn->eps);
+            const float4 a = make_float4(o.x * r * w.x * silu(z.x), o.y * r * w.y * silu(z.y), o.z * r * w.z * silu(z.z),
+                                         o.w * r * w.w * silu(z.w));
+            xv_put<UT>(false, T, nruns, i, a, a, xs, XS, ss, SS);
+        }
+        __syncthreads();
+        return;
+    }
     /* vec (the caller's: x, x2 and their token strides 16-byte aligned; LILAC_CUDA_X_VEC=0 off): xv_get */
     if (vec && (T * nruns) % 8 == 0) { /* whole warps a run group (the shuffles) */
         for (int i = threadIdx.x; i < 4 * T * nruns; i += NTHREADS) {
@@ -895,7 +925,7 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
                     }
                     __syncthreads();
                     load_x<UT, T>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0, u1,
-                                         xs, XS, ss, SS, p.xvec);
+                                         xs, XS, ss, SS, p.xvec, &p.gn);
                     loaded = key;
                 }
                 if (SH) { /* the staged rows (one item a block: the copy's one phase) */
@@ -1050,7 +1080,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_mv_pipe(const MV p)
     }
     griddep_wait(); /* x comes from the kernel before */
     TRACE_WAITED(LILAC_TK_MV);
-    load_x<UT, T>(p.x, p.x2, p.x_tok, 1, 0, U, xs, XS, ss, SS, p.xvec); /* ends with a barrier: also the mbarriers' */
+    load_x<UT, T>(p.x, p.x2, p.x_tok, 1, 0, U, xs, XS, ss, SS, p.xvec, &p.gn); /* ends with a barrier: also the mbarriers' */
     for (long long it = it0; it < it1; it++) {
         const int k = (int)((it - it0) & 1);
         const long long row0 = it * rpt + warp * rpw + grp * R;
@@ -2159,6 +2189,29 @@ int lilac_cuda_matvec_experts_routed(const lilac_cuda_mat *W, size_t expert_stri
     p.rlog = logits;
     p.r = *r;
     return mv_fast(W, mv_align(W, expert_stride), p, S(s), slots) ? 0 : -1;
+}
+
+int lilac_cuda_matvec_gnorm_takes(const lilac_cuda_mat *W, int dv)
+{
+    if (!mat_ok(W) || dv < 32 || dv % 32 || W->cols % dv || W->cols > TILE_VALUES) /* one column tile */
+        return 0;
+    bool ok = false;
+    mv_dispatch(W->type, mv_align(W, 0), [&](auto kind) {
+        using UT = Unit<decltype(kind)::type>;
+        ok = (W->cols / UT::VPU * (UT::VPU / 16)) % 8 == 0; /* whole warps a run group (load_x's shuffles) */
+    });
+    return ok;
+}
+
+int lilac_cuda_matvec_gnorm(const lilac_cuda_mat *W, const float *o, const float *z, const float *nw,
+                            const float *ss, int dv, float eps, float *y, int acc, lilac_cuda_stream *s)
+{
+    const auto al = [](const float *q) { return (reinterpret_cast<uintptr_t>(q) & 15) == 0; };
+    if (!lilac_cuda_matvec_gnorm_takes(W, dv) || !o || !z || !nw || !ss || !y || !al(o) || !al(z) || !al(nw))
+        return -1;
+    MV p = mv_params(W, 0, nullptr, false, o, nullptr, 0, y, 1, acc);
+    p.gn = GN{z, nw, ss, dv, eps};
+    return mv_fast(W, mv_align(W, 0), p, S(s), 1) ? 0 : -1;
 }
 
 void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
