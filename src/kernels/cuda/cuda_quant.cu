@@ -689,13 +689,15 @@ __device__ __forceinline__ void xv_put(bool glu_in, int nt, int nruns, int i, fl
         ss[t * SS + run] = s;
 }
 
-template <class UT, int T>
+template <class UT, int T, bool GNM = false>
 __device__ void load_x(const float *x, const float *x2, long long x_tok, int nt, int u0, int u1, float *xs, int XS,
                        float *ss, int SS, bool vec = false, const GN *gn = nullptr)
 {
     constexpr int VPU = UT::VPU, US = VPU + 4, NR = VPU / 16;
     const int nruns = (u1 - u0) * NR;
-    if (gn && gn->z) { /* one token (T == 1 callers), x and z 16-byte aligned (lilac_cuda_matvec_gnorm checks) */
+    /* GNM (k_mv's instances for lilac_cuda_matvec_gnorm only: the others' code as without it): x's gated norm; one
+     * token, x and z 16-byte aligned, whole warps a run group (gnorm_go checks) */
+    if constexpr (GNM) {
         const int ns = gn->dv / 32;
         for (int i = threadIdx.x; i < 4 * T * nruns; i += NTHREADS) { /* whole warps: nruns % 8 == 0 checked */
             const int ri = i >> 2, run = ri % nruns, u = run / NR, rr = run - u * NR, q = i & 3;
@@ -864,7 +866,7 @@ constexpr int cfg_lane_units(int T) { return T == 1 ? 4 : 1; }
  * applied as x is loaded, from the sum kernel's parts (LILAC_CUDA_NORM_FOLD):
  * 296.8 against 319.2/320.3, every block's serial norm before its x loads
  * costing more than the sum kernel's tail it removed. */
-template <int TYPE, bool A16, int R, int T, bool SH = false>
+template <int TYPE, bool A16, int R, int T, bool SH = false, bool GNM = false>
 __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx, int nbx, int by, int nby,
                                          const uint8_t *stage = nullptr, uint32_t bar = 0)
 {
@@ -924,8 +926,8 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
                         TRACE_WAITED(LILAC_TK_MV); /* the table takes a block's first wait */
                     }
                     __syncthreads();
-                    load_x<UT, T>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0, u1,
-                                         xs, XS, ss, SS, p.xvec, &p.gn);
+                    load_x<UT, T, GNM>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0,
+                                              u1, xs, XS, ss, SS, p.xvec, &p.gn);
                     loaded = key;
                 }
                 if (SH) { /* the staged rows (one item a block: the copy's one phase) */
@@ -1000,7 +1002,7 @@ template <int R> static __device__ void mv_stage(const MV &p, const int32_t *idx
 }
 
 /* The product as a kernel of its own: mv_block over the grid, launched dependent (launch_dependent). */
-template <int TYPE, bool A16, int R, int T, bool STG = false>
+template <int TYPE, bool A16, int R, int T, bool STG = false, bool GNM = false>
 __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(const MV p)
 {
     TRACE_START(LILAC_TK_MV);
@@ -1023,8 +1025,8 @@ __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(con
             extern __shared__ float4 smem4[];
             uint8_t *const st = reinterpret_cast<uint8_t *>(smem4) + p.stage_off;
             mv_stage<R>(p, idx, st, dev_smem_addr(&bar));
-            mv_block<TYPE, A16, R, T, true>(p, idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y, st,
-                                            dev_smem_addr(&bar));
+            mv_block<TYPE, A16, R, T, true, GNM>(p, idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y, st,
+                                                 dev_smem_addr(&bar));
             TRACE_END(LILAC_TK_MV);
             return;
         }
@@ -1080,7 +1082,7 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_mv_pipe(const MV p)
     }
     griddep_wait(); /* x comes from the kernel before */
     TRACE_WAITED(LILAC_TK_MV);
-    load_x<UT, T>(p.x, p.x2, p.x_tok, 1, 0, U, xs, XS, ss, SS, p.xvec, &p.gn); /* ends with a barrier: also the mbarriers' */
+    load_x<UT, T>(p.x, p.x2, p.x_tok, 1, 0, U, xs, XS, ss, SS, p.xvec); /* ends with a barrier: also the mbarriers' */
     for (long long it = it0; it < it1; it++) {
         const int k = (int)((it - it0) & 1);
         const long long row0 = it * rpt + warp * rpw + grp * R;
@@ -1640,6 +1642,33 @@ template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int
         launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T>>(p, st, slots, lpr_force);
 }
 
+/* lilac_cuda_matvec_gnorm's product: the staged one-token k_mv (one item a block, x in one column tile) at
+ * mv_shape's shape, its GNM instance; -1 where that shape does not stage or x's runs do not fill whole warps.
+ * launch false: only whether it would. */
+template <int TYPE, bool A16> int gnorm_go(MV p, cudaStream_t st, bool launch)
+{
+    using UT = Unit<TYPE>;
+    if (p.cols > TILE_VALUES || (p.cols / UT::VPU * (UT::VPU / 16)) % 8)
+        return -1;
+    int smem = mv_smem<TYPE, 1>(p.cols);
+    const long long cap = mv_grid_cap<TYPE, 1, k_mv<TYPE, A16, cfg_rows_t(1), 1>>(p.cols);
+    mv_shape<TYPE, 1>(p, 1, cap);
+    const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
+    p.stage_off = mv_stage_off<TYPE, 1>(p, grid, &smem);
+    if (!p.stage_off || p.n_ct != 1)
+        return -1;
+    if (!launch)
+        return 0;
+    if (p.rows_lg == 2) {
+        smem_max_once<k_mv<TYPE, A16, 2, 1, true, true>>();
+        launch_dependent(k_mv<TYPE, A16, 2, 1, true, true>, dim3(grid), dim3(NTHREADS), (size_t)smem, st, p);
+    } else {
+        smem_max_once<k_mv<TYPE, A16, 1, 1, true, true>>();
+        launch_dependent(k_mv<TYPE, A16, 1, 1, true, true>, dim3(grid), dim3(NTHREADS), (size_t)smem, st, p);
+    }
+    return 0;
+}
+
 /* The lanes a row (log2) the one-token product of W (type TYPE at alignment A16) over `slots` slots takes:
  * mv_shape at one token over k_mv's grid. */
 template <int TYPE, bool A16> int token_lpr(const lilac_cuda_mat *W, int slots)
@@ -2193,14 +2222,15 @@ int lilac_cuda_matvec_experts_routed(const lilac_cuda_mat *W, size_t expert_stri
 
 int lilac_cuda_matvec_gnorm_takes(const lilac_cuda_mat *W, int dv)
 {
-    if (!mat_ok(W) || dv < 32 || dv % 32 || W->cols % dv || W->cols > TILE_VALUES) /* one column tile */
+    if (!mat_ok(W) || dv < 32 || dv % 32 || W->cols % dv)
         return 0;
-    bool ok = false;
+    MV p = mv_params(W, 0, nullptr, false, nullptr, nullptr, 0, nullptr, 1, 0);
+    int rc = -1;
     mv_dispatch(W->type, mv_align(W, 0), [&](auto kind) {
-        using UT = Unit<decltype(kind)::type>;
-        ok = (W->cols / UT::VPU * (UT::VPU / 16)) % 8 == 0; /* whole warps a run group (load_x's shuffles) */
+        using K = decltype(kind);
+        rc = gnorm_go<K::type, K::a16>(p, nullptr, false);
     });
-    return ok;
+    return rc == 0;
 }
 
 int lilac_cuda_matvec_gnorm(const lilac_cuda_mat *W, const float *o, const float *z, const float *nw,
@@ -2211,7 +2241,12 @@ int lilac_cuda_matvec_gnorm(const lilac_cuda_mat *W, const float *o, const float
         return -1;
     MV p = mv_params(W, 0, nullptr, false, o, nullptr, 0, y, 1, acc);
     p.gn = GN{z, nw, ss, dv, eps};
-    return mv_fast(W, mv_align(W, 0), p, S(s), 1) ? 0 : -1;
+    int rc = -1;
+    mv_dispatch(W->type, mv_align(W, 0), [&](auto kind) {
+        using K = decltype(kind);
+        rc = gnorm_go<K::type, K::a16>(p, S(s), true);
+    });
+    return rc;
 }
 
 void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
