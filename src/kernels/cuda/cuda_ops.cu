@@ -937,9 +937,12 @@ static __device__ void dn_gates(const float *a, const float *b, const float *ssm
 // then o = RMSNorm(S^T q) * nw * silu(zc) into o_h[c] (nw, zc: column c of
 // the norm's weights and of z, loaded by the caller with v). rd holds P * dv
 // floats, opart dv / 32 (the head's own). Called by the whole block.
-static __device__ void dn_head(float (&sr)[DN_ROWS], float *S, const float *qs, const float *ks, float v, float g,
-                               float beta, int part, int c, int P, int dk, int dv, float *rd, float *opart, float nw,
-                               float zc, float eps, float *o_h)
+/* The delta rule of column c (thread (part, c); rd's row width rw and column rc: the block's columns) up to the
+ * output: S decayed and updated (written back), the column's o = S^T q summed over the parts, returned to part 0
+ * (the others: 0). dn_head's and k_dn_split's (the same operations: the same bits). Called by the whole block. */
+static __device__ __forceinline__ float dn_delta(float (&sr)[DN_ROWS], float *S, const float *qs, const float *ks,
+                                                 float v, float g, float beta, int part, int c, int P, int dk, int dv,
+                                                 float *rd, int rw, int rc)
 {
     float decay = expf(g), kv = 0;
     int n = 0;
@@ -947,11 +950,11 @@ static __device__ void dn_head(float (&sr)[DN_ROWS], float *S, const float *qs, 
         sr[n] *= decay;
         kv += sr[n] * ks[i];
     }
-    rd[part * dv + c] = kv;
+    rd[part * rw + rc] = kv;
     __syncthreads();
     kv = 0;
     for (int q = 0; q < P; q++)
-        kv += rd[q * dv + c];
+        kv += rd[q * rw + rc];
     float delta = (v - kv) * beta, o = 0;
     n = 0;
     for (int i = part; i < dk; i += P, n++) {
@@ -960,12 +963,21 @@ static __device__ void dn_head(float (&sr)[DN_ROWS], float *S, const float *qs, 
         o += sr[n] * qs[i];
     }
     __syncthreads();
-    rd[part * dv + c] = o;
+    rd[part * rw + rc] = o;
     __syncthreads();
-    if (part == 0) { // the sum over parts, then the norm over the dv columns (part 0: whole warps)
-        o = 0;
+    o = 0;
+    if (part == 0) // the sum over parts
         for (int q = 0; q < P; q++)
-            o += rd[q * dv + c];
+            o += rd[q * rw + rc];
+    return o;
+}
+
+static __device__ void dn_head(float (&sr)[DN_ROWS], float *S, const float *qs, const float *ks, float v, float g,
+                               float beta, int part, int c, int P, int dk, int dv, float *rd, float *opart, float nw,
+                               float zc, float eps, float *o_h)
+{
+    const float o = dn_delta(sr, S, qs, ks, v, g, beta, part, c, P, dk, dv, rd, dv, c);
+    if (part == 0) { // the norm over the dv columns (part 0: whole warps)
         float ss = warp_sum(o * o);
         if ((threadIdx.x & 31) == 0)
             opart[c / 32] = ss;
@@ -1076,33 +1088,9 @@ __global__ void __launch_bounds__(32 * DN_P) k_dn_split(float *S_all, const floa
     if (threadIdx.x == 64) // warp 2: warps 0 and 1 take the norms
         dn_gates(a, b, ssm_a, ssm_dt, j, gate);
     dn_norm_qk(qs, ks, dk);
-    /* dn_head's arithmetic for the block's columns (rd indexed by the column within the block) */
-    const float g = gate[0], beta = gate[1];
-    float decay = expf(g), kv = 0;
-    n = 0;
-    for (int i = part; i < dk; i += DN_P, n++) {
-        sr[n] *= decay;
-        kv += sr[n] * ks[i];
-    }
-    rd[part * 32 + cl] = kv;
-    __syncthreads();
-    kv = 0;
-    for (int q = 0; q < DN_P; q++)
-        kv += rd[q * 32 + cl];
-    float delta = (v - kv) * beta, o = 0;
-    n = 0;
-    for (int i = part; i < dk; i += DN_P, n++) {
-        sr[n] += ks[i] * delta;
-        S[(size_t)i * dv + c] = sr[n];
-        o += sr[n] * qs[i];
-    }
-    __syncthreads();
-    rd[part * 32 + cl] = o;
-    __syncthreads();
+    /* dn_head's delta rule for the block's columns (rd indexed by the column within the block) */
+    const float o = dn_delta(sr, S, qs, ks, v, gate[0], gate[1], part, c, DN_P, dk, dv, rd, 32, cl);
     if (part == 0) {
-        o = 0;
-        for (int q = 0; q < DN_P; q++)
-            o += rd[q * 32 + cl];
         const float ss = warp_sum(o * o);
         o_raw[(size_t)j * dv + c] = o;
         if (cl == 0)
