@@ -931,6 +931,21 @@ static __device__ void dn_gates(const float *a, const float *b, const float *ssm
     g_beta[1] = sigmoidf_(b[j]);
 }
 
+// Value head j's q and k (of its key head kh, from the conv's output) into qs/ks, L2-normalized, and its gates
+// (g, beta) into gate: k_dn_fused's and k_dn_split's start after their wait. Called by the whole block (64+ threads).
+static __device__ __forceinline__ void dn_qk_gates(const float *conv, const float *a, const float *b,
+                                                   const float *ssm_a, const float *ssm_dt, int j, int kh, int nk,
+                                                   int dk, float *qs, float *ks, float *gate)
+{
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+        qs[i] = conv[(size_t)kh * dk + i];
+        ks[i] = conv[(size_t)(nk + kh) * dk + i];
+    }
+    if (threadIdx.x == 64) // warp 2: warps 0 and 1 take the norms
+        dn_gates(a, b, ssm_a, ssm_dt, j, gate);
+    dn_norm_qk(qs, ks, dk);
+}
+
 // One value head's delta rule and gated norm, by the P * dv threads that hold
 // it: thread (part, c) has column c of rows part, part + P, ... of the state
 // S in sr (loaded, not yet decayed). S *= exp(g); S += k (beta (v - S^T k))^T;
@@ -1031,13 +1046,7 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
     TRACE_WAITED(LILAC_TK_DN_FUSED);
     /* v and z with q and k: one L2 round trip (loaded where they are used, they were two more after the norms) */
     const float v = conv[(size_t)2 * nk * dk + (size_t)j * dv + c], zc = z[(size_t)j * dv + c];
-    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-        qs[i] = conv[(size_t)kh * dk + i];
-        ks[i] = conv[(size_t)(nk + kh) * dk + i];
-    }
-    if (threadIdx.x == 64) // warp 2: warps 0 and 1 take the norms
-        dn_gates(a, b, ssm_a, ssm_dt, j, gate);
-    dn_norm_qk(qs, ks, dk);
+    dn_qk_gates(conv, a, b, ssm_a, ssm_dt, j, kh, nk, dk, qs, ks, gate);
     dn_head(sr, S, qs, ks, v, gate[0], gate[1], part, c, DN_P, dk, dv, red, opart, nw, zc, eps,
             o_all + (size_t)j * dv);
     TRACE_END(LILAC_TK_DN_FUSED);
@@ -1081,13 +1090,7 @@ __global__ void __launch_bounds__(32 * DN_P) k_dn_split(float *S_all, const floa
     griddep_wait();
     TRACE_WAITED(LILAC_TK_DN_FUSED);
     const float v = conv[(size_t)2 * nk * dk + (size_t)j * dv + c];
-    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-        qs[i] = conv[(size_t)kh * dk + i];
-        ks[i] = conv[(size_t)(nk + kh) * dk + i];
-    }
-    if (threadIdx.x == 64) // warp 2: warps 0 and 1 take the norms
-        dn_gates(a, b, ssm_a, ssm_dt, j, gate);
-    dn_norm_qk(qs, ks, dk);
+    dn_qk_gates(conv, a, b, ssm_a, ssm_dt, j, kh, nk, dk, qs, ks, gate);
     /* dn_head's delta rule for the block's columns (rd indexed by the column within the block) */
     const float o = dn_delta(sr, S, qs, ks, v, gate[0], gate[1], part, c, DN_P, dk, dv, rd, 32, cl);
     if (part == 0) {

@@ -700,11 +700,11 @@ __device__ void load_x(const float *x, const float *x2, long long x_tok, int nt,
     if constexpr (GNM) {
         const int ns = gn->dv / 32;
         for (int i = threadIdx.x; i < 4 * T * nruns; i += NTHREADS) { /* whole warps: nruns % 8 == 0 checked */
-            const int ri = i >> 2, run = ri % nruns, u = run / NR, rr = run - u * NR, q = i & 3;
-            const long long col = (long long)u0 * VPU + UT::vcol(u * VPU + 16 * rr) + 4 * q;
+            float4 o, z; /* x's part i and z's beside it (one token: x_tok unused) */
+            xv_get<UT>(x, gn->z, 0, 1, u0, nruns, i, o, z);
+            const int run = (i >> 2) % nruns, u = run / NR, rr = run - u * NR;
+            const long long col = (long long)u0 * VPU + UT::vcol(u * VPU + 16 * rr) + 4 * (i & 3);
             const int h = (int)(col / gn->dv), cc = (int)(col - (long long)h * gn->dv);
-            const float4 o = *reinterpret_cast<const float4 *>(x + col);
-            const float4 z = *reinterpret_cast<const float4 *>(gn->z + col);
             const float4 w = *reinterpret_cast<const float4 *>(gn->nw + cc);
             float t = 0;
             for (int k = 0; k < ns; k++) /* dn_head's order */
@@ -2220,33 +2220,34 @@ int lilac_cuda_matvec_experts_routed(const lilac_cuda_mat *W, size_t expert_stri
     return mv_fast(W, mv_align(W, expert_stride), p, S(s), slots) ? 0 : -1;
 }
 
-int lilac_cuda_matvec_gnorm_takes(const lilac_cuda_mat *W, int dv)
+/* p through gnorm_go at W's type and alignment (launch false: whether it would take it); -1 where it does not. */
+static int gnorm_dispatch(const lilac_cuda_mat *W, int dv, const MV &p, cudaStream_t st, bool launch)
 {
     if (!mat_ok(W) || dv < 32 || dv % 32 || W->cols % dv)
-        return 0;
-    MV p = mv_params(W, 0, nullptr, false, nullptr, nullptr, 0, nullptr, 1, 0);
+        return -1;
     int rc = -1;
     mv_dispatch(W->type, mv_align(W, 0), [&](auto kind) {
         using K = decltype(kind);
-        rc = gnorm_go<K::type, K::a16>(p, nullptr, false);
+        rc = gnorm_go<K::type, K::a16>(p, st, launch);
     });
-    return rc == 0;
+    return rc;
+}
+
+int lilac_cuda_matvec_gnorm_takes(const lilac_cuda_mat *W, int dv)
+{
+    return W && gnorm_dispatch(W, dv, mv_params(W, 0, nullptr, false, nullptr, nullptr, 0, nullptr, 1, 0), nullptr,
+                               false) == 0;
 }
 
 int lilac_cuda_matvec_gnorm(const lilac_cuda_mat *W, const float *o, const float *z, const float *nw,
                             const float *ss, int dv, float eps, float *y, int acc, lilac_cuda_stream *s)
 {
     const auto al = [](const float *q) { return (reinterpret_cast<uintptr_t>(q) & 15) == 0; };
-    if (!lilac_cuda_matvec_gnorm_takes(W, dv) || !o || !z || !nw || !ss || !y || !al(o) || !al(z) || !al(nw))
+    if (!W || !o || !z || !nw || !ss || !y || !al(o) || !al(z) || !al(nw))
         return -1;
     MV p = mv_params(W, 0, nullptr, false, o, nullptr, 0, y, 1, acc);
     p.gn = GN{z, nw, ss, dv, eps};
-    int rc = -1;
-    mv_dispatch(W->type, mv_align(W, 0), [&](auto kind) {
-        using K = decltype(kind);
-        rc = gnorm_go<K::type, K::a16>(p, S(s), true);
-    });
-    return rc;
+    return gnorm_dispatch(W, dv, p, S(s), true);
 }
 
 void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
