@@ -134,6 +134,23 @@ template <bool MAX> static __device__ __forceinline__ float warp_reduce(float v)
     return v;
 }
 static __device__ __forceinline__ float warp_sum(float v) { return warp_reduce<false>(v); }
+/* The sum of a run held by four adjacent lanes (q = lane % 4, N values each), added in the run's order: lane q
+ * adds its values to what lane q - 1 passed, so that the sum is the one a single thread adding them all in order
+ * gets (bit for bit). Every lane of the warp calls it; each gets the whole run's sum. */
+template <int N> static __device__ __forceinline__ float quad_run_sum(const float (&v)[N], int q, int lane)
+{
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        float mine = s;
+        if (q == j)
+#pragma unroll
+            for (int i = 0; i < N; i++)
+                mine += v[i];
+        s = __shfl_sync(0xffffffffu, mine, (lane & ~3) | j);
+    }
+    return s;
+}
 static __device__ __forceinline__ float warp_max(float v) { return warp_reduce<true>(v); }
 
 // The same over a block of up to 1024 threads: warps, then warp 0 over their results.

@@ -403,16 +403,7 @@ __global__ void __launch_bounds__(256) k_mma_prep_q(const float *x, const float 
 #pragma unroll
             for (int i = 0; i < 8; i++)
                 v[i] = bad ? 0.f : ldexpf(v[i], sh);
-            float run = 0.f; /* the run's sum so far, passed from lane q to lane q + 1 */
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                float mine = run;
-                if (q == j)
-#pragma unroll
-                    for (int i = 0; i < 8; i++)
-                        mine += v[i];
-                run = __shfl_sync(0xffffffffu, mine, (lane & ~3) | j);
-            }
+            const float run = quad_run_sum(v, q, lane); /* in k_mma_prep's order */
             /* word 4t + 2h + k of the run: values 16h + 4t + k and + 2; this lane's values 8q .. are h = q / 2,
              * t = 2 (q % 2) + tt, its values 4 tt + k and + 2 */
             uint8_t *d = xq + ((size_t)row * (K / 32) + pi / 4) * XB;

@@ -671,16 +671,7 @@ __device__ __forceinline__ void xv_put(bool glu_in, int nt, int nruns, int i, fl
     float v[4] = {a.x, a.y, a.z, a.w};
     if (glu_in && t < nt)
         v[0] = glu(v[0], b.x), v[1] = glu(v[1], b.y), v[2] = glu(v[2], b.z), v[3] = glu(v[3], b.w);
-    float s = 0.f; /* the run's sum so far: lane q adds its four to what lane q - 1 passed */
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        float mine = s;
-        if (q == j)
-#pragma unroll
-            for (int k = 0; k < 4; k++)
-                mine += v[k];
-        s = __shfl_sync(0xffffffffu, mine, (lane & ~3) | j);
-    }
+    const float s = quad_run_sum(v, q, lane); /* the scalar form's order */
 #pragma unroll
     for (int k = 0; k < 4; k++)
         v[k] *= __int_as_float((127 + 64 - UT::xshift(16 * rr + 4 * q + k)) << 23);
