@@ -58,9 +58,11 @@ size_t lilac_trace_assemble(const lilac_trace_ev *ev, size_t n, lilac_trace_rec 
                 r.t_waited = t;
             else if (s[j].kind == LILAC_TRACE_END && t > r.t_end)
                 r.t_end = t;
-            else if ((s[j].kind == LILAC_TRACE_MARK1 || s[j].kind == LILAC_TRACE_MARK2) &&
-                     (!r.t_mark[s[j].kind - LILAC_TRACE_MARK1] || t < r.t_mark[s[j].kind - LILAC_TRACE_MARK1]))
-                r.t_mark[s[j].kind - LILAC_TRACE_MARK1] = t;
+            else if (s[j].kind == LILAC_TRACE_MARK1 || s[j].kind == LILAC_TRACE_MARK2) {
+                uint64_t *mk = &r.t_mark[s[j].kind - LILAC_TRACE_MARK1];
+                if (!*mk || t < *mk)
+                    *mk = t;
+            }
             if (s[j].kernel)
                 r.kernel = s[j].kernel;
         }
