@@ -51,14 +51,12 @@ do_test() {
     run_test kernels-no-stage test_cuda_kernels LILAC_CUDA_MV_STAGE=0 LILAC_CUDA_NO_BENCH=1
     run_test kernels-no-ds-stage test_cuda_kernels LILAC_CUDA_DS_STAGE=0 LILAC_CUDA_NO_BENCH=1
     run_test kernels-no-xvec test_cuda_kernels LILAC_CUDA_X_VEC=0 LILAC_CUDA_NO_BENCH=1
-    run_test kernels-r2 test_cuda_kernels LILAC_CUDA_MV_R2=1 LILAC_CUDA_NO_BENCH=1
     run_test wgmma test_cuda_wgmma
     run_test sync test_cuda_sync
     run_test mma test_cuda_mma
     run_test mma-old-paths test_cuda_mma LILAC_CUDA_MMA_W8=0 LILAC_CUDA_MMA_XROWS=0
     run_test mma-prep-lane test_cuda_mma LILAC_CUDA_PREP_QUARTER=0
     run_test mma-no-narrow test_cuda_mma LILAC_CUDA_MMA_NARROW=0
-    run_test mma-pf-pdl test_cuda_mma LILAC_CUDA_PF_PDL=1
     run_test mma-dense-nt4 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=4
     run_test mma-dense-nt2 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=2
     run_test mma-dense-nt1 test_cuda_mma LILAC_CUDA_MMA_DENSE_NT=1
@@ -84,8 +82,6 @@ do_test() {
     run_test model-no-stage test_cuda_model LILAC_CUDA_MV_STAGE=0
     run_test model-no-ds-stage test_cuda_model LILAC_CUDA_DS_STAGE=0
     run_test model-no-xvec test_cuda_model LILAC_CUDA_X_VEC=0
-    run_test model-r2 test_cuda_model LILAC_CUDA_MV_R2=1
-    run_test model-dn-split test_cuda_model LILAC_CUDA_DN_SPLIT=1
     run_test model-pdl-set test_cuda_model LILAC_CUDA_PDL_SET=route,attention,combine,rope,sum,conv,rmsnorm
     run_test model-apart test_cuda_model LILAC_CUDA_NORM_ROUTER=0 LILAC_CUDA_PDL_ALL=1 LILAC_CUDA_SUM_GRID=0
     run_test model-no-down-sum test_cuda_model LILAC_CUDA_DOWN_SUM=0
@@ -103,8 +99,6 @@ do_test() {
     run_test batch-no-stage test_cuda_batch LILAC_CUDA_MV_STAGE=0
     run_test batch-no-ds-stage test_cuda_batch LILAC_CUDA_DS_STAGE=0
     run_test batch-no-xvec test_cuda_batch LILAC_CUDA_X_VEC=0
-    run_test batch-r2 test_cuda_batch LILAC_CUDA_MV_R2=1
-    run_test batch-dn-split test_cuda_batch LILAC_CUDA_DN_SPLIT=1
     run_test prefill test_cuda_prefill
     run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0
@@ -122,8 +116,6 @@ do_test() {
     run_test prefill-no-pre test_cuda_prefill LILAC_CUDA_ATTN_PRE=0
     run_test prefill-prep-lane test_cuda_prefill LILAC_CUDA_PREP_QUARTER=0
     run_test prefill-no-narrow test_cuda_prefill LILAC_CUDA_MMA_NARROW=0
-    run_test prefill-pf-pdl test_cuda_prefill LILAC_CUDA_PF_PDL=1
-    run_test batch-grouped-pf-pdl test_cuda_batch LILAC_CUDA_PAIRS=0 LILAC_CUDA_PF_PDL=1
     run_test batch-grouped-no-narrow test_cuda_batch LILAC_CUDA_PAIRS=0 LILAC_CUDA_MMA_NARROW=0
     run_test prefill-no-f16 test_cuda_prefill LILAC_CUDA_ATTN_F16=0
     run_test prefill-no-qsplit test_cuda_prefill LILAC_CUDA_ATTN_F16=0 LILAC_CUDA_ATTN_QSPLIT=0

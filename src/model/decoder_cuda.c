@@ -534,25 +534,10 @@ const lilac_cuda_step_sw *lilac_cuda_step_switches(void)
             .sum_grid = lilac_env_switch("LILAC_CUDA_SUM_GRID", true),
             .down_sum = lilac_env_switch("LILAC_CUDA_DOWN_SUM", true),
             .route_fused = lilac_env_switch("LILAC_CUDA_ROUTE_FUSED", true),
-            .probe_route = lilac_env_switch("LILAC_CUDA_PROBE_ROUTE", false),
-            .dn_split = lilac_env_switch("LILAC_CUDA_DN_SPLIT", false),
         };
         read = true;
     }
     return &sw;
-}
-
-/* Whether a DeltaNet layer can take LILAC_CUDA_DN_SPLIT: the output product takes the gated norm, its inputs (o,
- * z, the norm's weights) 16-byte aligned, and att holds the heads' sums of squares. Asked before the split runs
- * (after it, only lilac_cuda_matvec_gnorm applies the norm). */
-static bool dn_split_ready(const lilac_model *m, const cuda_layer *cl)
-{
-    const lilac_cuda_model *cm = m->cuda;
-    const lilac_hparams *hp = &m->hp;
-    const int dv = hp->ssm_v_dim;
-    const bool al = ((uintptr_t)cm->o | (uintptr_t)cm->z | (uintptr_t)cl->ssm_norm) % 16 == 0;
-    return al && dv % 32 == 0 && (size_t)hp->n_head * hp->head_dim >= (size_t)hp->ssm_v_heads * (size_t)(dv / 32) &&
-           lilac_cuda_matvec_gnorm_takes(&cl->ssm_out, dv);
 }
 
 /* One token at position pos; logits to cm->logits. */
@@ -582,7 +567,6 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         /* x += mixer(xn): the small products of the same input on the second branch; the output product
          * (wout . xout, added into x) below */
         const lilac_cuda_mat *wout;
-        bool gnorm = false; /* DN_SPLIT ran: the output product applies the gated norm */
         const float *xout;
         lilac_cuda_fork(s, aux, cm->ev[0]);
         if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
@@ -615,15 +599,8 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             OP("matvec", lilac_cuda_matvec(qkvz ? &cl->ssm_qkvz : &cl->ssm_qkv, cm->xn, cm->qkv, 1, s));
             lilac_cuda_fork(aux, s, cm->ev[1]);
             OP("conv_step", lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, K, s));
-            /* DN_SPLIT: the heads' sums of squares into att (free in a DeltaNet layer: nh hd floats) */
-            gnorm = sw->dn_split && dn_split_ready(m, cl) &&
-                    !lilac_cuda_deltanet_split(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o,
-                                               cm->att, nk, nv, dk, dv, tiled, s);
-            if (gnorm) {
-                if (g_trace == 1)
-                    trace_name("deltanet", "");
-            } else if (lilac_cuda_deltanet_fused(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o,
-                                                 cm->z, cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s)) { /* other shapes: */
+            if (lilac_cuda_deltanet_fused(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
+                                          cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s)) { /* other shapes: */
                 if (g_trace == 1)
                     trace_name("pf_deltanet", "");
                 lilac_cuda_pf_deltanet(cm->conv, C, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
@@ -634,14 +611,10 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             wout = &cl->ssm_out, xout = cm->o;
         }
         const float *next_norm = il + 1 < hp->n_layer ? cm->layers[il + 1].attn_norm : cm->output_norm;
-        if (gnorm)
-            OP("matvec", (void)lilac_cuda_matvec_gnorm(wout, cm->o, cm->z, cl->ssm_norm, cm->att, hp->ssm_v_dim, eps,
-                                                       cm->x, 1, s));
-        else
-            OP("matvec", lilac_cuda_matvec_fused(wout, 0, NULL, 1, xout, NULL, 0, cm->x, 1, s));
+        OP("matvec", lilac_cuda_matvec_fused(wout, 0, NULL, 1, xout, NULL, 0, cm->x, 1, s));
         const lilac_cuda_route_args ra = {
             .E = hp->n_expert, .k = k, .norm = hp->norm_topk, .up_offset = cl->gu_fused ? hp->n_expert : 0,
-            .shared_row = shared, .idx = cm->idx, .w = cm->rw, .count = cm->count, .probe = sw->probe_route,
+            .shared_row = shared, .idx = cm->idx, .w = cm->rw, .count = cm->count,
         };
         const bool tail = sw->route_tail && (!shared || cl->router_gate_row);
         /* the shared expert's gate as the router's row n_expert, where it is stored there: its dot off the

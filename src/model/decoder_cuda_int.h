@@ -84,13 +84,6 @@ typedef struct lilac_cuda_step_sw {
      * (lilac_cuda_matvec_experts_routed) where the norm+router kernel gives the logits (and the shared gate's)
      * and gate and up are one product: the route kernel off the chain */
     bool route_fused;
-    /* PROBE_ROUTE=1: a timing probe, not a mode: the fused gate+up product's blocks skip the routing and take
-     * experts 0 .. k-1 at equal weights (the outputs are wrong): what the routing costs on the chain */
-    bool probe_route;
-    /* DN_SPLIT=1 (off; not yet run): a DeltaNet layer's step over dv / 32 blocks a value head
-     * (lilac_cuda_deltanet_split), its gated norm applied by the output product as it loads x
-     * (lilac_cuda_matvec_gnorm): the same o_h, more of the GPU for the state's traffic */
-    bool dn_split;
 } lilac_cuda_step_sw;
 const lilac_cuda_step_sw *lilac_cuda_step_switches(void);
 

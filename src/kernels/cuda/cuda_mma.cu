@@ -312,13 +312,9 @@ __device__ __forceinline__ int prep_shift(float amax, bool &bad, float *red, int
 template <bool VEC>
 __global__ void __launch_bounds__(256) k_mma_prep(const float *x, const float *x2, long long x_stride,
                                                   const int32_t *map, int n, const int32_t *n_dev, int K, uint8_t *xq,
-                                                  float *xsum, int *xexp, int pdl)
+                                                  float *xsum, int *xexp)
 {
     __shared__ float red[8];
-    if (pdl) { /* launched dependent (LILAC_CUDA_PF_PDL): x, map and n_dev come from the kernels before */
-        griddep_launch_dependents();
-        griddep_wait();
-    }
     const int count = n_dev ? min(n, __ldg(n_dev)) : n;
     const int NB = K / 32, tid = threadIdx.x, nt = blockDim.x;
     const bool held = NB <= nt; /* each thread at most one run: it keeps its values between the passes */
@@ -376,13 +372,9 @@ __global__ void __launch_bounds__(256) k_mma_prep(const float *x, const float *x
 template <bool VEC>
 __global__ void __launch_bounds__(256) k_mma_prep_q(const float *x, const float *x2, long long x_stride,
                                                     const int32_t *map, int n, const int32_t *n_dev, int K,
-                                                    uint8_t *xq, float *xsum, int *xexp, int pdl)
+                                                    uint8_t *xq, float *xsum, int *xexp)
 {
     __shared__ float red[8];
-    if (pdl) { /* launched dependent (LILAC_CUDA_PF_PDL): as k_mma_prep */
-        griddep_launch_dependents();
-        griddep_wait();
-    }
     const int count = n_dev ? min(n, __ldg(n_dev)) : n;
     const int NP = K / 8, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, q = tid & 3;
     const bool held = NP <= nt; /* each thread at most one part of a run: it keeps its values between passes */
@@ -445,7 +437,6 @@ struct MM {
     int rows, K, row_tiles;
     int wtab; /* W8 tiles (unless LILAC_CUDA_MMA_WTAB=0): each warp decodes its own 16 rows' scale tables */
     int narrow; /* W8 tiles (unless LILAC_CUDA_MMA_NARROW=0): a tile of few pairs leaves its last n8 tile out */
-    int pdl;    /* launched dependent (LILAC_CUDA_PF_PDL): wait before reading what the kernels before wrote */
 };
 
 /* A block's shared memory at TN tokens a tile. */
@@ -507,10 +498,6 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
     const int g = lane >> 2, tig = lane & 3;
     const int wm = warp % WM, wn = warp / WM;
     const int NB = p.K / 32, NK = p.K / 256;
-    if (p.pdl) { /* the offsets, the pairs' rows and the digits come from the kernels before */
-        griddep_launch_dependents();
-        griddep_wait();
-    }
 
     /* tiles: the prefix of ceil(pairs / BN) over experts */
     int ntiles;
@@ -976,25 +963,6 @@ bool prep_quarter_enabled()
     return env_switch_once(on, "LILAC_CUDA_PREP_QUARTER", true);
 }
 
-/* LILAC_CUDA_PF_PDL=1 (off; session 23, not yet run): the pre-passes and the products launched dependent
- * (programmatic dependent launch: a kernel's blocks scheduled while the one before it ends, each waiting in
- * griddepcontrol.wait before it reads anything): a prompt chunk's ~16 of ~22 launches a layer are these, each
- * boundary otherwise a full launch latency (the prefill is not a graph). The kernels wait only where told (MM.pdl,
- * the pre-passes' pdl), so the default path's code is as before. */
-static std::atomic<int> g_pf_pdl{-1};
-static bool pf_pdl_enabled() { return env_switch_once(g_pf_pdl, "LILAC_CUDA_PF_PDL", false); }
-
-/* kern launched dependent where pdl, else plainly. */
-template <typename... Exp, typename... Act>
-static void mm_launch(void (*kern)(Exp...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, int pdl,
-                      Act &&...args)
-{
-    if (pdl)
-        launch_dependent(kern, grid, block, smem, st, static_cast<Act &&>(args)...);
-    else
-        kern<<<grid, block, smem, st>>>(static_cast<Act &&>(args)...);
-}
-
 /* The pre-pass over n rows (count: min(n, *n_dev) when n_dev is set): a block a row (at most 65535 blocks,
  * grid-strided past that); k_mma_prep a thread a run of 32 columns (whole warps, at most 256), or where quarter
  * (and K / 32 a multiple of 8) k_mma_prep_q four threads a run. */
@@ -1007,16 +975,17 @@ void launch_prep(const float *x, long long x_stride, const int32_t *map, int n, 
         return;
     const bool vec =
         (reinterpret_cast<uintptr_t>(x) & 15) == 0 && (reinterpret_cast<uintptr_t>(x2) & 15) == 0 && x_stride % 4 == 0;
-    const int pdl = pf_pdl_enabled() && lilac_cuda_pdl();
     if (quarter && nb % 8 == 0) {
         const int threads = 4 * nb >= 256 ? 256 : 4 * nb;
-        mm_launch(vec ? k_mma_prep_q<true> : k_mma_prep_q<false>, dim3(grid), dim3(threads), 0, st, pdl, x, x2,
-                  x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp, pdl);
+        auto kern = vec ? k_mma_prep_q<true> : k_mma_prep_q<false>;
+        kern<<<grid, threads, 0, st>>>(x, x2, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
         return;
     }
     const int threads = nb >= 256 ? 256 : (nb + 31) / 32 * 32;
-    mm_launch(vec ? k_mma_prep<true> : k_mma_prep<false>, dim3(grid), dim3(threads), 0, st, pdl, x, x2, x_stride,
-              map, n, n_dev, K, q.xq, q.xsum, q.xexp, pdl);
+    if (vec)
+        k_mma_prep<true><<<grid, threads, 0, st>>>(x, x2, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
+    else
+        k_mma_prep<false><<<grid, threads, 0, st>>>(x, x2, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
 }
 
 /* The pre-pass of a product into q (xq_get's, just taken for n rows of K). same_x: the caller says x has not
@@ -1107,8 +1076,7 @@ template <int TYPE, bool A4, int TN, bool W8> bool launch_k(MM p, long long max_
     const long long grid = max_items < cap ? max_items : cap;
     if (grid < 1)
         return true;
-    p.pdl = pf_pdl_enabled() && lilac_cuda_pdl();
-    mm_launch(kern, dim3((unsigned)grid), dim3(MM_THREADS), (size_t)smem, st, p.pdl, p);
+    kern<<<(unsigned)grid, MM_THREADS, smem, st>>>(p);
     return true;
 }
 

@@ -931,33 +931,15 @@ static __device__ void dn_gates(const float *a, const float *b, const float *ssm
     g_beta[1] = sigmoidf_(b[j]);
 }
 
-// Value head j's q and k (of its key head kh, from the conv's output) into qs/ks, L2-normalized, and its gates
-// (g, beta) into gate: k_dn_fused's and k_dn_split's start after their wait. Called by the whole block (64+ threads).
-static __device__ __forceinline__ void dn_qk_gates(const float *conv, const float *a, const float *b,
-                                                   const float *ssm_a, const float *ssm_dt, int j, int kh, int nk,
-                                                   int dk, float *qs, float *ks, float *gate)
-{
-    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-        qs[i] = conv[(size_t)kh * dk + i];
-        ks[i] = conv[(size_t)(nk + kh) * dk + i];
-    }
-    if (threadIdx.x == 64) // warp 2: warps 0 and 1 take the norms
-        dn_gates(a, b, ssm_a, ssm_dt, j, gate);
-    dn_norm_qk(qs, ks, dk);
-}
-
 // One value head's delta rule and gated norm, by the P * dv threads that hold
 // it: thread (part, c) has column c of rows part, part + P, ... of the state
 // S in sr (loaded, not yet decayed). S *= exp(g); S += k (beta (v - S^T k))^T;
 // then o = RMSNorm(S^T q) * nw * silu(zc) into o_h[c] (nw, zc: column c of
 // the norm's weights and of z, loaded by the caller with v). rd holds P * dv
 // floats, opart dv / 32 (the head's own). Called by the whole block.
-/* The delta rule of column c (thread (part, c); rd's row width rw and column rc: the block's columns) up to the
- * output: S decayed and updated (written back), the column's o = S^T q summed over the parts, returned to part 0
- * (the others: 0). dn_head's and k_dn_split's (the same operations: the same bits). Called by the whole block. */
-static __device__ __forceinline__ float dn_delta(float (&sr)[DN_ROWS], float *S, const float *qs, const float *ks,
-                                                 float v, float g, float beta, int part, int c, int P, int dk, int dv,
-                                                 float *rd, int rw, int rc)
+static __device__ void dn_head(float (&sr)[DN_ROWS], float *S, const float *qs, const float *ks, float v, float g,
+                               float beta, int part, int c, int P, int dk, int dv, float *rd, float *opart, float nw,
+                               float zc, float eps, float *o_h)
 {
     float decay = expf(g), kv = 0;
     int n = 0;
@@ -965,11 +947,11 @@ static __device__ __forceinline__ float dn_delta(float (&sr)[DN_ROWS], float *S,
         sr[n] *= decay;
         kv += sr[n] * ks[i];
     }
-    rd[part * rw + rc] = kv;
+    rd[part * dv + c] = kv;
     __syncthreads();
     kv = 0;
     for (int q = 0; q < P; q++)
-        kv += rd[q * rw + rc];
+        kv += rd[q * dv + c];
     float delta = (v - kv) * beta, o = 0;
     n = 0;
     for (int i = part; i < dk; i += P, n++) {
@@ -978,21 +960,12 @@ static __device__ __forceinline__ float dn_delta(float (&sr)[DN_ROWS], float *S,
         o += sr[n] * qs[i];
     }
     __syncthreads();
-    rd[part * rw + rc] = o;
+    rd[part * dv + c] = o;
     __syncthreads();
-    o = 0;
-    if (part == 0) // the sum over parts
+    if (part == 0) { // the sum over parts, then the norm over the dv columns (part 0: whole warps)
+        o = 0;
         for (int q = 0; q < P; q++)
-            o += rd[q * rw + rc];
-    return o;
-}
-
-static __device__ void dn_head(float (&sr)[DN_ROWS], float *S, const float *qs, const float *ks, float v, float g,
-                               float beta, int part, int c, int P, int dk, int dv, float *rd, float *opart, float nw,
-                               float zc, float eps, float *o_h)
-{
-    const float o = dn_delta(sr, S, qs, ks, v, g, beta, part, c, P, dk, dv, rd, dv, c);
-    if (part == 0) { // the norm over the dv columns (part 0: whole warps)
+            o += rd[q * dv + c];
         float ss = warp_sum(o * o);
         if ((threadIdx.x & 31) == 0)
             opart[c / 32] = ss;
@@ -1046,7 +1019,13 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
     TRACE_WAITED(LILAC_TK_DN_FUSED);
     /* v and z with q and k: one L2 round trip (loaded where they are used, they were two more after the norms) */
     const float v = conv[(size_t)2 * nk * dk + (size_t)j * dv + c], zc = z[(size_t)j * dv + c];
-    dn_qk_gates(conv, a, b, ssm_a, ssm_dt, j, kh, nk, dk, qs, ks, gate);
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+        qs[i] = conv[(size_t)kh * dk + i];
+        ks[i] = conv[(size_t)(nk + kh) * dk + i];
+    }
+    if (threadIdx.x == 64) // warp 2: warps 0 and 1 take the norms
+        dn_gates(a, b, ssm_a, ssm_dt, j, gate);
+    dn_norm_qk(qs, ks, dk);
     dn_head(sr, S, qs, ks, v, gate[0], gate[1], part, c, DN_P, dk, dv, red, opart, nw, zc, eps,
             o_all + (size_t)j * dv);
     TRACE_END(LILAC_TK_DN_FUSED);
@@ -1060,56 +1039,6 @@ extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, 
         return -1;
     launch_dependent(k_dn_fused, dim3(nv), dim3(dv * DN_P), (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s), S,
                      conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL);
-    return 0;
-}
-
-/* LILAC_CUDA_DN_SPLIT=1 (off; session 23, not yet run): k_dn_fused's step with a value head over dv / 32 blocks
- * of 32 state columns each (the delta rule is column by column; k_dn_fused put a head's 64 KB of state on one SM,
- * 32 blocks in all), which end before the gated norm: each writes its columns' o (the sum over the parts, as
- * dn_head's) to o_raw and its warp's sum of their squares (dn_head's opart[c / 32], the same lanes and order) to
- * ss[j * (dv / 32) + c / 32]; the output product's input load applies the norm (lilac_cuda_matvec_gnorm: the same
- * sums, the same o_h). Block j * ns + sp: head j, columns 32 sp ..; 32 DN_P threads. */
-__global__ void __launch_bounds__(32 * DN_P) k_dn_split(float *S_all, const float *conv, const float *a,
-                                                      const float *b, const float *ssm_a, const float *ssm_dt,
-                                                      float *o_raw, float *ss_out, int nk, int nv, int dk, int dv,
-                                                      int tiled)
-{
-    TRACE_START(LILAC_TK_DN_FUSED);
-    const int ns = dv / 32, j = blockIdx.x / ns, sp = blockIdx.x - j * ns;
-    const int cl = threadIdx.x & 31, part = threadIdx.x >> 5, c = 32 * sp + cl;
-    const int kh = tiled ? j % nk : j / (nv / nk);
-    extern __shared__ float sh[]; // q[dk], k[dk], red[DN_P][32]
-    float *qs = sh, *ks = sh + dk, *rd = sh + 2 * dk;
-    __shared__ float gate[2];
-    griddep_launch_dependents();
-    float *S = S_all + (size_t)j * dk * dv; /* the head's state; this block's columns in flight before the wait */
-    float sr[DN_ROWS];
-    int n = 0;
-    for (int i = part; i < dk; i += DN_P, n++)
-        sr[n] = S[(size_t)i * dv + c];
-    griddep_wait();
-    TRACE_WAITED(LILAC_TK_DN_FUSED);
-    const float v = conv[(size_t)2 * nk * dk + (size_t)j * dv + c];
-    dn_qk_gates(conv, a, b, ssm_a, ssm_dt, j, kh, nk, dk, qs, ks, gate);
-    /* dn_head's delta rule for the block's columns (rd indexed by the column within the block) */
-    const float o = dn_delta(sr, S, qs, ks, v, gate[0], gate[1], part, c, DN_P, dk, dv, rd, 32, cl);
-    if (part == 0) {
-        const float ss = warp_sum(o * o);
-        o_raw[(size_t)j * dv + c] = o;
-        if (cl == 0)
-            ss_out[(size_t)j * ns + sp] = ss;
-    }
-    TRACE_END(LILAC_TK_DN_FUSED);
-}
-
-extern "C" int lilac_cuda_deltanet_split(const float *conv_out, const float *a, const float *b, const float *ssm_a,
-                                         const float *ssm_dt, float *S, float *o_raw, float *ss, int nk, int nv,
-                                         int dk, int dv, int tiled, lilac_cuda_stream *s)
-{
-    if (!dn_fused_takes(dk, dv) || dv % 32)
-        return -1;
-    launch_dependent(k_dn_split, dim3(nv * (dv / 32)), dim3(32 * DN_P), (size_t)(2 * dk + DN_P * 32) * sizeof(float),
-                     CS(s), S, conv_out, a, b, ssm_a, ssm_dt, o_raw, ss, nk, nv, dk, dv, tiled);
     return 0;
 }
 

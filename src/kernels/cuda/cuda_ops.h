@@ -55,7 +55,6 @@ typedef struct lilac_cuda_route_args {
     int32_t *idx;
     float *w;
     unsigned *count;
-    int probe; /* the gate+up product's routing only (LILAC_CUDA_PROBE_ROUTE): experts 0 .. k-1, weights 1/k */
 } lilac_cuda_route_args;
 /* xn = RMSNorm(x) * norm_w and logits[r] = W[r] . xn for a float32 router W (n_exp rows of row_floats floats) in
  * one kernel, then the routing when route is set; -1 (nothing launched) for a shape it does not take (n or rows
@@ -89,19 +88,6 @@ void lilac_cuda_norm_rope_kv(float *q, const float *q_norm, int q_step, int nh, 
  * by 1/sqrt(dk)), the gates g = ssm_a * softplus(a + ssm_dt) and beta = sigmoid(b), the delta rule on S, and
  * o = RMSNorm(S^T q) * norm_w * silu(z); conv_out is left as it is. -1 (nothing launched) for shapes it does not
  * take (dv * 8 > 1024, dv not a multiple of 32, dk > 256): lilac_cuda_pf_deltanet with n = 1 takes those. */
-/* LILAC_CUDA_DN_SPLIT: lilac_cuda_deltanet_fused's step up to the gated norm, over dv / 32 blocks a head: o_raw
- * [nv][dv] the heads' outputs before the norm, ss [nv][dv / 32] their 32-column sums of squares (the norm then by
- * lilac_cuda_matvec_gnorm). -1 (nothing launched) for shapes it does not take. */
-int lilac_cuda_deltanet_split(const float *conv_out, const float *a, const float *b, const float *ssm_a,
-                              const float *ssm_dt, float *S, float *o_raw, float *ss, int nk, int nv, int dk, int dv,
-                              int tiled, lilac_cuda_stream *s);
-/* y (+)= W . gnorm(o): the output product of lilac_cuda_deltanet_split's heads with their gated norm (o * r_h *
- * nw * silu(z), r_h from ss's dv / 32 sums of head h) applied as x is loaded: k_dn_fused's o_h, bit for bit. -1
- * (nothing launched) where it does not take the shapes (W not a one-token fast-path product, unaligned o or z). */
-int lilac_cuda_matvec_gnorm(const lilac_cuda_mat *W, const float *o, const float *z, const float *nw,
-                            const float *ss, int dv, float eps, float *y, int acc, lilac_cuda_stream *s);
-/* Whether lilac_cuda_matvec_gnorm takes W with heads of dv (ask before lilac_cuda_deltanet_split). */
-int lilac_cuda_matvec_gnorm_takes(const lilac_cuda_mat *W, int dv);
 int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, const float *b, const float *ssm_a,
                               const float *ssm_dt, float *S, float *o, const float *z, const float *norm_w, int nk,
                               int nv, int dk, int dv, int tiled, float eps, lilac_cuda_stream *s);

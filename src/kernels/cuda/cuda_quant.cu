@@ -603,15 +603,6 @@ template <> struct Unit<LILAC_BF16> : UnitFloat<LILAC_BF16> {};
 /* ------------------------------------------------------------------ */
 /* The product kernel */
 
-/* A gated RMSNorm applied to x as it is loaded (lilac_cuda_matvec_gnorm; z NULL: none): x's head h = column / dv
- * becomes ((x r_h) nw[column % dv]) silu(z[column]), r_h = rsqrtf((ss[h ns] + ... + ss[h ns + ns - 1]) / dv + eps),
- * ns = dv / 32: k_dn_fused's (dn_head's) o_h, the same operations in the same order. */
-struct GN {
-    const float *z, *nw, *ss;
-    int dv;
-    float eps;
-};
-
 struct MV {
     const uint8_t *w; /* matrix (expert 0) */
     size_t row_bytes, expert_stride;
@@ -634,8 +625,6 @@ struct MV {
      * staged (mv_stage); 0: read from global memory as they are used */
     int stage_off;
     int xvec; /* load_x's vec: x, x2 and their strides 16-byte aligned (mv_xvec) */
-    int rows_lg; /* rows a lane group the shape is for (mv_shape): the kernel instance's R */
-    GN gn;       /* x's gated norm (gn.z set: lilac_cuda_matvec_gnorm) */
 };
 
 /* x[t][u0 * VPU ..) of nt tokens (the rest zero) into shared memory, value
@@ -680,34 +669,12 @@ __device__ __forceinline__ void xv_put(bool glu_in, int nt, int nruns, int i, fl
         ss[t * SS + run] = s;
 }
 
-template <class UT, int T, bool GNM = false>
+template <class UT, int T>
 __device__ void load_x(const float *x, const float *x2, long long x_tok, int nt, int u0, int u1, float *xs, int XS,
-                       float *ss, int SS, bool vec = false, const GN *gn = nullptr)
+                       float *ss, int SS, bool vec = false)
 {
     constexpr int VPU = UT::VPU, US = VPU + 4, NR = VPU / 16;
     const int nruns = (u1 - u0) * NR;
-    /* GNM (k_mv's instances for lilac_cuda_matvec_gnorm only: the others' code as without it): x's gated norm; one
-     * token, x and z 16-byte aligned, whole warps a run group (gnorm_go checks) */
-    if constexpr (GNM) {
-        const int ns = gn->dv / 32;
-        for (int i = threadIdx.x; i < 4 * T * nruns; i += NTHREADS) { /* whole warps: nruns % 8 == 0 checked */
-            float4 o, z; /* x's part i and z's beside it (one token: x_tok unused) */
-            xv_get<UT>(x, gn->z, 0, 1, u0, nruns, i, o, z);
-            const int run = (i >> 2) % nruns, u = run / NR, rr = run - u * NR;
-            const long long col = (long long)u0 * VPU + UT::vcol(u * VPU + 16 * rr) + 4 * (i & 3);
-            const int h = (int)(col / gn->dv), cc = (int)(col - (long long)h * gn->dv);
-            const float4 w = *reinterpret_cast<const float4 *>(gn->nw + cc);
-            float t = 0;
-            for (int k = 0; k < ns; k++) /* dn_head's order */
-                t += __ldg(gn->ss + (size_t)h * ns + k);
-            const float r = rsqrtf(t / gn->dv + gn->eps);
-            const float4 a = make_float4(o.x * r * w.x * silu(z.x), o.y * r * w.y * silu(z.y), o.z * r * w.z * silu(z.z),
-                                         o.w * r * w.w * silu(z.w));
-            xv_put<UT>(false, T, nruns, i, a, a, xs, XS, ss, SS);
-        }
-        __syncthreads();
-        return;
-    }
     /* vec (the caller's: x, x2 and their token strides 16-byte aligned; LILAC_CUDA_X_VEC=0 off): xv_get */
     if (vec && (T * nruns) % 8 == 0) { /* whole warps a run group (the shuffles) */
         for (int i = threadIdx.x; i < 4 * T * nruns; i += NTHREADS) {
@@ -857,7 +824,7 @@ constexpr int cfg_lane_units(int T) { return T == 1 ? 4 : 1; }
  * applied as x is loaded, from the sum kernel's parts (LILAC_CUDA_NORM_FOLD):
  * 296.8 against 319.2/320.3, every block's serial norm before its x loads
  * costing more than the sum kernel's tail it removed. */
-template <int TYPE, bool A16, int R, int T, bool SH = false, bool GNM = false>
+template <int TYPE, bool A16, int R, int T, bool SH = false>
 __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx, int nbx, int by, int nby,
                                          const uint8_t *stage = nullptr, uint32_t bar = 0)
 {
@@ -917,8 +884,8 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
                         TRACE_WAITED(LILAC_TK_MV); /* the table takes a block's first wait */
                     }
                     __syncthreads();
-                    load_x<UT, T, GNM>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0,
-                                              u1, xs, XS, ss, SS, p.xvec, &p.gn);
+                    load_x<UT, T>(xb + t0 * p.x_tok, x2b ? x2b + t0 * p.x_tok : nullptr, p.x_tok, nt, u0, u1,
+                                         xs, XS, ss, SS, p.xvec);
                     loaded = key;
                 }
                 if (SH) { /* the staged rows (one item a block: the copy's one phase) */
@@ -946,18 +913,6 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
 static __device__ __noinline__ void mv_route(const float *rlog, const lilac_cuda_route_args r, int32_t *sidx)
 {
     __shared__ float sw[33];
-    if (r.probe) { /* a timing probe (LILAC_CUDA_PROBE_ROUTE): no routing, experts 0 .. k-1 */
-        const int ns = r.up_offset > 0 ? 2 * r.k : r.k, t = threadIdx.x;
-        if (t < ns)
-            sidx[t] = t < r.k ? t : t - r.k + r.up_offset;
-        if (blockIdx.x == 0 && blockIdx.y == 0) {
-            if (t < ns)
-                r.idx[t] = t < r.k ? t : t - r.k + r.up_offset;
-            if (t < r.k + (r.shared_row ? 1 : 0))
-                r.w[t] = t < r.k ? 1.0f / (float)r.k : 0.5f;
-        }
-        return;
-    }
     dev_route(rlog, r.E, r.k, r.norm, sidx, sw, r.up_offset, nullptr, nullptr, 0, r.shared_row ? rlog + r.E : nullptr);
     if (threadIdx.x < 32 && blockIdx.x == 0 && blockIdx.y == 0) { /* warp 0 wrote sidx and sw */
         __syncwarp();
@@ -993,7 +948,7 @@ template <int R> static __device__ void mv_stage(const MV &p, const int32_t *idx
 }
 
 /* The product as a kernel of its own: mv_block over the grid, launched dependent (launch_dependent). */
-template <int TYPE, bool A16, int R, int T, bool STG = false, bool GNM = false>
+template <int TYPE, bool A16, int R, int T, bool STG = false>
 __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(const MV p)
 {
     TRACE_START(LILAC_TK_MV);
@@ -1016,8 +971,8 @@ __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(con
             extern __shared__ float4 smem4[];
             uint8_t *const st = reinterpret_cast<uint8_t *>(smem4) + p.stage_off;
             mv_stage<R>(p, idx, st, dev_smem_addr(&bar));
-            mv_block<TYPE, A16, R, T, true, GNM>(p, idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y, st,
-                                                 dev_smem_addr(&bar));
+            mv_block<TYPE, A16, R, T, true>(p, idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y, st,
+                                            dev_smem_addr(&bar));
             TRACE_END(LILAC_TK_MV);
             return;
         }
@@ -1034,11 +989,11 @@ __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(con
  * The unstaged kernel's big products ran at 2.0-2.9 TB/s (test_cuda_kernels' bench lines); Q6_K's 210-byte
  * blocks load unaligned (three 16-byte loads and shifts for 32 bytes). Items are the block's contiguous run, as
  * mv_block's; barrier k's phase j is the block's item 2 j + k. */
-template <int TYPE, bool A16, int R = cfg_rows_t(1)>
+template <int TYPE, bool A16>
 __global__ void __launch_bounds__(NTHREADS, 1) k_mv_pipe(const MV p)
 {
     using UT = Unit<TYPE>;
-    constexpr int T = 1, VPU = UT::VPU, NRUN = UT::NRUN, US = VPU + 4;
+    constexpr int R = cfg_rows_t(1), T = 1, VPU = UT::VPU, NRUN = UT::NRUN, US = VPU + 4;
     TRACE_START(LILAC_TK_MV);
     griddep_launch_dependents();
     __shared__ uint64_t bars[2];
@@ -1393,10 +1348,6 @@ template <int TYPE, int T> int mv_smem(long long cols)
     return (int)sizeof(float) * T * mv_tile_units<TYPE, T>(cols) * (UT::VPU + 4 + UT::NRUN);
 }
 
-/* LILAC_CUDA_MV_R2=1: mv_shape's one-token shapes at two rows a lane group (off; session 23, not yet run). */
-static std::atomic<int> g_mv_r2{-1};
-static bool mv_r2() { return env_switch_once(g_mv_r2, "LILAC_CUDA_MV_R2", false); }
-
 /* launch_fast's shape of the product over a grid of cap blocks (lanes a row, column tiles, row tiles, items);
  * the shared memory a block needs for it. lpr_force >= 0: 2^lpr_force lanes a row, whatever the shape
  * (lilac_cuda_matvec_like: a row's dot in the order another product's lanes take). */
@@ -1426,16 +1377,9 @@ template <int TYPE, int T> int mv_shape(MV &p, int slots, long long cap, int lpr
         lpr *= 2;
     if (lpr_force >= 0)
         lpr = 1 << lpr_force;
+    p.lpr_log2 = floor_log2(lpr);
     p.row_tiles = tiles(lpr) / slots;
     p.items = p.row_tiles * slots;
-    p.rows_lg = R;
-    /* LILAC_CUDA_MV_R2=1 (one token): the same row tiles with two rows a lane group and twice the lanes a row,
-     * so that each x value a lane reads from shared memory serves two rows (one-token staged products were bound
-     * by those reads: a row's x is 8 KB of LDS.128 for its 1 KB of Q4_K). Another lanes a row sums in another
-     * order: token_lpr (the batched step's) takes this shape too, so the bits still match there. */
-    if (T == 1 && lpr_force < 0 && mv_r2() && lpr < 32 && 2 * lpr <= U)
-        lpr *= 2, p.rows_lg = 2;
-    p.lpr_log2 = floor_log2(lpr);
     return mv_smem<TYPE, T>(p.cols);
 }
 
@@ -1497,7 +1441,7 @@ template <int TYPE, int T> int mv_stage_off(const MV &p, long long grid, int *sm
     if (T != 1 || p.n_tok != 1 || !mv_stage_enabled() || p.items > grid || p.n_ct != 1 || p.row_bytes % 16 ||
         p.expert_stride % 16 || reinterpret_cast<uintptr_t>(p.w) % 16)
         return 0;
-    const long long rpt = mv_tile_rows(p.rows_lg, p.lpr_log2);
+    const long long rpt = mv_tile_rows(cfg_rows_t(T), p.lpr_log2);
     const int off = (*smem + 127) & ~127;
     const long long bytes = rpt * (long long)p.row_bytes;
     if (off + bytes > SMEM_MAX)
@@ -1541,7 +1485,7 @@ template <auto KERN_PIPE> bool launch_pipe(MV p, long long grid, int smem, cudaS
         }
         optin.store(most, std::memory_order_relaxed);
     }
-    const long long rpt = mv_tile_rows(p.rows_lg, p.lpr_log2);
+    const long long rpt = mv_tile_rows(cfg_rows_t(1), p.lpr_log2);
     const long long buf = (rpt * (long long)p.row_bytes + 127) & ~127LL; /* k_mv_pipe's */
     const int off = (smem + 127) & ~127;
     if (off + 2 * buf > most)
@@ -1580,32 +1524,14 @@ static int mv_xvec(const float *x, const float *x2, long long tok, long long slo
 }
 
 /* KERN (k_mv, T tokens a pass) over the grid that fits, in mv_shape's shape. */
-template <int TYPE, int T, auto KERN, auto KERN_STG, auto KERN_PIPE>
-void launch_on(MV p, cudaStream_t st, int smem, long long cap);
-
-/* KERN2*: the instances at two rows a lane group, where mv_shape chose them (p.rows_lg: LILAC_CUDA_MV_R2). */
-template <int TYPE, int T, auto KERN, auto KERN_STG = KERN, auto KERN_PIPE = KERN, auto KERN2 = KERN,
-          auto KERN2_STG = KERN_STG, auto KERN2_PIPE = KERN_PIPE>
+template <int TYPE, int T, auto KERN, auto KERN_STG = KERN, auto KERN_PIPE = KERN>
 void launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force)
 {
+    auto kern = KERN;
     p.xvec = mv_xvec(p.x, p.x2, p.x_tok, p.x_slot);
-    const int smem = mv_smem<TYPE, T>(p.cols);
+    int smem = mv_smem<TYPE, T>(p.cols);
     const long long cap = mv_grid_cap<TYPE, T, KERN>(p.cols);
     mv_shape<TYPE, T>(p, slots, cap, lpr_force);
-    if constexpr (KERN2 != KERN)
-        if (p.rows_lg == 2) {
-            smem_max_once<KERN2>();
-            launch_on<TYPE, T, KERN2, KERN2_STG, KERN2_PIPE>(p, st, smem, cap);
-            return;
-        }
-    launch_on<TYPE, T, KERN, KERN_STG, KERN_PIPE>(p, st, smem, cap);
-}
-
-/* launch_shaped's launch of the shaped p by KERN (or its staged or pipelined instance). */
-template <int TYPE, int T, auto KERN, auto KERN_STG, auto KERN_PIPE>
-void launch_on(MV p, cudaStream_t st, int smem, long long cap)
-{
-    auto kern = KERN;
     const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
     p.stage_off = KERN_STG != KERN ? mv_stage_off<TYPE, T>(p, grid, &smem) : 0;
     if constexpr (KERN_PIPE != KERN)
@@ -1627,37 +1553,9 @@ template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int
 {
     if constexpr (T == 1)
         launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T>, k_mv<TYPE, A16, cfg_rows_t(T), T, true>,
-                      k_mv_pipe<TYPE, A16>, k_mv<TYPE, A16, 2, T>, k_mv<TYPE, A16, 2, T, true>, k_mv_pipe<TYPE, A16, 2>>(
-            p, st, slots, lpr_force);
+                      k_mv_pipe<TYPE, A16>>(p, st, slots, lpr_force);
     else
         launch_shaped<TYPE, T, k_mv<TYPE, A16, cfg_rows_t(T), T>>(p, st, slots, lpr_force);
-}
-
-/* lilac_cuda_matvec_gnorm's product: the staged one-token k_mv (one item a block, x in one column tile) at
- * mv_shape's shape, its GNM instance; -1 where that shape does not stage or x's runs do not fill whole warps.
- * launch false: only whether it would. */
-template <int TYPE, bool A16> int gnorm_go(MV p, cudaStream_t st, bool launch)
-{
-    using UT = Unit<TYPE>;
-    if (p.cols > TILE_VALUES || (p.cols / UT::VPU * (UT::VPU / 16)) % 8)
-        return -1;
-    int smem = mv_smem<TYPE, 1>(p.cols);
-    const long long cap = mv_grid_cap<TYPE, 1, k_mv<TYPE, A16, cfg_rows_t(1), 1>>(p.cols);
-    mv_shape<TYPE, 1>(p, 1, cap);
-    const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
-    p.stage_off = mv_stage_off<TYPE, 1>(p, grid, &smem);
-    if (!p.stage_off || p.n_ct != 1)
-        return -1;
-    if (!launch)
-        return 0;
-    if (p.rows_lg == 2) {
-        smem_max_once<k_mv<TYPE, A16, 2, 1, true, true>>();
-        launch_dependent(k_mv<TYPE, A16, 2, 1, true, true>, dim3(grid), dim3(NTHREADS), (size_t)smem, st, p);
-    } else {
-        smem_max_once<k_mv<TYPE, A16, 1, 1, true, true>>();
-        launch_dependent(k_mv<TYPE, A16, 1, 1, true, true>, dim3(grid), dim3(NTHREADS), (size_t)smem, st, p);
-    }
-    return 0;
 }
 
 /* The lanes a row (log2) the one-token product of W (type TYPE at alignment A16) over `slots` slots takes:
@@ -2209,36 +2107,6 @@ int lilac_cuda_matvec_experts_routed(const lilac_cuda_mat *W, size_t expert_stri
     p.rlog = logits;
     p.r = *r;
     return mv_fast(W, mv_align(W, expert_stride), p, S(s), slots) ? 0 : -1;
-}
-
-/* p through gnorm_go at W's type and alignment (launch false: whether it would take it); -1 where it does not. */
-static int gnorm_dispatch(const lilac_cuda_mat *W, int dv, const MV &p, cudaStream_t st, bool launch)
-{
-    if (!mat_ok(W) || dv < 32 || dv % 32 || W->cols % dv)
-        return -1;
-    int rc = -1;
-    mv_dispatch(W->type, mv_align(W, 0), [&](auto kind) {
-        using K = decltype(kind);
-        rc = gnorm_go<K::type, K::a16>(p, st, launch);
-    });
-    return rc;
-}
-
-int lilac_cuda_matvec_gnorm_takes(const lilac_cuda_mat *W, int dv)
-{
-    return W && gnorm_dispatch(W, dv, mv_params(W, 0, nullptr, false, nullptr, nullptr, 0, nullptr, 1, 0), nullptr,
-                               false) == 0;
-}
-
-int lilac_cuda_matvec_gnorm(const lilac_cuda_mat *W, const float *o, const float *z, const float *nw,
-                            const float *ss, int dv, float eps, float *y, int acc, lilac_cuda_stream *s)
-{
-    const auto al = [](const float *q) { return (reinterpret_cast<uintptr_t>(q) & 15) == 0; };
-    if (!W || !o || !z || !nw || !ss || !y || !al(o) || !al(z) || !al(nw))
-        return -1;
-    MV p = mv_params(W, 0, nullptr, false, o, nullptr, 0, y, 1, acc);
-    p.gn = GN{z, nw, ss, dv, eps};
-    return gnorm_dispatch(W, dv, p, S(s), true);
 }
 
 void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
