@@ -224,7 +224,7 @@ static void test_routed_glu(int E, int k, int shared, int ff, int n, int type, i
     float *h = malloc(sizeof(float) * ff * k), *h2 = malloc(sizeof(float) * ff * k);
     float *w = malloc(sizeof(float) * (k + 1)), *w2 = malloc(sizeof(float) * (k + 1));
     int32_t *idx = malloc(sizeof(int32_t) * slots), *idx2 = malloc(sizeof(int32_t) * slots);
-    fill_matrix(type, 2LL * E * ff, n, rb, 1, W);
+    fill_matrix(type, 2LL * E * ff, n, rb, 0, W); /* random blocks: the bits are the test */
     for (int i = 0; i < n; i++)
         x[i] = rnd_normal();
     uint8_t *dW = ct_dmalloc(wbytes);
