@@ -3,7 +3,7 @@
 # machine (an H200 here). Everything it writes goes under OUT (default
 # ./cuda-out): the build log, the test output, and bench JSON lines.
 #
-#   bench/cuda/run.sh [build|test|quick|synth|bench|ab|abold|gen|jobs|longjobs|pp|tg|pdl|sanitize|suite|all|pack]...
+#   bench/cuda/run.sh [build|test|quick|synth|bench|ab|abold|gen|jobs|longjobs|pp|bits|tg|pdl|sanitize|suite|all|pack]...
 #
 # Fixtures: $LILAC_FIXTURES (a copy of ../shared/fixtures, or the subset
 # bench/cuda/pack-fixtures.sh makes in .devfix). Libraries the machine lacks:
@@ -293,6 +293,27 @@ do_pp() {
     done
 }
 
+# bits: the decode step's logits of the 35B-A3B file (8 steps, lilac logits --step) under each switch set of
+# BITS_VARIANTS (';' apart) against the default's, byte for byte ("equal" or cmp's first difference); the
+# variant OLD is the tree in .ab/old.tar. The check that a change meant to keep the bits keeps them.
+do_bits() {
+    local T="timeout ${BENCH_TIMEOUT:-90}" v vs bin d toks=${BITS_TOKENS:-11,2222,333,44,5555,66,777,8888}
+    IFS=';' read -ra vs <<<"${BITS_VARIANTS:-OLD}"
+    [[ ";${BITS_VARIANTS:-OLD};" == *";OLD;"* ]] && { build_old || return 1; }
+    $T "$build/lilac" logits -m "$synth" --backend cuda --tokens "$toks" --step -o "$out/bits-default.f32" \
+        >"$out/bits-default.log" 2>&1 || { echo "bits: the default run failed"; tail -3 "$out/bits-default.log"; return 1; }
+    for v in "${vs[@]}"; do
+        bin=$build/lilac
+        [ "$v" = OLD ] && bin=$old/b/lilac v=LILAC_NONE=1
+        # shellcheck disable=SC2086 # v is one or more VAR=VALUE words
+        env $v $T "$bin" logits -m "$synth" --backend cuda --tokens "$toks" --step -o "$out/bits-v.f32" \
+            >"$out/bits-v.log" 2>&1 || { echo "bits ${bin#"$root"/} $v: the run failed"; tail -3 "$out/bits-v.log"; continue; }
+        d=$(cmp "$out/bits-default.f32" "$out/bits-v.f32" 2>&1)
+        echo "bits ${bin#"$root"/} $v: ${d:-equal}"
+    done
+    rm -f "$out/bits-default.f32" "$out/bits-v.f32"
+}
+
 # tg128 with each set of VAR=VALUE words given, one run each (needs build and synth): tokens/s or the error.
 tg128_each() {
     local T="timeout ${BENCH_TIMEOUT:-120}" v
@@ -371,10 +392,11 @@ for s in "${steps[@]}"; do
     gen) do_gen ;;
     jobs) do_jobs ;;
     pp) do_pp ;;
+    bits) do_bits ;;
     longjobs) do_longjobs ;;
     old) build_old ;;
     tg) IFS=';' read -ra tv <<<"${TG_VARIANTS:-LILAC_NONE=1}" && for _ in $(seq "${TG_ROUNDS:-1}"); do tg128_each "${tv[@]}"; done ;;
     all) do_build && do_test && do_synth && do_bench ;;
-    *) echo "usage: $0 [build|test|quick|synth|bench|ab|abold|gen|jobs|longjobs|pp|tg|pdl|sanitize|suite|all|pack]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [build|test|quick|synth|bench|ab|abold|gen|jobs|longjobs|pp|bits|tg|pdl|sanitize|suite|all|pack]..." >&2; exit 2 ;;
     esac
 done
