@@ -3,7 +3,7 @@
 # machine (an H200 here). Everything it writes goes under OUT (default
 # ./cuda-out): the build log, the test output, and bench JSON lines.
 #
-#   bench/cuda/run.sh [build|test|quick|synth|bench|ab|abold|gen|jobs|longjobs|pp|bits|tg|pdl|sanitize|suite|all|pack]...
+#   bench/cuda/run.sh [build|test|quick|synth|bench|ab|abold|gen|jobs|longjobs|pp|bits|blocks|tg|pdl|sanitize|suite|all|pack]...
 #
 # Fixtures: $LILAC_FIXTURES (a copy of ../shared/fixtures, or the subset
 # bench/cuda/pack-fixtures.sh makes in .devfix). Libraries the machine lacks:
@@ -314,6 +314,22 @@ do_bits() {
     rm -f "$out/bits-default.f32" "$out/bits-v.f32"
 }
 
+# blocks: the per-block trace of layer TRACE_LAYER (default 4, a DeltaNet layer) over a 16-token decode under each
+# switch set of TRACE_VARIANTS (';' apart): a line a launch, the quantiles of its blocks' start, wait return,
+# marks and end (us; LILAC_CUDA_TRACE_BLOCKS), cut to fit the device tool's output.
+do_blocks() {
+    local T="timeout ${BENCH_TIMEOUT:-90}" v vs
+    IFS=';' read -ra vs <<<"${TRACE_VARIANTS:-LILAC_NONE=1}"
+    for v in "${vs[@]}"; do
+        # shellcheck disable=SC2086 # v is one or more VAR=VALUE words
+        env $v LILAC_CUDA_TRACE=1 LILAC_CUDA_TRACE_BLOCKS="${TRACE_LAYER:-4}" LILAC_CUDA_TRACE_FILE="$out/blocks.txt" \
+            $T "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 16 -r 1 >"$out/blocks.log" 2>&1 ||
+            { echo "blocks $v: the run failed"; tail -3 "$out/blocks.log"; continue; }
+        echo "== blocks of layer ${TRACE_LAYER:-4}, $v"
+        grep '^cuda trace blocks' "$out/blocks.txt" | sed 's/cuda trace blocks: //' | cut -c1-"${TRACE_COLS:-330}"
+    done
+}
+
 # tg128 with each set of VAR=VALUE words given, one run each (needs build and synth): tokens/s or the error.
 tg128_each() {
     local T="timeout ${BENCH_TIMEOUT:-120}" v
@@ -393,10 +409,11 @@ for s in "${steps[@]}"; do
     jobs) do_jobs ;;
     pp) do_pp ;;
     bits) do_bits ;;
+    blocks) do_blocks ;;
     longjobs) do_longjobs ;;
     old) build_old ;;
     tg) IFS=';' read -ra tv <<<"${TG_VARIANTS:-LILAC_NONE=1}" && for _ in $(seq "${TG_ROUNDS:-1}"); do tg128_each "${tv[@]}"; done ;;
     all) do_build && do_test && do_synth && do_bench ;;
-    *) echo "usage: $0 [build|test|quick|synth|bench|ab|abold|gen|jobs|longjobs|pp|bits|tg|pdl|sanitize|suite|all|pack]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [build|test|quick|synth|bench|ab|abold|gen|jobs|longjobs|pp|bits|blocks|tg|pdl|sanitize|suite|all|pack]..." >&2; exit 2 ;;
     esac
 done
