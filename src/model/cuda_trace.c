@@ -2,6 +2,9 @@
  * cuda_trace.h). */
 #include "model/cuda_trace.h"
 
+#include "util/env.h"
+
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -282,8 +285,7 @@ lilac_trace_totals lilac_trace_write(FILE *f, const lilac_trace_launch *L, size_
                 "start", "dur", "wait med (max)", "gap");
     }
     double main_end = -1;
-    const char *bl = getenv("LILAC_CUDA_TRACE_BLOCKS");
-    const int blocks_layer = bl && *bl ? atoi(bl) : -1;
+    const int blocks_layer = lilac_env_int("LILAC_CUDA_TRACE_BLOCKS", -1, 0, INT_MAX);
     uint64_t t0 = UINT64_MAX;
     for (size_t i = 0; i < n_rec; i++)
         if (rec[i].t_start && rec[i].t_start < t0)
