@@ -1629,9 +1629,9 @@ template <int TYPE, bool A16> bool launch_glu(MV p, cudaStream_t st, int slots)
     const long long cap = mv_grid_cap<TYPE, 1, k_mv<TYPE, A16, cfg_rows_t(1), 1>>(p.cols);
     mv_shape<TYPE, 1>(p, slots, cap);
     const long long grid = p.items < cap ? p.items : cap, rpt = mv_tile_rows(cfg_rows_t(1), p.lpr_log2);
-    if (rpt % 2 || rpt > MV_GLU_ROWS || p.rows % (rpt / 2) || p.n_ct != 1 || p.items != grid)
+    if (rpt % 2 || rpt > MV_GLU_ROWS || p.rows % (rpt / 2) || p.n_ct != 1)
         return false;
-    p.stage_off = mv_stage_off<TYPE, 1>(p, grid, &smem);
+    p.stage_off = mv_stage_off<TYPE, 1>(p, grid, &smem); /* 0 unless one item a block (grid == items) */
     if (!p.stage_off)
         return false;
     smem_max_once<k_mv_glu<TYPE, A16>>();
