@@ -633,40 +633,49 @@ struct MV {
  * of x over each run of 16 values. A thread a run. */
 /* load_x's vectorized form, part i of its 4 T nruns (four lanes a run of 16 values, a float4 each, so that a
  * warp's loads are 512 contiguous bytes, one instruction where there were four: sixteen scalar loads a run, each
- * lane 64 bytes from the next, made every load instruction a wavefront a cache line): xv_get loads the part's
- * four values (and x2's), xv_put stores them as load_x does, the run's sum passed from lane to lane in the
- * scalar form's order (value 0 to 15): the same bits. Every lane of a warp takes part (the shuffles). */
-template <class UT>
-__device__ __forceinline__ void xv_get(const float *x, const float *x2, long long x_tok, int nt, int u0, int nruns,
-                                       int i, float4 &a, float4 &b)
+ * lane 64 bytes from the next, made every load instruction a wavefront a cache line): xv_at places the part
+ * (its token, run, unit, run in the unit, quarter and x offset, computed once), xv_get loads its four values (and
+ * x2's), xv_put stores them as load_x does, the run's sum passed from lane to lane in the scalar form's order
+ * (value 0 to 15): the same bits. Every lane of a warp takes part (the shuffles). */
+struct XvPart {
+    int t, run, u, rr, q;
+    long long off;
+};
+template <class UT> __device__ __forceinline__ XvPart xv_at(long long x_tok, int u0, int nruns, int i)
 {
     constexpr int VPU = UT::VPU, NR = VPU / 16;
-    const int ri = i >> 2, t = ri / nruns, run = ri - t * nruns, u = run / NR, rr = run - u * NR, q = i & 3;
-    const long long off = (long long)u0 * VPU + UT::vcol(u * VPU + 16 * rr) + t * x_tok + 4 * q;
+    XvPart P;
+    const int ri = i >> 2;
+    P.t = ri / nruns, P.run = ri - P.t * nruns, P.u = P.run / NR, P.rr = P.run - P.u * NR, P.q = i & 3;
+    P.off = (long long)u0 * VPU + UT::vcol(P.u * VPU + 16 * P.rr) + P.t * x_tok + 4 * P.q;
+    return P;
+}
+__device__ __forceinline__ void xv_get(const float *x, const float *x2, int nt, const XvPart &P, float4 &a,
+                                       float4 &b)
+{
     a = b = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (t < nt) {
-        a = *reinterpret_cast<const float4 *>(x + off);
+    if (P.t < nt) {
+        a = *reinterpret_cast<const float4 *>(x + P.off);
         if (x2)
-            b = *reinterpret_cast<const float4 *>(x2 + off);
+            b = *reinterpret_cast<const float4 *>(x2 + P.off);
     }
 }
 template <class UT>
-__device__ __forceinline__ void xv_put(bool glu_in, int nt, int nruns, int i, float4 a, float4 b, float *xs, int XS,
+__device__ __forceinline__ void xv_put(bool glu_in, int nt, const XvPart &P, float4 a, float4 b, float *xs, int XS,
                                        float *ss, int SS)
 {
-    constexpr int VPU = UT::VPU, US = VPU + 4, NR = VPU / 16;
-    const int ri = i >> 2, t = ri / nruns, run = ri - t * nruns, u = run / NR, rr = run - u * NR, q = i & 3;
+    constexpr int US = UT::VPU + 4;
     const int lane = threadIdx.x & 31;
     float v[4] = {a.x, a.y, a.z, a.w};
-    if (glu_in && t < nt)
+    if (glu_in && P.t < nt)
         v[0] = glu(v[0], b.x), v[1] = glu(v[1], b.y), v[2] = glu(v[2], b.z), v[3] = glu(v[3], b.w);
-    const float s = quad_run_sum(v, q, lane); /* the scalar form's order */
+    const float s = quad_run_sum(v, P.q, lane); /* the scalar form's order */
 #pragma unroll
     for (int k = 0; k < 4; k++)
-        v[k] *= __int_as_float((127 + 64 - UT::xshift(16 * rr + 4 * q + k)) << 23);
-    *reinterpret_cast<float4 *>(xs + t * XS + u * US + 16 * rr + 4 * q) = make_float4(v[0], v[1], v[2], v[3]);
-    if (UT::NRUN && q == 3)
-        ss[t * SS + run] = s;
+        v[k] *= __int_as_float((127 + 64 - UT::xshift(16 * P.rr + 4 * P.q + k)) << 23);
+    *reinterpret_cast<float4 *>(xs + P.t * XS + P.u * US + 16 * P.rr + 4 * P.q) = make_float4(v[0], v[1], v[2], v[3]);
+    if (UT::NRUN && P.q == 3)
+        ss[P.t * SS + P.run] = s;
 }
 
 template <class UT, int T>
@@ -675,12 +684,13 @@ __device__ void load_x(const float *x, const float *x2, long long x_tok, int nt,
 {
     constexpr int VPU = UT::VPU, US = VPU + 4, NR = VPU / 16;
     const int nruns = (u1 - u0) * NR;
-    /* vec (the caller's: x, x2 and their token strides 16-byte aligned; LILAC_CUDA_X_VEC=0 off): xv_get */
+    /* vec (the caller's: x, x2 and their token strides 16-byte aligned; LILAC_CUDA_X_VEC=0 off): xv_at, xv_get, xv_put */
     if (vec && (T * nruns) % 8 == 0) { /* whole warps a run group (the shuffles) */
         for (int i = threadIdx.x; i < 4 * T * nruns; i += NTHREADS) {
+            const XvPart P = xv_at<UT>(x_tok, u0, nruns, i);
             float4 a, b;
-            xv_get<UT>(x, x2, x_tok, nt, u0, nruns, i, a, b);
-            xv_put<UT>(x2 != nullptr, nt, nruns, i, a, b, xs, XS, ss, SS);
+            xv_get(x, x2, nt, P, a, b);
+            xv_put<UT>(x2 != nullptr, nt, P, a, b, xs, XS, ss, SS);
         }
         __syncthreads();
         return;
