@@ -131,13 +131,12 @@ int main(void)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (!ct_quick() || cases[i].step)
             run(fx, &cases[i]);
-    /* The down+sum kernel unless LILAC_CUDA_DOWN_SUM=0 (the default since session 13), and the gate+up product
-     * writing the SwiGLU where LILAC_CUDA_GU_GLU=1: the Q4_K_M file's layers must have taken the fused kernel,
-     * not only its fallback */
+    /* The down+sum kernel unless LILAC_CUDA_DOWN_SUM=0 (the default since session 13): the Q4_K_M file's layers
+     * must have taken the fused kernel, not only its fallback */
     static const struct {
         const char *var;
         int kind, dflt;
-    } fused[] = {{"LILAC_CUDA_DOWN_SUM", LILAC_CUDA_FUSED_DOWN_SUM, 1}, {"LILAC_CUDA_GU_GLU", LILAC_CUDA_FUSED_GU_GLU, 0}};
+    } fused[] = {{"LILAC_CUDA_DOWN_SUM", LILAC_CUDA_FUSED_DOWN_SUM, 1}};
     for (size_t i = 0; i < sizeof fused / sizeof fused[0]; i++) {
         const char *v = getenv(fused[i].var);
         if (v ? strcmp(v, "1") != 0 : !fused[i].dflt)

@@ -16,9 +16,7 @@
  * against the route kernel and then the product over its choice: the same
  * experts, weights and outputs bit for bit (test_routed). Then the experts'
  * weighted sum and the next norm over a grid of blocks against the one-block
- * kernel (test_sum). The product that writes the SwiGLU of gate and up itself
- * (lilac_cuda_matvec_experts_routed_glu) against the plain one and lilac_cuda_swiglu: h bit for bit
- * (test_routed_glu).
+ * kernel (test_sum).
  *
  * Without a usable CUDA device it skips (exit 77), unless
  * LILAC_REQUIRE_CUDA=1. */
@@ -161,7 +159,7 @@ static void test_case(int E, int k, int norm, int shared, int gu, int nan_logits
 }
 
 /* The two routings' experts (slots of them) and weights (k, and the shared gate's) downloaded and compared bit for
- * bit: the checks test_routed and test_routed_glu share (ref names the first routing's source). */
+ * bit: test_routed's checks (ref names the first routing's source). */
 static void same_choice(const char *what, int rep, const char *ref, const int32_t *didx, const int32_t *didx2,
                         const float *dw, const float *dw2, int slots, int k, int shared)
 {
@@ -213,59 +211,6 @@ static void test_routed(int E, int k, int norm, int shared, int gu)
     }
     free(W), free(x), free(lg), free(y), free(y2);
     lilac_cuda_free(dW), lilac_cuda_free(dx), lilac_cuda_free(dlg), lilac_cuda_free(dy), lilac_cuda_free(dy2);
-    lilac_cuda_free(dw), lilac_cuda_free(dw2), lilac_cuda_free(didx), lilac_cuda_free(didx2);
-}
-
-/* lilac_cuda_matvec_experts_routed_glu (LILAC_CUDA_GU_GLU) against the plain routed product and
- * lilac_cuda_swiglu over its outputs: the same experts and weights, h bit for bit, two launches in a row; at
- * the decode step's shape (Q4_K gate and up stacked, ff x n = 512 x 2048: the staged path it takes, so a
- * refusal fails), then a shape it must refuse (ff 48: tiles whose halves do not divide the rows) with nothing
- * launched and no error. */
-static void test_routed_glu(int E, int k, int shared, int ff, int n, int type, int taken)
-{
-    const int slots = 2 * k;
-    const size_t rb = lilac_dtype_row_bytes(type, n), stride = rb * (size_t)ff, wbytes = stride * 2 * E;
-    uint8_t *W = malloc(wbytes);
-    float *x = malloc(sizeof(float) * n), *lg = malloc(sizeof(float) * (E + 1));
-    float *h = malloc(sizeof(float) * ff * k), *h2 = malloc(sizeof(float) * ff * k);
-    fill_matrix(type, 2LL * E * ff, n, rb, 0, W); /* random blocks: the bits are the test */
-    for (int i = 0; i < n; i++)
-        x[i] = rnd_normal();
-    uint8_t *dW = ct_dmalloc(wbytes);
-    float *dx = ct_dmalloc(sizeof(float) * n), *dlg = ct_dmalloc(sizeof(float) * (E + 1));
-    float *dy = ct_dmalloc(sizeof(float) * ff * slots), *dh = ct_dmalloc(sizeof(float) * ff * k);
-    float *dw = ct_dmalloc(sizeof(float) * (k + 1)), *dw2 = ct_dmalloc(sizeof(float) * (k + 1));
-    int32_t *didx = ct_dmalloc(sizeof(int32_t) * slots), *didx2 = ct_dmalloc(sizeof(int32_t) * slots);
-    ct_up(dW, W, wbytes), ct_up(dx, x, sizeof(float) * n);
-    const lilac_cuda_mat M = {dW, type, ff, n, rb};
-    const lilac_cuda_route_args ra = {E, k, 1, E, shared, didx, dw, NULL}, ra2 = {E, k, 1, E, shared, didx2, dw2, NULL};
-    char what[160];
-    snprintf(what, sizeof what, "routed gate+up with SwiGLU, %s %d x %d, E %d k %d shared %d", tname(type), ff, n, E,
-             k, shared);
-    for (int rep = 0; rep < 2; rep++) {
-        for (int e = 0; e <= E; e++)
-            lg[e] = rnd_normal() * 2;
-        ct_up(dlg, lg, sizeof(float) * (E + 1));
-        const int rc2 = lilac_cuda_matvec_experts_routed_glu(&M, stride, dlg, &ra2, dx, dh, NULL);
-        if (!taken) {
-            const char *m = check_msg();
-            CHECKF(rc2 == -1 && !m, "%s: taken (rc %d) where it should refuse, or an error: %s", what, rc2, m ? m : "");
-            break;
-        }
-        const int rc = lilac_cuda_matvec_experts_routed(&M, stride, dlg, &ra, dx, dy, NULL);
-        lilac_cuda_swiglu(dy, dy + (size_t)ff * k, ff * k, NULL); /* h = silu(gate) up over the gate slots */
-        ct_down(h, dy, sizeof(float) * ff * k), ct_down(h2, dh, sizeof(float) * ff * k);
-        const char *m = check_msg();
-        CHECKF(rc == 0 && rc2 == 0 && !m, "%s: launches (%d, %d): %s", what, rc, rc2, m ? m : "");
-        same_choice(what, rep, "plain product's", didx, didx2, dw, dw2, slots, k, shared);
-        int bad = 0;
-        for (int i = 0; i < ff * k; i++)
-            bad += memcmp(&h[i], &h2[i], sizeof(float)) != 0;
-        CHECKF(!bad, "%s (launch %d): h differs from swiglu(the plain product) in %d of %d values", what, rep, bad,
-               ff * k);
-    }
-    free(W), free(x), free(lg), free(h), free(h2);
-    lilac_cuda_free(dW), lilac_cuda_free(dx), lilac_cuda_free(dlg), lilac_cuda_free(dy), lilac_cuda_free(dh);
     lilac_cuda_free(dw), lilac_cuda_free(dw2), lilac_cuda_free(didx), lilac_cuda_free(didx2);
 }
 
@@ -333,9 +278,6 @@ int main(void)
     for (size_t i = 0; i < sizeof EK / sizeof EK[0]; i++)
         for (int v = 0; v < 8; v++)
             test_routed(EK[i][0], EK[i][1], v & 1, (v >> 1) & 1, (v >> 2) & 1);
-    test_routed_glu(16, 8, 1, 512, 2048, LILAC_Q4_K, 1);
-    test_routed_glu(32, 8, 0, 512, 2048, LILAC_Q4_K, 1);
-    test_routed_glu(8, 2, 0, 48, 64, LILAC_F32, 0);
     static const int SK[][2] = {{2048, 8}, {256, 2}, {100, 1}, {4096, 9}, {2048, 0}};
     for (size_t i = 0; i < sizeof SK / sizeof SK[0]; i++)
         for (int shared = 0; shared < 2; shared++)

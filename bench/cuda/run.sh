@@ -82,7 +82,6 @@ do_test() {
     run_test model-no-stage test_cuda_model LILAC_CUDA_MV_STAGE=0
     run_test model-no-ds-stage test_cuda_model LILAC_CUDA_DS_STAGE=0
     run_test model-no-xvec test_cuda_model LILAC_CUDA_X_VEC=0
-    run_test model-gu-glu test_cuda_model LILAC_CUDA_GU_GLU=1
     run_test model-pdl-set test_cuda_model LILAC_CUDA_PDL_SET=route,attention,combine,rope,sum,conv,rmsnorm
     run_test model-apart test_cuda_model LILAC_CUDA_NORM_ROUTER=0 LILAC_CUDA_PDL_ALL=1 LILAC_CUDA_SUM_GRID=0
     run_test model-no-down-sum test_cuda_model LILAC_CUDA_DOWN_SUM=0
@@ -100,7 +99,6 @@ do_test() {
     run_test batch-no-stage test_cuda_batch LILAC_CUDA_MV_STAGE=0
     run_test batch-no-ds-stage test_cuda_batch LILAC_CUDA_DS_STAGE=0
     run_test batch-no-xvec test_cuda_batch LILAC_CUDA_X_VEC=0
-    run_test batch-gu-glu test_cuda_batch LILAC_CUDA_GU_GLU=1
     run_test prefill test_cuda_prefill
     run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0

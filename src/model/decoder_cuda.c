@@ -534,7 +534,6 @@ const lilac_cuda_step_sw *lilac_cuda_step_switches(void)
             .sum_grid = lilac_env_switch("LILAC_CUDA_SUM_GRID", true),
             .down_sum = lilac_env_switch("LILAC_CUDA_DOWN_SUM", true),
             .route_fused = lilac_env_switch("LILAC_CUDA_ROUTE_FUSED", true),
-            .gu_glu = lilac_env_switch("LILAC_CUDA_GU_GLU", false),
         };
         read = true;
     }
@@ -647,13 +646,9 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             OP("matvec", lilac_cuda_matvec(&cl->router, cm->xn, cm->rl, 1, s));
         /* the routing inside the gate+up product: one kernel boundary less on the chain */
         bool fused_gu = sw->route_fused && routed && !tail && cl->gu_fused && (!shared || gate_row);
-        /* glu: h = silu(gate) up in gbuf (the gate slots), no up outputs: the products after read h alone */
-        bool glu = false;
         if (fused_gu) {
-            glu = sw->gu_glu && !lilac_cuda_matvec_experts_routed_glu(&cl->exp_gate, cl->gate_stride, cm->rl, &ra,
-                                                                      cm->xn, cm->gbuf, s);
-            fused_gu = glu || !lilac_cuda_matvec_experts_routed(&cl->exp_gate, cl->gate_stride, cm->rl, &ra,
-                                                                cm->xn, cm->gbuf, s);
+            fused_gu = !lilac_cuda_matvec_experts_routed(&cl->exp_gate, cl->gate_stride, cm->rl, &ra, cm->xn,
+                                                         cm->gbuf, s);
             if (fused_gu && g_trace == 1)
                 trace_name("matvec_experts", "");
         }
@@ -674,16 +669,15 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
         }
         if (shared)
             lilac_cuda_fork(aux, s, cm->ev[1]);
-        const float *up = glu ? NULL : cm->ubuf;
-        if (sw->down_sum && !lilac_cuda_moe_down_sum(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, up,
+        if (sw->down_sum && !lilac_cuda_moe_down_sum(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
                                                      cm->rw, shared ? cm->sho : NULL, cm->x, next_norm, cm->xn, eps,
                                                      cm->part, cm->count + 1, s)) {
             if (g_trace == 1)
                 trace_name("moe_down_sum", "");
             continue;
         }
-        OP("matvec_experts", lilac_cuda_matvec_fused(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, up, 1,
-                                                     cm->ex, 0, s));
+        OP("matvec_experts", lilac_cuda_matvec_fused(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
+                                                     1, cm->ex, 0, s));
         /* x += the experts' sum, and the next layer's input norm (the output norm after the last layer) */
         /* over a grid of blocks (LILAC_CUDA_SUM_GRID=0: one block) */
         if (!sw->sum_grid || lilac_cuda_moe_sum_norm_grid(cm->x, cm->ex, cm->rw, k, shared ? cm->sho : NULL,

@@ -84,10 +84,6 @@ typedef struct lilac_cuda_step_sw {
      * (lilac_cuda_matvec_experts_routed) where the norm+router kernel gives the logits (and the shared gate's)
      * and gate and up are one product: the route kernel off the chain */
     bool route_fused;
-    /* GU_GLU=1 (off; session 24, compiled only): that product writing h = silu(gate) up itself
-     * (lilac_cuda_matvec_experts_routed_glu) for the down+sum kernel, which then loads one input and computes no
-     * SwiGLU (by ncu ~45 % of its instructions were its inputs' load; every block computed the same SwiGLUs) */
-    bool gu_glu;
 } lilac_cuda_step_sw;
 const lilac_cuda_step_sw *lilac_cuda_step_switches(void);
 

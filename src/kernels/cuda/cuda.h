@@ -107,8 +107,7 @@ void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, cons
                              lilac_cuda_stream *s);
 
 /* The decode step's routed down product with the experts' sum and the next norm (LILAC_CUDA_DOWN_SUM=0: off): x +=
- * sum_i wt[i] (W[idx[i]] . silu(g_i) u_i) (g_i, u_i: rows W->cols apart; u NULL: g_i is the SwiGLU already,
- * lilac_cuda_matvec_experts_routed_glu's h), + wt[k] sh where sh (the shared
+ * sum_i wt[i] (W[idx[i]] . silu(g_i) u_i) (g_i, u_i: rows W->cols apart), + wt[k] sh where sh (the shared
  * expert's output) is set, in lilac_cuda_moe_sum_norm_grid's order; then xn = RMSNorm(x) * norm_w (norm_w set;
  * part: LILAC_CUDA_DOWN_SUM_MAXB floats, count: one unsigned, zero before the first call and after each), one
  * kernel. 0 when launched; -1 when it does not take the call (k over 8, the type, alignment or shape): then
@@ -141,7 +140,7 @@ void lilac_cuda_matvec_like(const lilac_cuda_mat *W, size_t expert_stride, const
                             const float *x, int x_stride, const float *x2, float *y, int n_tok, int accumulate,
                             const lilac_cuda_mat *like, size_t like_stride, int like_slots, lilac_cuda_stream *s);
 /* How many times a fused kernel was launched (tests: that the fused path, not its fallback, ran). */
-enum { LILAC_CUDA_FUSED_DOWN_SUM, LILAC_CUDA_FUSED_GU_GLU, LILAC_CUDA_FUSED_KINDS };
+enum { LILAC_CUDA_FUSED_DOWN_SUM, LILAC_CUDA_FUSED_KINDS };
 long lilac_cuda_fused_launches(int kind);
 
 /* out[c] = value c of row r of W, c < cols (dev): an embedding lookup with r read on the device from *r_dev. */

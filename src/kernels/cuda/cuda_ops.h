@@ -69,14 +69,6 @@ int lilac_cuda_norm_router(const float *x, const float *norm_w, float *xn, const
 int lilac_cuda_matvec_experts_routed(const lilac_cuda_mat *W, size_t expert_stride, const float *logits,
                                      const lilac_cuda_route_args *route, const float *x, float *y,
                                      lilac_cuda_stream *s);
-/* The same for gate and up stacked (route->up_offset > 0) writing h = silu(gate) up (k slots of W->rows floats
- * at h) instead of the 2k slots' outputs (LILAC_CUDA_GU_GLU): a block takes half a row tile of a slot's gate
- * rows and the same rows of its up, at the plain call's shape, so h holds the bits lilac_cuda_swiglu makes of
- * the plain call's outputs. -1 (nothing launched) where the plain call's shape is not one staged tile a block
- * whose halves divide W->rows. */
-int lilac_cuda_matvec_experts_routed_glu(const lilac_cuda_mat *W, size_t expert_stride, const float *logits,
-                                         const lilac_cuda_route_args *route, const float *x, float *h,
-                                         lilac_cuda_stream *s);
 /* The same over a grid of blocks (x bit for bit the same; the norm's sum of squares in another order): part
  * holds a float a block of LILAC_CUDA_SUM_GRID_T values (device), count one unsigned (device, zero before the
  * first launch; each launch leaves it zero). -1 (nothing launched) for E over LILAC_CUDA_SUM_GRID_MAXB blocks

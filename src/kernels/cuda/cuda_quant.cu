@@ -991,76 +991,6 @@ __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(con
     TRACE_END(LILAC_TK_MV);
 }
 
-/* LILAC_CUDA_GU_GLU=1 (off; session 24, compiled only): the routed gate+up product writing h = silu(g) u
- * itself, so that the down+sum kernel loads one input instead of two and computes no SwiGLU. By ncu the down+sum's
- * load_x was ~45 % of its instructions (4 passes of ~290 a warp), each of its 128 blocks computing the same
- * k x 512 SwiGLUs. A block takes half a row tile of one slot's gate rows and the same rows of its up matrix
- * (items: k x rows / half, as many as the plain product's 2k x rows / rpt), stages both halves (two bulk
- * copies after the routing) and computes them with k_mv's dots at the plain product's shape (mv_shape over 2k
- * slots: the same lanes a row), so g and u are its bits and h = glu(g, u) the bits k_moe_down_sum's load_x
- * made of them. One item a block, staged only: launch_glu refuses the rest. */
-constexpr int MV_GLU_ROWS = 256; /* the most rows a tile (rpt) it takes */
-template <int TYPE, bool A16>
-__global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, 1)) k_mv_glu(const MV p)
-{
-    using UT = Unit<TYPE>;
-    constexpr int R = cfg_rows_t(1), VPU = UT::VPU, NRUN = UT::NRUN, US = VPU + 4;
-    TRACE_START(LILAC_TK_MV);
-    griddep_launch_dependents();
-    griddep_wait(); /* the router's logits and x come from the kernel before */
-    TRACE_WAITED(LILAC_TK_MV);
-    __shared__ int32_t sidx[64];
-    __shared__ uint64_t bar;
-    __shared__ float gv[MV_GLU_ROWS]; /* the tile's dots: its gate rows, then its up rows */
-    mv_route(p.rlog, p.r, sidx);
-    __syncthreads();
-    TRACE_MARK1(LILAC_TK_MV);
-    extern __shared__ float4 smem4[];
-    float *const xs = reinterpret_cast<float *>(smem4);
-    const int XS = p.ut * US, SS = p.ut * NRUN, U = (int)(p.cols / VPU);
-    float *const ss = xs + XS;
-    uint8_t *const st = reinterpret_cast<uint8_t *>(smem4) + p.stage_off;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int lpr = 1 << p.lpr_log2, sub = lane & (lpr - 1), grp = lane >> p.lpr_log2;
-    const int rpw = R << (5 - p.lpr_log2), half = (int)mv_tile_rows(R, p.lpr_log2) / 2;
-    const long long tiles = 2 * p.row_tiles; /* half tiles a slot */
-    const long long s = blockIdx.x / tiles, j = blockIdx.x - s * tiles;
-    const uint32_t b_ = dev_smem_addr(&bar), run = (uint32_t)((size_t)half * p.row_bytes);
-    if (threadIdx.x == 0) { /* mv_stage's pattern, a copy a half */
-        const size_t r0 = (size_t)(j * half) * p.row_bytes;
-        dev_stage_init(b_);
-        dev_stage_expect(b_, 2 * run);
-        dev_stage_copy(st, p.w + (size_t)sidx[s] * p.expert_stride + r0, run, b_);
-        dev_stage_copy(st + run, p.w + (size_t)sidx[p.r.k + s] * p.expert_stride + r0, run, b_);
-    }
-    __syncthreads(); /* the barrier set up before any thread waits on it */
-    load_x<UT, 1>(p.x, nullptr, p.x_tok, 1, 0, U, xs, XS, ss, SS, p.xvec); /* mv_block's one column tile */
-    const int lr0 = warp * rpw + grp * R; /* the lane group's first row of the tile */
-    const uint8_t *rowp[R];
-    bool ok[R];
-#pragma unroll
-    for (int r = 0; r < R; r++)
-        ok[r] = true, rowp[r] = st + (size_t)(lr0 + r) * p.row_bytes;
-    float tot[R][1];
-#pragma unroll
-    for (int r = 0; r < R; r++)
-        tot[r][0] = 0.f;
-    typename UT::Pay a[R], b[R];
-    dev_stage_wait(b_, 0);
-    TRACE_MARK2(LILAC_TK_MV);
-    mv_units<TYPE, A16, R, 1, true>(rowp, ok, sub, 0, U, lpr, a, b, xs, XS, ss, SS, 1, tot);
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        const float v = lanes_sum(tot[r][0], lpr);
-        if (sub == 0)
-            gv[lr0 + r] = v;
-    }
-    __syncthreads();
-    for (int t = threadIdx.x; t < half; t += NTHREADS)
-        p.y[s * p.y_slot + j * half + t] = glu(gv[t], gv[half + t]);
-    TRACE_END(LILAC_TK_MV);
-}
-
 /* k_mv_pipe (LILAC_CUDA_MV_PIPE=0 off; session 20, on since session 21): a dense one-token product whose blocks
  * each take several items (the LM head: 248k rows over the grid that fits) streams them through shared memory
  * instead of loading units from global memory lane by lane: two buffers of an item's rows, each item one bulk
@@ -1239,7 +1169,6 @@ __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
     /* the batched call's row (one launch of the same kernel for every row: the token step's bits) */
     const long long by = blockIdx.y, eo = by * d.rows;
     const int32_t *const idx = d.idx + by * d.r_idx;
-    /* (d.u NULL, g being h already: only at one token, by * d.r_gu 0: u_in NULL, as the host checks) */
     const float *const wt = d.wt + by * d.r_wt, *const g_in = d.g + by * d.r_gu, *const u_in = d.u + by * d.r_gu;
     const float *const sh = d.sh ? d.sh + eo : nullptr;
     float *const x = d.x + eo, *const xn = d.xn ? d.xn + eo : nullptr;
@@ -1628,25 +1557,6 @@ void launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force)
     long long gy = ntc > 1 && (long long)grid < 2 * cap ? (2 * cap + grid - 1) / grid : 1;
     gy = gy > ntc ? ntc : gy > 65535 ? 65535 : gy;
     launch_dependent(kern, dim3(grid, (unsigned)gy), dim3(NTHREADS), (size_t)smem, st, p);
-}
-
-/* k_mv_glu over p (the routed gate+up product, 2k slots) at the plain product's shape; false (nothing launched)
- * where that shape is not one staged item a block, or its tile not two halves that divide the rows. */
-template <int TYPE, bool A16> bool launch_glu(MV p, cudaStream_t st, int slots)
-{
-    p.xvec = mv_xvec(p.x, p.x2, p.x_tok, p.x_slot);
-    int smem = mv_smem<TYPE, 1>(p.cols);
-    const long long cap = mv_grid_cap<TYPE, 1, k_mv<TYPE, A16, cfg_rows_t(1), 1>>(p.cols);
-    mv_shape<TYPE, 1>(p, slots, cap);
-    const long long grid = p.items < cap ? p.items : cap, rpt = mv_tile_rows(cfg_rows_t(1), p.lpr_log2);
-    if (rpt % 2 || rpt > MV_GLU_ROWS || p.rows % (rpt / 2) || p.n_ct != 1)
-        return false;
-    p.stage_off = mv_stage_off<TYPE, 1>(p, grid, &smem); /* 0 unless one item a block (grid == items) */
-    if (!p.stage_off)
-        return false;
-    smem_max_once<k_mv_glu<TYPE, A16>>();
-    launch_dependent(k_mv_glu<TYPE, A16>, dim3((unsigned)grid), dim3(NTHREADS), (size_t)smem, st, p);
-    return true;
 }
 
 template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int slots, int lpr_force)
@@ -2209,26 +2119,6 @@ int lilac_cuda_matvec_experts_routed(const lilac_cuda_mat *W, size_t expert_stri
     return mv_fast(W, mv_align(W, expert_stride), p, S(s), slots) ? 0 : -1;
 }
 
-int lilac_cuda_matvec_experts_routed_glu(const lilac_cuda_mat *W, size_t expert_stride, const float *logits,
-                                         const lilac_cuda_route_args *r, const float *x, float *h,
-                                         lilac_cuda_stream *s)
-{
-    if (!mat_ok(W) || !logits || !r || !route_takes(r->E, r->k) || r->up_offset <= 0 || !r->idx || !r->w || !x ||
-        !h)
-        return -1;
-    MV p = mv_params(W, expert_stride, r->idx, true, x, nullptr, 0, h, 1, 0);
-    p.rlog = logits;
-    p.r = *r;
-    bool ok = false;
-    mv_dispatch(W->type, mv_align(W, expert_stride), [&](auto kind) {
-        using K = decltype(kind);
-        ok = launch_glu<K::type, K::a16>(p, S(s), 2 * r->k);
-    });
-    if (ok)
-        g_fused_launches[LILAC_CUDA_FUSED_GU_GLU].fetch_add(1, std::memory_order_relaxed);
-    return ok ? 0 : -1;
-}
-
 void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
                              const float *x, const float *x2, int x_stride, float *y, int accumulate,
                              lilac_cuda_stream *s)
@@ -2256,7 +2146,7 @@ int lilac_cuda_moe_down_sum_batch(const lilac_cuda_mat *W, size_t expert_stride,
                                   const float *norm_w, float *xn, float eps, float *part, unsigned *count, int n,
                                   long long idx_row, long long wt_row, long long gu_row, lilac_cuda_stream *s)
 {
-    if (!mat_ok(W) || !idx || !g || (!u && n != 1) || !wt || !x || (norm_w && (!xn || !part || !count)) || k < 1 ||
+    if (!mat_ok(W) || !idx || !g || !u || !wt || !x || (norm_w && (!xn || !part || !count)) || k < 1 ||
         k > DS_MAXK || W->cols > INT_MAX || W->rows > INT_MAX || n < 1 || n > 65535 || idx_row < 0 || wt_row < 0 ||
         gu_row < 0)
         return -1;
