@@ -534,6 +534,7 @@ const lilac_cuda_step_sw *lilac_cuda_step_switches(void)
             .sum_grid = lilac_env_switch("LILAC_CUDA_SUM_GRID", true),
             .down_sum = lilac_env_switch("LILAC_CUDA_DOWN_SUM", true),
             .route_fused = lilac_env_switch("LILAC_CUDA_ROUTE_FUSED", true),
+            .qkv_conv = lilac_env_switch("LILAC_CUDA_QKV_CONV", true),
         };
         read = true;
     }
@@ -596,9 +597,17 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
                 OP("matvec", lilac_cuda_matvec(&cl->ssm_alpha, cm->xn, cm->a, 1, aux));
                 OP("matvec", lilac_cuda_matvec(&cl->ssm_beta, cm->xn, cm->b, 1, aux));
             }
-            OP("matvec", lilac_cuda_matvec(qkvz ? &cl->ssm_qkvz : &cl->ssm_qkv, cm->xn, cm->qkv, 1, s));
+            /* the conv step by the qkv product's lanes (QKV_CONV): its kernel and two boundaries off the chain */
+            const lilac_cuda_mat *wqkv = qkvz ? &cl->ssm_qkvz : &cl->ssm_qkv;
+            const lilac_cuda_conv_args ca = {cl->ssm_conv, cs->conv[il], cm->conv, C, K};
+            const bool conv_fold = sw->qkv_conv && !lilac_cuda_matvec_conv(wqkv, cm->xn, cm->qkv, &ca, s);
+            if (conv_fold && g_trace == 1)
+                trace_name("matvec", "");
+            if (!conv_fold)
+                OP("matvec", lilac_cuda_matvec(wqkv, cm->xn, cm->qkv, 1, s));
             lilac_cuda_fork(aux, s, cm->ev[1]);
-            OP("conv_step", lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, K, s));
+            if (!conv_fold)
+                OP("conv_step", lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, K, s));
             if (lilac_cuda_deltanet_fused(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
                                           cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s)) { /* other shapes: */
                 if (g_trace == 1)

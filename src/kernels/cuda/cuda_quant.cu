@@ -625,6 +625,12 @@ struct MV {
      * staged (mv_stage); 0: read from global memory as they are used */
     int stage_off;
     int xvec; /* load_x's vec: x, x2 and their strides 16-byte aligned (mv_xvec) */
+    /* lilac_cuda_matvec_conv (k_mv's CV instances): rows below cv_C also take the DeltaNet's causal conv step
+     * (cv_K taps cv_w[c][K], the K - 1 earlier inputs cv_state[K - 1][cv_C], silu(conv) into cv_out), done by
+     * the lane that writes y[c] from the value it writes */
+    const float *cv_w;
+    float *cv_state, *cv_out;
+    int cv_C, cv_K;
 };
 
 /* x[t][u0 * VPU ..) of nt tokens (the rest zero) into shared memory, value
@@ -834,9 +840,54 @@ constexpr int cfg_lane_units(int T) { return T == 1 ? 4 : 1; }
  * applied as x is loaded, from the sum kernel's parts (LILAC_CUDA_NORM_FOLD):
  * 296.8 against 319.2/320.3, every block's serial norm before its x loads
  * costing more than the sum kernel's tail it removed. */
-template <int TYPE, bool A16, int R, int T, bool SH = false>
+/* The conv step folded into a product (lilac_cuda_matvec_conv): MV_CV_K taps at most, MV_CV_ROWS rows a tile at
+ * most (the host refuses more), each row's taps and earlier inputs in shared memory (cvs: 2 MV_CV_K floats a
+ * row, loaded by mv_conv_load before the wait). */
+constexpr int MV_CV_K = 4, MV_CV_ROWS = 256;
+
+/* The block's rows' taps and earlier inputs into cvs (the block's one item: the staged instance's). The state is
+ * this product's alone (the step before wrote it, in an earlier graph launch): loaded before the wait, as
+ * k_dn_fused loads its state. */
+template <int R> static __device__ void mv_conv_load(const MV &p, float *cvs)
+{
+    const long long rpt = mv_tile_rows(R, p.lpr_log2), r0 = (long long)blockIdx.x * rpt;
+    for (int i = threadIdx.x; i < rpt * 2 * MV_CV_K; i += NTHREADS) {
+        const int j = i % (2 * MV_CV_K);
+        const long long c = r0 + i / (2 * MV_CV_K);
+        float v = 0.0f;
+        if (blockIdx.x < p.items && c < p.cv_C) {
+            if (j < MV_CV_K)
+                v = j < p.cv_K ? __ldg(p.cv_w + c * p.cv_K + j) : 0.0f;
+            else if (j - MV_CV_K < p.cv_K - 1)
+                v = p.cv_state[(long long)(j - MV_CV_K) * p.cv_C + c];
+        }
+        cvs[i] = v;
+    }
+}
+
+/* Row c's conv step from v (the product's y[c]) with its taps and earlier inputs at cvs (local row lr): k_conv_step's
+ * arithmetic (conv_tap_sum) and state shift. */
+static __device__ __forceinline__ void mv_conv_row(const MV &p, const float *cvs, long long lr, long long c, float v)
+{
+    if (c >= p.cv_C)
+        return;
+    float w[MV_CV_K], sv[MV_CV_K];
+#pragma unroll
+    for (int i = 0; i < MV_CV_K; i++)
+        w[i] = cvs[lr * 2 * MV_CV_K + i], sv[i] = cvs[lr * 2 * MV_CV_K + MV_CV_K + i];
+    const int K = p.cv_K;
+    p.cv_out[c] = conv_tap_sum<MV_CV_K>(w, sv, v, K);
+#pragma unroll
+    for (int i = 0; i < MV_CV_K - 1; i++)
+        if (i + 1 < K - 1)
+            p.cv_state[(long long)i * p.cv_C + c] = sv[i + 1];
+        else if (i + 1 == K - 1)
+            p.cv_state[(long long)i * p.cv_C + c] = v;
+}
+
+template <int TYPE, bool A16, int R, int T, bool SH = false, bool CV = false>
 __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx, int nbx, int by, int nby,
-                                         const uint8_t *stage = nullptr, uint32_t bar = 0)
+                                         const uint8_t *stage = nullptr, uint32_t bar = 0, const float *cvs = nullptr)
 {
     using UT = Unit<TYPE>;
     constexpr int VPU = UT::VPU, NRUN = UT::NRUN, US = VPU + 4;
@@ -912,6 +963,8 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
                     if (sub == 0 && ok[r] && t < nt) {
                         float *yp = yb + (t0 + t) * p.y_tok + row0 + r;
                         *yp = p.acc ? *yp + v : v;
+                        if constexpr (CV)
+                            mv_conv_row(p, cvs, row0 + r - rt * rpt, row0 + r, v);
                     }
                 }
         }
@@ -958,7 +1011,7 @@ template <int R> static __device__ void mv_stage(const MV &p, const int32_t *idx
 }
 
 /* The product as a kernel of its own: mv_block over the grid, launched dependent (launch_dependent). */
-template <int TYPE, bool A16, int R, int T, bool STG = false>
+template <int TYPE, bool A16, int R, int T, bool STG = false, bool CV = false>
 __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(const MV p)
 {
     TRACE_START(LILAC_TK_MV);
@@ -981,8 +1034,15 @@ __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(con
             extern __shared__ float4 smem4[];
             uint8_t *const st = reinterpret_cast<uint8_t *>(smem4) + p.stage_off;
             mv_stage<R>(p, idx, st, dev_smem_addr(&bar));
-            mv_block<TYPE, A16, R, T, true>(p, idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y, st,
-                                            dev_smem_addr(&bar));
+            if constexpr (CV) { /* (dense: the wait is mv_block's) */
+                __shared__ float cvs[MV_CV_ROWS * 2 * MV_CV_K];
+                mv_conv_load<R>(p, cvs);
+                mv_block<TYPE, A16, R, T, true, true>(p, idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y, st,
+                                                      dev_smem_addr(&bar), cvs);
+            } else {
+                mv_block<TYPE, A16, R, T, true>(p, idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y, st,
+                                                dev_smem_addr(&bar));
+            }
             TRACE_END(LILAC_TK_MV);
             return;
         }
@@ -1533,9 +1593,10 @@ static int mv_xvec(const float *x, const float *x2, long long tok, long long slo
     return x_vec_enabled() && x && al(x) && al(x2) && tok % 4 == 0 && slot % 4 == 0;
 }
 
-/* KERN (k_mv, T tokens a pass) over the grid that fits, in mv_shape's shape. */
+/* KERN (k_mv, T tokens a pass) over the grid that fits, in mv_shape's shape. stage_rows > 0: KERN_STG alone, at
+ * most that many rows a tile, or nothing launched (false). */
 template <int TYPE, int T, auto KERN, auto KERN_STG = KERN, auto KERN_PIPE = KERN>
-void launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force)
+bool launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force, long long stage_rows = 0)
 {
     auto kern = KERN;
     p.xvec = mv_xvec(p.x, p.x2, p.x_tok, p.x_slot);
@@ -1544,9 +1605,11 @@ void launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force)
     mv_shape<TYPE, T>(p, slots, cap, lpr_force);
     const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
     p.stage_off = KERN_STG != KERN ? mv_stage_off<TYPE, T>(p, grid, &smem) : 0;
+    if (stage_rows > 0 && (!p.stage_off || mv_tile_rows(cfg_rows_t(T), p.lpr_log2) > stage_rows))
+        return false;
     if constexpr (KERN_PIPE != KERN)
         if (!p.stage_off && launch_pipe<KERN_PIPE>(p, grid, smem, st))
-            return;
+            return true;
     if (p.stage_off) {
         kern = KERN_STG;
         smem_max_once<KERN_STG>();
@@ -1557,6 +1620,14 @@ void launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force)
     long long gy = ntc > 1 && (long long)grid < 2 * cap ? (2 * cap + grid - 1) / grid : 1;
     gy = gy > ntc ? ntc : gy > 65535 ? 65535 : gy;
     launch_dependent(kern, dim3(grid, (unsigned)gy), dim3(NTHREADS), (size_t)smem, st, p);
+    return true;
+}
+
+/* lilac_cuda_matvec_conv's launch: the staged one-token product with the conv step (k_mv's CV instance) */
+template <int TYPE, bool A16> bool launch_conv(const MV &p, cudaStream_t st)
+{
+    return launch_shaped<TYPE, 1, k_mv<TYPE, A16, cfg_rows_t(1), 1>, k_mv<TYPE, A16, cfg_rows_t(1), 1, true, true>>(
+        p, st, 1, -1, MV_CV_ROWS);
 }
 
 template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int slots, int lpr_force)
@@ -2104,6 +2175,24 @@ void lilac_cuda_matvec_experts(const lilac_cuda_mat *W, size_t expert_stride, co
     if (k <= 0)
         return;
     matvec(W, expert_stride, idx, k, x, W && x_stride ? W->cols : 0, y, 1, S(s));
+}
+
+int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, const lilac_cuda_conv_args *c,
+                           lilac_cuda_stream *s)
+{
+    if (!mat_ok(W) || !x || !y || !c || !c->w || !c->state || !c->out || c->C < 1 || c->C > W->rows || c->K < 1 ||
+        c->K > MV_CV_K)
+        return -1;
+    MV p = mv_params(W, 0, nullptr, false, x, nullptr, 0, y, 1, 0);
+    p.cv_w = c->w, p.cv_state = c->state, p.cv_out = c->out, p.cv_C = c->C, p.cv_K = c->K;
+    bool ok = false;
+    mv_dispatch(W->type, mv_align(W, 0), [&](auto kind) {
+        using K = decltype(kind);
+        ok = launch_conv<K::type, K::a16>(p, S(s));
+    });
+    if (ok)
+        g_fused_launches[LILAC_CUDA_FUSED_QKV_CONV].fetch_add(1, std::memory_order_relaxed);
+    return ok ? 0 : -1;
 }
 
 int lilac_cuda_matvec_experts_routed(const lilac_cuda_mat *W, size_t expert_stride, const float *logits,
