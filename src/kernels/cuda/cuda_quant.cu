@@ -848,14 +848,14 @@ constexpr int MV_CV_K = 4, MV_CV_ROWS = 256;
 /* The block's rows' taps and earlier inputs into cvs (the block's one item: the staged instance's). The state is
  * this product's alone (the step before wrote it, in an earlier graph launch): loaded before the wait, as
  * k_dn_fused loads its state. */
-template <int R> static __device__ void mv_conv_load(const MV &p, float *cvs)
+template <int R> static __device__ void mv_conv_load(const MV &p, float *cvs, long long item)
 {
-    const long long rpt = mv_tile_rows(R, p.lpr_log2), r0 = (long long)blockIdx.x * rpt;
+    const long long rpt = mv_tile_rows(R, p.lpr_log2), r0 = item * rpt;
     for (int i = threadIdx.x; i < rpt * 2 * MV_CV_K; i += NTHREADS) {
         const int j = i % (2 * MV_CV_K);
         const long long c = r0 + i / (2 * MV_CV_K);
         float v = 0.0f;
-        if (blockIdx.x < p.items && c < p.cv_C) {
+        if (item < p.items && c < p.cv_C) {
             if (j < MV_CV_K)
                 v = j < p.cv_K ? __ldg(p.cv_w + c * p.cv_K + j) : 0.0f;
             else if (j - MV_CV_K < p.cv_K - 1)
@@ -990,11 +990,11 @@ static __device__ __noinline__ void mv_route(const float *rlog, const lilac_cuda
 /* mv_stage_enabled: the block's item (one a block) copied into shared memory at st in one bulk copy, issued
  * as soon as the rows are known: a dense product's before its wait (while the kernel before ends), a routed
  * one's after the routing. Its rows are a contiguous run of the matrix (or of the slot's expert). */
-template <int R> static __device__ void mv_stage(const MV &p, const int32_t *idx, uint8_t *st, uint32_t bar)
+template <int R>
+static __device__ void mv_stage(const MV &p, const int32_t *idx, uint8_t *st, uint32_t bar, long long item)
 {
     if (threadIdx.x == 0) {
         dev_stage_init(bar);
-        const long long item = blockIdx.x;
         if (item < p.items) {
             const long long slot = item / p.row_tiles, rt = item - slot * p.row_tiles;
             const long long rpt = mv_tile_rows(R, p.lpr_log2), r0 = rt * rpt;
@@ -1010,8 +1010,27 @@ template <int R> static __device__ void mv_stage(const MV &p, const int32_t *idx
     __syncthreads(); /* the barrier set up before any thread waits on it */
 }
 
+/* k_mv's staged body, one item a block: item (of nitems) copied in (mv_stage), the conv step's taps and inputs
+ * loaded (CV: lilac_cuda_matvec_conv), mv_block over it. */
+template <int TYPE, bool A16, int R, int T, bool CV>
+__device__ __forceinline__ void mv_staged(const MV &p, const int32_t *idx, int item, int nitems)
+{
+    __shared__ uint64_t bar;
+    extern __shared__ float4 smem4[];
+    uint8_t *const st = reinterpret_cast<uint8_t *>(smem4) + p.stage_off;
+    mv_stage<R>(p, idx, st, dev_smem_addr(&bar), item);
+    if constexpr (CV) { /* (dense: the wait is mv_block's) */
+        __shared__ float cvs[MV_CV_ROWS * 2 * MV_CV_K];
+        mv_conv_load<R>(p, cvs, item);
+        mv_block<TYPE, A16, R, T, true, true>(p, idx, item, nitems, blockIdx.y, gridDim.y, st, dev_smem_addr(&bar),
+                                              cvs);
+    } else {
+        mv_block<TYPE, A16, R, T, true>(p, idx, item, nitems, blockIdx.y, gridDim.y, st, dev_smem_addr(&bar));
+    }
+}
+
 /* The product as a kernel of its own: mv_block over the grid, launched dependent (launch_dependent). */
-template <int TYPE, bool A16, int R, int T, bool STG = false, bool CV = false>
+template <int TYPE, bool A16, int R, int T, bool STG = false>
 __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(const MV p)
 {
     TRACE_START(LILAC_TK_MV);
@@ -1030,24 +1049,32 @@ __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(con
             idx = sidx;
         }
         if constexpr (STG) { /* (an instance of its own: the registers of the plain one stay as they were) */
-            __shared__ uint64_t bar;
-            extern __shared__ float4 smem4[];
-            uint8_t *const st = reinterpret_cast<uint8_t *>(smem4) + p.stage_off;
-            mv_stage<R>(p, idx, st, dev_smem_addr(&bar));
-            if constexpr (CV) { /* (dense: the wait is mv_block's) */
-                __shared__ float cvs[MV_CV_ROWS * 2 * MV_CV_K];
-                mv_conv_load<R>(p, cvs);
-                mv_block<TYPE, A16, R, T, true, true>(p, idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y, st,
-                                                      dev_smem_addr(&bar), cvs);
-            } else {
-                mv_block<TYPE, A16, R, T, true>(p, idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y, st,
-                                                dev_smem_addr(&bar));
-            }
+            mv_staged<TYPE, A16, R, T, false>(p, idx, blockIdx.x, gridDim.x);
             TRACE_END(LILAC_TK_MV);
             return;
         }
     }
     mv_block<TYPE, A16, R, T>(p, idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
+    TRACE_END(LILAC_TK_MV);
+}
+
+/* Two dense one-token products of the same x in one launch (lilac_cuda_matvec_conv with a second matrix: the
+ * DeltaNet's qkv+z with the conv step, and its alpha/beta): blocks [0, p.items) take p's items, the next q.items
+ * q's, each staged at the shape it has alone (the same bits). One kernel where there were a product on a second
+ * stream and its join before the delta rule: the delta rule's kernel launched dependent on this one alone. */
+constexpr int cfg_pair_min_blocks(int t1, int t2)
+{
+    return cfg_mv_min_blocks(t1, 1) < cfg_mv_min_blocks(t2, 1) ? cfg_mv_min_blocks(t1, 1) : cfg_mv_min_blocks(t2, 1);
+}
+template <int T1, bool A1, int T2, bool A2>
+__global__ void __launch_bounds__(NTHREADS, cfg_pair_min_blocks(T1, T2)) k_mv_pair(const MV p, const MV q)
+{
+    TRACE_START(LILAC_TK_MV);
+    griddep_launch_dependents();
+    if (blockIdx.x < p.items)
+        mv_staged<T1, A1, cfg_rows_t(1), 1, true>(p, nullptr, blockIdx.x, (int)p.items);
+    else
+        mv_staged<T2, A2, cfg_rows_t(1), 1, false>(q, nullptr, blockIdx.x - (int)p.items, (int)q.items);
     TRACE_END(LILAC_TK_MV);
 }
 
@@ -1593,23 +1620,31 @@ static int mv_xvec(const float *x, const float *x2, long long tok, long long slo
     return x_vec_enabled() && x && al(x) && al(x2) && tok % 4 == 0 && slot % 4 == 0;
 }
 
-/* KERN (k_mv, T tokens a pass) over the grid that fits, in mv_shape's shape. stage_rows > 0: KERN_STG alone, at
- * most that many rows a tile, or nothing launched (false). */
-template <int TYPE, int T, auto KERN, auto KERN_STG = KERN, auto KERN_PIPE = KERN>
-bool launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force, long long stage_rows = 0)
+/* p in mv_shape's shape for KERN (k_mv, T tokens a pass) over the grid that fits (*grid), with its dynamic
+ * shared memory (*smem), its rows staged (p.stage_off) where `stage` and the shape allow; the blocks that fit. */
+template <int TYPE, int T, auto KERN>
+long long mv_prepare(MV &p, int slots, int lpr_force, bool stage, unsigned *grid, int *smem)
 {
-    auto kern = KERN;
     p.xvec = mv_xvec(p.x, p.x2, p.x_tok, p.x_slot);
-    int smem = mv_smem<TYPE, T>(p.cols);
+    *smem = mv_smem<TYPE, T>(p.cols);
     const long long cap = mv_grid_cap<TYPE, T, KERN>(p.cols);
     mv_shape<TYPE, T>(p, slots, cap, lpr_force);
-    const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
-    p.stage_off = KERN_STG != KERN ? mv_stage_off<TYPE, T>(p, grid, &smem) : 0;
-    if (stage_rows > 0 && (!p.stage_off || mv_tile_rows(cfg_rows_t(T), p.lpr_log2) > stage_rows))
-        return false;
+    *grid = (unsigned)(p.items < cap ? p.items : cap);
+    p.stage_off = stage ? mv_stage_off<TYPE, T>(p, *grid, smem) : 0;
+    return cap;
+}
+
+/* KERN (k_mv, T tokens a pass) over the grid that fits, in mv_shape's shape. */
+template <int TYPE, int T, auto KERN, auto KERN_STG = KERN, auto KERN_PIPE = KERN>
+void launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force)
+{
+    auto kern = KERN;
+    unsigned grid;
+    int smem;
+    const long long cap = mv_prepare<TYPE, T, KERN>(p, slots, lpr_force, KERN_STG != KERN, &grid, &smem);
     if constexpr (KERN_PIPE != KERN)
         if (!p.stage_off && launch_pipe<KERN_PIPE>(p, grid, smem, st))
-            return true;
+            return;
     if (p.stage_off) {
         kern = KERN_STG;
         smem_max_once<KERN_STG>();
@@ -1620,14 +1655,27 @@ bool launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force, long long st
     long long gy = ntc > 1 && (long long)grid < 2 * cap ? (2 * cap + grid - 1) / grid : 1;
     gy = gy > ntc ? ntc : gy > 65535 ? 65535 : gy;
     launch_dependent(kern, dim3(grid, (unsigned)gy), dim3(NTHREADS), (size_t)smem, st, p);
-    return true;
 }
 
-/* lilac_cuda_matvec_conv's launch: the staged one-token product with the conv step (k_mv's CV instance) */
-template <int TYPE, bool A16> bool launch_conv(const MV &p, cudaStream_t st)
+/* lilac_cuda_matvec_conv's products (k_mv_pair): shaped as the plain one-token product (its bits), staged, and
+ * (conv: with the conv step) at most MV_CV_ROWS rows a tile; false: not so. */
+template <int TYPE, bool A16> bool conv_shape(MV &p, bool conv, unsigned *grid, int *smem)
 {
-    return launch_shaped<TYPE, 1, k_mv<TYPE, A16, cfg_rows_t(1), 1>, k_mv<TYPE, A16, cfg_rows_t(1), 1, true, true>>(
-        p, st, 1, -1, MV_CV_ROWS);
+    mv_prepare<TYPE, 1, k_mv<TYPE, A16, cfg_rows_t(1), 1>>(p, 1, -1, true, grid, smem);
+    return p.stage_off && (!conv || mv_tile_rows(cfg_rows_t(1), p.lpr_log2) <= MV_CV_ROWS);
+}
+template <int T1, bool A1, int T2, bool A2> bool launch_pair(MV p, MV q, cudaStream_t st)
+{
+    unsigned g1, g2;
+    int s1, s2;
+    if (!conv_shape<T1, A1>(p, true, &g1, &s1) || !conv_shape<T2, A2>(q, false, &g2, &s2) ||
+        p.items + q.items > INT_MAX)
+        return false;
+    constexpr auto kern = k_mv_pair<T1, A1, T2, A2>;
+    smem_max_once<kern>();
+    launch_dependent(kern, dim3((unsigned)(p.items + q.items)), dim3(NTHREADS), (size_t)(s1 > s2 ? s1 : s2), st, p,
+                     q);
+    return true;
 }
 
 template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int slots, int lpr_force)
@@ -1758,6 +1806,20 @@ template <class F> bool mv_dispatch(int type, int align, F &&f)
     case LILAC_Q4_0: f(MvKind<LILAC_Q4_0, false>{}); return true;
     case LILAC_F32: f(MvKind<LILAC_F32, true>{}); return true;
     case LILAC_F16: f(MvKind<LILAC_F16, true>{}); return true;
+    case LILAC_BF16: f(MvKind<LILAC_BF16, true>{}); return true;
+    default: return false;
+    }
+}
+
+/* The second matrix's kinds k_mv_pair is built for (the alpha/beta products' types: Q8_0 in llama.cpp's mixes,
+ * or a float type); false (f not called) for the others. */
+template <class F> bool pair_dispatch(int type, int align, F &&f)
+{
+    if (!align)
+        return false;
+    switch (type) {
+    case LILAC_Q8_0: f(MvKind<LILAC_Q8_0, false>{}); return true;
+    case LILAC_F32: f(MvKind<LILAC_F32, true>{}); return true;
     case LILAC_BF16: f(MvKind<LILAC_BF16, true>{}); return true;
     default: return false;
     }
@@ -2178,17 +2240,21 @@ void lilac_cuda_matvec_experts(const lilac_cuda_mat *W, size_t expert_stride, co
 }
 
 int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, const lilac_cuda_conv_args *c,
-                           lilac_cuda_stream *s)
+                           const lilac_cuda_mat *W2, float *y2, lilac_cuda_stream *s)
 {
     if (!mat_ok(W) || !x || !y || !c || !c->w || !c->state || !c->out || c->C < 1 || c->C > W->rows || c->K < 1 ||
-        c->K > MV_CV_K)
+        c->K > MV_CV_K || !mat_ok(W2) || W2->cols != W->cols || !y2)
         return -1;
     MV p = mv_params(W, 0, nullptr, false, x, nullptr, 0, y, 1, 0);
     p.cv_w = c->w, p.cv_state = c->state, p.cv_out = c->out, p.cv_C = c->C, p.cv_K = c->K;
+    const MV q = mv_params(W2, 0, nullptr, false, x, nullptr, 0, y2, 1, 0);
     bool ok = false;
-    mv_dispatch(W->type, mv_align(W, 0), [&](auto kind) {
-        using K = decltype(kind);
-        ok = launch_conv<K::type, K::a16>(p, S(s));
+    mv_dispatch(W->type, mv_align(W, 0), [&](auto k1) {
+        using K1 = decltype(k1);
+        pair_dispatch(W2->type, mv_align(W2, 0), [&](auto k2) {
+            using K2 = decltype(k2);
+            ok = launch_pair<K1::type, K1::a16, K2::type, K2::a16>(p, q, S(s));
+        });
     });
     if (ok)
         g_fused_launches[LILAC_CUDA_FUSED_QKV_CONV].fetch_add(1, std::memory_order_relaxed);
