@@ -809,9 +809,9 @@ static void test_pipe(void)
 /* lilac_cuda_matvec_conv (the DeltaNet's qkv+z product with the conv step folded in, and alpha/beta, in one
  * launch) against lilac_cuda_matvec twice and lilac_cuda_conv_step: y, y2, the conv's outputs and its state bit
  * for bit, three steps in a row (the state shifting), at the decode step's shapes (the 35B-A3B's 12,288 x 2048
- * qkv+z with the conv over its first 8,192 rows and a 64-row Q8_0 alpha/beta; the tiny fixture's BF16 shape)
- * where the staged one-token kernel runs (mv_pipe_usable: sm_90 and LILAC_CUDA_MV_STAGE on), so a refusal there
- * fails; then shapes it must refuse with no error: K = 5, the conv past the rows, a second type it is not built
+ * qkv+z with the conv over its first 8,192 rows and a 64-row Q8_0 alpha/beta; Q6_K and Q5_K at 8,192 rows, the
+ * latter with 3 taps over 6,144; the tiny fixture's BF16 shape) where the staged one-token kernel runs
+ * (mv_pipe_usable: sm_90 and LILAC_CUDA_MV_STAGE on), so a refusal there fails; then shapes it must refuse with no error: K = 5, the conv past the rows, a second type it is not built
  * for (Q4_K), and a first product that is not staged (Q8_0 12,288 x 2048: more row tiles than resident blocks). */
 static int conv_cases;
 static void test_conv_fold(int type, int64_t rows, int type2, int64_t rows2, int64_t cols, int C, int K, int taken)
@@ -949,7 +949,7 @@ int main(void)
     if (!bench_only && ct_part("conv")) {
         test_conv_fold(LILAC_Q4_K, 12288, LILAC_Q8_0, 64, 2048, 8192, 4, 1);
         test_conv_fold(LILAC_Q6_K, 8192, LILAC_F32, 64, 2048, 8192, 4, 1);
-        test_conv_fold(LILAC_Q5_K, 12288, LILAC_Q8_0, 64, 2048, 8192, 3, 1);
+        test_conv_fold(LILAC_Q5_K, 8192, LILAC_Q8_0, 64, 2048, 6144, 3, 1);
         test_conv_fold(LILAC_BF16, 1536, LILAC_BF16, 8, 256, 1024, 4, 1);
         test_conv_fold(LILAC_Q4_K, 12288, LILAC_Q8_0, 64, 2048, 8192, 5, 0); /* more taps than it holds */
         test_conv_fold(LILAC_Q4_K, 4096, LILAC_Q8_0, 64, 2048, 8192, 4, 0);  /* the conv past the rows */

@@ -841,29 +841,10 @@ constexpr int cfg_lane_units(int T) { return T == 1 ? 4 : 1; }
  * 296.8 against 319.2/320.3, every block's serial norm before its x loads
  * costing more than the sum kernel's tail it removed. */
 /* The conv step folded into a product (lilac_cuda_matvec_conv): MV_CV_K taps at most, MV_CV_ROWS rows a tile at
- * most (the host refuses more), each row's taps and earlier inputs in shared memory (cvs: 2 MV_CV_K floats a
- * row, loaded by mv_conv_load before the wait). */
-constexpr int MV_CV_K = 4, MV_CV_ROWS = 256;
-
-/* The block's rows' taps and earlier inputs into cvs (the block's one item: the staged instance's). The state is
- * this product's alone (the step before wrote it, in an earlier graph launch): loaded before the wait, as
- * k_dn_fused loads its state. */
-template <int R> static __device__ void mv_conv_load(const MV &p, float *cvs, long long item)
-{
-    const long long rpt = mv_tile_rows(R, p.lpr_log2), r0 = item * rpt;
-    for (int i = threadIdx.x; i < rpt * 2 * MV_CV_K; i += NTHREADS) {
-        const int j = i % (2 * MV_CV_K);
-        const long long c = r0 + i / (2 * MV_CV_K);
-        float v = 0.0f;
-        if (item < p.items && c < p.cv_C) {
-            if (j < MV_CV_K)
-                v = j < p.cv_K ? __ldg(p.cv_w + c * p.cv_K + j) : 0.0f;
-            else if (j - MV_CV_K < p.cv_K - 1)
-                v = p.cv_state[(long long)(j - MV_CV_K) * p.cv_C + c];
-        }
-        cvs[i] = v;
-    }
-}
+ * most (the host refuses more). A block's rows below cv_C bring their taps (cvs[lr K + j]) and earlier inputs
+ * (cvs[MV_CV_CS + i MV_CV_ROWS + lr]) into shared memory with the weights' bulk copy (mv_stage). */
+constexpr int MV_CV_K = 4, MV_CV_ROWS = 256, MV_CV_CS = MV_CV_ROWS * MV_CV_K;
+constexpr int MV_CV_FLOATS = MV_CV_CS + (MV_CV_K - 1) * MV_CV_ROWS;
 
 /* Row c's conv step from v (the product's y[c]) with its taps and earlier inputs at cvs (local row lr): k_conv_step's
  * arithmetic (conv_tap_sum) and state shift. */
@@ -871,11 +852,13 @@ static __device__ __forceinline__ void mv_conv_row(const MV &p, const float *cvs
 {
     if (c >= p.cv_C)
         return;
+    const int K = p.cv_K;
     float w[MV_CV_K], sv[MV_CV_K];
 #pragma unroll
-    for (int i = 0; i < MV_CV_K; i++)
-        w[i] = cvs[lr * 2 * MV_CV_K + i], sv[i] = cvs[lr * 2 * MV_CV_K + MV_CV_K + i];
-    const int K = p.cv_K;
+    for (int i = 0; i < MV_CV_K; i++) {
+        w[i] = i < K ? cvs[lr * K + i] : 0.0f;
+        sv[i] = i < K - 1 ? cvs[MV_CV_CS + i * MV_CV_ROWS + lr] : 0.0f;
+    }
     p.cv_out[c] = conv_tap_sum<MV_CV_K>(w, sv, v, K);
 #pragma unroll
     for (int i = 0; i < MV_CV_K - 1; i++)
@@ -990,8 +973,9 @@ static __device__ __noinline__ void mv_route(const float *rlog, const lilac_cuda
 /* mv_stage_enabled: the block's item (one a block) copied into shared memory at st in one bulk copy, issued
  * as soon as the rows are known: a dense product's before its wait (while the kernel before ends), a routed
  * one's after the routing. Its rows are a contiguous run of the matrix (or of the slot's expert). */
-template <int R>
-static __device__ void mv_stage(const MV &p, const int32_t *idx, uint8_t *st, uint32_t bar, long long item)
+template <int R, bool CV = false>
+static __device__ void mv_stage(const MV &p, const int32_t *idx, uint8_t *st, uint32_t bar, long long item,
+                                float *cvs = nullptr)
 {
     if (threadIdx.x == 0) {
         dev_stage_init(bar);
@@ -1001,8 +985,21 @@ static __device__ void mv_stage(const MV &p, const int32_t *idx, uint8_t *st, ui
             const long long nr = p.rows - r0 < rpt ? p.rows - r0 : rpt;
             const uint8_t *src = p.w + (idx ? (size_t)idx[slot] * p.expert_stride : 0) + (size_t)r0 * p.row_bytes;
             const uint32_t bytes = (uint32_t)(nr * (long long)p.row_bytes);
-            dev_stage_expect(bar, bytes);
-            dev_stage_copy(st, src, bytes, bar);
+            if constexpr (CV) { /* the rows' conv taps and earlier inputs too (the host: 16-byte runs) */
+                const long long nc = r0 < p.cv_C ? (p.cv_C - r0 < nr ? p.cv_C - r0 : nr) : 0;
+                const int K = p.cv_K;
+                dev_stage_expect(bar, bytes + (uint32_t)(nc * (2 * K - 1) * 4));
+                dev_stage_copy(st, src, bytes, bar);
+                if (nc) {
+                    dev_stage_copy(cvs, p.cv_w + r0 * K, (uint32_t)(nc * K * 4), bar);
+                    for (int i = 0; i < K - 1; i++)
+                        dev_stage_copy(cvs + MV_CV_CS + i * MV_CV_ROWS, p.cv_state + (long long)i * p.cv_C + r0,
+                                       (uint32_t)(nc * 4), bar);
+                }
+            } else {
+                dev_stage_expect(bar, bytes);
+                dev_stage_copy(st, src, bytes, bar);
+            }
         } else {
             dev_stage_expect(bar, 0);
         }
@@ -1018,13 +1015,13 @@ __device__ __forceinline__ void mv_staged(const MV &p, const int32_t *idx, int i
     __shared__ uint64_t bar;
     extern __shared__ float4 smem4[];
     uint8_t *const st = reinterpret_cast<uint8_t *>(smem4) + p.stage_off;
-    mv_stage<R>(p, idx, st, dev_smem_addr(&bar), item);
     if constexpr (CV) { /* (dense: the wait is mv_block's) */
-        __shared__ float cvs[MV_CV_ROWS * 2 * MV_CV_K];
-        mv_conv_load<R>(p, cvs, item);
+        __shared__ __align__(16) float cvs[MV_CV_FLOATS];
+        mv_stage<R, true>(p, idx, st, dev_smem_addr(&bar), item, cvs);
         mv_block<TYPE, A16, R, T, true, true>(p, idx, item, nitems, blockIdx.y, gridDim.y, st, dev_smem_addr(&bar),
                                               cvs);
     } else {
+        mv_stage<R>(p, idx, st, dev_smem_addr(&bar), item);
         mv_block<TYPE, A16, R, T, true>(p, idx, item, nitems, blockIdx.y, gridDim.y, st, dev_smem_addr(&bar));
     }
 }
@@ -2243,8 +2240,9 @@ int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, co
                            const lilac_cuda_mat *W2, float *y2, lilac_cuda_stream *s)
 {
     if (!mat_ok(W) || !x || !y || !c || !c->w || !c->state || !c->out || c->C < 1 || c->C > W->rows || c->K < 1 ||
-        c->K > MV_CV_K || !mat_ok(W2) || W2->cols != W->cols || !y2)
-        return -1;
+        c->K > MV_CV_K || !mat_ok(W2) || W2->cols != W->cols || !y2 || c->C % 4 ||
+        (reinterpret_cast<uintptr_t>(c->w) | reinterpret_cast<uintptr_t>(c->state)) % 16)
+        return -1; /* (the conv's runs bulk-copied: 16-byte aligned, whole 16 bytes) */
     MV p = mv_params(W, 0, nullptr, false, x, nullptr, 0, y, 1, 0);
     p.cv_w = c->w, p.cv_state = c->state, p.cv_out = c->out, p.cv_C = c->C, p.cv_K = c->K;
     const MV q = mv_params(W2, 0, nullptr, false, x, nullptr, 0, y2, 1, 0);
