@@ -806,102 +806,6 @@ static void test_pipe(void)
     printf("one-token products streamed two tiles ahead (k_mv_pipe): %d of 8 cases bit-equal to k_mv\n", n_same);
 }
 
-/* lilac_cuda_matvec_conv (the DeltaNet's qkv+z product with the conv step folded in, and alpha/beta, in one
- * launch) against lilac_cuda_matvec twice and lilac_cuda_conv_step: y, y2, the conv's outputs and its state bit
- * for bit, three steps in a row (the state shifting), at the decode step's shapes (the 35B-A3B's 12,288 x 2048
- * qkv+z with the conv over its first 8,192 rows and a 64-row Q8_0 alpha/beta; Q6_K and Q5_K at 8,192 rows, the
- * latter with 3 taps over 6,144; the tiny fixture's BF16 shape) where the staged one-token kernel runs
- * (mv_pipe_usable: sm_90 and LILAC_CUDA_MV_STAGE on), so a refusal there fails; then shapes it must refuse with no error: K = 5, the conv past the rows, a second type it is not built
- * for (Q4_K), and a first product that is not staged (Q8_0 12,288 x 2048: more row tiles than resident blocks). */
-static int conv_cases;
-static void test_conv_fold(int type, int64_t rows, int type2, int64_t rows2, int64_t cols, int C, int K, int taken)
-{
-    char what[200], msg[512];
-    snprintf(what, sizeof what, "%s %lld x %lld with the conv over %d rows (K %d) and %s %lld rows", tname(type),
-             (long long)rows, (long long)cols, C, K, tname(type2), (long long)rows2);
-    const size_t rb = lilac_dtype_row_bytes(type, cols), bytes = (size_t)rows * rb;
-    const size_t rb2 = lilac_dtype_row_bytes(type2, cols), bytes2 = (size_t)rows2 * rb2;
-    const size_t ns = (size_t)(K > 1 ? K - 1 : 1) * (size_t)C, nh = (size_t)(rows > (int64_t)ns ? rows : (int64_t)ns);
-    uint8_t *host = malloc(bytes), *host2 = malloc(bytes2);
-    float *x = malloc(sizeof(float) * (size_t)cols), *cw = malloc(sizeof(float) * (size_t)C * K);
-    float *st = malloc(sizeof(float) * ns), *h[8];
-    for (int i = 0; i < 8; i++)
-        h[i] = malloc(sizeof(float) * nh);
-    void *dw = NULL, *dw2 = NULL;
-    if (!host || !host2 || !x || !cw || !st || lilac_cuda_malloc(&dw, bytes, msg, sizeof msg) ||
-        lilac_cuda_malloc(&dw2, bytes2, msg, sizeof msg)) {
-        CHECKF(0, "conv fold %s: buffers", what);
-        goto done;
-    }
-    fill_matrix(type, rows, cols, rb, 0, host);
-    fill_matrix(type2, rows2, cols, rb2, 0, host2);
-    for (size_t i = 0; i < (size_t)C * K; i++)
-        cw[i] = 0.5f * rnd_sym();
-    for (size_t i = 0; i < ns; i++)
-        st[i] = rnd_sym();
-    float *dx = dev_floats(NULL, (size_t)cols), *dcw = dev_floats(cw, (size_t)C * K);
-    float *dsa = dev_floats(st, ns), *dsb = dev_floats(st, ns);
-    float *dya = dev_floats(NULL, (size_t)rows), *dyb = dev_floats(NULL, (size_t)rows);
-    float *dza = dev_floats(NULL, (size_t)rows2), *dzb = dev_floats(NULL, (size_t)rows2);
-    float *doa = dev_floats(NULL, (size_t)C), *dob = dev_floats(NULL, (size_t)C);
-    const int expect = taken && lilac_cuda_mv_pipe_usable();
-    if (dx && dcw && dsa && dsb && dya && dyb && dza && dzb && doa && dob &&
-        lilac_cuda_upload(dw, host, bytes, msg, sizeof msg) == 0 &&
-        lilac_cuda_upload(dw2, host2, bytes2, msg, sizeof msg) == 0) {
-        const lilac_cuda_mat m = {.data = dw, .type = type, .rows = rows, .cols = cols, .row_bytes = rb};
-        const lilac_cuda_mat m2 = {.data = dw2, .type = type2, .rows = rows2, .cols = cols, .row_bytes = rb2};
-        const lilac_cuda_conv_args ca = {dcw, dsb, dob, C, K};
-        for (int step = 0; step < 3; step++) {
-            for (int64_t c = 0; c < cols; c++)
-                x[c] = ldexpf(rnd_sym(), (int)(rnd() % 9) - 4);
-            lilac_cuda_upload(dx, x, sizeof(float) * (size_t)cols, msg, sizeof msg);
-            lilac_cuda_matvec(&m, dx, dya, 1, NULL);
-            lilac_cuda_matvec(&m2, dx, dza, 1, NULL);
-            if (C <= rows)
-                lilac_cuda_conv_step(dya, dsa, dcw, doa, C, K, NULL);
-            const long n0 = lilac_cuda_fused_launches(LILAC_CUDA_FUSED_QKV_CONV);
-            const int rc = lilac_cuda_matvec_conv(&m, dx, dyb, &ca, &m2, dzb, NULL);
-            const long n1 = lilac_cuda_fused_launches(LILAC_CUDA_FUSED_QKV_CONV);
-            const char *err = check_msg();
-            CHECKF(!err, "conv fold %s: %s", what, err ? err : "");
-            if (!expect) {
-                CHECKF(rc == -1 && n1 == n0, "conv fold %s: taken (rc %d) where it must refuse", what, rc);
-                break;
-            }
-            CHECKF(rc == 0 && n1 == n0 + 1, "conv fold %s: refused (rc %d) or not counted", what, rc);
-            if (rc || err || lilac_cuda_download(h[0], dya, sizeof(float) * (size_t)rows, NULL, msg, sizeof msg) ||
-                lilac_cuda_download(h[1], dyb, sizeof(float) * (size_t)rows, NULL, msg, sizeof msg) ||
-                lilac_cuda_download(h[2], dza, sizeof(float) * (size_t)rows2, NULL, msg, sizeof msg) ||
-                lilac_cuda_download(h[3], dzb, sizeof(float) * (size_t)rows2, NULL, msg, sizeof msg) ||
-                lilac_cuda_download(h[4], doa, sizeof(float) * (size_t)C, NULL, msg, sizeof msg) ||
-                lilac_cuda_download(h[5], dob, sizeof(float) * (size_t)C, NULL, msg, sizeof msg) ||
-                lilac_cuda_download(h[6], dsa, sizeof(float) * ns, NULL, msg, sizeof msg) ||
-                lilac_cuda_download(h[7], dsb, sizeof(float) * ns, NULL, msg, sizeof msg))
-                break;
-            const size_t n[4] = {(size_t)rows, (size_t)rows2, (size_t)C, ns};
-            static const char *const name[4] = {"y", "y2", "the conv's output", "the conv's state"};
-            int bad = 0;
-            for (int a = 0; a < 4; a++) {
-                size_t d = 0, first = 0;
-                for (size_t i = 0; i < n[a]; i++)
-                    if (memcmp(&h[2 * a][i], &h[2 * a + 1][i], sizeof(float)) != 0)
-                        first = d++ ? first : i;
-                CHECKF(d == 0, "conv fold %s (step %d): %s differs in %zu of %zu values (first %zu: %.9g vs %.9g)",
-                       what, step, name[a], d, n[a], first, (double)h[2 * a + 1][first], (double)h[2 * a][first]);
-                bad += d > 0;
-            }
-            conv_cases += step == 2 && !bad;
-        }
-    }
-    lilac_cuda_free(dx), lilac_cuda_free(dcw), lilac_cuda_free(dsa), lilac_cuda_free(dsb), lilac_cuda_free(dya);
-    lilac_cuda_free(dyb), lilac_cuda_free(dza), lilac_cuda_free(dzb), lilac_cuda_free(doa), lilac_cuda_free(dob);
-done:
-    lilac_cuda_free(dw), lilac_cuda_free(dw2);
-    free(host), free(host2), free(x), free(cw), free(st);
-    for (int i = 0; i < 8; i++)
-        free(h[i]);
-}
-
 int main(void)
 {
     char msg[512];
@@ -924,13 +828,12 @@ int main(void)
     const int split = !getenv("LILAC_CUDA_GEMM_SPLIT") || atoi(getenv("LILAC_CUDA_GEMM_SPLIT"));
     if (split)
         CHECKF(lilac_cuda_mma_reserve(NULL, (size_t)64 << 20) == 0, "could not reserve the tensor-core scratch");
-    static const char *const PARTS[] = {"matvec", "down_sum", "norm", "refusals", "like", "pipe", "conv"};
+    static const char *const PARTS[] = {"matvec", "down_sum", "norm", "refusals", "like", "pipe"};
     int parts = 0;
     for (size_t i = 0; i < sizeof PARTS / sizeof PARTS[0]; i++)
         parts += ct_part(PARTS[i]);
     CHECKF(parts > 0,
-           "LILAC_CUDA_TEST_PARTS=%s names none of this test's parts (matvec, down_sum, norm, refusals, like, pipe, "
-           "conv)",
+           "LILAC_CUDA_TEST_PARTS=%s names none of this test's parts (matvec, down_sum, norm, refusals, like, pipe)",
            getenv("LILAC_CUDA_TEST_PARTS"));
     if (!bench_only && ct_part("refusals"))
         test_refusals();
@@ -946,20 +849,6 @@ int main(void)
         test_scratch_release();
     if (!bench_only && ct_part("pipe"))
         test_pipe();
-    if (!bench_only && ct_part("conv")) {
-        test_conv_fold(LILAC_Q4_K, 12288, LILAC_Q8_0, 64, 2048, 8192, 4, 1);
-        test_conv_fold(LILAC_Q6_K, 8192, LILAC_F32, 64, 2048, 8192, 4, 1);
-        test_conv_fold(LILAC_Q5_K, 8192, LILAC_Q8_0, 64, 2048, 6144, 3, 1);
-        test_conv_fold(LILAC_BF16, 1536, LILAC_BF16, 8, 256, 1024, 4, 1);
-        test_conv_fold(LILAC_Q4_K, 12288, LILAC_Q8_0, 64, 2048, 8192, 5, 0); /* more taps than it holds */
-        test_conv_fold(LILAC_Q4_K, 4096, LILAC_Q8_0, 64, 2048, 8192, 4, 0);  /* the conv past the rows */
-        test_conv_fold(LILAC_Q4_K, 12288, LILAC_Q4_K, 64, 2048, 8192, 4, 0); /* a second type not built */
-        test_conv_fold(LILAC_Q8_0, 12288, LILAC_Q8_0, 64, 2048, 8192, 4, 0); /* the first one not staged */
-        const int want = lilac_cuda_mv_pipe_usable() ? 4 : 0;
-        printf("qkv product with the conv step folded in: %d of %d cases bit for bit\n", conv_cases, want);
-        CHECKF(conv_cases == want, "conv fold: %d of %d cases bit-equal to the product and conv kernels", conv_cases,
-               want);
-    }
     if (!bench_only && ct_part("like")) {
         printf("products as the one-token step's (matvec_like): %d cases bit for bit\n", like_cases);
         CHECKF(like_cases > 0, "no case of lilac_cuda_matvec_like matched");

@@ -136,7 +136,7 @@ int main(void)
     static const struct {
         const char *var;
         int kind, dflt;
-    } fused[] = {{"LILAC_CUDA_DOWN_SUM", LILAC_CUDA_FUSED_DOWN_SUM, 1}, {"LILAC_CUDA_QKV_CONV", LILAC_CUDA_FUSED_QKV_CONV, 1}};
+    } fused[] = {{"LILAC_CUDA_DOWN_SUM", LILAC_CUDA_FUSED_DOWN_SUM, 1}};
     for (size_t i = 0; i < sizeof fused / sizeof fused[0]; i++) {
         const char *v = getenv(fused[i].var);
         if (v ? strcmp(v, "1") != 0 : !fused[i].dflt)

@@ -82,7 +82,6 @@ do_test() {
     run_test model-no-stage test_cuda_model LILAC_CUDA_MV_STAGE=0
     run_test model-no-ds-stage test_cuda_model LILAC_CUDA_DS_STAGE=0
     run_test model-no-xvec test_cuda_model LILAC_CUDA_X_VEC=0
-    run_test model-no-qkv-conv test_cuda_model LILAC_CUDA_QKV_CONV=0
     run_test model-pdl-set test_cuda_model LILAC_CUDA_PDL_SET=route,attention,combine,rope,sum,conv,rmsnorm
     run_test model-apart test_cuda_model LILAC_CUDA_NORM_ROUTER=0 LILAC_CUDA_PDL_ALL=1 LILAC_CUDA_SUM_GRID=0
     run_test model-no-down-sum test_cuda_model LILAC_CUDA_DOWN_SUM=0

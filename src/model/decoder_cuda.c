@@ -534,7 +534,6 @@ const lilac_cuda_step_sw *lilac_cuda_step_switches(void)
             .sum_grid = lilac_env_switch("LILAC_CUDA_SUM_GRID", true),
             .down_sum = lilac_env_switch("LILAC_CUDA_DOWN_SUM", true),
             .route_fused = lilac_env_switch("LILAC_CUDA_ROUTE_FUSED", true),
-            .qkv_conv = lilac_env_switch("LILAC_CUDA_QKV_CONV", true),
         };
         read = true;
     }
@@ -569,8 +568,8 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
          * (wout . xout, added into x) below */
         const lilac_cuda_mat *wout;
         const float *xout;
+        lilac_cuda_fork(s, aux, cm->ev[0]);
         if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
-            lilac_cuda_fork(s, aux, cm->ev[0]);
             /* q (with its gate) and k in one product where they share a type: k lands at kb, right after q */
             if (!cl->wqk.data)
                 OP("matvec", lilac_cuda_matvec(&cl->wk, cm->xn, cm->kb, 1, aux));
@@ -589,28 +588,17 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             /* qkv and z in one product where they share a type (z lands right after qkv), alpha and beta in one
              * on the second branch: two launches on the chain fewer */
             const bool qkvz = cl->ssm_qkvz.data != NULL;
-            const lilac_cuda_mat *wqkv = qkvz ? &cl->ssm_qkvz : &cl->ssm_qkv;
-            /* QKV_CONV: qkv+z with the conv step folded in and alpha/beta in one launch, so that the delta rule's
-             * kernel depends on it alone: the second branch, its join and the conv kernel off the chain */
-            const lilac_cuda_conv_args ca = {cl->ssm_conv, cs->conv[il], cm->conv, C, K};
-            const bool joined = sw->qkv_conv && qkvz && cl->ssm_ab.data &&
-                                !lilac_cuda_matvec_conv(wqkv, cm->xn, cm->qkv, &ca, &cl->ssm_ab, cm->a, s);
-            if (joined && g_trace == 1)
-                trace_name("matvec", "");
-            if (!joined) {
-                lilac_cuda_fork(s, aux, cm->ev[0]);
-                if (!qkvz)
-                    OP("matvec", lilac_cuda_matvec(&cl->ssm_z, cm->xn, cm->z, 1, aux));
-                if (cl->ssm_ab.data) {
-                    OP("matvec", lilac_cuda_matvec(&cl->ssm_ab, cm->xn, cm->a, 1, aux));
-                } else {
-                    OP("matvec", lilac_cuda_matvec(&cl->ssm_alpha, cm->xn, cm->a, 1, aux));
-                    OP("matvec", lilac_cuda_matvec(&cl->ssm_beta, cm->xn, cm->b, 1, aux));
-                }
-                OP("matvec", lilac_cuda_matvec(wqkv, cm->xn, cm->qkv, 1, s));
-                lilac_cuda_fork(aux, s, cm->ev[1]);
-                OP("conv_step", lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, K, s));
+            if (!qkvz)
+                OP("matvec", lilac_cuda_matvec(&cl->ssm_z, cm->xn, cm->z, 1, aux));
+            if (cl->ssm_ab.data) {
+                OP("matvec", lilac_cuda_matvec(&cl->ssm_ab, cm->xn, cm->a, 1, aux));
+            } else {
+                OP("matvec", lilac_cuda_matvec(&cl->ssm_alpha, cm->xn, cm->a, 1, aux));
+                OP("matvec", lilac_cuda_matvec(&cl->ssm_beta, cm->xn, cm->b, 1, aux));
             }
+            OP("matvec", lilac_cuda_matvec(qkvz ? &cl->ssm_qkvz : &cl->ssm_qkv, cm->xn, cm->qkv, 1, s));
+            lilac_cuda_fork(aux, s, cm->ev[1]);
+            OP("conv_step", lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, K, s));
             if (lilac_cuda_deltanet_fused(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
                                           cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s)) { /* other shapes: */
                 if (g_trace == 1)

@@ -84,10 +84,6 @@ typedef struct lilac_cuda_step_sw {
      * (lilac_cuda_matvec_experts_routed) where the norm+router kernel gives the logits (and the shared gate's)
      * and gate and up are one product: the route kernel off the chain */
     bool route_fused;
-    /* QKV_CONV (on; =0 off): the DeltaNet's qkv+z product with the conv step folded in (by the lanes that write
-     * its rows) and the alpha/beta product in one launch (lilac_cuda_matvec_conv), not alpha/beta on the second
-     * branch and the conv kernel after the join */
-    bool qkv_conv;
 } lilac_cuda_step_sw;
 const lilac_cuda_step_sw *lilac_cuda_step_switches(void);
 

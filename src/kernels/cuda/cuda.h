@@ -140,7 +140,7 @@ void lilac_cuda_matvec_like(const lilac_cuda_mat *W, size_t expert_stride, const
                             const float *x, int x_stride, const float *x2, float *y, int n_tok, int accumulate,
                             const lilac_cuda_mat *like, size_t like_stride, int like_slots, lilac_cuda_stream *s);
 /* How many times a fused kernel was launched (tests: that the fused path, not its fallback, ran). */
-enum { LILAC_CUDA_FUSED_DOWN_SUM, LILAC_CUDA_FUSED_QKV_CONV, LILAC_CUDA_FUSED_KINDS };
+enum { LILAC_CUDA_FUSED_DOWN_SUM, LILAC_CUDA_FUSED_KINDS };
 long lilac_cuda_fused_launches(int kind);
 
 /* out[c] = value c of row r of W, c < cols (dev): an embedding lookup with r read on the device from *r_dev. */

@@ -180,23 +180,6 @@ static __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(
 /* The SwiGLU activation silu(g) u, one rounding for the product: every kernel's (k_swiglu, k_mv's SwiGLU input,
  * the tensor-core pre-pass) so that their bits agree. */
 static __device__ __forceinline__ float glu(float g, float u) { return __fmul_rn(silu(g), u); }
-
-/* The causal depthwise conv's step for one channel (k_conv_step's, and the qkv product's that folds it:
- * lilac_cuda_matvec_conv): taps w[0..K), the channel's K - 1 earlier inputs sv (oldest first) and this one x;
- * the sum in tap order with one rounding a tap (explicit FMAs, what the contracted `s += w * v` compiled to),
- * SiLU after. KR >= K: the arrays' size (unrolled; the taps past K unused). */
-template <int KR>
-static __device__ __forceinline__ float conv_tap_sum(const float (&w)[KR], const float (&sv)[KR], float x, int K)
-{
-    float s = 0;
-#pragma unroll
-    for (int i = 0; i < KR; i++)
-        if (i < K - 1)
-            s = __fmaf_rn(w[i], sv[i], s);
-        else if (i == K - 1)
-            s = __fmaf_rn(w[i], x, s);
-    return silu(s);
-}
 static __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 

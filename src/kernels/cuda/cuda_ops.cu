@@ -458,14 +458,19 @@ __global__ void k_conv_step(const float *in, float *state, const float *w, float
             sv[i] = i < K - 1 ? state[(size_t)i * C + c] : 0.0f;
         }
         const float x = in[c];
-        const float o = conv_tap_sum<CONV_KR>(wv, sv, x, K); /* the loop's sums in its order */
+#pragma unroll
+        for (int i = 0; i < CONV_KR; i++) /* the loop's sums in its order */
+            if (i < K - 1)
+                s += wv[i] * sv[i];
+            else if (i == K - 1)
+                s += wv[i] * x;
 #pragma unroll
         for (int i = 0; i < CONV_KR - 1; i++)
             if (i + 1 < K - 1)
                 state[(size_t)i * C + c] = sv[i + 1];
             else if (i + 1 == K - 1)
                 state[(size_t)i * C + c] = x;
-        out[c] = o;
+        out[c] = silu(s);
         TRACE_END(LILAC_TK_CONV_STEP);
         return;
     }

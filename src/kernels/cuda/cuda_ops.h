@@ -26,19 +26,6 @@ int lilac_cuda_graph_launch(void *exec, lilac_cuda_stream *s);
 void lilac_cuda_graph_free(void *exec);
 void lilac_cuda_conv_step(const float *in, float *state, const float *w, float *out, int C, int K,
                           lilac_cuda_stream *s);
-/* The DeltaNet's products of xn in one launch with the conv step folded in: y = W x (qkv or qkv+z, one token) and,
- * for rows c < C, out[c] and state as lilac_cuda_conv_step(y, state, w, out, C, K) leaves them, and y2 = W2 x
- * (alpha/beta: Q8_0, F32 or BF16, as many columns), all the bits of those calls. -1 (nothing launched, no error)
- * where a product would not take its staged one-token kernel (W at a tile of at most 256 rows), K > 4, or W2's
- * type is not one of those. */
-typedef struct lilac_cuda_conv_args {
-    const float *w; /* [C][K] taps */
-    float *state;   /* [K - 1][C] earlier inputs, oldest first */
-    float *out;     /* [C] silu(conv) */
-    int C, K;
-} lilac_cuda_conv_args;
-int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, const lilac_cuda_conv_args *c,
-                           const lilac_cuda_mat *W2, float *y2, lilac_cuda_stream *s);
 /* Per row of dv (rows of them): o = RMSNorm(o) * w * silu(z), z laid out as o. */
 void lilac_cuda_gated_norm(float *o, const float *z, const float *w, int rows, int dv, float eps, lilac_cuda_stream *s);
 void lilac_cuda_swiglu(float *g, const float *u, int n, lilac_cuda_stream *s);

@@ -625,12 +625,6 @@ struct MV {
      * staged (mv_stage); 0: read from global memory as they are used */
     int stage_off;
     int xvec; /* load_x's vec: x, x2 and their strides 16-byte aligned (mv_xvec) */
-    /* lilac_cuda_matvec_conv (k_mv's CV instances): rows below cv_C also take the DeltaNet's causal conv step
-     * (cv_K taps cv_w[c][K], the K - 1 earlier inputs cv_state[K - 1][cv_C], silu(conv) into cv_out), done by
-     * the lane that writes y[c] from the value it writes */
-    const float *cv_w;
-    float *cv_state, *cv_out;
-    int cv_C, cv_K;
 };
 
 /* x[t][u0 * VPU ..) of nt tokens (the rest zero) into shared memory, value
@@ -840,37 +834,9 @@ constexpr int cfg_lane_units(int T) { return T == 1 ? 4 : 1; }
  * applied as x is loaded, from the sum kernel's parts (LILAC_CUDA_NORM_FOLD):
  * 296.8 against 319.2/320.3, every block's serial norm before its x loads
  * costing more than the sum kernel's tail it removed. */
-/* The conv step folded into a product (lilac_cuda_matvec_conv): MV_CV_K taps at most, MV_CV_ROWS rows a tile at
- * most (the host refuses more). A block's rows below cv_C bring their taps (cvs[lr K + j]) and earlier inputs
- * (cvs[MV_CV_CS + i MV_CV_ROWS + lr]) into shared memory with the weights' bulk copy (mv_stage). */
-constexpr int MV_CV_K = 4, MV_CV_ROWS = 256, MV_CV_CS = MV_CV_ROWS * MV_CV_K;
-constexpr int MV_CV_FLOATS = MV_CV_CS + (MV_CV_K - 1) * MV_CV_ROWS;
-
-/* Row c's conv step from v (the product's y[c]) with its taps and earlier inputs at cvs (local row lr): k_conv_step's
- * arithmetic (conv_tap_sum) and state shift. */
-static __device__ __forceinline__ void mv_conv_row(const MV &p, const float *cvs, long long lr, long long c, float v)
-{
-    if (c >= p.cv_C)
-        return;
-    const int K = p.cv_K;
-    float w[MV_CV_K], sv[MV_CV_K];
-#pragma unroll
-    for (int i = 0; i < MV_CV_K; i++) {
-        w[i] = i < K ? cvs[lr * K + i] : 0.0f;
-        sv[i] = i < K - 1 ? cvs[MV_CV_CS + i * MV_CV_ROWS + lr] : 0.0f;
-    }
-    p.cv_out[c] = conv_tap_sum<MV_CV_K>(w, sv, v, K);
-#pragma unroll
-    for (int i = 0; i < MV_CV_K - 1; i++)
-        if (i + 1 < K - 1)
-            p.cv_state[(long long)i * p.cv_C + c] = sv[i + 1];
-        else if (i + 1 == K - 1)
-            p.cv_state[(long long)i * p.cv_C + c] = v;
-}
-
-template <int TYPE, bool A16, int R, int T, bool SH = false, bool CV = false>
+template <int TYPE, bool A16, int R, int T, bool SH = false>
 __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx, int nbx, int by, int nby,
-                                         const uint8_t *stage = nullptr, uint32_t bar = 0, const float *cvs = nullptr)
+                                         const uint8_t *stage = nullptr, uint32_t bar = 0)
 {
     using UT = Unit<TYPE>;
     constexpr int VPU = UT::VPU, NRUN = UT::NRUN, US = VPU + 4;
@@ -946,8 +912,6 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
                     if (sub == 0 && ok[r] && t < nt) {
                         float *yp = yb + (t0 + t) * p.y_tok + row0 + r;
                         *yp = p.acc ? *yp + v : v;
-                        if constexpr (CV)
-                            mv_conv_row(p, cvs, row0 + r - rt * rpt, row0 + r, v);
                     }
                 }
         }
@@ -973,57 +937,24 @@ static __device__ __noinline__ void mv_route(const float *rlog, const lilac_cuda
 /* mv_stage_enabled: the block's item (one a block) copied into shared memory at st in one bulk copy, issued
  * as soon as the rows are known: a dense product's before its wait (while the kernel before ends), a routed
  * one's after the routing. Its rows are a contiguous run of the matrix (or of the slot's expert). */
-template <int R, bool CV = false>
-static __device__ void mv_stage(const MV &p, const int32_t *idx, uint8_t *st, uint32_t bar, long long item,
-                                float *cvs = nullptr)
+template <int R> static __device__ void mv_stage(const MV &p, const int32_t *idx, uint8_t *st, uint32_t bar)
 {
     if (threadIdx.x == 0) {
         dev_stage_init(bar);
+        const long long item = blockIdx.x;
         if (item < p.items) {
             const long long slot = item / p.row_tiles, rt = item - slot * p.row_tiles;
             const long long rpt = mv_tile_rows(R, p.lpr_log2), r0 = rt * rpt;
             const long long nr = p.rows - r0 < rpt ? p.rows - r0 : rpt;
             const uint8_t *src = p.w + (idx ? (size_t)idx[slot] * p.expert_stride : 0) + (size_t)r0 * p.row_bytes;
             const uint32_t bytes = (uint32_t)(nr * (long long)p.row_bytes);
-            if constexpr (CV) { /* the rows' conv taps and earlier inputs too (the host: 16-byte runs) */
-                const long long nc = r0 < p.cv_C ? (p.cv_C - r0 < nr ? p.cv_C - r0 : nr) : 0;
-                const int K = p.cv_K;
-                dev_stage_expect(bar, bytes + (uint32_t)(nc * (2 * K - 1) * 4));
-                dev_stage_copy(st, src, bytes, bar);
-                if (nc) {
-                    dev_stage_copy(cvs, p.cv_w + r0 * K, (uint32_t)(nc * K * 4), bar);
-                    for (int i = 0; i < K - 1; i++)
-                        dev_stage_copy(cvs + MV_CV_CS + i * MV_CV_ROWS, p.cv_state + (long long)i * p.cv_C + r0,
-                                       (uint32_t)(nc * 4), bar);
-                }
-            } else {
-                dev_stage_expect(bar, bytes);
-                dev_stage_copy(st, src, bytes, bar);
-            }
+            dev_stage_expect(bar, bytes);
+            dev_stage_copy(st, src, bytes, bar);
         } else {
             dev_stage_expect(bar, 0);
         }
     }
     __syncthreads(); /* the barrier set up before any thread waits on it */
-}
-
-/* k_mv's staged body, one item a block: item (of nitems) copied in (mv_stage), the conv step's taps and inputs
- * loaded (CV: lilac_cuda_matvec_conv), mv_block over it. */
-template <int TYPE, bool A16, int R, int T, bool CV>
-__device__ __forceinline__ void mv_staged(const MV &p, const int32_t *idx, int item, int nitems)
-{
-    __shared__ uint64_t bar;
-    extern __shared__ float4 smem4[];
-    uint8_t *const st = reinterpret_cast<uint8_t *>(smem4) + p.stage_off;
-    if constexpr (CV) { /* (dense: the wait is mv_block's) */
-        __shared__ __align__(16) float cvs[MV_CV_FLOATS];
-        mv_stage<R, true>(p, idx, st, dev_smem_addr(&bar), item, cvs);
-        mv_block<TYPE, A16, R, T, true, true>(p, idx, item, nitems, blockIdx.y, gridDim.y, st, dev_smem_addr(&bar),
-                                              cvs);
-    } else {
-        mv_stage<R>(p, idx, st, dev_smem_addr(&bar), item);
-        mv_block<TYPE, A16, R, T, true>(p, idx, item, nitems, blockIdx.y, gridDim.y, st, dev_smem_addr(&bar));
-    }
 }
 
 /* The product as a kernel of its own: mv_block over the grid, launched dependent (launch_dependent). */
@@ -1046,32 +977,17 @@ __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(con
             idx = sidx;
         }
         if constexpr (STG) { /* (an instance of its own: the registers of the plain one stay as they were) */
-            mv_staged<TYPE, A16, R, T, false>(p, idx, blockIdx.x, gridDim.x);
+            __shared__ uint64_t bar;
+            extern __shared__ float4 smem4[];
+            uint8_t *const st = reinterpret_cast<uint8_t *>(smem4) + p.stage_off;
+            mv_stage<R>(p, idx, st, dev_smem_addr(&bar));
+            mv_block<TYPE, A16, R, T, true>(p, idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y, st,
+                                            dev_smem_addr(&bar));
             TRACE_END(LILAC_TK_MV);
             return;
         }
     }
     mv_block<TYPE, A16, R, T>(p, idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);
-    TRACE_END(LILAC_TK_MV);
-}
-
-/* Two dense one-token products of the same x in one launch (lilac_cuda_matvec_conv with a second matrix: the
- * DeltaNet's qkv+z with the conv step, and its alpha/beta): blocks [0, p.items) take p's items, the next q.items
- * q's, each staged at the shape it has alone (the same bits). One kernel where there were a product on a second
- * stream and its join before the delta rule: the delta rule's kernel launched dependent on this one alone. */
-constexpr int cfg_pair_min_blocks(int t1, int t2)
-{
-    return cfg_mv_min_blocks(t1, 1) < cfg_mv_min_blocks(t2, 1) ? cfg_mv_min_blocks(t1, 1) : cfg_mv_min_blocks(t2, 1);
-}
-template <int T1, bool A1, int T2, bool A2>
-__global__ void __launch_bounds__(NTHREADS, cfg_pair_min_blocks(T1, T2)) k_mv_pair(const MV p, const MV q)
-{
-    TRACE_START(LILAC_TK_MV);
-    griddep_launch_dependents();
-    if (blockIdx.x < p.items)
-        mv_staged<T1, A1, cfg_rows_t(1), 1, true>(p, nullptr, blockIdx.x, (int)p.items);
-    else
-        mv_staged<T2, A2, cfg_rows_t(1), 1, false>(q, nullptr, blockIdx.x - (int)p.items, (int)q.items);
     TRACE_END(LILAC_TK_MV);
 }
 
@@ -1617,28 +1533,17 @@ static int mv_xvec(const float *x, const float *x2, long long tok, long long slo
     return x_vec_enabled() && x && al(x) && al(x2) && tok % 4 == 0 && slot % 4 == 0;
 }
 
-/* p in mv_shape's shape for KERN (k_mv, T tokens a pass) over the grid that fits (*grid), with its dynamic
- * shared memory (*smem), its rows staged (p.stage_off) where `stage` and the shape allow; the blocks that fit. */
-template <int TYPE, int T, auto KERN>
-long long mv_prepare(MV &p, int slots, int lpr_force, bool stage, unsigned *grid, int *smem)
-{
-    p.xvec = mv_xvec(p.x, p.x2, p.x_tok, p.x_slot);
-    *smem = mv_smem<TYPE, T>(p.cols);
-    const long long cap = mv_grid_cap<TYPE, T, KERN>(p.cols);
-    mv_shape<TYPE, T>(p, slots, cap, lpr_force);
-    *grid = (unsigned)(p.items < cap ? p.items : cap);
-    p.stage_off = stage ? mv_stage_off<TYPE, T>(p, *grid, smem) : 0;
-    return cap;
-}
-
 /* KERN (k_mv, T tokens a pass) over the grid that fits, in mv_shape's shape. */
 template <int TYPE, int T, auto KERN, auto KERN_STG = KERN, auto KERN_PIPE = KERN>
 void launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force)
 {
     auto kern = KERN;
-    unsigned grid;
-    int smem;
-    const long long cap = mv_prepare<TYPE, T, KERN>(p, slots, lpr_force, KERN_STG != KERN, &grid, &smem);
+    p.xvec = mv_xvec(p.x, p.x2, p.x_tok, p.x_slot);
+    int smem = mv_smem<TYPE, T>(p.cols);
+    const long long cap = mv_grid_cap<TYPE, T, KERN>(p.cols);
+    mv_shape<TYPE, T>(p, slots, cap, lpr_force);
+    const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
+    p.stage_off = KERN_STG != KERN ? mv_stage_off<TYPE, T>(p, grid, &smem) : 0;
     if constexpr (KERN_PIPE != KERN)
         if (!p.stage_off && launch_pipe<KERN_PIPE>(p, grid, smem, st))
             return;
@@ -1652,27 +1557,6 @@ void launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force)
     long long gy = ntc > 1 && (long long)grid < 2 * cap ? (2 * cap + grid - 1) / grid : 1;
     gy = gy > ntc ? ntc : gy > 65535 ? 65535 : gy;
     launch_dependent(kern, dim3(grid, (unsigned)gy), dim3(NTHREADS), (size_t)smem, st, p);
-}
-
-/* lilac_cuda_matvec_conv's products (k_mv_pair): shaped as the plain one-token product (its bits), staged, and
- * (conv: with the conv step) at most MV_CV_ROWS rows a tile; false: not so. */
-template <int TYPE, bool A16> bool conv_shape(MV &p, bool conv, unsigned *grid, int *smem)
-{
-    mv_prepare<TYPE, 1, k_mv<TYPE, A16, cfg_rows_t(1), 1>>(p, 1, -1, true, grid, smem);
-    return p.stage_off && (!conv || mv_tile_rows(cfg_rows_t(1), p.lpr_log2) <= MV_CV_ROWS);
-}
-template <int T1, bool A1, int T2, bool A2> bool launch_pair(MV p, MV q, cudaStream_t st)
-{
-    unsigned g1, g2;
-    int s1, s2;
-    if (!conv_shape<T1, A1>(p, true, &g1, &s1) || !conv_shape<T2, A2>(q, false, &g2, &s2) ||
-        p.items + q.items > INT_MAX)
-        return false;
-    constexpr auto kern = k_mv_pair<T1, A1, T2, A2>;
-    smem_max_once<kern>();
-    launch_dependent(kern, dim3((unsigned)(p.items + q.items)), dim3(NTHREADS), (size_t)(s1 > s2 ? s1 : s2), st, p,
-                     q);
-    return true;
 }
 
 template <int TYPE, bool A16, int T> void launch_fast(MV p, cudaStream_t st, int slots, int lpr_force)
@@ -1803,20 +1687,6 @@ template <class F> bool mv_dispatch(int type, int align, F &&f)
     case LILAC_Q4_0: f(MvKind<LILAC_Q4_0, false>{}); return true;
     case LILAC_F32: f(MvKind<LILAC_F32, true>{}); return true;
     case LILAC_F16: f(MvKind<LILAC_F16, true>{}); return true;
-    case LILAC_BF16: f(MvKind<LILAC_BF16, true>{}); return true;
-    default: return false;
-    }
-}
-
-/* The second matrix's kinds k_mv_pair is built for (the alpha/beta products' types: Q8_0 in llama.cpp's mixes,
- * or a float type); false (f not called) for the others. */
-template <class F> bool pair_dispatch(int type, int align, F &&f)
-{
-    if (!align)
-        return false;
-    switch (type) {
-    case LILAC_Q8_0: f(MvKind<LILAC_Q8_0, false>{}); return true;
-    case LILAC_F32: f(MvKind<LILAC_F32, true>{}); return true;
     case LILAC_BF16: f(MvKind<LILAC_BF16, true>{}); return true;
     default: return false;
     }
@@ -2234,29 +2104,6 @@ void lilac_cuda_matvec_experts(const lilac_cuda_mat *W, size_t expert_stride, co
     if (k <= 0)
         return;
     matvec(W, expert_stride, idx, k, x, W && x_stride ? W->cols : 0, y, 1, S(s));
-}
-
-int lilac_cuda_matvec_conv(const lilac_cuda_mat *W, const float *x, float *y, const lilac_cuda_conv_args *c,
-                           const lilac_cuda_mat *W2, float *y2, lilac_cuda_stream *s)
-{
-    if (!mat_ok(W) || !x || !y || !c || !c->w || !c->state || !c->out || c->C < 1 || c->C > W->rows || c->K < 1 ||
-        c->K > MV_CV_K || !mat_ok(W2) || W2->cols != W->cols || !y2 || c->C % 4 ||
-        (reinterpret_cast<uintptr_t>(c->w) | reinterpret_cast<uintptr_t>(c->state)) % 16)
-        return -1; /* (the conv's runs bulk-copied: 16-byte aligned, whole 16 bytes) */
-    MV p = mv_params(W, 0, nullptr, false, x, nullptr, 0, y, 1, 0);
-    p.cv_w = c->w, p.cv_state = c->state, p.cv_out = c->out, p.cv_C = c->C, p.cv_K = c->K;
-    const MV q = mv_params(W2, 0, nullptr, false, x, nullptr, 0, y2, 1, 0);
-    bool ok = false;
-    mv_dispatch(W->type, mv_align(W, 0), [&](auto k1) {
-        using K1 = decltype(k1);
-        pair_dispatch(W2->type, mv_align(W2, 0), [&](auto k2) {
-            using K2 = decltype(k2);
-            ok = launch_pair<K1::type, K1::a16, K2::type, K2::a16>(p, q, S(s));
-        });
-    });
-    if (ok)
-        g_fused_launches[LILAC_CUDA_FUSED_QKV_CONV].fetch_add(1, std::memory_order_relaxed);
-    return ok ? 0 : -1;
 }
 
 int lilac_cuda_matvec_experts_routed(const lilac_cuda_mat *W, size_t expert_stride, const float *logits,
