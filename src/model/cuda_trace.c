@@ -271,7 +271,7 @@ lilac_trace_totals lilac_trace_write(FILE *f, const lilac_trace_launch *L, size_
     if (f) {
         fprintf(f, "cuda trace: %zu launches, %zu blocks%s", n, n_rec, dropped ? "" : "\n");
         if (dropped)
-            fprintf(f, ", %llu events DROPPED (buffer full)\n", (unsigned long long)dropped);
+            fprintf(f, ", %llu event slots DROPPED (buffer full)\n", (unsigned long long)dropped);
         fprintf(f, "cuda trace: op names by launch order (%zu recorded): the k-th launch by first start is taken "
                    "for the k-th launched (kernels of the two streams may start in another order than launched: a "
                    "swap between same-kernel launches goes unseen); '!' marks a device kernel that does not fit "

@@ -19,6 +19,8 @@ extern "C" {
 /* MARK1/MARK2: two points inside a block's work that a kernel may record (cuda_trace.cuh's TRACE_MARK1/2), for
  * the per-block view (LILAC_CUDA_TRACE_BLOCKS) */
 enum { LILAC_TRACE_START = 0, LILAC_TRACE_WAITED = 1, LILAC_TRACE_END = 2, LILAC_TRACE_MARK1 = 3, LILAC_TRACE_MARK2 = 4 };
+/* The kinds: a block's slots in the device's ring (one a kind, cuda_trace.cuh). */
+#define LILAC_TRACE_KINDS 5
 
 /* The instrumented kernels (lilac_trace_kernel_name). */
 enum {

@@ -463,7 +463,7 @@ void lilac_cuda_op_mark(lilac_cuda_stream *s, const char *name, double *t)
  * launches' names while tracing is on: g_names, from the last call (the
  * graph's capture, or the traced step itself). */
 #define TRACE_STEP 8
-#define TRACE_EVENTS ((size_t)1 << 21) /* 48 MiB: ~400 launches of up to ~1000 blocks, 3 events a block */
+#define TRACE_EVENTS ((size_t)1 << 22) /* 96 MiB: ~400 launches of up to ~1000 blocks, 5 slots a block */
 static int g_trace = -1, g_trace_layer = -1;
 static lilac_trace_name *g_names;
 static size_t g_n_names, g_cap_names;

@@ -37,6 +37,11 @@ extern "C" int lilac_cuda_trace_begin(size_t cap, char *msg, size_t mcap)
     lilac_trace_dev d = {};
     if ((e = cudaMalloc((void **)&d.ev, cap * sizeof(lilac_trace_ev))) != cudaSuccess)
         return fail(e, "trace: buffer", msg, mcap);
+    // every slot's kind 0xFF until a block writes it (a block takes a slot a kind, and may not write them all)
+    if ((e = cudaMemset(d.ev, 0xFF, cap * sizeof(lilac_trace_ev))) != cudaSuccess) {
+        cudaFree(d.ev);
+        return fail(e, "trace: buffer", msg, mcap);
+    }
     if ((e = cudaMalloc((void **)&d.n, sizeof(unsigned))) != cudaSuccess ||
         (e = cudaMemset(d.n, 0, sizeof(unsigned))) != cudaSuccess) {
         cudaFree(d.ev);
@@ -86,6 +91,10 @@ extern "C" int lilac_cuda_trace_end(struct lilac_trace_ev **ev, size_t *n, uint6
         free(h);
         return fail(e != cudaSuccess ? e : cudaErrorInvalidSymbol, "trace: fetching the events", msg, mcap);
     }
-    *ev = h, *n = got, *dropped = taken - got;
+    size_t kept = 0; // the slots blocks wrote, in order
+    for (size_t i = 0; i < got; i++)
+        if (h[i].kind < LILAC_TRACE_KINDS)
+            h[kept++] = h[i];
+    *ev = h, *n = kept, *dropped = taken - got;
     return 0;
 }
