@@ -158,19 +158,6 @@ static void test_case(int E, int k, int norm, int shared, int gu, int nan_logits
     lilac_cuda_free(dw), lilac_cuda_free(dw2), lilac_cuda_free(didx), lilac_cuda_free(didx2), lilac_cuda_free(dcount);
 }
 
-/* The two routings' experts (slots of them) and weights (k, and the shared gate's) downloaded and compared bit for
- * bit: test_routed's checks (ref names the first routing's source). */
-static void same_choice(const char *what, int rep, const char *ref, const int32_t *didx, const int32_t *didx2,
-                        const float *dw, const float *dw2, int slots, int k, int shared)
-{
-    int32_t idx[64], idx2[64];
-    float w[33], w2[33];
-    ct_down(idx, didx, sizeof(int32_t) * slots), ct_down(idx2, didx2, sizeof(int32_t) * slots);
-    ct_down(w, dw, sizeof(float) * (k + 1)), ct_down(w2, dw2, sizeof(float) * (k + 1));
-    CHECKF(!memcmp(idx, idx2, sizeof(int32_t) * slots), "%s (launch %d): experts differ from the %s", what, rep, ref);
-    CHECKF(!memcmp(w, w2, sizeof(float) * (k + shared)), "%s (launch %d): weights differ from the %s", what, rep, ref);
-}
-
 /* lilac_cuda_matvec_experts_routed over E float32 experts (gate and up: 2E matrices of ff x n) against
  * lilac_cuda_route and lilac_cuda_matvec_experts on the same logits: idx, w and y bit for bit, two launches in
  * a row. gu: 2k slots (the up matrices at E); shared: the gate's logit at logits[E]. */
@@ -180,6 +167,8 @@ static void test_routed(int E, int k, int norm, int shared, int gu)
     const size_t one = (size_t)ff * n;
     float *W = malloc(sizeof(float) * one * nm), *x = malloc(sizeof(float) * n), *lg = malloc(sizeof(float) * (E + 1));
     float *y = malloc(sizeof(float) * ff * slots), *y2 = malloc(sizeof(float) * ff * slots);
+    float *w = malloc(sizeof(float) * (k + 1)), *w2 = malloc(sizeof(float) * (k + 1));
+    int32_t *idx = malloc(sizeof(int32_t) * 2 * k), *idx2 = malloc(sizeof(int32_t) * 2 * k);
     for (size_t i = 0; i < one * nm; i++)
         W[i] = rnd_sym();
     for (int i = 0; i < n; i++)
@@ -202,14 +191,19 @@ static void test_routed(int E, int k, int norm, int shared, int gu)
         int rc = lilac_cuda_route(dlg, E, k, norm, didx, dw, gu ? E : 0, NULL, NULL, 0, shared ? dlg + E : NULL, NULL);
         lilac_cuda_matvec_experts(&M, sizeof(float) * one, didx, slots, dx, 0, dy, NULL);
         const int rc2 = lilac_cuda_matvec_experts_routed(&M, sizeof(float) * one, dlg, &ra, dx, dy2, NULL);
+        ct_down(idx, didx, sizeof(int32_t) * slots), ct_down(idx2, didx2, sizeof(int32_t) * slots);
+        ct_down(w, dw, sizeof(float) * (k + 1)), ct_down(w2, dw2, sizeof(float) * (k + 1));
         ct_down(y, dy, sizeof(float) * ff * slots), ct_down(y2, dy2, sizeof(float) * ff * slots);
         const char *m = check_msg();
         CHECKF(rc == 0 && rc2 == 0 && !m, "%s: launches (%d, %d): %s", what, rc, rc2, m ? m : "");
-        same_choice(what, rep, "route kernel's", didx, didx2, dw, dw2, slots, k, shared);
+        CHECKF(!memcmp(idx, idx2, sizeof(int32_t) * slots), "%s (launch %d): experts differ from the route kernel's",
+               what, rep);
+        CHECKF(!memcmp(w, w2, sizeof(float) * (k + shared)), "%s (launch %d): weights differ from the route kernel's",
+               what, rep);
         CHECKF(!memcmp(y, y2, sizeof(float) * ff * slots), "%s (launch %d): outputs differ from the product's", what,
                rep);
     }
-    free(W), free(x), free(lg), free(y), free(y2);
+    free(W), free(x), free(lg), free(y), free(y2), free(w), free(w2), free(idx), free(idx2);
     lilac_cuda_free(dW), lilac_cuda_free(dx), lilac_cuda_free(dlg), lilac_cuda_free(dy), lilac_cuda_free(dy2);
     lilac_cuda_free(dw), lilac_cuda_free(dw2), lilac_cuda_free(didx), lilac_cuda_free(didx2);
 }
