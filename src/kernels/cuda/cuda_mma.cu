@@ -982,10 +982,8 @@ void launch_prep(const float *x, long long x_stride, const int32_t *map, int n, 
         return;
     }
     const int threads = nb >= 256 ? 256 : (nb + 31) / 32 * 32;
-    if (vec)
-        k_mma_prep<true><<<grid, threads, 0, st>>>(x, x2, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
-    else
-        k_mma_prep<false><<<grid, threads, 0, st>>>(x, x2, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
+    auto kern = vec ? k_mma_prep<true> : k_mma_prep<false>;
+    kern<<<grid, threads, 0, st>>>(x, x2, x_stride, map, n, n_dev, K, q.xq, q.xsum, q.xexp);
 }
 
 /* The pre-pass of a product into q (xq_get's, just taken for n rows of K). same_x: the caller says x has not
