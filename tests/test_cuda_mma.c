@@ -509,6 +509,146 @@ static void test_prep_quarter(void)
     printf("pre-pass, four lanes a run: %d shapes bit-equal to a lane a run\n", n_same);
 }
 
+/* The decode product on the tensor cores (k_mvt, LILAC_CUDA_MV_TC): Q4_K rows against the float64 reference and
+ * the CUDA-core product (fill_x's specials: zero, NaN, Inf, tiny and huge token rows), row counts that leave a
+ * block short, K from one super-block (fewer than a block's warps) to 4096 (two a warp); every token of an
+ * n-token call the bits of its one-token call (chunks of 8 included), accumulate = y + the product exactly,
+ * lilac_cuda_matvec (up to 8 tokens) and lilac_cuda_matvec_like (any count, like = W) taking it with the switch
+ * on, and neither with it off; misaligned rows and other types refused. Then (unless LILAC_CUDA_NO_BENCH) the
+ * qkv+z, shared-expert and output shapes of the 35B-A3B file timed against k_mv in bursts of 50. */
+static void test_mvt_shape(int64_t rows, int64_t cols, int mode)
+{
+    const int type = LILAC_Q4_K, ns[] = {1, 2, 3, 8, 11};
+    const size_t rb = lilac_dtype_row_bytes(type, cols), bytes = (size_t)rows * rb;
+    uint8_t *host = malloc(bytes);
+    float *deq = malloc(sizeof(float) * (size_t)(rows * cols)), *off = malloc(sizeof(float) * (size_t)(rows * cols));
+    fill_matrix(type, rows, cols, rb, mode, host);
+    for (int64_t r = 0; r < rows; r++)
+        lilac_row_to_f32(type, host + (size_t)r * rb, deq + r * cols, cols),
+            row_offsets_to_f32(type, host + (size_t)r * rb, off + r * cols, cols);
+    void *dw = dev_copy(host, bytes);
+    const lilac_cuda_mat m = {.data = dw, .type = type, .rows = rows, .cols = cols, .row_bytes = rb};
+    const int nmax = 11;
+    const size_t nx = (size_t)nmax * (size_t)cols, ny = (size_t)nmax * (size_t)rows;
+    float *x = malloc(sizeof(float) * nx), *y = malloc(sizeof(float) * ny), *y1 = malloc(sizeof(float) * ny),
+          *yo = malloc(sizeof(float) * ny), *y0 = malloc(sizeof(float) * ny), *ya = malloc(sizeof(float) * ny);
+    unsigned char nanr[11];
+    fill_x(x, nmax, cols, nanr, 1);
+    for (size_t i = 0; i < ny; i++)
+        y0[i] = rnd_sym();
+    float *dx = dev_copy(x, sizeof(float) * nx), *dy = dev_copy(NULL, sizeof(float) * ny);
+    char what[256];
+    if (!dw || !dx || !dy)
+        goto out;
+    lilac_cuda_mv_tc_set(1);
+    CHECKF(lilac_cuda_matvec_tc_takes(&m), "mvt: %lld x %lld Q4_K not taken", (long long)rows, (long long)cols);
+    /* each token alone: the reference bits */
+    for (int t = 0; t < nmax; t++) {
+        CHECK(lilac_cuda_matvec_tc(&m, dx + (size_t)t * cols, dy + (size_t)t * rows, 1, 0, NULL) == 0);
+    }
+    if (download(y1, dy, ny, "mvt one token"))
+        goto out;
+    lilac_cuda_mma_set_enabled(0);
+    lilac_cuda_mv_tc_set(0);
+    lilac_cuda_memset(dy, 0xFF, sizeof(float) * ny, NULL);
+    lilac_cuda_matvec(&m, dx, dy, nmax, NULL); /* the CUDA cores */
+    const int ok_o = !download(yo, dy, ny, "mvt: k_mv");
+    lilac_cuda_mma_set_enabled(1);
+    snprintf(what, sizeof what, "mvt %lld x %lld (%s), one token a call", (long long)rows, (long long)cols,
+             mode ? "quantized values" : "random bytes");
+    const double w = compare(what, deq, off, rows, cols, x, NULL, y1, ok_o ? yo : NULL, nmax, nanr);
+    printf("%s: max error %.3g of sum |x| (|w| + |off|)\n", what, w);
+    CHECKF(lilac_cuda_matvec_tc(&m, dx, dy, 1, 0, NULL) == -1, "mvt: taken with LILAC_CUDA_MV_TC off");
+    lilac_cuda_mv_tc_set(1);
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+        const int n = ns[k];
+        const size_t nyn = (size_t)n * (size_t)rows;
+        lilac_cuda_memset(dy, 0xFF, sizeof(float) * ny, NULL);
+        CHECK(lilac_cuda_matvec_tc(&m, dx, dy, n, 0, NULL) == 0);
+        if (download(y, dy, nyn, "mvt n tokens"))
+            goto out;
+        CHECKF(memcmp(y, y1, sizeof(float) * nyn) == 0, "mvt %lld x %lld: %d tokens a call differ from one a call",
+               (long long)rows, (long long)cols, n);
+        /* accumulate: y0 + the product, exactly */
+        char msg[256];
+        if (lilac_cuda_upload(dy, y0, sizeof(float) * nyn, msg, sizeof msg)) {
+            CHECKF(0, "mvt: upload: %s", msg);
+            goto out;
+        }
+        CHECK(lilac_cuda_matvec_tc(&m, dx, dy, n, 1, NULL) == 0);
+        if (download(ya, dy, nyn, "mvt accumulate"))
+            goto out;
+        int bad = 0;
+        for (size_t i = 0; i < nyn; i++) {
+            const float want = y0[i] + y1[i];
+            bad += memcmp(&ya[i], &want, sizeof want) != 0 && !(isnan(ya[i]) && isnan(want));
+        }
+        CHECKF(!bad, "mvt %lld x %lld, %d tokens: %d accumulated results are not y + the product", (long long)rows,
+               (long long)cols, n, bad);
+        /* the dispatch: lilac_cuda_matvec up to 8 tokens, lilac_cuda_matvec_like at any count */
+        lilac_cuda_memset(dy, 0xFF, sizeof(float) * ny, NULL);
+        if (n <= 8) {
+            lilac_cuda_matvec(&m, dx, dy, n, NULL);
+            if (!download(y, dy, nyn, "mvt via lilac_cuda_matvec"))
+                CHECKF(memcmp(y, y1, sizeof(float) * nyn) == 0,
+                       "mvt: lilac_cuda_matvec at %d tokens did not take the tensor-core decode product", n);
+        }
+        lilac_cuda_memset(dy, 0xFF, sizeof(float) * ny, NULL);
+        lilac_cuda_matvec_like(&m, 0, NULL, 1, dx, 0, NULL, dy, n, 0, &m, 0, 1, NULL);
+        if (!download(y, dy, nyn, "mvt via lilac_cuda_matvec_like"))
+            CHECKF(memcmp(y, y1, sizeof(float) * nyn) == 0,
+                   "mvt: lilac_cuda_matvec_like at %d tokens did not give the one-token bits", n);
+    }
+    lilac_cuda_mv_tc_set(0);
+out:
+    lilac_cuda_free(dw);
+    lilac_cuda_free(dx);
+    lilac_cuda_free(dy);
+    free(host), free(deq), free(off), free(x), free(y), free(y1), free(yo), free(y0), free(ya);
+}
+
+static void test_mvt(void)
+{
+    const int was = lilac_cuda_mv_tc_set(0);
+    test_mvt_shape(1000, 2048, 0);
+    test_mvt_shape(33, 256, 0);
+    test_mvt_shape(70, 4096, 1);
+    if (!ct_quick())
+        test_mvt_shape(320, 1536, 1);
+    /* refusals: other types, rows off 16-alignment, the switch off */
+    lilac_cuda_mv_tc_set(1);
+    uint8_t dummy[16];
+    lilac_cuda_mat q = {.data = dummy, .type = LILAC_Q6_K, .rows = 4, .cols = 256, .row_bytes = 210};
+    CHECK(!lilac_cuda_matvec_tc_takes(&q));
+    q = (lilac_cuda_mat){.data = dummy + 2, .type = LILAC_Q4_K, .rows = 4, .cols = 256, .row_bytes = 144};
+    CHECK(!lilac_cuda_matvec_tc_takes(&q));
+    q.data = dummy, q.row_bytes = 146;
+    CHECK(!lilac_cuda_matvec_tc_takes(&q));
+    lilac_cuda_mv_tc_set(0);
+    q.row_bytes = 144;
+    CHECK(!lilac_cuda_matvec_tc_takes(&q));
+    if (!getenv("LILAC_CUDA_NO_BENCH")) {
+        static const int64_t SH[][2] = {{12288, 2048}, {1024, 2048}, {2048, 4096}, {8192, 2048}};
+        lilac_cuda_mv_tc_set(1);
+        for (size_t i = 0; i < sizeof SH / sizeof SH[0]; i++) {
+            const size_t rb = lilac_dtype_row_bytes(LILAC_Q4_K, SH[i][1]), bytes = (size_t)SH[i][0] * rb;
+            uint8_t *h = malloc(bytes);
+            fill_matrix(LILAC_Q4_K, SH[i][0], SH[i][1], rb, 0, h);
+            void *d = dev_copy(h, bytes);
+            free(h);
+            if (!d)
+                continue;
+            const lilac_cuda_mat b = {.data = d, .type = LILAC_Q4_K, .rows = SH[i][0], .cols = SH[i][1], .row_bytes = rb};
+            const double tc = lilac_cuda_bench_matvec_burst(&b, 1, 50, 5), mv = lilac_cuda_bench_matvec_burst(&b, 0, 50, 5);
+            printf("bench mvt Q4_K %lld x %lld (%.1f MiB), one token: k_mvt %.2f us (%.0f GB/s), k_mv %.2f us (%.0f GB/s)\n",
+                   (long long)SH[i][0], (long long)SH[i][1], bytes / 1048576.0, tc * 1e6, bytes / tc * 1e-9, mv * 1e6,
+                   bytes / mv * 1e-9);
+            lilac_cuda_free(d);
+        }
+    }
+    lilac_cuda_mv_tc_set(was);
+}
+
 int main(void)
 {
     char msg[512];
@@ -524,5 +664,6 @@ int main(void)
     CHECK(!lilac_cuda_mma_supported(LILAC_F32) && !lilac_cuda_mma_supported(LILAC_F16));
     test_multi();
     test_prep_quarter();
+    test_mvt();
     TEST_END();
 }

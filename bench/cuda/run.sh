@@ -85,6 +85,7 @@ do_test() {
     run_test model-no-ds-stage test_cuda_model LILAC_CUDA_DS_STAGE=0
     run_test model-no-xvec test_cuda_model LILAC_CUDA_X_VEC=0
     run_test model-pdl-set test_cuda_model LILAC_CUDA_PDL_SET=route,attention,combine,rope,sum,conv,rmsnorm
+    run_test model-mv-tc test_cuda_model LILAC_CUDA_MV_TC=1
     run_test model-apart test_cuda_model LILAC_CUDA_NORM_ROUTER=0 LILAC_CUDA_PDL_ALL=1 LILAC_CUDA_SUM_GRID=0
     run_test model-no-down-sum test_cuda_model LILAC_CUDA_DOWN_SUM=0
     run_test model-down-sum-r1 test_cuda_model LILAC_CUDA_DOWN_SUM=1 LILAC_CUDA_DOWN_SUM_R=1
@@ -101,6 +102,7 @@ do_test() {
     run_test batch-no-stage test_cuda_batch LILAC_CUDA_MV_STAGE=0
     run_test batch-no-ds-stage test_cuda_batch LILAC_CUDA_DS_STAGE=0
     run_test batch-no-xvec test_cuda_batch LILAC_CUDA_X_VEC=0
+    run_test batch-mv-tc test_cuda_batch LILAC_CUDA_MV_TC=1
     run_test prefill test_cuda_prefill
     run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0
@@ -124,6 +126,7 @@ do_test() {
     run_test batch-grouped-no-aux test_cuda_batch LILAC_CUDA_PAIRS=0 LILAC_CUDA_PF_AUX=0
     run_test batch-grouped-no-glu test_cuda_batch LILAC_CUDA_PAIRS=0 LILAC_CUDA_PF_GLU=0
     grep -h "wgmma probe" "$out"/wgmma.txt 2>/dev/null
+    grep -h "^mvt .*max error\|bench mvt" "$out"/mma.txt 2>/dev/null
     grep -h "us a phase" "$out"/sync.txt 2>/dev/null
     grep -h "launches of the fused" "$out"/model-*.txt 2>/dev/null
     grep -h "vs token path\|sequences vs alone\|timing" "$out"/prefill.txt "$out"/batch.txt "$out"/attn.txt \

@@ -24,6 +24,7 @@ static const char *const k_names[LILAC_TK_COUNT] = {
     [LILAC_TK_NORM_ROUTER] = "k_norm_router",
     [LILAC_TK_MOE_SUM_NORM] = "k_moe_sum_norm",
     [LILAC_TK_MOE_DOWN_SUM] = "k_moe_down_sum",
+    [LILAC_TK_MVT] = "k_mvt",
 };
 
 const char *lilac_trace_kernel_name(int kernel)
@@ -183,12 +184,12 @@ int lilac_trace_op_kernels(const char *op, int kernels[2])
     return 1;
 }
 
-/* Whether the device's kernel fits the name's (k_mv_scalar for k_mv, k_attention_part for _gqa). */
+/* Whether the device's kernel fits the name's (k_mv_scalar or k_mvt for k_mv, k_attention_part for _gqa). */
 static int fits(int want, int got)
 {
     if (!want || want == got)
         return 1;
-    return (want == LILAC_TK_MV && got == LILAC_TK_MV_SCALAR) ||
+    return (want == LILAC_TK_MV && (got == LILAC_TK_MV_SCALAR || got == LILAC_TK_MVT)) ||
            (want == LILAC_TK_ATT_GQA && got == LILAC_TK_ATT_PART);
 }
 

@@ -217,6 +217,20 @@ int lilac_cuda_matvec_grouped_glu_mma(const lilac_cuda_mat *W, size_t expert_str
                                       const int32_t *offsets, int max_pairs, int n_pairs, const float *g,
                                       const float *u, long long x_stride, float *y, lilac_cuda_stream *s);
 
+/* The decode products of Q4_K rows on the tensor cores (cuda_mma.cu's k_mvt; LILAC_CUDA_MV_TC=1, off by
+ * default): the rows staged in shared memory before the kernel before ends, each token's x split into fp16 digits
+ * by the block, one token (or up to 8) as the n8 columns of the mma. Each token's result is the same bits
+ * whatever the token count (a chunk of up to 8 a launch), so the batched step's rows stay its one-token bits.
+ * lilac_cuda_matvec takes it for up to 8 tokens, and lilac_cuda_matvec_like for any count when the product it
+ * stands for is one it takes. _takes: whether it takes W (type, shape, alignment, the switch, an sm_90 device);
+ * lilac_cuda_matvec_tc: y (+)= W x for n_tok tokens (x 16-byte aligned, tokens cols floats apart, y's rows
+ * apart): 0 when launched, -1 when it does not take the call (nothing launched, no error set).
+ * lilac_cuda_mv_tc_set: the switch (returns the previous setting). */
+int lilac_cuda_matvec_tc_takes(const lilac_cuda_mat *W);
+int lilac_cuda_matvec_tc(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, int accumulate,
+                         lilac_cuda_stream *s);
+int lilac_cuda_mv_tc_set(int on);
+
 /* Float weights (F32, F16, BF16) with many tokens (cuda_gemm.cu): a tiled float32 GEMM that reads each weight
  * once per 64 tokens; lilac_cuda_matvec takes it from lilac_cuda_gemm_min_tokens() tokens on (LILAC_CUDA_GEMM=0:
  * never). lilac_cuda_matvec_gemm: 0 when launched, -1 when it does not take the call (type, shape, alignment). */
@@ -233,6 +247,10 @@ int lilac_cuda_check(char *msg, size_t cap);
 /* Seconds one lilac_cuda_matvec(W, x, y, n_tok) takes on the default stream: the best of reps, timed with
  * CUDA events after a warm-up, x and y its own. Synchronous; < 0 on failure. For benchmarks and tests. */
 double lilac_cuda_bench_matvec(const lilac_cuda_mat *W, int n_tok, int reps);
+/* Seconds a product of a burst of `burst` one after another on a stream (launched dependent where the products
+ * are; best of reps bursts): through k_mvt (tc) or the CUDA-core k_mv path (lilac_cuda_matvec with the tensor-core
+ * switches off); < 0 where it failed or k_mvt does not take W. */
+double lilac_cuda_bench_matvec_burst(const lilac_cuda_mat *W, int tc, int burst, int reps);
 
 #ifdef __cplusplus
 }

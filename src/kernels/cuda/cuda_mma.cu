@@ -71,7 +71,10 @@
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_dev.cuh"
 #include "kernels/cuda/cuda_sizes.h"
+#include "kernels/cuda/cuda_trace.cuh"
 #include "util/env.h"
+
+LILAC_TRACE_TU(mma)
 
 namespace {
 
@@ -157,6 +160,29 @@ __device__ __forceinline__ uint32_t hfma2u(uint32_t a, uint32_t b, uint32_t c)
  * of a row's 256-column chunk at b (shared memory), as fp16 pairs (v0, v2)
  * and (v1, v3): the A fragment's two registers of that row. For Q4_K/Q5_K,
  * tab holds the (mult, add) half2 pair that folds sc in. */
+/* Sub-block i (0..7) of a K-quant super-block: its 6-bit scale and minimum from the 12 scale bytes as words s0,
+ * s1, s2 (lilac_kq_scale_min's packing). */
+__device__ __forceinline__ void kq_sc_m(uint32_t s0, uint32_t s1, uint32_t s2, int i, int &sc, int &m)
+{
+    const int j = i & 3, sa = (s0 >> (8 * j)) & 0xFF, sm = (s1 >> (8 * j)) & 0xFF;
+    if (i < 4) {
+        sc = sa & 63, m = sm & 63;
+    } else {
+        const int hi4 = (s2 >> (8 * j)) & 0xFF;
+        sc = (hi4 & 0xF) | ((sa >> 6) << 4), m = (hi4 >> 4) | ((sm >> 6) << 4);
+    }
+}
+
+/* The (mult, add) half2 pair Dec folds sub-block i's scale sc in with: (1024 + q) sc - 1024 sc, or for odd Q4_K
+ * sub-blocks (codes seen as 16 q) (1024 + 16 q) sc / 16 - 64 sc. */
+template <int TYPE> __device__ __forceinline__ uint2 kq_tab(int i, int sc)
+{
+    const bool hiq = TYPE == LILAC_Q4_K && (i & 1);
+    const float f = (float)sc;
+    const float mul = hiq ? f * 0.0625f : f, add = hiq ? -64.f * f : -1024.f * f;
+    return make_uint2(pk(mul, mul), pk(add, add));
+}
+
 template <int TYPE, bool A4> struct Dec;
 
 template <bool A4> struct Dec<LILAC_Q4_K, A4> {
@@ -364,6 +390,32 @@ __global__ void __launch_bounds__(256) k_mma_prep(const float *x, const float *x
     }
 }
 
+/* Part q (values 8 q .. 8 q + 7, already scaled) of a run of 32 as its digits at d (the run's XB bytes, global
+ * or shared memory), four adjacent lanes a run; returns the run's sum, added in k_mma_prep's order (value 0 to
+ * 31: quad_run_sum). */
+__device__ __forceinline__ float prep_part_put(const float (&v)[8], int q, int lane, uint8_t *d)
+{
+    const float run = quad_run_sum(v, q, lane);
+    /* word 4t + 2h + k of the run: values 16h + 4t + k and + 2; this lane's values 8q .. are h = q / 2,
+     * t = 2 (q % 2) + tt, its values 4 tt + k and + 2 */
+#pragma unroll
+    for (int tt = 0; tt < 2; tt++) {
+        uint32_t hi[2], lo[2];
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const float a = v[4 * tt + k], b = v[4 * tt + k + 2];
+            const __half ha = __float2half_rn(a), hb = __float2half_rn(b);
+            const __half la = __float2half_rn(a - __half2float(ha)), lb = __float2half_rn(b - __half2float(hb));
+            hi[k] = h2u(__halves2half2(ha, hb));
+            lo[k] = h2u(__halves2half2(la, lb));
+        }
+        const int w = 4 * (2 * (q & 1) + tt) + 2 * (q >> 1);
+        *reinterpret_cast<uint2 *>(d + 4 * w) = make_uint2(hi[0], hi[1]);
+        *reinterpret_cast<uint2 *>(d + XB / 2 + 4 * w) = make_uint2(lo[0], lo[1]);
+    }
+    return run;
+}
+
 /* k_mma_prep with four adjacent lanes a run, each 8 of its values (the default; LILAC_CUDA_PREP_QUARTER=0 off): four times the
  * threads a row, for the rows of a 512-token chunk (a block a row of 2048 columns had 64 threads: ~8 warps an
  * SM, each load a round trip). The same digits, sums and exponents, bit for bit: the largest |value| is a
@@ -395,25 +447,7 @@ __global__ void __launch_bounds__(256) k_mma_prep_q(const float *x, const float 
 #pragma unroll
             for (int i = 0; i < 8; i++)
                 v[i] = bad ? 0.f : ldexpf(v[i], sh);
-            const float run = quad_run_sum(v, q, lane); /* in k_mma_prep's order */
-            /* word 4t + 2h + k of the run: values 16h + 4t + k and + 2; this lane's values 8q .. are h = q / 2,
-             * t = 2 (q % 2) + tt, its values 4 tt + k and + 2 */
-            uint8_t *d = xq + ((size_t)row * (K / 32) + pi / 4) * XB;
-#pragma unroll
-            for (int tt = 0; tt < 2; tt++) {
-                uint32_t hi[2], lo[2];
-#pragma unroll
-                for (int k = 0; k < 2; k++) {
-                    const float a = v[4 * tt + k], b = v[4 * tt + k + 2];
-                    const __half ha = __float2half_rn(a), hb = __float2half_rn(b);
-                    const __half la = __float2half_rn(a - __half2float(ha)), lb = __float2half_rn(b - __half2float(hb));
-                    hi[k] = h2u(__halves2half2(ha, hb));
-                    lo[k] = h2u(__halves2half2(la, lb));
-                }
-                const int w = 4 * (2 * (q & 1) + tt) + 2 * (q >> 1);
-                *reinterpret_cast<uint2 *>(d + 4 * w) = make_uint2(hi[0], hi[1]);
-                *reinterpret_cast<uint2 *>(d + XB / 2 + 4 * w) = make_uint2(lo[0], lo[1]);
-            }
+            const float run = prep_part_put(v, q, lane, xq + ((size_t)row * (K / 32) + pi / 4) * XB);
             if (q == 0)
                 xsum_put(xsum, K / 32, row, pi / 4, run);
         }
@@ -693,17 +727,8 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
                         int scv[4], mv[4];
 #pragma unroll
                         for (int i = 0; i < 4; i++) {
-                            const int sa = (s0 >> (8 * i)) & 0xFF, sm = (s1 >> (8 * i)) & 0xFF;
-                            if (jb == 0) {
-                                scv[i] = sa & 63, mv[i] = sm & 63;
-                            } else {
-                                const int hi4 = (s2 >> (8 * i)) & 0xFF;
-                                scv[i] = (hi4 & 0xF) | ((sa >> 6) << 4), mv[i] = (hi4 >> 4) | ((sm >> 6) << 4);
-                            }
-                            const bool hiq = TYPE == LILAC_Q4_K && (i & 1); /* odd sub-blocks: codes seen as 16 q */
-                            const float f = (float)scv[i];
-                            const float mul = hiq ? f * 0.0625f : f, add = hiq ? -64.f * f : -1024.f * f;
-                            tabh[(4 * jb + i) * BM + tr] = make_uint2(pk(mul, mul), pk(add, add));
+                            kq_sc_m(s0, s1, s2, 4 * jb + i, scv[i], mv[i]);
+                            tabh[(4 * jb + i) * BM + tr] = kq_tab<TYPE>(i, scv[i]);
                         }
                         tabm[(2 * jb) * BM + tr] = pk((float)mv[0], (float)mv[1]);
                         tabm[(2 * jb + 1) * BM + tr] = pk((float)mv[2], (float)mv[3]);
@@ -850,6 +875,212 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
             tile_work(std::integral_constant<int, NW>{});
         }
     }
+}
+
+/* ------------------------------------------------------------------ */
+/* The one-token product on the tensor cores (k_mvt; LILAC_CUDA_MV_TC=1) */
+
+/* Decode products of Q4_K rows for up to TV_MAXT tokens, the weights as the A operand of m16n8k16 (k_mma's
+ * decode: Dec, two mma's a step for x's hi and lo digits) and the tokens as the n8 columns (one used of eight
+ * for one token). Why: the CUDA-core k_mv is bound by instruction issue once its rows are staged (ncu, session
+ * 24: ~3.6 lane instructions a weight in its dot loop, ~1,640 a warp for the qkv+z product); the decode here is
+ * ~1.5 (a LOP3 and an HFMA2 per two values, a shared load and a shift per four) and the products are the tensor
+ * pipe's.
+ *
+ * A block: TV_ROWS rows, 8 warps; warp w takes super-blocks w, w + 8, ... of every row (its own scale tables in
+ * shared memory, a lane a row), two m16 tiles; the warps' partial sums are added in warp order. The rows are
+ * bulk-copied into shared memory before griddepcontrol.wait (a row a lane of warp 0, each in a slot of an odd
+ * number of 16-byte granules: the 8 rows a fragment load touches fall in distinct banks); x is converted after
+ * the wait by the block itself (k_mma_prep_q's digits, sums and exponent per token, into shared memory).
+ * A token's result depends on its own x and the row only (its own exponent, the columns of an mma independent,
+ * the warps' sum in a fixed order): any token count gives each token the bits of a one-token call. */
+constexpr int TV_ROWS = 32, TV_THREADS = 256, TV_WARPS = TV_THREADS / 32, TV_MAXT = 8;
+
+struct TV {
+    const uint8_t *w;
+    size_t row_bytes;
+    const float *x;
+    float *y;
+    int rows, K, n_tok, acc, slot; /* slot: a staged row's bytes in shared memory */
+};
+
+/* Shared memory of a block (bytes), at T tokens: staged rows, digits, sums, the warps' tables, their sums. */
+struct TvSmem {
+    int w, x, xs, th, tm, td, red, xe, total;
+    __host__ __device__ TvSmem(int K, int slot, int T)
+    {
+        const int NB = K / 32;
+        w = TV_ROWS * slot;
+        x = T * (NB * XB + 64); /* a token's runs, padded: tokens g = 0, 1 of a load phase in other banks */
+        xs = T * NB * 4;
+        th = TV_WARPS * 8 * TV_ROWS * 8;
+        tm = TV_WARPS * 4 * TV_ROWS * 4;
+        td = TV_WARPS * 2 * TV_ROWS * 4;
+        red = TV_WARPS * TV_ROWS * T * 4;
+        xe = T * 4;
+        total = w + x + xs + th + tm + td + red + xe;
+    }
+};
+
+template <int T> __global__ void __launch_bounds__(TV_THREADS) k_mvt(const TV p)
+{
+    TRACE_START(LILAC_TK_MVT);
+    griddep_launch_dependents();
+    extern __shared__ uint4 smem4[];
+    __shared__ uint64_t bar;
+    __shared__ float red8[TV_WARPS];
+    const TvSmem L(p.K, p.slot, T);
+    uint8_t *const wbuf = reinterpret_cast<uint8_t *>(smem4), *const xbuf = wbuf + L.w;
+    float *const sbuf = reinterpret_cast<float *>(xbuf + L.x);
+    uint2 *const tabh = reinterpret_cast<uint2 *>(xbuf + L.x + L.xs);
+    uint32_t *const tabm = reinterpret_cast<uint32_t *>(xbuf + L.x + L.xs + L.th);
+    float *const tabd = reinterpret_cast<float *>(xbuf + L.x + L.xs + L.th + L.tm);
+    float *const red = tabd + L.td / 4;
+    int *const xe = reinterpret_cast<int *>(red + L.red / 4);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
+    const int NB = p.K / 32, NSB = p.K / 256, xrow = NB * XB + 64;
+    const int row0 = blockIdx.x * TV_ROWS, nr = min(TV_ROWS, p.rows - row0);
+    const uint32_t b = dev_smem_addr(&bar);
+
+    /* the rows, before the wait (no kernel before writes them) */
+    if (warp == 0) {
+        if (lane == 0) {
+            dev_stage_init(b);
+            dev_stage_expect(b, (uint32_t)(nr * p.row_bytes));
+        }
+        __syncwarp();
+        if (lane < nr)
+            dev_stage_copy(wbuf + lane * p.slot, p.w + (size_t)(row0 + lane) * p.row_bytes, (uint32_t)p.row_bytes, b);
+    }
+    griddep_wait();
+    TRACE_WAITED(LILAC_TK_MVT);
+
+    /* x's digits, a token at a time (k_mma_prep_q's: the largest |value|, the scale, four lanes a run) */
+    const int NP = p.K / 8, q = tid & 3;
+    for (int t = 0; t < p.n_tok; t++) {
+        const float *src = p.x + (size_t)t * p.K;
+        float v[8];
+        float amax = 0.f;
+        bool bad = false;
+        for (int pi = tid; pi < NP; pi += TV_THREADS) {
+            prep_load<true>(src + 8 * pi, v);
+            prep_max(v, amax, bad);
+        }
+        const int sh = prep_shift(amax, bad, red8, xe, t);
+        for (int pi = tid; pi < NP; pi += TV_THREADS) { /* NP a multiple of 32: whole warps */
+            if (NP > TV_THREADS)
+                prep_load<true>(src + 8 * pi, v);
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                v[i] = bad ? 0.f : ldexpf(v[i], sh);
+            const float run = prep_part_put(v, q, lane, xbuf + t * xrow + (pi / 4) * XB);
+            if (q == 0)
+                xsum_put(sbuf, NB, t, pi / 4, run);
+        }
+        __syncthreads(); /* red8 is the next token's; the digits before their readers */
+    }
+    TRACE_MARK1(LILAC_TK_MVT);
+    dev_stage_wait(b, 0);
+    TRACE_MARK2(LILAC_TK_MVT);
+
+    uint2 *const th = tabh + warp * 8 * TV_ROWS;
+    uint32_t *const tm = tabm + warp * 4 * TV_ROWS;
+    float *const td = tabd + warp * 2 * TV_ROWS, *const tdm = td + TV_ROWS;
+    const bool tk = g < p.n_tok; /* this lane's token (column g of B) */
+    const uint8_t *const xb = xbuf + g * xrow + 16 * tig;
+    float acc[2][4] = {};
+    for (int sb = warp; sb < NSB; sb += TV_WARPS) {
+        { /* the scale tables, lane = row */
+            const uint4 w4 = *reinterpret_cast<const uint4 *>(wbuf + lane * p.slot + sb * 144);
+            const float d = __half2float(__ushort_as_half((unsigned short)(w4.x & 0xFFFFu)));
+            const float dmin = __half2float(__ushort_as_half((unsigned short)(w4.x >> 16)));
+            int sc[8], m[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                kq_sc_m(w4.y, w4.z, w4.w, i, sc[i], m[i]);
+                th[i * TV_ROWS + lane] = kq_tab<LILAC_Q4_K>(i, sc[i]);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                tm[j * TV_ROWS + lane] = pk((float)m[2 * j], (float)m[2 * j + 1]);
+            td[lane] = d;
+            tdm[lane] = dmin * 64.f; /* xsum_put's 2^-6 */
+        }
+        __syncwarp();
+        float frag[2][4] = {};
+#pragma unroll 2
+        for (int s = 0; s < 8; s++) {
+            uint4 bh = make_uint4(0, 0, 0, 0), bl = bh;
+            if (tk) {
+                bh = *reinterpret_cast<const uint4 *>(xb + (sb * 8 + s) * XB);
+                bl = *reinterpret_cast<const uint4 *>(xb + (sb * 8 + s) * XB + 64);
+            }
+            uint2 ma[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                ma[r] = th[s * TV_ROWS + 8 * r + g];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                uint32_t a[2][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    const uint8_t *r0 = wbuf + (16 * mt + g) * p.slot + sb * 144;
+                    Dec<LILAC_Q4_K, true>::run(r0, s, h, tig, ma[2 * mt], a[mt][0], a[mt][2]);
+                    Dec<LILAC_Q4_K, true>::run(r0 + 8 * p.slot, s, h, tig, ma[2 * mt + 1], a[mt][1], a[mt][3]);
+                }
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    mma16816(frag[mt], a[mt], h ? bh.z : bh.x, h ? bh.w : bh.y);
+                    mma16816(frag[mt], a[mt], h ? bl.z : bl.x, h ? bl.w : bl.y);
+                }
+            }
+        }
+        /* the minimum (k_mma's: one mma of the 8 runs' hi then lo sums), then the scales, in k_mma's order */
+        uint2 bw = make_uint2(0, 0);
+        if (tk)
+            bw = *reinterpret_cast<const uint2 *>(sbuf + g * NB + sb * 8 + 2 * tig);
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+            const int ra = 16 * mt + g, rb = ra + 8;
+            uint32_t am[4];
+            am[0] = am[2] = tm[tig * TV_ROWS + ra];
+            am[1] = am[3] = tm[tig * TV_ROWS + rb];
+            float f[4] = {0.f, 0.f, 0.f, 0.f};
+            mma16816(f, am, bw.x, bw.y);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e < 2 ? ra : rb;
+                acc[mt][e] = fmaf(td[r], frag[mt][e], fmaf(-tdm[r], f[e], acc[mt][e]));
+            }
+        }
+        __syncwarp(); /* the tables are the next super-block's */
+    }
+
+    /* the warps' sums, in warp order; y = sum 2^xexp (NaN for a token with a NaN or Inf) */
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int t = 2 * tig + (e & 1);
+            if (t < T)
+                red[(warp * TV_ROWS + 16 * mt + g + 8 * (e >> 1)) * T + t] = acc[mt][e];
+        }
+    __syncthreads();
+    const int nw = NSB < TV_WARPS ? NSB : TV_WARPS;
+    for (int i = tid; i < TV_ROWS * T; i += TV_THREADS) {
+        const int r = i / T, t = i - r * T;
+        if (r >= nr || t >= p.n_tok)
+            continue;
+        float v = red[r * T + t];
+        for (int w = 1; w < nw; w++)
+            v += red[(w * TV_ROWS + r) * T + t];
+        const int x2 = xe[t];
+        v = x2 == INT_MAX ? __int_as_float(0x7fc00000) : x2 >= -126 && x2 <= 127 ? v * __int_as_float((127 + x2) << 23)
+                                                                                  : ldexpf(v, x2);
+        float *yp = p.y + (size_t)t * p.rows + row0 + r;
+        *yp = p.acc ? *yp + v : v;
+    }
+    TRACE_END(LILAC_TK_MVT);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1200,6 +1431,39 @@ bool xrows_enabled()
     return env_switch_once(g_xrows_on, "LILAC_CUDA_MMA_XROWS", true);
 }
 
+/* Whether k_mvt's T-token instance fits p's shape in a block's shared memory (the device's opt-in most, less the
+ * kernel's static; the attribute set to that once). */
+template <int T> bool tv_fits(const TV &p)
+{
+    static std::atomic<int> most{0};
+    int m = most.load(std::memory_order_relaxed);
+    if (!m) {
+        int dev = 0, optin = 0;
+        cudaFuncAttributes fa{};
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+            cudaFuncGetAttributes(&fa, k_mvt<T>) != cudaSuccess || optin - (int)fa.sharedSizeBytes < 1 ||
+            cudaFuncSetAttribute(k_mvt<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 optin - (int)fa.sharedSizeBytes) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return false;
+        }
+        m = optin - (int)fa.sharedSizeBytes;
+        most.store(m, std::memory_order_relaxed);
+    }
+    return TvSmem(p.K, p.slot, T).total <= m;
+}
+
+template <int T> void tv_go(const TV &p, cudaStream_t st)
+{
+    launch_dependent(k_mvt<T>, dim3((unsigned)((p.rows + TV_ROWS - 1) / TV_ROWS)), dim3(TV_THREADS),
+                     (size_t)TvSmem(p.K, p.slot, T).total, st, p);
+}
+
+/* LILAC_CUDA_MV_TC=1: the one-token products of Q4_K rows through k_mvt (lilac_cuda_matvec_tc_takes). Read once;
+ * lilac_cuda_mv_tc_set sets it. */
+std::atomic<int> g_tv{-1};
+
 } // namespace
 
 extern "C" {
@@ -1377,6 +1641,53 @@ int lilac_cuda_matvec_grouped_glu_mma(const lilac_cuda_mat *W, size_t expert_str
     if (!u)
         return -1;
     return grouped_mma(W, expert_stride, n_expert, offsets, nullptr, 0, max_pairs, n_pairs, g, u, x_stride, y, s);
+}
+
+int lilac_cuda_mv_tc_set(int on)
+{
+    const int old = env_switch_once(g_tv, "LILAC_CUDA_MV_TC", false) ? 1 : 0;
+    g_tv.store(on ? 1 : 0, std::memory_order_relaxed);
+    return old;
+}
+
+int lilac_cuda_matvec_tc_takes(const lilac_cuda_mat *W)
+{
+    return W && W->data && W->type == LILAC_Q4_K && W->rows >= 1 && W->cols >= 256 && W->cols % 256 == 0 &&
+           W->cols <= (1 << 20) && W->row_bytes % 16 == 0 && W->row_bytes >= (size_t)(W->cols / 256) * 144 &&
+           W->row_bytes <= (1u << 20) && (reinterpret_cast<uintptr_t>(W->data) & 15) == 0 &&
+           env_switch_once(g_tv, "LILAC_CUDA_MV_TC", false) && dev_cc_major() >= 9;
+}
+
+int lilac_cuda_matvec_tc(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, int accumulate,
+                         lilac_cuda_stream *s)
+{
+    if (!lilac_cuda_matvec_tc_takes(W) || !x || !y || n_tok < 1 || (reinterpret_cast<uintptr_t>(x) & 15))
+        return -1;
+    TV p{};
+    p.w = static_cast<const uint8_t *>(W->data);
+    p.row_bytes = W->row_bytes;
+    p.rows = (int)W->rows, p.K = (int)W->cols, p.acc = accumulate != 0;
+    p.slot = (int)(W->row_bytes / 16 % 2 ? W->row_bytes : W->row_bytes + 16); /* an odd number of granules */
+    /* chunks of up to the widest instance that fits (8 tokens at most), each in the narrowest that holds it:
+     * every token gets its one-token bits whatever the chunk */
+    static_assert(TV_MAXT == 8, "the instances below");
+    const int tmax = tv_fits<8>(p) ? 8 : tv_fits<4>(p) ? 4 : tv_fits<2>(p) ? 2 : tv_fits<1>(p) ? 1 : 0;
+    if (!tmax)
+        return -1;
+    const cudaStream_t st = S(s);
+    for (int t0 = 0; t0 < n_tok; t0 += p.n_tok) {
+        p.n_tok = n_tok - t0 < tmax ? n_tok - t0 : tmax;
+        p.x = x + (size_t)t0 * p.K, p.y = y + (size_t)t0 * p.rows;
+        if (p.n_tok == 1)
+            tv_go<1>(p, st);
+        else if (p.n_tok == 2)
+            tv_go<2>(p, st);
+        else if (p.n_tok <= 4)
+            tv_go<4>(p, st);
+        else
+            tv_go<8>(p, st);
+    }
+    return 0;
 }
 
 } // extern "C"

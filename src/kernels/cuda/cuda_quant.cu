@@ -2065,6 +2065,8 @@ static int mma_min_rows()
 static bool matvec_tok(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, bool same_x,
                        lilac_cuda_stream *s)
 {
+    if (n_tok <= 8 && lilac_cuda_matvec_tc(W, x, y, n_tok, 0, s) == 0) /* (no scratch: x not converted there) */
+        return false;
     if (W && x && y && n_tok >= lilac_cuda_mma_min_tokens() && W->rows >= mma_min_rows() &&
         lilac_cuda_mma_supported(W->type) &&
         lilac_cuda_mma_enabled() && lilac_cuda_matvec_mma_x(W, x, y, n_tok, same_x, s) == 0)
@@ -2186,6 +2188,10 @@ void lilac_cuda_matvec_like(const lilac_cuda_mat *W, size_t expert_stride, const
                 like_slots);
         return;
     }
+    /* the one-token product on the tensor cores (matvec_tok): W through it too, any token count (each its bits) */
+    if (slots == 1 && !idx && !x2 && lilac_cuda_matvec_tc_takes(like) &&
+        lilac_cuda_matvec_tc(W, x, y, n_tok, accumulate, s) == 0)
+        return;
     /* the one-token product's lanes a row; where the fast kernel does not take `like`, k_mv_scalar for W too */
     const int lpr = W->data && mat_ok(W) ? mv_token_lpr(like, mv_align(like, like_stride), like_slots) : -1;
     if (lpr >= 0 && !mv_align(W, expert_stride)) {
@@ -2536,6 +2542,56 @@ void lilac_cuda_matvec_grouped(const lilac_cuda_mat *W, size_t expert_stride, in
         return;
     const dim3 grid((unsigned)((W->rows + NWARPS - 1) / NWARPS), (unsigned)n_expert);
     k_mv_grouped_scalar<<<grid, NTHREADS, 0, st>>>(p, W->type);
+}
+
+double lilac_cuda_bench_matvec_burst(const lilac_cuda_mat *W, int tc, int burst, int reps)
+{
+    if (!W || W->rows <= 0 || W->cols <= 0 || burst < 1 || (tc && !lilac_cuda_matvec_tc_takes(W)))
+        return -1.0;
+    float *x = nullptr, *y = nullptr;
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    cudaStream_t st = nullptr;
+    double best = -1.0;
+    auto one = [&]() {
+        if (tc)
+            (void)lilac_cuda_matvec_tc(W, x, y, 1, 0, reinterpret_cast<lilac_cuda_stream *>(st));
+        else
+            matvec(W, 0, nullptr, 1, x, 0, y, 1, st);
+    };
+    if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaMalloc(&x, sizeof(float) * (size_t)W->cols) != cudaSuccess ||
+        cudaMalloc(&y, sizeof(float) * (size_t)W->rows) != cudaSuccess || cudaEventCreate(&e0) != cudaSuccess ||
+        cudaEventCreate(&e1) != cudaSuccess)
+        goto out;
+    k_fill<<<256, 256, 0, st>>>(x, W->cols);
+    for (int i = 0; i < 3; i++) /* warm-up: first-launch costs, clocks */
+        one();
+    if (cudaStreamSynchronize(st) != cudaSuccess || lilac_cuda_check(nullptr, 0))
+        goto out;
+    for (int i = 0; i < (reps > 0 ? reps : 1); i++) {
+        float ms = 0.f;
+        cudaEventRecord(e0, st);
+        for (int j = 0; j < burst; j++)
+            one();
+        cudaEventRecord(e1, st);
+        if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
+            best = -1.0;
+            goto out;
+        }
+        if (best < 0 || ms * 1e-3 / burst < best)
+            best = ms * 1e-3 / burst;
+    }
+out:
+    (void)cudaGetLastError();
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    if (st)
+        cudaStreamDestroy(st);
+    cudaFree(x);
+    cudaFree(y);
+    return best;
 }
 
 } // extern "C"

@@ -10,6 +10,7 @@
 // Each instrumented file's own __constant__ pointer (LILAC_TRACE_TU).
 extern "C" int lilac_cuda_trace_set_ops(const struct lilac_trace_dev *d);
 extern "C" int lilac_cuda_trace_set_quant(const struct lilac_trace_dev *d);
+extern "C" int lilac_cuda_trace_set_mma(const struct lilac_trace_dev *d);
 
 static lilac_trace_dev g_dev; // the buffer while a trace runs
 
@@ -22,7 +23,7 @@ static int fail(cudaError_t e, const char *what, char *msg, size_t cap)
 
 static int set_all(const lilac_trace_dev *d)
 {
-    return lilac_cuda_trace_set_ops(d) | lilac_cuda_trace_set_quant(d);
+    return lilac_cuda_trace_set_ops(d) | lilac_cuda_trace_set_quant(d) | lilac_cuda_trace_set_mma(d);
 }
 
 extern "C" int lilac_cuda_trace_begin(size_t cap, char *msg, size_t mcap)
