@@ -1431,9 +1431,9 @@ bool xrows_enabled()
     return env_switch_once(g_xrows_on, "LILAC_CUDA_MMA_XROWS", true);
 }
 
-/* Whether k_mvt's T-token instance fits p's shape in a block's shared memory (the device's opt-in most, less the
- * kernel's static; the attribute set to that once). */
-template <int T> bool tv_fits(const TV &p)
+/* The dynamic shared memory a block of k_mvt's T-token instance may have (the device's opt-in most, less the
+ * kernel's static), its attribute set to that once; 0 where it cannot be read or set. */
+template <int T> int tv_most()
 {
     static std::atomic<int> most{0};
     int m = most.load(std::memory_order_relaxed);
@@ -1446,16 +1446,21 @@ template <int T> bool tv_fits(const TV &p)
             cudaFuncSetAttribute(k_mvt<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  optin - (int)fa.sharedSizeBytes) != cudaSuccess) {
             (void)cudaGetLastError();
-            return false;
+            return 0;
         }
         m = optin - (int)fa.sharedSizeBytes;
         most.store(m, std::memory_order_relaxed);
     }
-    return TvSmem(p.K, p.slot, T).total <= m;
+    return m;
 }
+
+/* Whether k_mvt's T-token instance fits p's shape in a block's shared memory (every narrower instance then
+ * does: a block's shared memory grows with T). */
+template <int T> bool tv_fits(const TV &p) { return TvSmem(p.K, p.slot, T).total <= tv_most<T>(); }
 
 template <int T> void tv_go(const TV &p, cudaStream_t st)
 {
+    (void)tv_most<T>(); /* the attribute (tv_fits may have asked a wider instance only) */
     launch_dependent(k_mvt<T>, dim3((unsigned)((p.rows + TV_ROWS - 1) / TV_ROWS)), dim3(TV_THREADS),
                      (size_t)TvSmem(p.K, p.slot, T).total, st, p);
 }

@@ -2135,6 +2135,10 @@ void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, cons
     }
     if (k <= 0)
         return;
+    /* one dense matrix, no SwiGLU: the tensor-core decode product where it takes W (lilac_cuda_matvec_like does
+     * the same for the batched step's rows) */
+    if (!idx && !x2 && lilac_cuda_matvec_tc(W, x, y, 1, accumulate, s) == 0)
+        return;
     matvec(W, expert_stride, idx, k, x, W && x_stride ? W->cols : 0, y, 1, S(s), x2, accumulate);
 }
 
