@@ -218,8 +218,9 @@ int lilac_cuda_matvec_grouped_glu_mma(const lilac_cuda_mat *W, size_t expert_str
                                       const float *u, long long x_stride, float *y, lilac_cuda_stream *s);
 
 /* The decode products of Q4_K rows on the tensor cores (cuda_mma.cu's k_mvt; LILAC_CUDA_MV_TC=1, off by
- * default): the rows staged in shared memory before the kernel before ends, each token's x split into fp16 digits
- * by the block, one token (or up to 8) as the n8 columns of the mma. Each token's result is the same bits
+ * default): the rows staged in shared memory before the kernel before ends, each token's x split into hi and lo
+ * fp16 digits by the warp that takes a super-block (scaled by a power of two of that super-block's largest value),
+ * a token as two n8 columns of the mma (hi, lo). Each token's result is the same bits
  * whatever the token count (a chunk of up to 8 a launch), so the batched step's rows stay its one-token bits.
  * lilac_cuda_matvec takes it for up to 8 tokens, and lilac_cuda_matvec_like for any count when the product it
  * stands for is one it takes. _takes: whether it takes W (type, shape, alignment, the switch, an sm_90 device);

@@ -881,19 +881,20 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
 /* The one-token product on the tensor cores (k_mvt; LILAC_CUDA_MV_TC=1) */
 
 /* Decode products of Q4_K rows for up to TV_MAXT tokens, the weights as the A operand of m16n8k16 (k_mma's
- * decode: Dec, two mma's a step for x's hi and lo digits) and the tokens as the n8 columns (one used of eight
- * for one token). Why: the CUDA-core k_mv is bound by instruction issue once its rows are staged (ncu, session
- * 24: ~3.6 lane instructions a weight in its dot loop, ~1,640 a warp for the qkv+z product); the decode here is
- * ~1.5 (a LOP3 and an HFMA2 per two values, a shared load and a shift per four) and the products are the tensor
- * pipe's.
+ * decode: Dec) and each token as two n8 columns, its x's hi then lo fp16 digits: one mma a step for both
+ * (k_mma adds them in one column with two), the column sums added at the end. Why: the CUDA-core k_mv is bound
+ * by instruction issue once its rows are staged (ncu, session 24: ~3.6 lane instructions a weight in its dot
+ * loop, ~1,640 a warp for the qkv+z product); the decode here is ~1.5 (a LOP3 and an HFMA2 per two values, a
+ * shared load and a shift per four) and the products are the tensor pipe's.
  *
- * A block: TV_ROWS rows, 8 warps; warp w takes super-blocks w, w + 8, ... of every row (its own scale tables in
- * shared memory, a lane a row), two m16 tiles; the warps' partial sums are added in warp order. The rows are
- * bulk-copied into shared memory before griddepcontrol.wait (a row a lane of warp 0, each in a slot of an odd
- * number of 16-byte granules: the 8 rows a fragment load touches fall in distinct banks); x is converted after
- * the wait by the block itself (k_mma_prep_q's digits, sums and exponent per token, into shared memory).
- * A token's result depends on its own x and the row only (its own exponent, the columns of an mma independent,
- * the warps' sum in a fixed order): any token count gives each token the bits of a one-token call. */
+ * A block: TV_ROWS rows, 8 warps; warp w takes super-blocks w, w + 8, ... of every row, two m16 tiles. The rows
+ * are bulk-copied into shared memory before griddepcontrol.wait (a row a lane of warp 0, each in a slot of an
+ * odd number of 16-byte granules: the 8 rows a fragment load touches fall in distinct banks). After the wait a
+ * warp converts the x of its own super-block into its own digits (k_mma_prep_q's conversion) scaled by a power of
+ * two of that super-block's largest |value| (no block barrier: nothing but the warp reads them), and applies
+ * the power back to the super-block's partial sum; the warps' partial sums are added in warp order. A token's
+ * result depends on its own x and the row only (the columns of an mma are independent): any token count gives
+ * each token the bits of a one-token call. Errors: float32 roundings of sums of |w x| (test_cuda_mma). */
 constexpr int TV_ROWS = 32, TV_THREADS = 256, TV_WARPS = TV_THREADS / 32, TV_MAXT = 8;
 
 struct TV {
@@ -904,41 +905,49 @@ struct TV {
     int rows, K, n_tok, acc, slot; /* slot: a staged row's bytes in shared memory */
 };
 
-/* Shared memory of a block (bytes), at T tokens: staged rows, digits, sums, the warps' tables, their sums. */
+/* Shared memory of a block (bytes), at T tokens: the staged rows, then a warp's: digits and run sums of its
+ * super-block for T tokens, scale tables; then the warps' sums. */
 struct TvSmem {
-    int w, x, xs, th, tm, td, red, xe, total;
-    __host__ __device__ TvSmem(int K, int slot, int T)
+    int w, x, xs, th, tm, td, per_warp, red, total;
+    __host__ __device__ TvSmem(int slot, int T)
     {
-        const int NB = K / 32;
         w = TV_ROWS * slot;
-        x = T * (NB * XB + 64); /* a token's runs, padded: tokens g = 0, 1 of a load phase in other banks */
-        xs = T * NB * 4;
-        th = TV_WARPS * 8 * TV_ROWS * 8;
-        tm = TV_WARPS * 4 * TV_ROWS * 4;
-        td = TV_WARPS * 2 * TV_ROWS * 4;
+        x = T * 8 * XB;       /* a token's 8 runs */
+        xs = T * 8 * 4;       /* their sums (xsum_put's 8 words) */
+        th = 8 * TV_ROWS * 8; /* (mult, add) [8][rows] */
+        tm = 4 * TV_ROWS * 4; /* minima pairs [4][rows] */
+        td = 2 * TV_ROWS * 4; /* d, dmin 2^6 [rows] */
+        per_warp = x + xs + th + tm + td;
         red = TV_WARPS * TV_ROWS * T * 4;
-        xe = T * 4;
-        total = w + x + xs + th + tm + td + red + xe;
+        total = w + TV_WARPS * per_warp + red;
     }
 };
 
+/* v 2^k (exact where the result is a normal float: a product by the power of two, else ldexpf's rounding). */
+__device__ __forceinline__ float tv_pow2(float v, int k)
+{
+    return k >= -126 && k <= 127 ? v * __int_as_float((127 + k) << 23) : ldexpf(v, k);
+}
+
 template <int T> __global__ void __launch_bounds__(TV_THREADS) k_mvt(const TV p)
 {
+    constexpr int NW = (2 * T + 7) / 8; /* n8 tiles: two columns a token */
     TRACE_START(LILAC_TK_MVT);
     griddep_launch_dependents();
     extern __shared__ uint4 smem4[];
     __shared__ uint64_t bar;
-    __shared__ float red8[TV_WARPS];
-    const TvSmem L(p.K, p.slot, T);
-    uint8_t *const wbuf = reinterpret_cast<uint8_t *>(smem4), *const xbuf = wbuf + L.w;
-    float *const sbuf = reinterpret_cast<float *>(xbuf + L.x);
-    uint2 *const tabh = reinterpret_cast<uint2 *>(xbuf + L.x + L.xs);
-    uint32_t *const tabm = reinterpret_cast<uint32_t *>(xbuf + L.x + L.xs + L.th);
-    float *const tabd = reinterpret_cast<float *>(xbuf + L.x + L.xs + L.th + L.tm);
-    float *const red = tabd + L.td / 4;
-    int *const xe = reinterpret_cast<int *>(red + L.red / 4);
+    __shared__ unsigned sbad;
+    const TvSmem L(p.slot, T);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
-    const int NB = p.K / 32, NSB = p.K / 256, xrow = NB * XB + 64;
+    uint8_t *const wbuf = reinterpret_cast<uint8_t *>(smem4);
+    uint8_t *const mine = wbuf + L.w + warp * L.per_warp; /* this warp's */
+    uint8_t *const xbuf = mine;
+    float *const sbuf = reinterpret_cast<float *>(mine + L.x);
+    uint2 *const th = reinterpret_cast<uint2 *>(mine + L.x + L.xs);
+    uint32_t *const tm = reinterpret_cast<uint32_t *>(mine + L.x + L.xs + L.th);
+    float *const td = reinterpret_cast<float *>(mine + L.x + L.xs + L.th + L.tm), *const tdm = td + TV_ROWS;
+    float *const red = reinterpret_cast<float *>(wbuf + L.w + TV_WARPS * L.per_warp);
+    const int NSB = p.K / 256;
     const int row0 = blockIdx.x * TV_ROWS, nr = min(TV_ROWS, p.rows - row0);
     const uint32_t b = dev_smem_addr(&bar);
 
@@ -952,48 +961,29 @@ template <int T> __global__ void __launch_bounds__(TV_THREADS) k_mvt(const TV p)
         if (lane < nr)
             dev_stage_copy(wbuf + lane * p.slot, p.w + (size_t)(row0 + lane) * p.row_bytes, (uint32_t)p.row_bytes, b);
     }
+    if (tid == 0)
+        sbad = 0;
+    __syncthreads(); /* the barrier initialized before anyone waits on it */
     griddep_wait();
     TRACE_WAITED(LILAC_TK_MVT);
 
-    /* x's digits, a token at a time (k_mma_prep_q's: the largest |value|, the scale, four lanes a run) */
-    const int NP = p.K / 8, q = tid & 3;
-    for (int t = 0; t < p.n_tok; t++) {
-        const float *src = p.x + (size_t)t * p.K;
-        float v[8];
-        float amax = 0.f;
-        bool bad = false;
-        for (int pi = tid; pi < NP; pi += TV_THREADS) {
-            prep_load<true>(src + 8 * pi, v);
-            prep_max(v, amax, bad);
-        }
-        const int sh = prep_shift(amax, bad, red8, xe, t);
-        for (int pi = tid; pi < NP; pi += TV_THREADS) { /* NP a multiple of 32: whole warps */
-            if (NP > TV_THREADS)
-                prep_load<true>(src + 8 * pi, v);
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                v[i] = bad ? 0.f : ldexpf(v[i], sh);
-            const float run = prep_part_put(v, q, lane, xbuf + t * xrow + (pi / 4) * XB);
-            if (q == 0)
-                xsum_put(sbuf, NB, t, pi / 4, run);
-        }
-        __syncthreads(); /* red8 is the next token's; the digits before their readers */
-    }
-    TRACE_MARK1(LILAC_TK_MVT);
-    dev_stage_wait(b, 0);
-    TRACE_MARK2(LILAC_TK_MVT);
-
-    uint2 *const th = tabh + warp * 8 * TV_ROWS;
-    uint32_t *const tm = tabm + warp * 4 * TV_ROWS;
-    float *const td = tabd + warp * 2 * TV_ROWS, *const tdm = td + TV_ROWS;
-    const bool tk = g < p.n_tok; /* this lane's token (column g of B) */
-    const uint8_t *const xb = xbuf + g * xrow + 16 * tig;
-    float acc[2][4] = {};
+    float acc[2][NW][4] = {};
+    unsigned bad = 0; /* tokens with a NaN or Inf */
+    bool staged = false;
     for (int sb = warp; sb < NSB; sb += TV_WARPS) {
+        /* x of this super-block, lane l its values 8 l .. 8 l + 7 of each token (in flight before the rows' wait) */
+        float v[T][8];
+#pragma unroll
+        for (int t = 0; t < T; t++)
+            if (t < p.n_tok)
+                prep_load<true>(p.x + (size_t)t * p.K + sb * 256 + 8 * lane, v[t]);
+        if (!staged) {
+            dev_stage_wait(b, 0);
+            staged = true;
+            TRACE_MARK2(LILAC_TK_MVT);
+        }
         { /* the scale tables, lane = row */
             const uint4 w4 = *reinterpret_cast<const uint4 *>(wbuf + lane * p.slot + sb * 144);
-            const float d = __half2float(__ushort_as_half((unsigned short)(w4.x & 0xFFFFu)));
-            const float dmin = __half2float(__ushort_as_half((unsigned short)(w4.x >> 16)));
             int sc[8], m[8];
 #pragma unroll
             for (int i = 0; i < 8; i++) {
@@ -1003,18 +993,52 @@ template <int T> __global__ void __launch_bounds__(TV_THREADS) k_mvt(const TV p)
 #pragma unroll
             for (int j = 0; j < 4; j++)
                 tm[j * TV_ROWS + lane] = pk((float)m[2 * j], (float)m[2 * j + 1]);
-            td[lane] = d;
-            tdm[lane] = dmin * 64.f; /* xsum_put's 2^-6 */
+            td[lane] = __half2float(__ushort_as_half((unsigned short)(w4.x & 0xFFFFu)));
+            tdm[lane] = __half2float(__ushort_as_half((unsigned short)(w4.x >> 16))) * 64.f; /* xsum_put's 2^-6 */
+        }
+        /* the digits: each token's values scaled by 2^sh (its largest |value| of the super-block in [2^13, 2^14)) */
+        int sh[T];
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            sh[t] = 0;
+            if (t >= p.n_tok)
+                continue;
+            float amax = 0.f;
+            bool bt = false;
+            prep_max(v[t], amax, bt);
+            amax = warp_max(amax);
+            bt = __any_sync(0xffffffffu, bt);
+            int e = 0;
+            if (amax > 0.f)
+                (void)frexpf(amax, &e);
+            sh[t] = 14 - e;
+            bad |= bt ? 1u << t : 0u;
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                v[t][i] = bt ? 0.f : tv_pow2(v[t][i], sh[t]);
+            const float run = prep_part_put(v[t], lane & 3, lane, xbuf + t * 8 * XB + (lane >> 2) * XB);
+            if ((lane & 3) == 0)
+                xsum_put(sbuf, 8, t, lane >> 2, run);
         }
         __syncwarp();
-        float frag[2][4] = {};
+
+        float frag[2][NW][4] = {};
+        /* column g of n8 tile nw: token 4 nw + g / 2, its hi (g even) or lo digits */
+        const uint8_t *xb[NW];
+        bool tk[NW];
+#pragma unroll
+        for (int nw = 0; nw < NW; nw++) {
+            const int t = 4 * nw + (g >> 1);
+            tk[nw] = t < p.n_tok;
+            xb[nw] = xbuf + (tk[nw] ? t : 0) * 8 * XB + 16 * tig + (g & 1) * 64;
+        }
+        const uint8_t *const sb0 = wbuf + g * p.slot + sb * 144;
 #pragma unroll 2
         for (int s = 0; s < 8; s++) {
-            uint4 bh = make_uint4(0, 0, 0, 0), bl = bh;
-            if (tk) {
-                bh = *reinterpret_cast<const uint4 *>(xb + (sb * 8 + s) * XB);
-                bl = *reinterpret_cast<const uint4 *>(xb + (sb * 8 + s) * XB + 64);
-            }
+            uint4 bx[NW];
+#pragma unroll
+            for (int nw = 0; nw < NW; nw++)
+                bx[nw] = tk[nw] ? *reinterpret_cast<const uint4 *>(xb[nw] + s * XB) : make_uint4(0, 0, 0, 0);
             uint2 ma[4];
 #pragma unroll
             for (int r = 0; r < 4; r++)
@@ -1024,59 +1048,74 @@ template <int T> __global__ void __launch_bounds__(TV_THREADS) k_mvt(const TV p)
                 uint32_t a[2][4];
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) {
-                    const uint8_t *r0 = wbuf + (16 * mt + g) * p.slot + sb * 144;
+                    const uint8_t *r0 = sb0 + 16 * mt * p.slot;
                     Dec<LILAC_Q4_K, true>::run(r0, s, h, tig, ma[2 * mt], a[mt][0], a[mt][2]);
                     Dec<LILAC_Q4_K, true>::run(r0 + 8 * p.slot, s, h, tig, ma[2 * mt + 1], a[mt][1], a[mt][3]);
                 }
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    mma16816(frag[mt], a[mt], h ? bh.z : bh.x, h ? bh.w : bh.y);
-                    mma16816(frag[mt], a[mt], h ? bl.z : bl.x, h ? bl.w : bl.y);
+                for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                    for (int nw = 0; nw < NW; nw++)
+                        mma16816(frag[mt][nw], a[mt], h ? bx[nw].z : bx[nw].x, h ? bx[nw].w : bx[nw].y);
+            }
+        }
+        /* the minimum (k_mma's: one mma of the 8 runs' hi then lo sums, in a token's hi column), the scales, and
+         * the super-block's power of two back */
+#pragma unroll
+        for (int nw = 0; nw < NW; nw++) {
+            const int t = 4 * nw + (g >> 1);
+            uint2 bw = make_uint2(0, 0);
+            if (tk[nw] && !(g & 1))
+                bw = *reinterpret_cast<const uint2 *>(sbuf + t * 8 + 2 * tig);
+            const int to = 4 * nw + tig; /* the token of this lane's output columns 2 tig, 2 tig + 1 */
+            int k = 0; /* -sh[to], by selects (a runtime index would put sh in local memory) */
+#pragma unroll
+            for (int t2 = 0; t2 < T; t2++)
+                k = t2 == to ? -sh[t2] : k;
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                const int ra = 16 * mt + g, rb = ra + 8;
+                uint32_t am[4];
+                am[0] = am[2] = tm[tig * TV_ROWS + ra];
+                am[1] = am[3] = tm[tig * TV_ROWS + rb];
+                float f[4] = {0.f, 0.f, 0.f, 0.f};
+                mma16816(f, am, bw.x, bw.y);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = e < 2 ? ra : rb;
+                    acc[mt][nw][e] += tv_pow2(fmaf(td[r], frag[mt][nw][e], -tdm[r] * f[e]), k);
                 }
             }
         }
-        /* the minimum (k_mma's: one mma of the 8 runs' hi then lo sums), then the scales, in k_mma's order */
-        uint2 bw = make_uint2(0, 0);
-        if (tk)
-            bw = *reinterpret_cast<const uint2 *>(sbuf + g * NB + sb * 8 + 2 * tig);
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++) {
-            const int ra = 16 * mt + g, rb = ra + 8;
-            uint32_t am[4];
-            am[0] = am[2] = tm[tig * TV_ROWS + ra];
-            am[1] = am[3] = tm[tig * TV_ROWS + rb];
-            float f[4] = {0.f, 0.f, 0.f, 0.f};
-            mma16816(f, am, bw.x, bw.y);
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int r = e < 2 ? ra : rb;
-                acc[mt][e] = fmaf(td[r], frag[mt][e], fmaf(-tdm[r], f[e], acc[mt][e]));
-            }
-        }
-        __syncwarp(); /* the tables are the next super-block's */
+        __syncwarp(); /* the digits and tables are the next super-block's */
     }
 
-    /* the warps' sums, in warp order; y = sum 2^xexp (NaN for a token with a NaN or Inf) */
+    /* a lane's columns 2 tig (hi) and 2 tig + 1 (lo) of tile nw: token 4 nw + tig; the warps' sums in warp order */
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int t = 2 * tig + (e & 1);
-            if (t < T)
-                red[(warp * TV_ROWS + 16 * mt + g + 8 * (e >> 1)) * T + t] = acc[mt][e];
+        for (int nw = 0; nw < NW; nw++) {
+            const int t = 4 * nw + tig;
+            if (t < T) {
+                red[(warp * TV_ROWS + 16 * mt + g) * T + t] = acc[mt][nw][0] + acc[mt][nw][1];
+                red[(warp * TV_ROWS + 16 * mt + g + 8) * T + t] = acc[mt][nw][2] + acc[mt][nw][3];
+            }
         }
+    /* a token is NaN where any warp saw a NaN or Inf in its x (the barrier also orders red) */
+    if (lane == 0 && bad)
+        atomicOr(&sbad, bad);
     __syncthreads();
-    const int nw = NSB < TV_WARPS ? NSB : TV_WARPS;
+    const unsigned nan_tok = sbad;
+    const int nw_used = NSB < TV_WARPS ? NSB : TV_WARPS;
     for (int i = tid; i < TV_ROWS * T; i += TV_THREADS) {
         const int r = i / T, t = i - r * T;
         if (r >= nr || t >= p.n_tok)
             continue;
         float v = red[r * T + t];
-        for (int w = 1; w < nw; w++)
+        for (int w = 1; w < nw_used; w++)
             v += red[(w * TV_ROWS + r) * T + t];
-        const int x2 = xe[t];
-        v = x2 == INT_MAX ? __int_as_float(0x7fc00000) : x2 >= -126 && x2 <= 127 ? v * __int_as_float((127 + x2) << 23)
-                                                                                  : ldexpf(v, x2);
+        if ((nan_tok >> t) & 1u)
+            v = __int_as_float(0x7fc00000);
         float *yp = p.y + (size_t)t * p.rows + row0 + r;
         *yp = p.acc ? *yp + v : v;
     }
@@ -1456,13 +1495,13 @@ template <int T> int tv_most()
 
 /* Whether k_mvt's T-token instance fits p's shape in a block's shared memory (every narrower instance then
  * does: a block's shared memory grows with T). */
-template <int T> bool tv_fits(const TV &p) { return TvSmem(p.K, p.slot, T).total <= tv_most<T>(); }
+template <int T> bool tv_fits(const TV &p) { return TvSmem(p.slot, T).total <= tv_most<T>(); }
 
 template <int T> void tv_go(const TV &p, cudaStream_t st)
 {
     (void)tv_most<T>(); /* the attribute (tv_fits may have asked a wider instance only) */
     launch_dependent(k_mvt<T>, dim3((unsigned)((p.rows + TV_ROWS - 1) / TV_ROWS)), dim3(TV_THREADS),
-                     (size_t)TvSmem(p.K, p.slot, T).total, st, p);
+                     (size_t)TvSmem(p.slot, T).total, st, p);
 }
 
 /* LILAC_CUDA_MV_TC=1: the one-token products of Q4_K rows through k_mvt (lilac_cuda_matvec_tc_takes). Read once;
