@@ -923,10 +923,32 @@ struct TvSmem {
     }
 };
 
-/* v 2^k (exact where the result is a normal float: a product by the power of two, else ldexpf's rounding). */
-__device__ __forceinline__ float tv_pow2(float v, int k)
+/* v[i] 2^k (exact where the result is a normal float: a product by the power of two where that is a normal
+ * float, else ldexpf's rounding), a branch on k (the same for the warp, or nearly: ldexpf's code, inlined,
+ * stays off the common path). */
+template <int N> __device__ __forceinline__ void tv_pow2(float (&v)[N], int k)
 {
-    return k >= -126 && k <= 127 ? v * __int_as_float((127 + k) << 23) : ldexpf(v, k);
+    if (k >= -126 && k <= 127) {
+        const float f = __int_as_float((127 + k) << 23);
+#pragma unroll
+        for (int i = 0; i < N; i++)
+            v[i] *= f;
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; i++)
+            v[i] = ldexpf(v[i], k);
+    }
+}
+
+/* The exponent e of a finite a > 0 with a in [2^(e-1), 2^e) (frexpf's), from its bits where it is normal. */
+__device__ __forceinline__ int tv_exp(float a)
+{
+    const int be = (__float_as_int(a) >> 23) & 0xFF;
+    if (be)
+        return be - 126;
+    int e = 0;
+    (void)frexpf(a, &e);
+    return e;
 }
 
 template <int T> __global__ void __launch_bounds__(TV_THREADS) k_mvt(const TV p)
@@ -1008,14 +1030,14 @@ template <int T> __global__ void __launch_bounds__(TV_THREADS) k_mvt(const TV p)
             prep_max(v[t], amax, bt);
             amax = warp_max(amax);
             bt = __any_sync(0xffffffffu, bt);
-            int e = 0;
-            if (amax > 0.f)
-                (void)frexpf(amax, &e);
-            sh[t] = 14 - e;
+            sh[t] = 14 - (amax > 0.f && !bt ? tv_exp(amax) : 0);
             bad |= bt ? 1u << t : 0u;
+            if (bt)
 #pragma unroll
-            for (int i = 0; i < 8; i++)
-                v[t][i] = bt ? 0.f : tv_pow2(v[t][i], sh[t]);
+                for (int i = 0; i < 8; i++)
+                    v[t][i] = 0.f;
+            else
+                tv_pow2(v[t], sh[t]);
             const float run = prep_part_put(v[t], lane & 3, lane, xbuf + t * 8 * XB + (lane >> 2) * XB);
             if ((lane & 3) == 0)
                 xsum_put(sbuf, 8, t, lane >> 2, run);
@@ -1078,13 +1100,17 @@ template <int T> __global__ void __launch_bounds__(TV_THREADS) k_mvt(const TV p)
                 uint32_t am[4];
                 am[0] = am[2] = tm[tig * TV_ROWS + ra];
                 am[1] = am[3] = tm[tig * TV_ROWS + rb];
-                float f[4] = {0.f, 0.f, 0.f, 0.f};
+                float f[4] = {0.f, 0.f, 0.f, 0.f}, part[4];
                 mma16816(f, am, bw.x, bw.y);
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int r = e < 2 ? ra : rb;
-                    acc[mt][nw][e] += tv_pow2(fmaf(td[r], frag[mt][nw][e], -tdm[r] * f[e]), k);
+                    part[e] = fmaf(td[r], frag[mt][nw][e], -tdm[r] * f[e]);
                 }
+                tv_pow2(part, k);
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    acc[mt][nw][e] += part[e];
             }
         }
         __syncwarp(); /* the digits and tables are the next super-block's */
