@@ -599,6 +599,16 @@ static void test_mvt_shape(int64_t rows, int64_t cols, int mode)
             CHECKF(memcmp(y, y1, sizeof(float) * nyn) == 0,
                    "mvt: lilac_cuda_matvec_like at %d tokens did not give the one-token bits", n);
     }
+    /* 16-row blocks (one m16 tile a warp) and the automatic choice: the same bits */
+    for (int rs = 0; rs <= 16; rs += 16) {
+        const int was_rows = lilac_cuda_mv_tc_rows_set(rs);
+        lilac_cuda_memset(dy, 0xFF, sizeof(float) * ny, NULL);
+        CHECK(lilac_cuda_matvec_tc(&m, dx, dy, nmax, 0, NULL) == 0);
+        if (!download(y, dy, ny, "mvt rows"))
+            CHECKF(memcmp(y, y1, sizeof(float) * ny) == 0, "mvt %lld x %lld: %s-row blocks differ from 32-row ones",
+                   (long long)rows, (long long)cols, rs ? "16" : "automatic");
+        lilac_cuda_mv_tc_rows_set(was_rows);
+    }
     lilac_cuda_mv_tc_set(0);
 out:
     lilac_cuda_free(dw);

@@ -65,6 +65,7 @@ do_test() {
     run_test mma-t16 test_cuda_mma LILAC_CUDA_MMA_T24=0
     run_test mma-t24-dense test_cuda_mma LILAC_CUDA_MMA_T24=2 LILAC_CUDA_MMA_DENSE_NT=4
     run_test mma-no-wtab test_cuda_mma LILAC_CUDA_MMA_WTAB=0
+    run_test mma-lop3 test_cuda_mma LILAC_CUDA_MMA_LOP3=1
     run_test attn test_cuda_attn
     run_test attn-no-pre test_cuda_attn LILAC_CUDA_ATTN_PRE=0
     run_test attn-no-f16 test_cuda_attn LILAC_CUDA_ATTN_F16=0
@@ -86,6 +87,7 @@ do_test() {
     run_test model-no-xvec test_cuda_model LILAC_CUDA_X_VEC=0
     run_test model-pdl-set test_cuda_model LILAC_CUDA_PDL_SET=route,attention,combine,rope,sum,conv,rmsnorm
     run_test model-mv-tc test_cuda_model LILAC_CUDA_MV_TC=1
+    run_test model-mv-tc-auto test_cuda_model LILAC_CUDA_MV_TC=1 LILAC_CUDA_MV_TC_ROWS=0
     run_test model-apart test_cuda_model LILAC_CUDA_NORM_ROUTER=0 LILAC_CUDA_PDL_ALL=1 LILAC_CUDA_SUM_GRID=0
     run_test model-no-down-sum test_cuda_model LILAC_CUDA_DOWN_SUM=0
     run_test model-down-sum-r1 test_cuda_model LILAC_CUDA_DOWN_SUM=1 LILAC_CUDA_DOWN_SUM_R=1
@@ -103,6 +105,7 @@ do_test() {
     run_test batch-no-ds-stage test_cuda_batch LILAC_CUDA_DS_STAGE=0
     run_test batch-no-xvec test_cuda_batch LILAC_CUDA_X_VEC=0
     run_test batch-mv-tc test_cuda_batch LILAC_CUDA_MV_TC=1
+    run_test batch-mv-tc-auto test_cuda_batch LILAC_CUDA_MV_TC=1 LILAC_CUDA_MV_TC_ROWS=0
     run_test prefill test_cuda_prefill
     run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0
@@ -120,6 +123,7 @@ do_test() {
     run_test prefill-no-pre test_cuda_prefill LILAC_CUDA_ATTN_PRE=0
     run_test prefill-prep-lane test_cuda_prefill LILAC_CUDA_PREP_QUARTER=0
     run_test prefill-no-narrow test_cuda_prefill LILAC_CUDA_MMA_NARROW=0
+    run_test prefill-lop3 test_cuda_prefill LILAC_CUDA_MMA_LOP3=1
     run_test batch-grouped-no-narrow test_cuda_batch LILAC_CUDA_PAIRS=0 LILAC_CUDA_MMA_NARROW=0
     run_test prefill-no-f16 test_cuda_prefill LILAC_CUDA_ATTN_F16=0
     run_test prefill-no-qsplit test_cuda_prefill LILAC_CUDA_ATTN_F16=0 LILAC_CUDA_ATTN_QSPLIT=0

@@ -231,6 +231,9 @@ int lilac_cuda_matvec_tc_takes(const lilac_cuda_mat *W);
 int lilac_cuda_matvec_tc(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, int accumulate,
                          lilac_cuda_stream *s);
 int lilac_cuda_mv_tc_set(int on);
+/* k_mvt's rows a block (LILAC_CUDA_MV_TC_ROWS): 32, 16, or 0 (16 where 32-row blocks would be fewer than two a
+ * multiprocessor); returns the previous setting. A row's bits are the same at any. */
+int lilac_cuda_mv_tc_rows_set(int rows);
 
 /* Float weights (F32, F16, BF16) with many tokens (cuda_gemm.cu): a tiled float32 GEMM that reads each weight
  * once per 64 tokens; lilac_cuda_matvec takes it from lilac_cuda_gemm_min_tokens() tokens on (LILAC_CUDA_GEMM=0:

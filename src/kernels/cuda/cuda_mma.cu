@@ -908,7 +908,7 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
  * the power back to the super-block's partial sum; the warps' partial sums are added in warp order. A token's
  * result depends on its own x and the row only (the columns of an mma are independent): any token count gives
  * each token the bits of a one-token call. Errors: float32 roundings of sums of |w x| (test_cuda_mma). */
-constexpr int TV_ROWS = 32, TV_THREADS = 256, TV_WARPS = TV_THREADS / 32, TV_MAXT = 8;
+constexpr int TV_THREADS = 256, TV_WARPS = TV_THREADS / 32, TV_MAXT = 8;
 
 struct TV {
     const uint8_t *w;
@@ -918,11 +918,11 @@ struct TV {
     int rows, K, n_tok, acc, slot; /* slot: a staged row's bytes in shared memory */
 };
 
-/* Shared memory of a block (bytes), at T tokens: the staged rows, then a warp's: digits and run sums of its
- * super-block for T tokens, scale tables; then the warps' sums. */
+/* Shared memory of a block of R rows (bytes), at T tokens: the staged rows, then a warp's: digits and run sums
+ * of its super-block for T tokens, scale tables; then the warps' sums. */
 struct TvSmem {
     int w, x, xs, th, tm, td, per_warp, red, total;
-    __host__ __device__ TvSmem(int slot, int T)
+    __host__ __device__ TvSmem(int slot, int T, int TV_ROWS)
     {
         w = TV_ROWS * slot;
         x = T * 8 * XB;       /* a token's 8 runs */
@@ -964,15 +964,16 @@ __device__ __forceinline__ int tv_exp(float a)
     return e;
 }
 
-template <int T> __global__ void __launch_bounds__(TV_THREADS) k_mvt(const TV p)
+/* T tokens at most, MT m16 tiles a warp (a block's rows: 16 MT; a row's bits are the same at either) */
+template <int T, int MT> __global__ void __launch_bounds__(TV_THREADS) k_mvt(const TV p)
 {
-    constexpr int NW = (2 * T + 7) / 8; /* n8 tiles: two columns a token */
+    constexpr int NW = (2 * T + 7) / 8, TV_ROWS = 16 * MT; /* n8 tiles: two columns a token */
     TRACE_START(LILAC_TK_MVT);
     griddep_launch_dependents();
     extern __shared__ uint4 smem4[];
     __shared__ uint64_t bar;
     __shared__ unsigned sbad;
-    const TvSmem L(p.slot, T);
+    const TvSmem L(p.slot, T, TV_ROWS);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
     uint8_t *const wbuf = reinterpret_cast<uint8_t *>(smem4);
     uint8_t *const mine = wbuf + L.w + warp * L.per_warp; /* this warp's */
@@ -1002,7 +1003,7 @@ template <int T> __global__ void __launch_bounds__(TV_THREADS) k_mvt(const TV p)
     griddep_wait();
     TRACE_WAITED(LILAC_TK_MVT);
 
-    float acc[2][NW][4] = {};
+    float acc[MT][NW][4] = {};
     unsigned bad = 0; /* tokens with a NaN or Inf */
     bool staged = false;
     for (int sb = warp; sb < NSB; sb += TV_WARPS) {
@@ -1017,7 +1018,7 @@ template <int T> __global__ void __launch_bounds__(TV_THREADS) k_mvt(const TV p)
             staged = true;
             TRACE_MARK2(LILAC_TK_MVT);
         }
-        { /* the scale tables, lane = row */
+        if (lane < TV_ROWS) { /* the scale tables, lane = row */
             const uint4 w4 = *reinterpret_cast<const uint4 *>(wbuf + lane * p.slot + sb * 144);
             int sc[8], m[8];
 #pragma unroll
@@ -1057,7 +1058,7 @@ template <int T> __global__ void __launch_bounds__(TV_THREADS) k_mvt(const TV p)
         }
         __syncwarp();
 
-        float frag[2][NW][4] = {};
+        float frag[MT][NW][4] = {};
         /* column g of n8 tile nw: token 4 nw + g / 2, its hi (g even) or lo digits */
         const uint8_t *xb[NW];
         bool tk[NW];
@@ -1074,21 +1075,21 @@ template <int T> __global__ void __launch_bounds__(TV_THREADS) k_mvt(const TV p)
 #pragma unroll
             for (int nw = 0; nw < NW; nw++)
                 bx[nw] = tk[nw] ? *reinterpret_cast<const uint4 *>(xb[nw] + s * XB) : make_uint4(0, 0, 0, 0);
-            uint2 ma[4];
+            uint2 ma[2 * MT];
 #pragma unroll
-            for (int r = 0; r < 4; r++)
+            for (int r = 0; r < 2 * MT; r++)
                 ma[r] = th[s * TV_ROWS + 8 * r + g];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                uint32_t a[2][4];
+                uint32_t a[MT][4];
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
+                for (int mt = 0; mt < MT; mt++) {
                     const uint8_t *r0 = sb0 + 16 * mt * p.slot;
                     Dec<LILAC_Q4_K, true>::run(r0, s, h, tig, ma[2 * mt], a[mt][0], a[mt][2]);
                     Dec<LILAC_Q4_K, true>::run(r0 + 8 * p.slot, s, h, tig, ma[2 * mt + 1], a[mt][1], a[mt][3]);
                 }
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++)
+                for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                     for (int nw = 0; nw < NW; nw++)
                         mma16816(frag[mt][nw], a[mt], h ? bx[nw].z : bx[nw].x, h ? bx[nw].w : bx[nw].y);
@@ -1108,7 +1109,7 @@ template <int T> __global__ void __launch_bounds__(TV_THREADS) k_mvt(const TV p)
             for (int t2 = 0; t2 < T; t2++)
                 k = t2 == to ? -sh[t2] : k;
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
+            for (int mt = 0; mt < MT; mt++) {
                 const int ra = 16 * mt + g, rb = ra + 8;
                 uint32_t am[4];
                 am[0] = am[2] = tm[tig * TV_ROWS + ra];
@@ -1131,7 +1132,7 @@ template <int T> __global__ void __launch_bounds__(TV_THREADS) k_mvt(const TV p)
 
     /* a lane's columns 2 tig (hi) and 2 tig + 1 (lo) of tile nw: token 4 nw + tig; the warps' sums in warp order */
 #pragma unroll
-    for (int mt = 0; mt < 2; mt++)
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int nw = 0; nw < NW; nw++) {
             const int t = 4 * nw + tig;
@@ -1360,12 +1361,13 @@ bool narrow_enabled()
     return env_switch_once(on, "LILAC_CUDA_MMA_NARROW", true);
 }
 
-/* LILAC_CUDA_MMA_LOP3=0: k_mma's decode with each mask-and-or as the two LOP3s ptxas made of it before
- * (mask_or); the same bits. Read once. */
+/* LILAC_CUDA_MMA_LOP3=1: k_mma's decode with each mask-and-or as one lop3 of registers (mask_or), not the two
+ * LOP3s ptxas makes of it; the same bits. Off until measured: on the H200 (session 26) test_cuda_mma passed with
+ * it (3,002 checks), the device time ran out before pp512/pp4096 could be. Read once. */
 bool lop3_enabled()
 {
     static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_MMA_LOP3", true);
+    return env_switch_once(on, "LILAC_CUDA_MMA_LOP3", false);
 }
 
 template <int TYPE, bool A4, int TN, bool W8, bool L3> bool launch_kl(MM p, long long max_items, cudaStream_t st)
@@ -1523,9 +1525,9 @@ bool xrows_enabled()
     return env_switch_once(g_xrows_on, "LILAC_CUDA_MMA_XROWS", true);
 }
 
-/* The dynamic shared memory a block of k_mvt's T-token instance may have (the device's opt-in most, less the
- * kernel's static), its attribute set to that once; 0 where it cannot be read or set. */
-template <int T> int tv_most()
+/* The dynamic shared memory a block of k_mvt<T, MT> may have (the device's opt-in most, less the kernel's
+ * static), its attribute set to that once; 0 where it cannot be read or set. */
+template <int T, int MT> int tv_most()
 {
     static std::atomic<int> most{0};
     int m = most.load(std::memory_order_relaxed);
@@ -1534,8 +1536,8 @@ template <int T> int tv_most()
         cudaFuncAttributes fa{};
         if (cudaGetDevice(&dev) != cudaSuccess ||
             cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-            cudaFuncGetAttributes(&fa, k_mvt<T>) != cudaSuccess || optin - (int)fa.sharedSizeBytes < 1 ||
-            cudaFuncSetAttribute(k_mvt<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+            cudaFuncGetAttributes(&fa, k_mvt<T, MT>) != cudaSuccess || optin - (int)fa.sharedSizeBytes < 1 ||
+            cudaFuncSetAttribute(k_mvt<T, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  optin - (int)fa.sharedSizeBytes) != cudaSuccess) {
             (void)cudaGetLastError();
             return 0;
@@ -1546,15 +1548,57 @@ template <int T> int tv_most()
     return m;
 }
 
-/* Whether k_mvt's T-token instance fits p's shape in a block's shared memory (every narrower instance then
- * does: a block's shared memory grows with T). */
-template <int T> bool tv_fits(const TV &p) { return TvSmem(p.slot, T).total <= tv_most<T>(); }
+/* Whether k_mvt<T, MT> fits p's shape in a block's shared memory (every narrower instance then does: a block's
+ * shared memory grows with T). */
+template <int T, int MT> bool tv_fits(const TV &p) { return TvSmem(p.slot, T, 16 * MT).total <= tv_most<T, MT>(); }
 
-template <int T> void tv_go(const TV &p, cudaStream_t st)
+template <int T, int MT> void tv_go(const TV &p, cudaStream_t st)
 {
-    (void)tv_most<T>(); /* the attribute (tv_fits may have asked a wider instance only) */
-    launch_dependent(k_mvt<T>, dim3((unsigned)((p.rows + TV_ROWS - 1) / TV_ROWS)), dim3(TV_THREADS),
-                     (size_t)TvSmem(p.slot, T).total, st, p);
+    (void)tv_most<T, MT>(); /* the attribute (tv_fits may have asked a wider instance only) */
+    launch_dependent(k_mvt<T, MT>, dim3((unsigned)((p.rows + 16 * MT - 1) / (16 * MT))), dim3(TV_THREADS),
+                     (size_t)TvSmem(p.slot, T, 16 * MT).total, st, p);
+}
+
+/* The matvec_tc launches of p's chunks at MT m16 tiles a warp. false: no instance fits (nothing launched). */
+template <int MT> bool tv_run(TV p, const float *x, float *y, int n_tok, cudaStream_t st)
+{
+    /* chunks of up to the widest instance that fits (8 tokens at most), each in the narrowest that holds it:
+     * every token gets its one-token bits whatever the chunk */
+    static_assert(TV_MAXT == 8, "the instances below");
+    const int tmax = tv_fits<8, MT>(p) ? 8 : tv_fits<4, MT>(p) ? 4 : tv_fits<2, MT>(p) ? 2 : tv_fits<1, MT>(p) ? 1 : 0;
+    if (!tmax)
+        return false;
+    for (int t0 = 0; t0 < n_tok; t0 += p.n_tok) {
+        p.n_tok = n_tok - t0 < tmax ? n_tok - t0 : tmax;
+        p.x = x + (size_t)t0 * p.K, p.y = y + (size_t)t0 * p.rows;
+        if (p.n_tok == 1)
+            tv_go<1, MT>(p, st);
+        else if (p.n_tok == 2)
+            tv_go<2, MT>(p, st);
+        else if (p.n_tok <= 4)
+            tv_go<4, MT>(p, st);
+        else
+            tv_go<8, MT>(p, st);
+    }
+    return true;
+}
+
+/* LILAC_CUDA_MV_TC_ROWS: k_mvt's rows a block, 32 (the default: two m16 tiles a warp) or 16 (one); 0: 16 where
+ * 32-row blocks would be fewer than two a multiprocessor (the output products, 64 blocks; the shared expert's
+ * gate+up, 32), else 32. Any of them gives a row the same bits. Read once. */
+std::atomic<int> g_tv_rows{-1};
+int tv_rows(long long rows)
+{
+    std::atomic<int> &v = g_tv_rows;
+    int r = v.load(std::memory_order_relaxed);
+    if (r < 0) {
+        r = lilac_env_int("LILAC_CUDA_MV_TC_ROWS", 32, 0, 32);
+        r = r == 0 || r == 16 ? r : 32;
+        v.store(r, std::memory_order_relaxed);
+    }
+    if (r == 0)
+        r = (rows + 31) / 32 < 2LL * dev_sm_count() ? 16 : 32;
+    return r;
 }
 
 /* LILAC_CUDA_MV_TC=1: the one-token products of Q4_K rows through k_mvt (lilac_cuda_matvec_tc_takes). Read once;
@@ -1747,6 +1791,14 @@ int lilac_cuda_mv_tc_set(int on)
     return old;
 }
 
+int lilac_cuda_mv_tc_rows_set(int rows)
+{
+    (void)tv_rows(1); /* the environment's setting read */
+    const int old = g_tv_rows.load(std::memory_order_relaxed);
+    g_tv_rows.store(rows == 0 || rows == 16 ? rows : 32, std::memory_order_relaxed);
+    return old;
+}
+
 int lilac_cuda_matvec_tc_takes(const lilac_cuda_mat *W)
 {
     return W && W->data && W->type == LILAC_Q4_K && W->rows >= 1 && W->cols >= 256 && W->cols % 256 == 0 &&
@@ -1765,26 +1817,9 @@ int lilac_cuda_matvec_tc(const lilac_cuda_mat *W, const float *x, float *y, int 
     p.row_bytes = W->row_bytes;
     p.rows = (int)W->rows, p.K = (int)W->cols, p.acc = accumulate != 0;
     p.slot = (int)(W->row_bytes / 16 % 2 ? W->row_bytes : W->row_bytes + 16); /* an odd number of granules */
-    /* chunks of up to the widest instance that fits (8 tokens at most), each in the narrowest that holds it:
-     * every token gets its one-token bits whatever the chunk */
-    static_assert(TV_MAXT == 8, "the instances below");
-    const int tmax = tv_fits<8>(p) ? 8 : tv_fits<4>(p) ? 4 : tv_fits<2>(p) ? 2 : tv_fits<1>(p) ? 1 : 0;
-    if (!tmax)
-        return -1;
     const cudaStream_t st = S(s);
-    for (int t0 = 0; t0 < n_tok; t0 += p.n_tok) {
-        p.n_tok = n_tok - t0 < tmax ? n_tok - t0 : tmax;
-        p.x = x + (size_t)t0 * p.K, p.y = y + (size_t)t0 * p.rows;
-        if (p.n_tok == 1)
-            tv_go<1>(p, st);
-        else if (p.n_tok == 2)
-            tv_go<2>(p, st);
-        else if (p.n_tok <= 4)
-            tv_go<4>(p, st);
-        else
-            tv_go<8>(p, st);
-    }
-    return 0;
+    const bool ok = tv_rows(W->rows) == 16 ? tv_run<1>(p, x, y, n_tok, st) : tv_run<2>(p, x, y, n_tok, st);
+    return ok ? 0 : -1;
 }
 
 } // extern "C"
