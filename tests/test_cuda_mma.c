@@ -159,18 +159,29 @@ static void fill_x(float *x, int n, int64_t cols, unsigned char *nan_rows, int s
             x[11 * cols + c] = c == 5 ? 1e4f : x[11 * cols + c] * 1e-3f, nan_rows[11] = 2;
 }
 
+/* A rows x cols matrix of `type` (rows row_bytes apart, fill_matrix's mode) in *host, its rows decoded in *deq and
+ * their offset parts in *off (the caller frees all three). */
+static void ref_matrix(int type, int64_t rows, int64_t cols, size_t row_bytes, int mode, uint8_t **host, float **deq,
+                       float **off)
+{
+    *host = malloc((size_t)rows * row_bytes);
+    *deq = malloc(sizeof(float) * (size_t)(rows * cols));
+    *off = malloc(sizeof(float) * (size_t)(rows * cols));
+    fill_matrix(type, rows, cols, row_bytes, mode, *host);
+    for (int64_t r = 0; r < rows; r++)
+        lilac_row_to_f32(type, *host + (size_t)r * row_bytes, *deq + r * cols, cols),
+            row_offsets_to_f32(type, *host + (size_t)r * row_bytes, *off + r * cols, cols);
+}
+
 static void test_dense(int ti, int64_t rows, int64_t cols, size_t row_bytes, size_t offset, int mode,
                        const int *ntoks, int n_ntok, const char *layout)
 {
     const int type = TYPES[ti];
     char what[256], msg[512];
     const size_t bytes = (size_t)rows * row_bytes;
-    uint8_t *host = malloc(bytes);
-    float *deq = malloc(sizeof(float) * (size_t)(rows * cols)), *off = malloc(sizeof(float) * (size_t)(rows * cols));
-    fill_matrix(type, rows, cols, row_bytes, mode, host);
-    for (int64_t r = 0; r < rows; r++)
-        lilac_row_to_f32(type, host + (size_t)r * row_bytes, deq + r * cols, cols),
-            row_offsets_to_f32(type, host + (size_t)r * row_bytes, off + r * cols, cols);
+    uint8_t *host;
+    float *deq, *off;
+    ref_matrix(type, rows, cols, row_bytes, mode, &host, &deq, &off);
     void *dw = NULL;
     if (lilac_cuda_malloc(&dw, bytes + offset + 16, msg, sizeof msg) ||
         lilac_cuda_upload((uint8_t *)dw + offset, host, bytes, msg, sizeof msg)) {
@@ -520,12 +531,9 @@ static void test_mvt_shape(int64_t rows, int64_t cols, int mode)
 {
     const int type = LILAC_Q4_K, ns[] = {1, 2, 3, 8, 11};
     const size_t rb = lilac_dtype_row_bytes(type, cols), bytes = (size_t)rows * rb;
-    uint8_t *host = malloc(bytes);
-    float *deq = malloc(sizeof(float) * (size_t)(rows * cols)), *off = malloc(sizeof(float) * (size_t)(rows * cols));
-    fill_matrix(type, rows, cols, rb, mode, host);
-    for (int64_t r = 0; r < rows; r++)
-        lilac_row_to_f32(type, host + (size_t)r * rb, deq + r * cols, cols),
-            row_offsets_to_f32(type, host + (size_t)r * rb, off + r * cols, cols);
+    uint8_t *host;
+    float *deq, *off;
+    ref_matrix(type, rows, cols, rb, mode, &host, &deq, &off);
     void *dw = dev_copy(host, bytes);
     const lilac_cuda_mat m = {.data = dw, .type = type, .rows = rows, .cols = cols, .row_bytes = rb};
     const int nmax = 11;

@@ -1839,6 +1839,43 @@ int ds_go(const lilac_cuda_mat *W, size_t expert_stride, const DS &d, lilac_cuda
     return rc;
 }
 
+/* Seconds a call of one(x, y) takes on st: the best of reps bursts of `burst` calls (events around each burst),
+ * after three warm-up calls, x (nx floats) filled, y ny floats; -1 where anything failed. */
+template <class F> double bench_calls(cudaStream_t st, long long nx, long long ny, int burst, int reps, F &&one)
+{
+    float *x = nullptr, *y = nullptr;
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    double best = -1.0;
+    if (cudaMalloc(&x, sizeof(float) * (size_t)nx) == cudaSuccess &&
+        cudaMalloc(&y, sizeof(float) * (size_t)ny) == cudaSuccess && cudaEventCreate(&e0) == cudaSuccess &&
+        cudaEventCreate(&e1) == cudaSuccess) {
+        k_fill<<<256, 256, 0, st>>>(x, nx);
+        for (int i = 0; i < 3; i++) /* warm-up: first-launch costs, clocks */
+            one(x, y);
+        bool ok = cudaStreamSynchronize(st) == cudaSuccess && !lilac_cuda_check(nullptr, 0);
+        for (int i = 0; ok && i < (reps > 0 ? reps : 1); i++) {
+            float ms = 0.f;
+            cudaEventRecord(e0, st);
+            for (int j = 0; j < burst; j++)
+                one(x, y);
+            cudaEventRecord(e1, st);
+            ok = cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
+            if (ok && (best < 0 || ms * 1e-3 / burst < best))
+                best = ms * 1e-3 / burst;
+        }
+        if (!ok)
+            best = -1.0;
+    }
+    (void)cudaGetLastError();
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    cudaFree(x);
+    cudaFree(y);
+    return best;
+}
+
 } // namespace
 
 /* ------------------------------------------------------------------ */
@@ -2234,39 +2271,8 @@ double lilac_cuda_bench_matvec(const lilac_cuda_mat *W, int n_tok, int reps)
 {
     if (!W || n_tok < 1 || W->rows <= 0 || W->cols <= 0)
         return -1.0;
-    float *x = nullptr, *y = nullptr;
-    cudaEvent_t e0 = nullptr, e1 = nullptr;
-    double best = -1.0;
-    if (cudaMalloc(&x, sizeof(float) * (size_t)n_tok * (size_t)W->cols) != cudaSuccess ||
-        cudaMalloc(&y, sizeof(float) * (size_t)n_tok * (size_t)W->rows) != cudaSuccess ||
-        cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess)
-        goto out;
-    k_fill<<<256, 256>>>(x, (long long)n_tok * W->cols);
-    for (int i = 0; i < 3; i++) /* warm-up: first-launch costs, clocks */
-        lilac_cuda_matvec(W, x, y, n_tok, nullptr);
-    if (cudaDeviceSynchronize() != cudaSuccess || lilac_cuda_check(nullptr, 0))
-        goto out;
-    for (int i = 0; i < (reps > 0 ? reps : 1); i++) {
-        float ms = 0.f;
-        cudaEventRecord(e0);
-        lilac_cuda_matvec(W, x, y, n_tok, nullptr);
-        cudaEventRecord(e1);
-        if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
-            best = -1.0;
-            goto out;
-        }
-        if (best < 0 || ms * 1e-3 < best)
-            best = ms * 1e-3;
-    }
-out:
-    (void)cudaGetLastError();
-    if (e0)
-        cudaEventDestroy(e0);
-    if (e1)
-        cudaEventDestroy(e1);
-    cudaFree(x);
-    cudaFree(y);
-    return best;
+    return bench_calls(nullptr, (long long)n_tok * W->cols, (long long)n_tok * W->rows, 1, reps,
+                       [&](float *x, float *y) { lilac_cuda_matvec(W, x, y, n_tok, nullptr); });
 }
 
 } // extern "C"
@@ -2552,50 +2558,19 @@ double lilac_cuda_bench_matvec_burst(const lilac_cuda_mat *W, int tc, int burst,
 {
     if (!W || W->rows <= 0 || W->cols <= 0 || burst < 1 || (tc && !lilac_cuda_matvec_tc_takes(W)))
         return -1.0;
-    float *x = nullptr, *y = nullptr;
-    cudaEvent_t e0 = nullptr, e1 = nullptr;
     cudaStream_t st = nullptr;
-    double best = -1.0;
-    auto one = [&]() {
+    if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1.0;
+    }
+    const double t = bench_calls(st, W->cols, W->rows, burst, reps, [&](float *x, float *y) {
         if (tc)
             (void)lilac_cuda_matvec_tc(W, x, y, 1, 0, reinterpret_cast<lilac_cuda_stream *>(st));
         else
             matvec(W, 0, nullptr, 1, x, 0, y, 1, st);
-    };
-    if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaMalloc(&x, sizeof(float) * (size_t)W->cols) != cudaSuccess ||
-        cudaMalloc(&y, sizeof(float) * (size_t)W->rows) != cudaSuccess || cudaEventCreate(&e0) != cudaSuccess ||
-        cudaEventCreate(&e1) != cudaSuccess)
-        goto out;
-    k_fill<<<256, 256, 0, st>>>(x, W->cols);
-    for (int i = 0; i < 3; i++) /* warm-up: first-launch costs, clocks */
-        one();
-    if (cudaStreamSynchronize(st) != cudaSuccess || lilac_cuda_check(nullptr, 0))
-        goto out;
-    for (int i = 0; i < (reps > 0 ? reps : 1); i++) {
-        float ms = 0.f;
-        cudaEventRecord(e0, st);
-        for (int j = 0; j < burst; j++)
-            one();
-        cudaEventRecord(e1, st);
-        if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
-            best = -1.0;
-            goto out;
-        }
-        if (best < 0 || ms * 1e-3 / burst < best)
-            best = ms * 1e-3 / burst;
-    }
-out:
-    (void)cudaGetLastError();
-    if (e0)
-        cudaEventDestroy(e0);
-    if (e1)
-        cudaEventDestroy(e1);
-    if (st)
-        cudaStreamDestroy(st);
-    cudaFree(x);
-    cudaFree(y);
-    return best;
+    });
+    cudaStreamDestroy(st);
+    return t;
 }
 
 } // extern "C"
