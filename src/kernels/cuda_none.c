@@ -318,4 +318,35 @@ double lilac_cuda_bench_matvec(const lilac_cuda_mat *W, int n_tok, int reps)
     return -1.0;
 }
 
+double lilac_cuda_bench_matvec_burst(const lilac_cuda_mat *W, int tc, int burst, int reps)
+{
+    (void)W, (void)tc, (void)burst, (void)reps;
+    return -1.0;
+}
+
+int lilac_cuda_matvec_tc_takes(const lilac_cuda_mat *W)
+{
+    (void)W;
+    return 0;
+}
+
+int lilac_cuda_matvec_tc(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, int accumulate,
+                         lilac_cuda_stream *s)
+{
+    (void)W, (void)x, (void)y, (void)n_tok, (void)accumulate, (void)s;
+    return -1;
+}
+
+int lilac_cuda_mv_tc_set(int on)
+{
+    (void)on;
+    return 0;
+}
+
+int lilac_cuda_mv_tc_rows_set(int rows)
+{
+    (void)rows;
+    return 32;
+}
+
 #endif
