@@ -6,7 +6,10 @@
 #   bench/cuda/ncu-source.sh [KERNEL[:SKIP]...]    (env: any LILAC_CUDA_* switches; default k_route)
 # NCU_BENCH: the bench's arguments (default a decode: -p 0 -n 16; a prefill: "-p 512 -n 0"). NCU_DEMANGLED=1:
 # KERNEL is a regex over demangled names (template arguments: 'k_mma<12, (true|false), 1, true>').
-# Each kernel's instruction mix by opcode (sass_mix.py) is printed.
+# NCU_PROG: another program to profile instead of the bench (e.g. a test, "$PWD/build-cuda/tests/test_cuda_mma"
+# with LILAC_CUDA_BENCH_ONLY=1 for its decode-product bench alone: no synth needed). NCU_GZIP=1: the CSV gzipped
+# (the device tool returns files of limited size). Each kernel's instruction mix by opcode (sass_mix.py) is
+# printed, and a few lines of ncu's details page (duration, occupancy, cycles a warp per issued instruction).
 set -u
 # shellcheck source=bench/cuda/common.sh
 . "$(dirname "$0")/common.sh"
@@ -23,11 +26,15 @@ for ks in "${kernels[@]}"; do
     # shellcheck disable=SC2086 # NCU_BENCH is several words
     LILAC_CUDA_GRAPH=0 timeout "${NCU_TIMEOUT:-150}" "$ncu" -f -o "$rep" "${sel[@]}" --launch-skip "$skip" \
         --launch-count 1 --warp-sampling-interval 0 --section SourceCounters --section WarpStateStats --section SpeedOfLight \
-        "$build/lilac" bench -m "$synth" --backend cuda ${NCU_BENCH:--p 0 -n 16} -r 1 >"$rep.log" 2>&1
+        --section Occupancy ${NCU_PROG:-"$build/lilac" bench -m "$synth" --backend cuda ${NCU_BENCH:--p 0 -n 16} -r 1} \
+        >"$rep.log" 2>&1
     echo "== $k, launch $skip (rc=$?)"
     csv=$rep.csv
     "$ncu" -i "$rep.ncu-rep" --page source --csv --print-source sass >"$csv" 2>&1 ||
         { echo "no source page:"; head -3 "$csv"; }
+    "$ncu" -i "$rep.ncu-rep" --page details 2>&1 |
+        grep -E "Duration|Registers Per|Achieved Occupancy|Executed Ipc A|Warp Cycles Per Issued" | head -8
     python3 "$(dirname "$0")/sass_mix.py" "$csv" "${MIX_TOP:-14}"
+    [ "${NCU_GZIP:-0}" = 1 ] && gzip -f "$csv"
     rm -f "$rep.ncu-rep"
 done

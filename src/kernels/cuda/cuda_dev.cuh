@@ -42,6 +42,29 @@ static inline int dev_sm_count()
     return n;
 }
 
+/* The dynamic shared memory a block of KERN may have on this device (the device's opt-in most, less KERN's
+ * static shared memory), KERN's attribute set to that, once (cached per kernel); 0 where either fails. */
+template <auto KERN> static int dev_smem_most()
+{
+    static std::atomic<int> most{0};
+    int m = most.load(std::memory_order_relaxed);
+    if (!m) {
+        int dev = 0, optin = 0;
+        cudaFuncAttributes fa{};
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+            cudaFuncGetAttributes(&fa, KERN) != cudaSuccess || optin - (int)fa.sharedSizeBytes < 1 ||
+            cudaFuncSetAttribute(KERN, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 optin - (int)fa.sharedSizeBytes) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return 0;
+        }
+        m = optin - (int)fa.sharedSizeBytes;
+        most.store(m, std::memory_order_relaxed);
+    }
+    return m;
+}
+
 /* The current device's compute capability major (0 where it cannot be read). */
 static inline int dev_cc_major()
 {

@@ -156,10 +156,6 @@ __device__ __forceinline__ uint32_t hfma2u(uint32_t a, uint32_t b, uint32_t c)
     return h2u(__hfma2(u2h(a), u2h(b), u2h(c)));
 }
 
-/* Codes of values v = 16h + 4tig + {0, 1, 2, 3} of sub-block s (32 values)
- * of a row's 256-column chunk at b (shared memory), as fp16 pairs (v0, v2)
- * and (v1, v3): the A fragment's two registers of that row. For Q4_K/Q5_K,
- * tab holds the (mult, add) half2 pair that folds sc in. */
 /* Sub-block i (0..7) of a K-quant super-block: its 6-bit scale and minimum from the 12 scale bytes as words s0,
  * s1, s2 (lilac_kq_scale_min's packing). */
 __device__ __forceinline__ void kq_sc_m(uint32_t s0, uint32_t s1, uint32_t s2, int i, int &sc, int &m)
@@ -196,6 +192,10 @@ template <bool L3> __device__ __forceinline__ uint32_t mask_or(uint32_t a, uint3
     }
 }
 
+/* Codes of values v = 16h + 4tig + {0, 1, 2, 3} of sub-block s (32 values)
+ * of a row's 256-column chunk at b (shared memory), as fp16 pairs (v0, v2)
+ * and (v1, v3): the A fragment's two registers of that row. For Q4_K/Q5_K,
+ * tab holds the (mult, add) half2 pair that folds sc in. L3: mask_or's. */
 template <int TYPE, bool A4, bool L3 = true> struct Dec;
 
 template <bool A4, bool L3> struct Dec<LILAC_Q4_K, A4, L3> {
@@ -900,7 +900,7 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
  * loop, ~1,640 a warp for the qkv+z product); the decode here is ~1.5 (a LOP3 and an HFMA2 per two values, a
  * shared load and a shift per four) and the products are the tensor pipe's.
  *
- * A block: TV_ROWS rows, 8 warps; warp w takes super-blocks w, w + 8, ... of every row, two m16 tiles. The rows
+ * A block: 16 MT rows, 8 warps; warp w takes super-blocks w, w + 8, ... of every row, MT m16 tiles. The rows
  * are bulk-copied into shared memory before griddepcontrol.wait (a row a lane of warp 0, each in a slot of an
  * odd number of 16-byte granules: the 8 rows a fragment load touches fall in distinct banks). After the wait a
  * warp converts the x of its own super-block into its own digits (k_mma_prep_q's conversion) scaled by a power of
@@ -922,16 +922,16 @@ struct TV {
  * of its super-block for T tokens, scale tables; then the warps' sums. */
 struct TvSmem {
     int w, x, xs, th, tm, td, per_warp, red, total;
-    __host__ __device__ TvSmem(int slot, int T, int TV_ROWS)
+    __host__ __device__ TvSmem(int slot, int T, int rows)
     {
-        w = TV_ROWS * slot;
-        x = T * 8 * XB;       /* a token's 8 runs */
-        xs = T * 8 * 4;       /* their sums (xsum_put's 8 words) */
-        th = 8 * TV_ROWS * 8; /* (mult, add) [8][rows] */
-        tm = 4 * TV_ROWS * 4; /* minima pairs [4][rows] */
-        td = 2 * TV_ROWS * 4; /* d, dmin 2^6 [rows] */
+        w = rows * slot;
+        x = T * 8 * XB;    /* a token's 8 runs */
+        xs = T * 8 * 4;    /* their sums (xsum_put's 8 words) */
+        th = 8 * rows * 8; /* (mult, add) [8][rows] */
+        tm = 4 * rows * 4; /* minima pairs [4][rows] */
+        td = 2 * rows * 4; /* d, dmin 2^6 [rows] */
         per_warp = x + xs + th + tm + td;
-        red = TV_WARPS * TV_ROWS * T * 4;
+        red = TV_WARPS * rows * T * 4;
         total = w + TV_WARPS * per_warp + red;
     }
 };
@@ -1005,7 +1005,6 @@ template <int T, int MT> __global__ void __launch_bounds__(TV_THREADS) k_mvt(con
 
     float acc[MT][NW][4] = {};
     unsigned bad = 0; /* tokens with a NaN or Inf */
-    bool staged = false;
     for (int sb = warp; sb < NSB; sb += TV_WARPS) {
         /* x of this super-block, lane l its values 8 l .. 8 l + 7 of each token (in flight before the rows' wait) */
         float v[T][8];
@@ -1013,9 +1012,8 @@ template <int T, int MT> __global__ void __launch_bounds__(TV_THREADS) k_mvt(con
         for (int t = 0; t < T; t++)
             if (t < p.n_tok)
                 prep_load<true>(p.x + (size_t)t * p.K + sb * 256 + 8 * lane, v[t]);
-        if (!staged) {
+        if (sb == warp) { /* the warp's first super-block: the rows arrived */
             dev_stage_wait(b, 0);
-            staged = true;
             TRACE_MARK2(LILAC_TK_MVT);
         }
         if (lane < TV_ROWS) { /* the scale tables, lane = row */
@@ -1525,36 +1523,13 @@ bool xrows_enabled()
     return env_switch_once(g_xrows_on, "LILAC_CUDA_MMA_XROWS", true);
 }
 
-/* The dynamic shared memory a block of k_mvt<T, MT> may have (the device's opt-in most, less the kernel's
- * static), its attribute set to that once; 0 where it cannot be read or set. */
-template <int T, int MT> int tv_most()
-{
-    static std::atomic<int> most{0};
-    int m = most.load(std::memory_order_relaxed);
-    if (!m) {
-        int dev = 0, optin = 0;
-        cudaFuncAttributes fa{};
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-            cudaFuncGetAttributes(&fa, k_mvt<T, MT>) != cudaSuccess || optin - (int)fa.sharedSizeBytes < 1 ||
-            cudaFuncSetAttribute(k_mvt<T, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 optin - (int)fa.sharedSizeBytes) != cudaSuccess) {
-            (void)cudaGetLastError();
-            return 0;
-        }
-        m = optin - (int)fa.sharedSizeBytes;
-        most.store(m, std::memory_order_relaxed);
-    }
-    return m;
-}
-
 /* Whether k_mvt<T, MT> fits p's shape in a block's shared memory (every narrower instance then does: a block's
  * shared memory grows with T). */
-template <int T, int MT> bool tv_fits(const TV &p) { return TvSmem(p.slot, T, 16 * MT).total <= tv_most<T, MT>(); }
+template <int T, int MT> bool tv_fits(const TV &p) { return TvSmem(p.slot, T, 16 * MT).total <= dev_smem_most<k_mvt<T, MT>>(); }
 
 template <int T, int MT> void tv_go(const TV &p, cudaStream_t st)
 {
-    (void)tv_most<T, MT>(); /* the attribute (tv_fits may have asked a wider instance only) */
+    (void)dev_smem_most<k_mvt<T, MT>>(); /* the attribute (tv_fits may have asked a wider instance only) */
     launch_dependent(k_mvt<T, MT>, dim3((unsigned)((p.rows + 16 * MT - 1) / (16 * MT))), dim3(TV_THREADS),
                      (size_t)TvSmem(p.slot, T, 16 * MT).total, st, p);
 }

@@ -1481,20 +1481,10 @@ template <auto KERN_PIPE> bool launch_pipe(MV p, long long grid, int smem, cudaS
         reinterpret_cast<uintptr_t>(p.w) % 16 || !mv_pipe_enabled())
         return false;
     /* the dynamic shared memory a block of it may have: the device's opt-in most (every H100/H200: 227 KB) less
-     * the kernel's static (its two mbarriers) */
-    static std::atomic<int> optin{0};
-    int most = optin.load(std::memory_order_relaxed);
-    if (!most) {
-        int dev = 0;
-        cudaFuncAttributes fa{};
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-            cudaFuncGetAttributes(&fa, KERN_PIPE) != cudaSuccess || (most -= (int)fa.sharedSizeBytes) < 1) {
-            (void)cudaGetLastError();
-            return false;
-        }
-        optin.store(most, std::memory_order_relaxed);
-    }
+     * the kernel's static (its two mbarriers), the attribute set to it */
+    const int most = dev_smem_most<KERN_PIPE>();
+    if (!most)
+        return false;
     const long long rpt = mv_tile_rows(cfg_rows_t(1), p.lpr_log2);
     const long long buf = (rpt * (long long)p.row_bytes + 127) & ~127LL; /* k_mv_pipe's */
     const int off = (smem + 127) & ~127;
@@ -1502,14 +1492,6 @@ template <auto KERN_PIPE> bool launch_pipe(MV p, long long grid, int smem, cudaS
         return false;
     p.stage_off = off;
     const int total = off + (int)(2 * buf);
-    static std::atomic<int> attr{0}; /* KERN_PIPE's attribute set to the most this device allows, once */
-    if (!attr.load(std::memory_order_relaxed)) {
-        if (cudaFuncSetAttribute(KERN_PIPE, cudaFuncAttributeMaxDynamicSharedMemorySize, most) != cudaSuccess) {
-            (void)cudaGetLastError();
-            return false;
-        }
-        attr.store(1, std::memory_order_relaxed);
-    }
     int per_sm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, KERN_PIPE, NTHREADS, (size_t)total) != cudaSuccess ||
         per_sm < 1) {
