@@ -179,47 +179,44 @@ template <int TYPE> __device__ __forceinline__ uint2 kq_tab(int i, int sc)
     return make_uint2(pk(mul, mul), pk(add, add));
 }
 
-/* (a & m) | c. L3: as one lop3 of three registers: written as & and |, with m and c constants, ptxas made two
- * LOP3s of it (a LOP3 takes one immediate), ~2.1 a Dec where 1 does (ncu of k_mvt, session 26). The same bits. */
-template <bool L3> __device__ __forceinline__ uint32_t mask_or(uint32_t a, uint32_t m, uint32_t c)
+/* (a & m) | c as one lop3 of three registers: written as & and |, with m and c constants, ptxas made two LOP3s
+ * of it (a LOP3 takes one immediate), ~2.1 a Dec where 1 does (ncu of k_mvt, session 26); the same bits, pp512
+ * 11,897/11,905 against 11,743/11,762 (H200, session 27). */
+__device__ __forceinline__ uint32_t mask_or(uint32_t a, uint32_t m, uint32_t c)
 {
-    if constexpr (L3) {
-        uint32_t d;
-        asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
-        return d;
-    } else {
-        return (a & m) | c;
-    }
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
+    return d;
 }
 
 /* Codes of values v = 16h + 4tig + {0, 1, 2, 3} of sub-block s (32 values)
  * of a row's 256-column chunk at b (shared memory), as fp16 pairs (v0, v2)
  * and (v1, v3): the A fragment's two registers of that row. For Q4_K/Q5_K,
- * tab holds the (mult, add) half2 pair that folds sc in. L3: mask_or's. */
-template <int TYPE, bool A4, bool L3 = true> struct Dec;
+ * tab holds the (mult, add) half2 pair that folds sc in. */
+template <int TYPE, bool A4> struct Dec;
 
-template <bool A4, bool L3> struct Dec<LILAC_Q4_K, A4, L3> {
+template <bool A4> struct Dec<LILAC_Q4_K, A4> {
     static __device__ __forceinline__ void run(const uint8_t *b, int s, int h, int tig, uint2 ma, uint32_t &p02,
                                                uint32_t &p13)
     {
         const uint32_t w = ld32<A4>(b + 16 + 32 * (s >> 1) + 16 * h + 4 * tig);
         const uint32_t m = (s & 1) ? 0x00F000F0u : 0x000F000Fu;
-        p02 = hfma2u(mask_or<L3>(w, m, 0x64006400u), ma.x, ma.y);
-        p13 = hfma2u(mask_or<L3>(w >> 8, m, 0x64006400u), ma.x, ma.y);
+        p02 = hfma2u(mask_or(w, m, 0x64006400u), ma.x, ma.y);
+        p13 = hfma2u(mask_or(w >> 8, m, 0x64006400u), ma.x, ma.y);
     }
 };
-template <bool A4, bool L3> struct Dec<LILAC_Q5_K, A4, L3> {
+template <bool A4> struct Dec<LILAC_Q5_K, A4> {
     static __device__ __forceinline__ void run(const uint8_t *b, int s, int h, int tig, uint2 ma, uint32_t &p02,
                                                uint32_t &p13)
     {
         const uint32_t w = ld32<A4>(b + 48 + 32 * (s >> 1) + 16 * h + 4 * tig);
         const uint32_t u = ld32<A4>(b + 16 + 16 * h + 4 * tig);
         const uint32_t q = (((s & 1) ? w >> 4 : w) & 0x0F0F0F0Fu) | (((u >> s) << 4) & 0x10101010u);
-        p02 = hfma2u(mask_or<L3>(q, 0x00FF00FFu, 0x64006400u), ma.x, ma.y);
-        p13 = hfma2u(mask_or<L3>(q >> 8, 0x00FF00FFu, 0x64006400u), ma.x, ma.y);
+        p02 = hfma2u(mask_or(q, 0x00FF00FFu, 0x64006400u), ma.x, ma.y);
+        p13 = hfma2u(mask_or(q >> 8, 0x00FF00FFu, 0x64006400u), ma.x, ma.y);
     }
 };
-template <bool A4, bool L3> struct Dec<LILAC_Q6_K, A4, L3> {
+template <bool A4> struct Dec<LILAC_Q6_K, A4> {
     static __device__ __forceinline__ void run(const uint8_t *b, int s, int h, int tig, uint2, uint32_t &p02,
                                                uint32_t &p13)
     {
@@ -228,21 +225,21 @@ template <bool A4, bool L3> struct Dec<LILAC_Q6_K, A4, L3> {
         const uint32_t qh = ld32<A4>(b + 128 + 32 * n + 16 * h + 4 * tig);
         const uint32_t q = (((Q & 2) ? ql >> 4 : ql) & 0x0F0F0F0Fu) | (((qh >> (2 * Q)) & 0x03030303u) << 4);
         const uint32_t one = 0x3C003C00u, off = 0xE420E420u; /* 1.0, -1056.0 */
-        p02 = hfma2u(mask_or<L3>(q, 0x00FF00FFu, 0x64006400u), one, off);
-        p13 = hfma2u(mask_or<L3>(q >> 8, 0x00FF00FFu, 0x64006400u), one, off);
+        p02 = hfma2u(mask_or(q, 0x00FF00FFu, 0x64006400u), one, off);
+        p13 = hfma2u(mask_or(q >> 8, 0x00FF00FFu, 0x64006400u), one, off);
     }
 };
-template <bool A4, bool L3> struct Dec<LILAC_Q8_0, A4, L3> {
+template <bool A4> struct Dec<LILAC_Q8_0, A4> {
     static __device__ __forceinline__ void run(const uint8_t *b, int s, int h, int tig, uint2, uint32_t &p02,
                                                uint32_t &p13)
     {
         const uint32_t u = ld32<false>(b + 34 * s + 2 + 16 * h + 4 * tig) ^ 0x80808080u; /* q + 128 */
         const uint32_t one = 0x3C003C00u, off = 0xE480E480u;                              /* 1.0, -1152.0 */
-        p02 = hfma2u(mask_or<L3>(u, 0x00FF00FFu, 0x64006400u), one, off);
-        p13 = hfma2u(mask_or<L3>(u >> 8, 0x00FF00FFu, 0x64006400u), one, off);
+        p02 = hfma2u(mask_or(u, 0x00FF00FFu, 0x64006400u), one, off);
+        p13 = hfma2u(mask_or(u >> 8, 0x00FF00FFu, 0x64006400u), one, off);
     }
 };
-template <bool A4, bool L3> struct Dec<LILAC_Q4_0, A4, L3> {
+template <bool A4> struct Dec<LILAC_Q4_0, A4> {
     static __device__ __forceinline__ void run(const uint8_t *b, int s, int h, int tig, uint2, uint32_t &p02,
                                                uint32_t &p13)
     {
@@ -251,8 +248,8 @@ template <bool A4, bool L3> struct Dec<LILAC_Q4_0, A4, L3> {
         const uint32_t m = h ? 0x00F000F0u : 0x000F000Fu;
         const uint32_t mul = h ? 0x2C002C00u : 0x3C003C00u; /* 1/16, 1.0 */
         const uint32_t off = h ? 0xD480D480u : 0xE408E408u; /* -72.0, -1032.0 */
-        p02 = hfma2u(mask_or<L3>(w, m, 0x64006400u), mul, off);
-        p13 = hfma2u(mask_or<L3>(w >> 8, m, 0x64006400u), mul, off);
+        p02 = hfma2u(mask_or(w, m, 0x64006400u), mul, off);
+        p13 = hfma2u(mask_or(w >> 8, m, 0x64006400u), mul, off);
     }
 };
 
@@ -519,7 +516,7 @@ template <int TN, bool W8> struct Lay {
 
 /* TN tokens a tile. 16-token tiles fit two blocks an SM in shared memory (Q6_K, the largest: 106 KB), and
  * 24-token Q4_K ones (113 KB); ask for the registers of two as well (they use 108-115 without the bound). */
-template <int TYPE, bool A4, int TN, bool W8, bool L3>
+template <int TYPE, bool A4, int TN, bool W8>
 __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p)
 {
     using Q = MQ<TYPE>;
@@ -817,8 +814,8 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
                         uint32_t a[2][4];
 #pragma unroll
                         for (int mt = 0; mt < MT; mt++) {
-                            Dec<TYPE, A4, L3>::run(wb + roff[2 * mt], s, h, tig, ma[2 * mt], a[mt][0], a[mt][2]);
-                            Dec<TYPE, A4, L3>::run(wb + roff[2 * mt + 1], s, h, tig, ma[2 * mt + 1], a[mt][1], a[mt][3]);
+                            Dec<TYPE, A4>::run(wb + roff[2 * mt], s, h, tig, ma[2 * mt], a[mt][0], a[mt][2]);
+                            Dec<TYPE, A4>::run(wb + roff[2 * mt + 1], s, h, tig, ma[2 * mt + 1], a[mt][1], a[mt][3]);
                         }
 #pragma unroll
                         for (int mt = 0; mt < MT; mt++)
@@ -1359,18 +1356,9 @@ bool narrow_enabled()
     return env_switch_once(on, "LILAC_CUDA_MMA_NARROW", true);
 }
 
-/* LILAC_CUDA_MMA_LOP3=1: k_mma's decode with each mask-and-or as one lop3 of registers (mask_or), not the two
- * LOP3s ptxas makes of it; the same bits. Off until measured: on the H200 (session 26) test_cuda_mma passed with
- * it (3,002 checks), the device time ran out before pp512/pp4096 could be. Read once. */
-bool lop3_enabled()
+template <int TYPE, bool A4, int TN, bool W8> bool launch_k(MM p, long long max_items, cudaStream_t st)
 {
-    static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_MMA_LOP3", false);
-}
-
-template <int TYPE, bool A4, int TN, bool W8, bool L3> bool launch_kl(MM p, long long max_items, cudaStream_t st)
-{
-    auto kern = k_mma<TYPE, A4, TN, W8, L3>;
+    auto kern = k_mma<TYPE, A4, TN, W8>;
     p.wtab = W8 && wtab_enabled();
     p.narrow = W8 && narrow_enabled();
     constexpr int smem = Smem<TYPE, TN>::TOTAL;
@@ -1393,12 +1381,6 @@ template <int TYPE, bool A4, int TN, bool W8, bool L3> bool launch_kl(MM p, long
         return true;
     kern<<<(unsigned)grid, MM_THREADS, smem, st>>>(p);
     return true;
-}
-
-template <int TYPE, bool A4, int TN, bool W8> bool launch_k(MM p, long long max_items, cudaStream_t st)
-{
-    return lop3_enabled() ? launch_kl<TYPE, A4, TN, W8, true>(p, max_items, st)
-                          : launch_kl<TYPE, A4, TN, W8, false>(p, max_items, st);
 }
 
 template <int TYPE, bool A4, int TN> bool launch_mma(MM p, long long max_items, cudaStream_t st)
