@@ -481,7 +481,6 @@ struct MM {
     int rows, K, row_tiles;
     int wtab; /* W8 tiles (unless LILAC_CUDA_MMA_WTAB=0): each warp decodes its own 16 rows' scale tables */
     int narrow; /* W8 tiles (unless LILAC_CUDA_MMA_NARROW=0): a tile of few pairs leaves its last n8 tile out */
-    int hl;     /* W8 K-quant tiles (LILAC_CUDA_MMA_HL=1): the lo digits' products in accumulators of their own */
 };
 
 /* A block's shared memory at TN tokens a tile. */
@@ -686,15 +685,8 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
          * pairs an expert) leaves its last n8 tile out, its B loads and mma's, as an instance of its own chosen
          * once an item (a block-uniform branch; guards inside the loop had cost the default path 4-8 %, session
          * 18). The tiles it keeps do the same arithmetic: the same bits. LILAC_CUDA_MMA_NARROW=0: always NW. */
-        /* HL (LILAC_CUDA_MMA_HL=1; W8 K-quant tiles): the lo digits' mma's into accumulators of their own
-         * (fragl), added to the hi ones' at the super-block's fold: a warp of the 8 x 1 layout has NWX (2-3)
-         * accumulators, each a chain of 32 dependent mma's a super-block (hi then lo, 2 halves, 8 steps), which
-         * ncu's top stall ('wait') suggests the warps sit on; HL halves the chains for 4 NWX more registers.
-         * Other sums' order: other bits (within test_cuda_mma's bound). */
-        auto tile_work = [&](auto nw_c, auto hl_c) {
+        auto tile_work = [&](auto nw_c) {
             constexpr int NWX = decltype(nw_c)::value;
-            constexpr bool HL = decltype(hl_c)::value;
-            static_assert(!HL || Q::KIND == KIND_SB, "HL: K-quant tiles");
             float acc[MT][NWX][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
@@ -774,18 +766,15 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
                     __syncthreads();
 
                 const uint8_t *xb = xbuf + buf * BN * XROW + (wn * NW * 8 + g) * XROW + 16 * tig;
-                float frag[MT][NWX][4], fragl[HL ? MT : 1][HL ? NWX : 1][4];
+                float frag[MT][NWX][4];
                 auto fzero = [&]() {
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                         for (int nt = 0; nt < NWX; nt++)
 #pragma unroll
-                            for (int e = 0; e < 4; e++) {
+                            for (int e = 0; e < 4; e++)
                                 frag[mt][nt][e] = 0.f;
-                                if constexpr (HL)
-                                    fragl[mt][nt][e] = 0.f;
-                            }
                 };
                 /* acc += scale(row) * frag */
                 auto fold = [&](const float *tab) {
@@ -833,10 +822,7 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
 #pragma unroll
                             for (int nt = 0; nt < NWX; nt++) {
                                 mma16816(frag[mt][nt], a[mt], h ? bh[nt].z : bh[nt].x, h ? bh[nt].w : bh[nt].y);
-                                if constexpr (HL)
-                                    mma16816(fragl[mt][nt], a[mt], h ? bl[nt].z : bl[nt].x, h ? bl[nt].w : bl[nt].y);
-                                else
-                                    mma16816(frag[mt][nt], a[mt], h ? bl[nt].z : bl[nt].x, h ? bl[nt].w : bl[nt].y);
+                                mma16816(frag[mt][nt], a[mt], h ? bl[nt].z : bl[nt].x, h ? bl[nt].w : bl[nt].y);
                             }
                         if (Q::KIND == KIND_16)
                             fold(tabf + (2 * s + h) * BM);
@@ -865,14 +851,6 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
                         }
                     }
                 }
-                if constexpr (HL)
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                        for (int nt = 0; nt < NWX; nt++)
-#pragma unroll
-                            for (int e = 0; e < 4; e++)
-                                frag[mt][nt][e] += fragl[mt][nt][e];
                 if (Q::KIND == KIND_SB)
                     fold(tabd);
                 __syncthreads(); /* the stage's buffers and tables are free */
@@ -898,22 +876,13 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
                         }
                     }
         };
-        auto tile_hl = [&](auto nw_c) {
-            if constexpr (W8 && Q::KIND == KIND_SB) {
-                if (p.hl) {
-                    tile_work(nw_c, std::true_type{});
-                    return;
-                }
-            }
-            tile_work(nw_c, std::false_type{});
-        };
         if constexpr (W8 && NW > 1) {
             if (p.narrow && cnt <= 8 * (NW - 1))
-                tile_hl(std::integral_constant<int, NW - 1>{});
+                tile_work(std::integral_constant<int, NW - 1>{});
             else
-                tile_hl(std::integral_constant<int, NW>{});
+                tile_work(std::integral_constant<int, NW>{});
         } else {
-            tile_hl(std::integral_constant<int, NW>{});
+            tile_work(std::integral_constant<int, NW>{});
         }
     }
 }
@@ -1387,20 +1356,11 @@ bool narrow_enabled()
     return env_switch_once(on, "LILAC_CUDA_MMA_NARROW", true);
 }
 
-/* LILAC_CUDA_MMA_HL=1: the W8 K-quant tiles' lo digits in accumulators of their own (k_mma's tile_work). Off
- * until measured. Read once. */
-bool hl_enabled()
-{
-    static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_MMA_HL", false);
-}
-
 template <int TYPE, bool A4, int TN, bool W8> bool launch_k(MM p, long long max_items, cudaStream_t st)
 {
     auto kern = k_mma<TYPE, A4, TN, W8>;
     p.wtab = W8 && wtab_enabled();
     p.narrow = W8 && narrow_enabled();
-    p.hl = W8 && hl_enabled();
     constexpr int smem = Smem<TYPE, TN>::TOTAL;
     static std::atomic<int> per_sm{0};
     int per = per_sm.load(std::memory_order_relaxed);
