@@ -1356,15 +1356,6 @@ bool narrow_enabled()
     return env_switch_once(on, "LILAC_CUDA_MMA_NARROW", true);
 }
 
-/* LILAC_CUDA_MMA_W8_DENSE=1: the dense Q4_K products' 64-token tiles in the 8 x 1 layout (a warp 16 rows x the
- * 64 tokens: each row decoded once a block, not by both token warps of the 4 x 2 layout; session 10's 8 x 1
- * wide tiles, 176 registers then, lost 2 % on that day's kernel). Off until measured. Read once. */
-bool w8_dense_enabled()
-{
-    static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_MMA_W8_DENSE", false);
-}
-
 template <int TYPE, bool A4, int TN, bool W8> bool launch_k(MM p, long long max_items, cudaStream_t st)
 {
     auto kern = k_mma<TYPE, A4, TN, W8>;
@@ -1402,10 +1393,6 @@ template <int TYPE, bool A4, int TN> bool launch_mma(MM p, long long max_items, 
      * pp4096 9,830 against 10,600 (H200, alternated in one call); test_cuda_wgmma keeps its layout checked. */
     if constexpr (TN == 24) { /* three n8 tiles a warp: the 8 x 1 layout only */
         return launch_k<TYPE, A4, TN, true>(p, max_items, st);
-    } else if constexpr (TN == 64 && TYPE == LILAC_Q4_K) {
-        if (w8_dense_enabled())
-            return launch_k<TYPE, A4, TN, true>(p, max_items, st);
-        return launch_k<TYPE, A4, TN, false>(p, max_items, st);
     } else {
         if (TN == 16 && w8_enabled())
             return launch_k<TYPE, A4, TN, true>(p, max_items, st);
