@@ -65,7 +65,6 @@ do_test() {
     run_test mma-t16 test_cuda_mma LILAC_CUDA_MMA_T24=0
     run_test mma-t24-dense test_cuda_mma LILAC_CUDA_MMA_T24=2 LILAC_CUDA_MMA_DENSE_NT=4
     run_test mma-no-wtab test_cuda_mma LILAC_CUDA_MMA_WTAB=0
-    run_test mma-queue test_cuda_mma LILAC_CUDA_MMA_QUEUE=1
     run_test attn test_cuda_attn
     run_test attn-no-pre test_cuda_attn LILAC_CUDA_ATTN_PRE=0
     run_test attn-no-f16 test_cuda_attn LILAC_CUDA_ATTN_F16=0
@@ -123,9 +122,7 @@ do_test() {
     run_test prefill-no-pre test_cuda_prefill LILAC_CUDA_ATTN_PRE=0
     run_test prefill-prep-lane test_cuda_prefill LILAC_CUDA_PREP_QUARTER=0
     run_test prefill-no-narrow test_cuda_prefill LILAC_CUDA_MMA_NARROW=0
-    run_test prefill-queue test_cuda_prefill LILAC_CUDA_MMA_QUEUE=1
     run_test batch-grouped-no-narrow test_cuda_batch LILAC_CUDA_PAIRS=0 LILAC_CUDA_MMA_NARROW=0
-    run_test batch-grouped-queue test_cuda_batch LILAC_CUDA_PAIRS=0 LILAC_CUDA_MMA_QUEUE=1
     run_test prefill-no-f16 test_cuda_prefill LILAC_CUDA_ATTN_F16=0
     run_test prefill-no-qsplit test_cuda_prefill LILAC_CUDA_ATTN_F16=0 LILAC_CUDA_ATTN_QSPLIT=0
     run_test batch-grouped-no-aux test_cuda_batch LILAC_CUDA_PAIRS=0 LILAC_CUDA_PF_AUX=0

@@ -481,7 +481,6 @@ struct MM {
     int rows, K, row_tiles;
     int wtab; /* W8 tiles (unless LILAC_CUDA_MMA_WTAB=0): each warp decodes its own 16 rows' scale tables */
     int narrow; /* W8 tiles (unless LILAC_CUDA_MMA_NARROW=0): a tile of few pairs leaves its last n8 tile out */
-    unsigned *queue; /* LILAC_CUDA_MMA_QUEUE=1: the stream's item counter and blocks-done count (zero between launches) */
 };
 
 /* A block's shared memory at TN tokens a tile. */
@@ -578,21 +577,8 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
     }
     const long long items = (long long)ntiles * p.row_tiles;
 
-    /* Items: blockIdx.x, then (p.queue) the next free one, gridDim.x + a counter's count, as a block frees up:
-     * blocks that start late (an SM held by the other stream's kernel) or whose items cost less take fewer; else
-     * every gridDim.x-th. The same arithmetic per item either way: the same bits. A block reads the taken item
-     * after the barrier here and writes it again only after the item's own barriers. */
-    __shared__ unsigned s_next;
-    auto next_item = [&](long long item) -> long long {
-        if (!p.queue)
-            return item + gridDim.x;
-        if (tid == 0)
-            s_next = atomicAdd(p.queue, 1u);
-        __syncthreads();
-        return (long long)gridDim.x + s_next;
-    };
     int par = 0;
-    for (long long item = blockIdx.x; item < items; item = next_item(item), par ^= 1) {
+    for (long long item = blockIdx.x; item < items; item += gridDim.x, par ^= 1) {
         const int tile = (int)(item / p.row_tiles), rt = (int)(item - (long long)tile * p.row_tiles);
         int c0, cnt;
         const uint8_t *W = p.w;
@@ -899,12 +885,6 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
             tile_work(std::integral_constant<int, NW>{});
         }
     }
-    /* the last block out sets the counters back to zero for the stream's next launch: every block took its last
-     * item before it counts itself done */
-    if (p.queue && tid == 0 && atomicAdd(p.queue + 1, 1u) == gridDim.x - 1) {
-        atomicExch(p.queue, 0u);
-        atomicExch(p.queue + 1, 0u);
-    }
 }
 
 /* ------------------------------------------------------------------ */
@@ -1195,16 +1175,10 @@ struct Scratch {
     const float *mx;
     long long mstride;
     int mn, mK;
-    int qslot; /* LILAC_CUDA_SCR_MMA: its stream's pair of k_mma item counters in g_mma_queue */
 };
 std::mutex g_scr_mu;
 Scratch g_scr[16];
 int g_n_scr;
-
-/* k_mma's item counters (MM.queue), a pair for each stream's MMA scratch: zero at load, set back to zero by each
- * launch's last block. */
-constexpr int QUEUE_SLOTS = 16;
-__device__ unsigned g_mma_queue[2 * QUEUE_SLOTS];
 
 /* The scratch of st of that kind on the current device (under g_scr_mu), and that device (-1: none current):
  * NULL where st has none yet. */
@@ -1242,16 +1216,7 @@ void *scratch(cudaStream_t st, size_t bytes, int kind = LILAC_CUDA_SCR_MMA)
         if (g_n_scr == 16)
             return nullptr;
         sc = &g_scr[g_n_scr++];
-        *sc = Scratch{dev, kind, st, nullptr, 0, 0, nullptr, 0, 0, 0, -1};
-        if (kind == LILAC_CUDA_SCR_MMA) { /* the lowest pair no other stream's scratch on dev holds */
-            unsigned used = 0;
-            for (int i = 0; i < g_n_scr - 1; i++)
-                if (g_scr[i].dev == dev && g_scr[i].qslot >= 0)
-                    used |= 1u << g_scr[i].qslot;
-            for (int q = 0; q < QUEUE_SLOTS && sc->qslot < 0; q++)
-                if (!(used >> q & 1))
-                    sc->qslot = q;
-        }
+        *sc = Scratch{dev, kind, st, nullptr, 0, 0, nullptr, 0, 0, 0};
     }
     if (sc->p) { /* earlier products on st may still read it */
         if (cudaStreamSynchronize(st) != cudaSuccess) {
@@ -1391,45 +1356,11 @@ bool narrow_enabled()
     return env_switch_once(on, "LILAC_CUDA_MMA_NARROW", true);
 }
 
-/* LILAC_CUDA_MMA_QUEUE=1: k_mma's items past the first wave taken from a counter (MM.queue), not every
- * gridDim.x-th. Off until measured. Read once. */
-bool queue_enabled()
-{
-    static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_MMA_QUEUE", false);
-}
-
-/* st's pair of item counters on the current device; NULL (the static order) while st is being captured (a graph
- * may be launched on another stream), or where st has no MMA scratch or slot. */
-unsigned *queue_of(cudaStream_t st)
-{
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(st, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) {
-        (void)cudaGetLastError();
-        return nullptr;
-    }
-    int slot = -1;
-    {
-        std::lock_guard<std::mutex> lk(g_scr_mu);
-        const Scratch *sc = scratch_of(st, nullptr);
-        slot = sc ? sc->qslot : -1;
-    }
-    if (slot < 0)
-        return nullptr;
-    void *base = nullptr;
-    if (cudaGetSymbolAddress(&base, g_mma_queue) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return nullptr;
-    }
-    return static_cast<unsigned *>(base) + 2 * slot;
-}
-
 template <int TYPE, bool A4, int TN, bool W8> bool launch_k(MM p, long long max_items, cudaStream_t st)
 {
     auto kern = k_mma<TYPE, A4, TN, W8>;
     p.wtab = W8 && wtab_enabled();
     p.narrow = W8 && narrow_enabled();
-    p.queue = queue_enabled() ? queue_of(st) : nullptr;
     constexpr int smem = Smem<TYPE, TN>::TOTAL;
     static std::atomic<int> per_sm{0};
     int per = per_sm.load(std::memory_order_relaxed);
