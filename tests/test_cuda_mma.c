@@ -549,7 +549,13 @@ static void test_mvt_shape(int64_t rows, int64_t cols, int mode)
     if (!dw || !dx || !dy)
         goto out;
     lilac_cuda_mv_tc_set(1);
+    /* LILAC_CUDA_MV_TC_MIN_ROWS: a matrix of fewer rows refused, one of as many taken */
+    const int min0 = lilac_cuda_mv_tc_min_rows_set((int)rows + 1);
+    CHECKF(!lilac_cuda_matvec_tc_takes(&m), "mvt: %lld rows taken under a minimum of %lld", (long long)rows,
+           (long long)rows + 1);
+    lilac_cuda_mv_tc_min_rows_set((int)rows);
     CHECKF(lilac_cuda_matvec_tc_takes(&m), "mvt: %lld x %lld Q4_K not taken", (long long)rows, (long long)cols);
+    lilac_cuda_mv_tc_min_rows_set(min0);
     /* each token alone: the reference bits */
     for (int t = 0; t < nmax; t++) {
         CHECK(lilac_cuda_matvec_tc(&m, dx + (size_t)t * cols, dy + (size_t)t * rows, 1, 0, NULL) == 0);

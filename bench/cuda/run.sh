@@ -87,6 +87,7 @@ do_test() {
     run_test model-pdl-set test_cuda_model LILAC_CUDA_PDL_SET=route,attention,combine,rope,sum,conv,rmsnorm
     run_test model-mv-tc test_cuda_model LILAC_CUDA_MV_TC=1
     run_test model-mv-tc-auto test_cuda_model LILAC_CUDA_MV_TC=1 LILAC_CUDA_MV_TC_ROWS=0
+    run_test model-mv-tc-min test_cuda_model LILAC_CUDA_MV_TC=1 LILAC_CUDA_MV_TC_MIN_ROWS=1000
     run_test model-apart test_cuda_model LILAC_CUDA_NORM_ROUTER=0 LILAC_CUDA_PDL_ALL=1 LILAC_CUDA_SUM_GRID=0
     run_test model-no-down-sum test_cuda_model LILAC_CUDA_DOWN_SUM=0
     run_test model-down-sum-r1 test_cuda_model LILAC_CUDA_DOWN_SUM=1 LILAC_CUDA_DOWN_SUM_R=1
@@ -105,6 +106,7 @@ do_test() {
     run_test batch-no-xvec test_cuda_batch LILAC_CUDA_X_VEC=0
     run_test batch-mv-tc test_cuda_batch LILAC_CUDA_MV_TC=1
     run_test batch-mv-tc-auto test_cuda_batch LILAC_CUDA_MV_TC=1 LILAC_CUDA_MV_TC_ROWS=0
+    run_test batch-mv-tc-min test_cuda_batch LILAC_CUDA_MV_TC=1 LILAC_CUDA_MV_TC_MIN_ROWS=1000
     run_test prefill test_cuda_prefill
     run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0

@@ -349,4 +349,10 @@ int lilac_cuda_mv_tc_rows_set(int rows)
     return 32;
 }
 
+int lilac_cuda_mv_tc_min_rows_set(int rows)
+{
+    (void)rows;
+    return 0;
+}
+
 #endif

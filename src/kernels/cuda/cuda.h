@@ -234,6 +234,8 @@ int lilac_cuda_mv_tc_set(int on);
 /* k_mvt's rows a block (LILAC_CUDA_MV_TC_ROWS): 32, 16, or 0 (16 where 32-row blocks would be fewer than two a
  * multiprocessor); returns the previous setting. A row's bits are the same at any. */
 int lilac_cuda_mv_tc_rows_set(int rows);
+/* The fewest rows a matrix k_mvt takes has (LILAC_CUDA_MV_TC_MIN_ROWS; 0: any); returns the previous setting. */
+int lilac_cuda_mv_tc_min_rows_set(int rows);
 
 /* Float weights (F32, F16, BF16) with many tokens (cuda_gemm.cu): a tiled float32 GEMM that reads each weight
  * once per 64 tokens; lilac_cuda_matvec takes it from lilac_cuda_gemm_min_tokens() tokens on (LILAC_CUDA_GEMM=0:

@@ -1562,6 +1562,23 @@ int tv_rows(long long rows)
  * lilac_cuda_mv_tc_set sets it. */
 std::atomic<int> g_tv{-1};
 
+/* LILAC_CUDA_MV_TC_MIN_ROWS=N (default 0: any): k_mvt only for matrices of N rows or more. Why: in session 26's
+ * bursts k_mvt was 12 % ahead of k_mv on the 12288- and 8192-row products (qkv+z, the attention's q) but in the
+ * step's chain behind it on the narrow ones (the output product, 2048 rows; the shared expert's gate+up), and
+ * tg128 as a whole 382.4/381.0 against 385.4/385.0 (session 27). A matrix's kernel depends on its shape alone:
+ * the batched step still gets each token's one-token bits. Read once. */
+std::atomic<int> g_tv_min{-1};
+int tv_min_rows()
+{
+    std::atomic<int> &v = g_tv_min;
+    int r = v.load(std::memory_order_relaxed);
+    if (r < 0) {
+        r = lilac_env_int("LILAC_CUDA_MV_TC_MIN_ROWS", 0, 0, 1 << 30);
+        v.store(r, std::memory_order_relaxed);
+    }
+    return r;
+}
+
 } // namespace
 
 extern "C" {
@@ -1756,12 +1773,19 @@ int lilac_cuda_mv_tc_rows_set(int rows)
     return old;
 }
 
+int lilac_cuda_mv_tc_min_rows_set(int rows)
+{
+    const int old = tv_min_rows(); /* the environment's setting read */
+    g_tv_min.store(rows > 0 ? rows : 0, std::memory_order_relaxed);
+    return old;
+}
+
 int lilac_cuda_matvec_tc_takes(const lilac_cuda_mat *W)
 {
     return W && W->data && W->type == LILAC_Q4_K && W->rows >= 1 && W->cols >= 256 && W->cols % 256 == 0 &&
            W->cols <= (1 << 20) && W->row_bytes % 16 == 0 && W->row_bytes >= (size_t)(W->cols / 256) * 144 &&
            W->row_bytes <= (1u << 20) && (reinterpret_cast<uintptr_t>(W->data) & 15) == 0 &&
-           env_switch_once(g_tv, "LILAC_CUDA_MV_TC", false) && dev_cc_major() >= 9;
+           env_switch_once(g_tv, "LILAC_CUDA_MV_TC", false) && W->rows >= tv_min_rows() && dev_cc_major() >= 9;
 }
 
 int lilac_cuda_matvec_tc(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, int accumulate,
