@@ -69,6 +69,19 @@ static void against(const tcase *c, const char *what, const float *got, const fl
     CHECKF(agree == rows, "%s/%s: %s: argmax agrees at %d of %d rows", c->model, c->file, what, agree, rows);
 }
 
+/* got (rows of all n tokens) against the golden logits at gp, with test_cuda_model's bounds. */
+static void against_golden(const tcase *c, const char *gp, const char *what, const float *got, int n, int V)
+{
+    float *gold = tu_read_f32(gp, (size_t)n * V);
+    CHECKF(gold && got, "%s/%s: %s: logits and golden %s", c->model, c->file, what, c->golden);
+    if (gold && got) {
+        char w[512];
+        snprintf(w, sizeof w, "%s/%s: %s", c->model, c->file, what);
+        tm_check_golden(w, c->golden, got, gold, n, V, c->rel_gold, c->argmax_gold);
+    }
+    free(gold);
+}
+
 static void run(const char *fx, const tcase *c)
 {
     char path[8192], gp[8192], mp[8192];
@@ -98,14 +111,8 @@ static void run(const char *fx, const tcase *c)
     set_chunk(NULL);
     if (ct_quick()) { /* the sanitizers' slow runs (racecheck of every case ran past 200 s): one call, the golden */
         float *pq = tm_logits(g, toks, n, 0, NULL);
-        float *gq = tu_read_f32(gp, (size_t)n * V);
-        CHECKF(pq && gq, "%s: the prefill's logits and golden %s", path, c->golden);
-        if (pq && gq) {
-            char what[8300];
-            snprintf(what, sizeof what, "%s/%s: prefill (quick)", c->model, c->file);
-            tm_check_golden(what, c->golden, pq, gq, n, V, c->rel_gold, c->argmax_gold);
-        }
-        free(pq), free(gq);
+        against_golden(c, gp, "prefill (quick)", pq, n, V);
+        free(pq);
         goto done;
     }
     float *ref = tm_logits(g, toks, n, 1, NULL); /* one token a call: the token path */
@@ -164,13 +171,7 @@ static void run(const char *fx, const tcase *c)
     free(l1), free(l2);
 
     /* the golden logits, as test_cuda_model bounds the token path */
-    float *gold = tu_read_f32(gp, (size_t)n * V);
-    CHECKF(gold && pf, "%s: golden %s", path, c->golden);
-    if (gold && pf) {
-        char what[8300];
-        snprintf(what, sizeof what, "%s/%s: prefill", c->model, c->file);
-        tm_check_golden(what, c->golden, pf, gold, n, V, c->rel_gold, c->argmax_gold);
-    }
+    against_golden(c, gp, "prefill", pf, n, V);
 
     /* greedy decoding after a prefilled prompt: the token path's continuation (and the golden one, unquantized) */
     if (prompt && cont && nc > 0 && np > 1) {
@@ -190,7 +191,7 @@ static void run(const char *fx, const tcase *c)
                    same_gold, nc);
         free(a), free(b);
     }
-    free(gold), free(pf), free(ref);
+    free(pf), free(ref);
 done:
     lilac_model_free(g);
     json_decref(meta);
