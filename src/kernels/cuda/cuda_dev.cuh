@@ -26,6 +26,18 @@ static inline bool env_switch_once(std::atomic<int> &cache, const char *name, bo
     return v != 0;
 }
 
+/* An integer of the environment read once (lilac_env_int: dflt where unset or outside lo..hi) into cache (-1: not
+ * read yet; lo >= 0); a cache a setter may store into too (lilac_cuda_mv_tc_rows_set). */
+static inline int env_int_once(std::atomic<int> &cache, const char *name, int dflt, int lo, int hi)
+{
+    int v = cache.load(std::memory_order_relaxed);
+    if (v < 0) {
+        v = lilac_env_int(name, dflt, lo, hi);
+        cache.store(v, std::memory_order_relaxed);
+    }
+    return v;
+}
+
 /* The current device's multiprocessors (cached per device ordinal). */
 static inline int dev_sm_count()
 {

@@ -1466,13 +1466,8 @@ bool shape_ok(const lilac_cuda_mat *W, size_t expert_stride, bool *a16)
 int dense_nt(int n_tok, int row_tiles)
 {
     static std::atomic<int> forced{-1};
-    int f = forced.load(std::memory_order_relaxed);
-    if (f < 0) {
-        f = lilac_env_int("LILAC_CUDA_MMA_DENSE_NT", 0, 0, 4);
-        f = f == 4 || f == 2 || f == 1 ? f : 0;
-        forced.store(f, std::memory_order_relaxed);
-    }
-    if (f)
+    const int f = env_int_once(forced, "LILAC_CUDA_MMA_DENSE_NT", 0, 0, 4);
+    if (f == 4 || f == 2 || f == 1)
         return f;
     const long long sms = dev_sm_count();
     auto items = [&](int nt) { return (long long)((n_tok + 16 * nt - 1) / (16 * nt)) * row_tiles; };
@@ -1487,12 +1482,7 @@ int dense_nt(int n_tok, int row_tiles)
 bool t24_takes(int type, int level)
 {
     static std::atomic<int> mode{-1};
-    int v = mode.load(std::memory_order_relaxed);
-    if (v < 0) {
-        v = lilac_env_int("LILAC_CUDA_MMA_T24", 1, 0, 2);
-        mode.store(v, std::memory_order_relaxed);
-    }
-    return type == LILAC_Q4_K && v >= level;
+    return type == LILAC_Q4_K && env_int_once(mode, "LILAC_CUDA_MMA_T24", 1, 0, 2) >= level;
 }
 
 std::atomic<int> g_mma_on{-1};
@@ -1544,15 +1534,14 @@ template <int MT> bool tv_run(TV p, const float *x, float *y, int n_tok, cudaStr
  * 32-row blocks would be fewer than two a multiprocessor (the output products, 64 blocks; the shared expert's
  * gate+up, 32), else 32. Any of them gives a row the same bits. Read once. */
 std::atomic<int> g_tv_rows{-1};
+int tv_rows_setting()
+{
+    const int r = env_int_once(g_tv_rows, "LILAC_CUDA_MV_TC_ROWS", 32, 0, 32);
+    return r == 0 || r == 16 ? r : 32;
+}
 int tv_rows(long long rows)
 {
-    std::atomic<int> &v = g_tv_rows;
-    int r = v.load(std::memory_order_relaxed);
-    if (r < 0) {
-        r = lilac_env_int("LILAC_CUDA_MV_TC_ROWS", 32, 0, 32);
-        r = r == 0 || r == 16 ? r : 32;
-        v.store(r, std::memory_order_relaxed);
-    }
+    int r = tv_rows_setting();
     if (r == 0)
         r = (rows + 31) / 32 < 2LL * dev_sm_count() ? 16 : 32;
     return r;
@@ -1568,16 +1557,7 @@ std::atomic<int> g_tv{-1};
  * tg128 as a whole 382.4/381.0 against 385.4/385.0 (session 27). A matrix's kernel depends on its shape alone:
  * the batched step still gets each token's one-token bits. Read once. */
 std::atomic<int> g_tv_min{-1};
-int tv_min_rows()
-{
-    std::atomic<int> &v = g_tv_min;
-    int r = v.load(std::memory_order_relaxed);
-    if (r < 0) {
-        r = lilac_env_int("LILAC_CUDA_MV_TC_MIN_ROWS", 0, 0, 1 << 30);
-        v.store(r, std::memory_order_relaxed);
-    }
-    return r;
-}
+int tv_min_rows() { return env_int_once(g_tv_min, "LILAC_CUDA_MV_TC_MIN_ROWS", 0, 0, 1 << 30); }
 
 } // namespace
 
@@ -1767,8 +1747,7 @@ int lilac_cuda_mv_tc_set(int on)
 
 int lilac_cuda_mv_tc_rows_set(int rows)
 {
-    (void)tv_rows(1); /* the environment's setting read */
-    const int old = g_tv_rows.load(std::memory_order_relaxed);
+    const int old = tv_rows_setting(); /* the environment's setting read */
     g_tv_rows.store(rows == 0 || rows == 16 ? rows : 32, std::memory_order_relaxed);
     return old;
 }

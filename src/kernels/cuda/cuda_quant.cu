@@ -1735,13 +1735,8 @@ void matvec(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, i
  * against 341.6/343.2, H200, 2026-11-30) or 1 (k_mv's shape). */
 int ds_r()
 {
-    static std::atomic<int> r{0};
-    int v = r.load(std::memory_order_relaxed);
-    if (!v) {
-        v = lilac_env_int("LILAC_CUDA_DOWN_SUM_R", 2, 1, 2);
-        r.store(v, std::memory_order_relaxed);
-    }
-    return v;
+    static std::atomic<int> r{-1};
+    return env_int_once(r, "LILAC_CUDA_DOWN_SUM_R", 2, 1, 2);
 }
 
 /* k_moe_down_sum's STG instances (LILAC_CUDA_DS_STAGE=0 off), where the device stages (mv_stage_enabled) and every
@@ -2074,10 +2069,8 @@ int lilac_cuda_type_supported(int type)
  * tensor cores (H200, one call, 2026-11-30). Read once. */
 static int mma_min_rows()
 {
-    static int v = -1;
-    if (v < 0)
-        v = lilac_env_int("LILAC_CUDA_MMA_MIN_ROWS", 64, 0, 1 << 30);
-    return v;
+    static std::atomic<int> v{-1};
+    return env_int_once(v, "LILAC_CUDA_MMA_MIN_ROWS", 64, 0, 1 << 30);
 }
 
 /* lilac_cuda_matvec; same_x: lilac_cuda_matvec_mma_x's. Whether the tensor cores took it. */
