@@ -934,6 +934,11 @@ static __device__ __noinline__ void mv_route(const float *rlog, const lilac_cuda
             r.idx[i] = sidx[i];
         for (int i = lane; i < r.k + (r.shared_row ? 1 : 0); i += 32)
             r.w[i] = sw[i];
+        if (r.ready) { /* for the down+sum kernel's early copies (lilac_cuda_moe_down_sum_ready) */
+            __syncwarp();
+            if (lane == 0)
+                dev_flag_raise(r.ready);
+        }
     }
 }
 
@@ -1116,6 +1121,7 @@ struct DS {
     long long r_idx, r_wt, r_gu;
     int xvec;        /* load_x's vec (mv_xvec) */
     int stage_split; /* STG: a barrier a slot, warp s waiting on slot s's copy alone (stage_split_enabled) */
+    unsigned *ready; /* one token: the gate+up product's flag (lilac_cuda_moe_down_sum_ready), or NULL */
 };
 
 /* k_moe_down_sum's end, from the rows' dots of its slots in tot: the dots meet in shared memory (vs), the weighted
@@ -1151,11 +1157,14 @@ __device__ __forceinline__ void ds_tail(const DS &d, const float (&tot)[R][1], b
     const float sq = block_sum(t < DS_ROWS && e < d.rows ? __fmul_rn(o, o) : 0.0f);
     if (t == 0)
         part[blockIdx.x] = sq;
-    if (dev_last_block(count)) /* the parts and x loaded together */
+    if (dev_last_block(count)) { /* the parts and x loaded together */
+        if (d.ready && t == 0) /* every block is past its wait for it: down for the next layer's */
+            *d.ready = 0u;
         dev_scale_store_with(x, d.norm_w, xn, d.rows, [&] {
             const float tt = block_sum(t < (int)gridDim.x ? __ldcg(part + t) : 0.0f); /* a fixed tree: every run */
             return rsqrtf(tt / d.rows + d.eps);
         });
+    }
     TRACE_END(LILAC_TK_MOE_DOWN_SUM);
 }
 
@@ -1186,6 +1195,40 @@ __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
     float *const x = d.x + eo, *const xn = d.xn ? d.xn + eo : nullptr;
     float *const part = d.part ? d.part + by * LILAC_CUDA_PART_MAXB : nullptr;
     unsigned *const count = d.count ? d.count + by : nullptr;
+    /* STG: thread 0 sets the barriers up and copies each slot's rows (mv_stage's pattern), from the indices at
+     * idx (coherent: through L2, for the ones read before the wait) */
+    auto stage = [&](uint8_t *st, uint32_t b_, uint32_t run, bool coherent) {
+        int e[DS_MAXK];
+#pragma unroll
+        for (int s = 0; s < DS_MAXK; s++)
+            e[s] = s < d.k ? (coherent ? __ldcg(idx + s) : __ldg(idx + s)) : 0; /* the indices loaded together */
+        if (d.stage_split) { /* slot s on barrier s: warp s's dots start when its own rows land */
+#pragma unroll
+            for (int s = 0; s < DS_MAXK; s++)
+                dev_stage_init(b_ + 8u * s);
+#pragma unroll
+            for (int s = 0; s < DS_MAXK; s++)
+                dev_stage_expect(b_ + 8u * s, s < d.k ? run : 0u);
+        } else {
+            dev_stage_init(b_);
+            dev_stage_expect(b_, run * (uint32_t)d.k);
+        }
+#pragma unroll
+        for (int s = 0; s < DS_MAXK; s++)
+            if (s < d.k)
+                dev_stage_copy(st + s * run, d.w + (size_t)e[s] * d.expert_stride + (size_t)row0 * d.row_bytes, run,
+                               d.stage_split ? b_ + 8u * s : b_);
+    };
+    __shared__ uint64_t bar[STG ? DS_MAXK : 1];
+    uint8_t *const st = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(vs + DS_MAXK * DS_ROWS) + 15) &
+                                                    ~uintptr_t(15)); /* ds_launch counts the 16 */
+    const uint32_t run = (uint32_t)(DS_ROWS * d.row_bytes), b_ = dev_smem_addr(bar);
+    bool early = false; /* thread 0's: the rows' copies issued before the wait */
+    if constexpr (STG)
+        if (d.ready && threadIdx.x == 0 && dev_flag_wait(d.ready, 200000)) { /* the choice is written: copy now */
+            stage(st, b_, run, true);
+            early = true;
+        }
     griddep_wait(); /* idx, the inputs, x and the shared expert's output come from the kernels before */
     TRACE_WAITED(LILAC_TK_MOE_DOWN_SUM);
     const bool has = warp < d.k;
@@ -1200,32 +1243,8 @@ __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
     typename UT::Pay a[R], b[R];
     int u = sub;
     if constexpr (STG) {
-        __shared__ uint64_t bar[DS_MAXK];
-        uint8_t *const st = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(vs + DS_MAXK * DS_ROWS) + 15) &
-                                                        ~uintptr_t(15)); /* ds_launch counts the 16 */
-        const uint32_t run = (uint32_t)(DS_ROWS * d.row_bytes), b_ = dev_smem_addr(bar);
-        if (threadIdx.x == 0) { /* mv_stage's pattern: one thread sets the barriers up and issues the copies */
-            int e[DS_MAXK];
-#pragma unroll
-            for (int s = 0; s < DS_MAXK; s++)
-                e[s] = s < d.k ? __ldg(idx + s) : 0; /* the indices loaded together */
-            if (d.stage_split) { /* slot s on barrier s: warp s's dots start when its own rows land */
-#pragma unroll
-                for (int s = 0; s < DS_MAXK; s++)
-                    dev_stage_init(b_ + 8u * s);
-#pragma unroll
-                for (int s = 0; s < DS_MAXK; s++)
-                    dev_stage_expect(b_ + 8u * s, s < d.k ? run : 0u);
-            } else {
-                dev_stage_init(b_);
-                dev_stage_expect(b_, run * (uint32_t)d.k);
-            }
-#pragma unroll
-            for (int s = 0; s < DS_MAXK; s++)
-                if (s < d.k)
-                    dev_stage_copy(st + s * run, d.w + (size_t)e[s] * d.expert_stride + (size_t)row0 * d.row_bytes,
-                                   run, d.stage_split ? b_ + 8u * s : b_);
-        }
+        if (threadIdx.x == 0 && !early)
+            stage(st, b_, run, false);
         load_x<UT, DS_MAXK>(g_in, u_in, d.x_slot, d.k, 0, U, xs, XS, ss, SS, d.xvec); /* its barrier: bar's init */
         TRACE_MARK1(LILAC_TK_MOE_DOWN_SUM);
         const uint8_t *srow[R];
@@ -2191,28 +2210,47 @@ long lilac_cuda_fused_launches(int kind)
     return kind >= 0 && kind < LILAC_CUDA_FUSED_KINDS ? g_fused_launches[kind].load(std::memory_order_relaxed) : 0;
 }
 
-int lilac_cuda_moe_down_sum_batch(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
-                                  const float *g, const float *u, const float *wt, const float *sh, float *x,
-                                  const float *norm_w, float *xn, float eps, float *part, unsigned *count, int n,
-                                  long long idx_row, long long wt_row, long long gu_row, lilac_cuda_stream *s)
+/* lilac_cuda_moe_down_sum_batch's and _ready's checks and launch (ready: one token's, with the norm's last block
+ * to clear it). */
+static int ds_call(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k, const float *g,
+                   const float *u, const float *wt, const float *sh, float *x, const float *norm_w, float *xn,
+                   float eps, float *part, unsigned *count, int n, long long idx_row, long long wt_row,
+                   long long gu_row, unsigned *ready, lilac_cuda_stream *s)
 {
     if (!mat_ok(W) || !idx || !g || !u || !wt || !x || (norm_w && (!xn || !part || !count)) || k < 1 ||
         k > DS_MAXK || W->cols > INT_MAX || W->rows > INT_MAX || n < 1 || n > 65535 || idx_row < 0 || wt_row < 0 ||
-        gu_row < 0)
+        gu_row < 0 || (ready && (n != 1 || !norm_w)))
         return -1;
     DS d = ds_params(W, expert_stride, k, g, u, wt, sh, x, norm_w, xn, eps, part, count);
     d.idx = idx;
     d.r_idx = idx_row, d.r_wt = wt_row, d.r_gu = gu_row;
     d.xvec = d.xvec && gu_row % 4 == 0; /* every row's inputs 16-byte aligned */
+    d.ready = ready;
     return ds_go(W, expert_stride, d, s, n);
+}
+
+int lilac_cuda_moe_down_sum_batch(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
+                                  const float *g, const float *u, const float *wt, const float *sh, float *x,
+                                  const float *norm_w, float *xn, float eps, float *part, unsigned *count, int n,
+                                  long long idx_row, long long wt_row, long long gu_row, lilac_cuda_stream *s)
+{
+    return ds_call(W, expert_stride, idx, k, g, u, wt, sh, x, norm_w, xn, eps, part, count, n, idx_row, wt_row,
+                   gu_row, NULL, s);
+}
+
+int lilac_cuda_moe_down_sum_ready(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
+                                  const float *g, const float *u, const float *wt, const float *sh, float *x,
+                                  const float *norm_w, float *xn, float eps, float *part, unsigned *count,
+                                  unsigned *ready, lilac_cuda_stream *s)
+{
+    return ds_call(W, expert_stride, idx, k, g, u, wt, sh, x, norm_w, xn, eps, part, count, 1, 0, 0, 0, ready, s);
 }
 
 int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k, const float *g,
                             const float *u, const float *wt, const float *sh, float *x, const float *norm_w, float *xn,
                             float eps, float *part, unsigned *count, lilac_cuda_stream *s)
 {
-    return lilac_cuda_moe_down_sum_batch(W, expert_stride, idx, k, g, u, wt, sh, x, norm_w, xn, eps, part, count, 1,
-                                         0, 0, 0, s);
+    return ds_call(W, expert_stride, idx, k, g, u, wt, sh, x, norm_w, xn, eps, part, count, 1, 0, 0, 0, NULL, s);
 }
 
 int lilac_cuda_moe_down_sum_r(void) { return ds_r(); }
