@@ -750,38 +750,6 @@ static __device__ void dev_moe_sum_norm(float *__restrict__ x, const float *__re
         xn[e] = x[e] * r * norm_w[e];
 }
 
-/* LILAC_CUDA_CARVEOUT=N (0-100; unset: the driver's choice): every decode kernel's preferred shared-memory carveout
- * set to N % once (before its first launch), so that the step's kernels ask the multiprocessors for one split
- * of L1 and shared memory: blocks of a kernel with another split cannot join a multiprocessor until it drains,
- * which would keep a dependent kernel's blocks from starting early beside the one before. Kernels seen are kept in
- * a small open-addressed table (a kernel past its room is left to the driver). */
-static inline void dev_carveout(const void *kern)
-{
-    static std::atomic<int> pct{-1};
-    const int v = env_int_once(pct, "LILAC_CUDA_CARVEOUT", 101, 0, 101);
-    if (v > 100)
-        return;
-    constexpr int N = 1024;
-    static std::atomic<const void *> seen[N];
-    unsigned h = (unsigned)((reinterpret_cast<uintptr_t>(kern) >> 4) * 2654435761u) % N;
-    for (int i = 0; i < 64; i++, h = (h + 1) % N) {
-        const void *cur = seen[h].load(std::memory_order_relaxed);
-        if (cur == kern)
-            return;
-        if (!cur && seen[h].compare_exchange_strong(cur, kern)) {
-            if (cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, v) != cudaSuccess)
-                (void)cudaGetLastError();
-            return;
-        }
-        if (cur == kern)
-            return;
-    }
-}
-template <typename... Exp> static inline void dev_carveout(void (*kern)(Exp...))
-{
-    dev_carveout(reinterpret_cast<const void *>(kern));
-}
-
 /* kern<<<grid, block, smem, st>>>(args...), launched dependent when
  * lilac_cuda_pdl() says so: kern must call griddep_wait() before it touches
  * what earlier kernels write. */
@@ -799,7 +767,6 @@ static void launch_dependent(void (*kern)(Exp...), dim3 grid, dim3 block, size_t
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = lilac_cuda_pdl() ? 1 : 0;
-    dev_carveout(kern);
     cudaLaunchKernelEx(&cfg, kern, static_cast<Act &&>(args)...);
 }
 
@@ -844,10 +811,8 @@ static void launch_pdl(unsigned cls, void (*kern)(Exp...), dim3 grid, dim3 block
 {
     if (pdl_set() & cls)
         launch_dependent(kern, grid, block, smem, st, static_cast<Act &&>(args)...);
-    else {
-        dev_carveout(kern);
+    else
         kern<<<grid, block, smem, st>>>(static_cast<Act &&>(args)...);
-    }
 }
 
 #endif

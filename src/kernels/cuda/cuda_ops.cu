@@ -57,6 +57,55 @@ extern "C" int lilac_cuda_capture_begin(lilac_cuda_stream *s)
     return cudaStreamBeginCapture(CS(s), cudaStreamCaptureModeThreadLocal) == cudaSuccess ? 0 : -1;
 }
 
+/* LILAC_CUDA_JOIN_PDL=1: in the captured step, a kernel launched dependent (a node with an incoming programmatic
+ * edge: its stream's kernel before) that also waits on a kernel of the other stream (the join of the second
+ * branch, cudaStreamWaitEvent: a full edge) gets that edge programmatic too, so that it may start while both run
+ * (its griddepcontrol.wait waits for every programmatic upstream's completion and memory: the same order for
+ * what it reads after the wait). The routed down+sum kernel is the one: its join with the shared expert's branch
+ * kept it from starting before the gate+up product had ended. Edges from nodes that are not kernels stay full.
+ * Returns the edges changed, -1 where the graph could not be read or changed (then g may be partly changed:
+ * the caller drops it). */
+static int join_programmatic(cudaGraph_t g)
+{
+    size_t n = 0;
+    if (cudaGraphGetEdges(g, NULL, NULL, NULL, &n) != cudaSuccess)
+        return -1;
+    if (!n)
+        return 0;
+    cudaGraphNode_t *from = (cudaGraphNode_t *)malloc(n * sizeof *from), *to = (cudaGraphNode_t *)malloc(n * sizeof *to);
+    cudaGraphEdgeData *ed = (cudaGraphEdgeData *)malloc(n * sizeof *ed);
+    int changed = -1;
+    if (from && to && ed && cudaGraphGetEdges(g, from, to, ed, &n) == cudaSuccess) {
+        changed = 0;
+        for (size_t i = 0; i < n && changed >= 0; i++) {
+            if (ed[i].type != cudaGraphDependencyTypeDefault || ed[i].from_port != cudaGraphKernelNodePortDefault)
+                continue;
+            cudaGraphNodeType tf, tt;
+            if (cudaGraphNodeGetType(from[i], &tf) != cudaSuccess || cudaGraphNodeGetType(to[i], &tt) != cudaSuccess) {
+                changed = -1;
+                break;
+            }
+            if (tf != cudaGraphNodeTypeKernel || tt != cudaGraphNodeTypeKernel)
+                continue;
+            bool dependent = false; /* to[i] has a programmatic edge in */
+            for (size_t j = 0; j < n && !dependent; j++)
+                dependent = to[j] == to[i] && ed[j].type == cudaGraphDependencyTypeProgrammatic;
+            if (!dependent)
+                continue;
+            cudaGraphEdgeData pe = {};
+            pe.from_port = cudaGraphKernelNodePortProgrammatic;
+            pe.type = cudaGraphDependencyTypeProgrammatic;
+            if (cudaGraphRemoveDependencies(g, &from[i], &to[i], &ed[i], 1) != cudaSuccess ||
+                cudaGraphAddDependencies(g, &from[i], &to[i], &pe, 1) != cudaSuccess)
+                changed = -1;
+            else
+                changed++;
+        }
+    }
+    free(from), free(to), free(ed);
+    return changed;
+}
+
 extern "C" int lilac_cuda_capture_end(lilac_cuda_stream *s, void **exec)
 {
     cudaGraph_t g = NULL;
@@ -71,7 +120,26 @@ extern "C" int lilac_cuda_capture_end(lilac_cuda_stream *s, void **exec)
         return -1;
     }
     cudaGraphExec_t e = NULL;
-    st = cudaGraphInstantiate(&e, g, 0);
+    static std::atomic<int> join_pdl{-1};
+    if (env_switch_once(join_pdl, "LILAC_CUDA_JOIN_PDL", false) && lilac_cuda_pdl()) {
+        /* on a copy: where the changed graph does not instantiate, the captured one still does */
+        cudaGraph_t c = NULL;
+        static int told_join;
+        if (cudaGraphClone(&c, g) == cudaSuccess) {
+            const int nj = join_programmatic(c);
+            if (nj >= 0 && cudaGraphInstantiate(&e, c, 0) == cudaSuccess) {
+                if (!told_join++ && getenv("LILAC_CUDA_TRACE"))
+                    fprintf(stderr, "cuda: %d joins of the step made programmatic\n", nj);
+            } else {
+                e = NULL;
+                if (!told_join++)
+                    fprintf(stderr, "cuda: the step's joins could not be made programmatic; as captured\n");
+            }
+            cudaGraphDestroy(c);
+        }
+        cudaGetLastError();
+    }
+    st = e ? cudaSuccess : cudaGraphInstantiate(&e, g, 0);
     cudaGraphDestroy(g);
     if (st != cudaSuccess) {
         if (!told++)

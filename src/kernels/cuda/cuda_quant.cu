@@ -624,9 +624,6 @@ struct MV {
     /* one token, a block an item (mv_stage_enabled): where in the dynamic shared memory the block's rows are
      * staged (mv_stage); 0: read from global memory as they are used */
     int stage_off;
-    /* the staged rows as NWARPS copies, a warp's rows each on a barrier of its own, so that a warp's dots start
-     * when its own rows land, not the block's last (stage_split_enabled) */
-    int stage_split;
     int xvec; /* load_x's vec: x, x2 and their strides 16-byte aligned (mv_xvec) */
 };
 
@@ -901,8 +898,8 @@ __device__ __forceinline__ void mv_block(const MV &p, const int32_t *idx, int bx
                                          xs, XS, ss, SS, p.xvec);
                     loaded = key;
                 }
-                if (SH) { /* the staged rows (one item a block: the copy's one phase; split: the warp's own) */
-                    dev_stage_wait(p.stage_split ? bar + 8u * (unsigned)warp : bar, 0);
+                if (SH) { /* the staged rows (one item a block: the copy's one phase) */
+                    dev_stage_wait(bar, 0);
                     TRACE_MARK2(LILAC_TK_MV);
                 }
                 mv_units<TYPE, A16, R, T, SH>(rowp, ok, u, u0, u1, lpr, a, b, xs, XS, ss, SS, nt, tot);
@@ -944,33 +941,29 @@ static __device__ __noinline__ void mv_route(const float *rlog, const lilac_cuda
 
 /* mv_stage_enabled: the block's item (one a block) copied into shared memory at st in one bulk copy, issued
  * as soon as the rows are known: a dense product's before its wait (while the kernel before ends), a routed
- * one's after the routing. Its rows are a contiguous run of the matrix (or of the slot's expert). With
- * p.stage_split, NWARPS copies in warp order, warp w's rows (a contiguous run of the item's) on barrier w of the
- * NWARPS at bar (8 bytes apart): the warps' dots then follow the rows as they land instead of all starting
- * after the last. */
+ * one's after the routing. Its rows are a contiguous run of the matrix (or of the slot's expert). Measured and
+ * removed (session 28): the copy split into NWARPS, a warp's rows on a barrier of its own, so that each warp's
+ * dots start when its rows land (`LILAC_CUDA_STG_SPLIT`, the down+sum kernel's slots the same): tg128
+ * 373.6-375.6 against 375.6-378.4 without (H200, alternated in one call): a warp's dots are a chain of dependent
+ * instructions that take as long alone as beside the others (code at fdb974d). */
 template <int R> static __device__ void mv_stage(const MV &p, const int32_t *idx, uint8_t *st, uint32_t bar)
 {
     if (threadIdx.x == 0) {
-        const int nb = p.stage_split ? NWARPS : 1;
-        for (int w = 0; w < nb; w++)
-            dev_stage_init(bar + 8u * (unsigned)w);
+        dev_stage_init(bar);
         const long long item = blockIdx.x;
-        const long long slot = item / p.row_tiles, rt = item - slot * p.row_tiles;
-        const long long rpt = mv_tile_rows(R, p.lpr_log2), r0 = rt * rpt;
-        const long long nr = item >= p.items ? 0 : p.rows - r0 < rpt ? p.rows - r0 : rpt;
-        const uint8_t *src = item >= p.items ? nullptr
-                                             : p.w + (idx ? (size_t)idx[slot] * p.expert_stride : 0) +
-                                                   (size_t)r0 * p.row_bytes;
-        const long long per = rpt / nb; /* rows a copy */
-        for (int w = 0; w < nb; w++) {
-            const long long a = w * per, n = nr - a < 0 ? 0 : nr - a < per ? nr - a : per;
-            const uint32_t bytes = (uint32_t)(n * (long long)p.row_bytes), b = bar + 8u * (unsigned)w;
-            dev_stage_expect(b, bytes);
-            if (bytes)
-                dev_stage_copy(st + (size_t)a * p.row_bytes, src + (size_t)a * p.row_bytes, bytes, b);
+        if (item < p.items) {
+            const long long slot = item / p.row_tiles, rt = item - slot * p.row_tiles;
+            const long long rpt = mv_tile_rows(R, p.lpr_log2), r0 = rt * rpt;
+            const long long nr = p.rows - r0 < rpt ? p.rows - r0 : rpt;
+            const uint8_t *src = p.w + (idx ? (size_t)idx[slot] * p.expert_stride : 0) + (size_t)r0 * p.row_bytes;
+            const uint32_t bytes = (uint32_t)(nr * (long long)p.row_bytes);
+            dev_stage_expect(bar, bytes);
+            dev_stage_copy(st, src, bytes, bar);
+        } else {
+            dev_stage_expect(bar, 0);
         }
     }
-    __syncthreads(); /* the barriers set up before any thread waits on them */
+    __syncthreads(); /* the barrier set up before any thread waits on it */
 }
 
 /* The product as a kernel of its own: mv_block over the grid, launched dependent (launch_dependent). */
@@ -993,12 +986,12 @@ __global__ void __launch_bounds__(NTHREADS, cfg_mv_min_blocks(TYPE, T)) k_mv(con
             idx = sidx;
         }
         if constexpr (STG) { /* (an instance of its own: the registers of the plain one stay as they were) */
-            __shared__ uint64_t bar[NWARPS];
+            __shared__ uint64_t bar;
             extern __shared__ float4 smem4[];
             uint8_t *const st = reinterpret_cast<uint8_t *>(smem4) + p.stage_off;
-            mv_stage<R>(p, idx, st, dev_smem_addr(bar));
+            mv_stage<R>(p, idx, st, dev_smem_addr(&bar));
             mv_block<TYPE, A16, R, T, true>(p, idx, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y, st,
-                                            dev_smem_addr(bar));
+                                            dev_smem_addr(&bar));
             TRACE_END(LILAC_TK_MV);
             return;
         }
@@ -1120,7 +1113,6 @@ struct DS {
      * these many elements on; x, sh and xn W->rows, part LILAC_CUDA_PART_MAXB, count 1. 0 at one token. */
     long long r_idx, r_wt, r_gu;
     int xvec;        /* load_x's vec (mv_xvec) */
-    int stage_split; /* STG: a barrier a slot, warp s waiting on slot s's copy alone (stage_split_enabled) */
     unsigned *ready; /* one token: the gate+up product's flag (lilac_cuda_moe_down_sum_ready), or NULL */
 };
 
@@ -1202,27 +1194,18 @@ __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
 #pragma unroll
         for (int s = 0; s < DS_MAXK; s++)
             e[s] = s < d.k ? (coherent ? __ldcg(idx + s) : __ldg(idx + s)) : 0; /* the indices loaded together */
-        if (d.stage_split) { /* slot s on barrier s: warp s's dots start when its own rows land */
-#pragma unroll
-            for (int s = 0; s < DS_MAXK; s++)
-                dev_stage_init(b_ + 8u * s);
-#pragma unroll
-            for (int s = 0; s < DS_MAXK; s++)
-                dev_stage_expect(b_ + 8u * s, s < d.k ? run : 0u);
-        } else {
-            dev_stage_init(b_);
-            dev_stage_expect(b_, run * (uint32_t)d.k);
-        }
+        dev_stage_init(b_);
+        dev_stage_expect(b_, run * (uint32_t)d.k);
 #pragma unroll
         for (int s = 0; s < DS_MAXK; s++)
             if (s < d.k)
                 dev_stage_copy(st + s * run, d.w + (size_t)e[s] * d.expert_stride + (size_t)row0 * d.row_bytes, run,
-                               d.stage_split ? b_ + 8u * s : b_);
+                               b_);
     };
-    __shared__ uint64_t bar[STG ? DS_MAXK : 1];
+    __shared__ uint64_t bar;
     uint8_t *const st = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(vs + DS_MAXK * DS_ROWS) + 15) &
                                                     ~uintptr_t(15)); /* ds_launch counts the 16 */
-    const uint32_t run = (uint32_t)(DS_ROWS * d.row_bytes), b_ = dev_smem_addr(bar);
+    const uint32_t run = (uint32_t)(DS_ROWS * d.row_bytes), b_ = dev_smem_addr(&bar);
     bool early = false; /* thread 0's: the rows' copies issued before the wait */
     if constexpr (STG)
         if (d.ready && threadIdx.x == 0 && dev_flag_wait(d.ready, 200000)) { /* the choice is written: copy now */
@@ -1255,10 +1238,7 @@ __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
 #pragma unroll
         for (int r = 0; r < R; r++)
             tot[r][0] = 0.f;
-        if (!d.stage_split)
-            dev_stage_wait(b_, 0);
-        else if (has)
-            dev_stage_wait(b_ + 8u * (unsigned)warp, 0);
+        dev_stage_wait(b_, 0);
         if (has)
             mv_units<TYPE, A16, R, 1, true>(srow, ok, u, 0, U, DS_LPR, a, b, xs + warp * XS, XS, ss + warp * SS, SS, 1,
                                             tot);
@@ -1486,12 +1466,6 @@ bool mv_stage_enabled()
     return on.load(std::memory_order_relaxed) != 0;
 }
 
-/* The staged copies split a warp's (or the down+sum kernel's slot's) rows a barrier (MV.stage_split,
- * DS.stage_split; LILAC_CUDA_STG_SPLIT=0: one copy and one barrier a block, the older form). The same dots in the
- * same order: the bits do not change. Read once. */
-static std::atomic<int> g_stg_split{-1};
-static int stage_split_enabled() { return env_switch_once(g_stg_split, "LILAC_CUDA_STG_SPLIT", true) ? 1 : 0; }
-
 /* Where a one-token product of grid blocks in p's shape stages its rows (MV.stage_off), *smem grown by them;
  * 0 where it does not: more items than blocks, x in more than one column tile, rows not 16-aligned, or
  * more shared memory than a block may have. */
@@ -1575,7 +1549,6 @@ void launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force)
     mv_shape<TYPE, T>(p, slots, cap, lpr_force);
     const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
     p.stage_off = KERN_STG != KERN ? mv_stage_off<TYPE, T>(p, grid, &smem) : 0;
-    p.stage_split = stage_split_enabled();
     if constexpr (KERN_PIPE != KERN)
         if (!p.stage_off && launch_pipe<KERN_PIPE>(p, grid, smem, st))
             return;
@@ -1853,7 +1826,6 @@ DS ds_params(const lilac_cuda_mat *W, size_t expert_stride, int k, const float *
     d.x = x, d.norm_w = norm_w, d.xn = xn, d.part = part, d.count = count;
     d.rows = (int)W->rows, d.cols = (int)W->cols, d.k = k, d.eps = eps;
     d.xvec = mv_xvec(g, u, d.x_slot, d.x_slot);
-    d.stage_split = stage_split_enabled();
     return d;
 }
 
