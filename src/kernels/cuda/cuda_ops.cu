@@ -57,53 +57,79 @@ extern "C" int lilac_cuda_capture_begin(lilac_cuda_stream *s)
     return cudaStreamBeginCapture(CS(s), cudaStreamCaptureModeThreadLocal) == cudaSuccess ? 0 : -1;
 }
 
-/* LILAC_CUDA_JOIN_PDL=1: in the captured step, a kernel launched dependent (a node with an incoming programmatic
- * edge: its stream's kernel before) that also waits on a kernel of the other stream (the join of the second
- * branch, cudaStreamWaitEvent: a full edge) gets that edge programmatic too, so that it may start while both run
- * (its griddepcontrol.wait waits for every programmatic upstream's completion and memory: the same order for
- * what it reads after the wait). The routed down+sum kernel is the one: its join with the shared expert's branch
- * kept it from starting before the gate+up product had ended. Edges from nodes that are not kernels stay full.
- * Returns the edges changed, -1 where the graph could not be read or changed (then g may be partly changed:
- * the caller drops it). */
-static int join_programmatic(cudaGraph_t g)
+/* LILAC_CUDA_JOIN_PDL=1: in the captured step, a kernel launched dependent (captured with the programmatic
+ * stream serialization attribute, or with a programmatic edge in) that also waits on a kernel of the other
+ * stream (the join of the second branch, cudaStreamWaitEvent: a full edge) gets its edges from kernels
+ * programmatic, so that it may start while both run (its griddepcontrol.wait waits for every programmatic
+ * upstream's completion and memory: the same order for what it reads after the wait). The routed down+sum
+ * kernel is the one: its join with the shared expert's branch kept it from starting before the gate+up product
+ * had ended (it started 1.2 us after, its wait 0.48 us). Edges from nodes that are not kernels stay full. Counts
+ * into st[4]: edges, programmatic ones found, dependent kernel nodes with a join, edges changed; -1 where the
+ * graph could not be read or changed (then g may be partly changed: the caller drops it). */
+static int join_programmatic(cudaGraph_t g, long st[4])
 {
     size_t n = 0;
+    st[0] = st[1] = st[2] = st[3] = 0;
     if (cudaGraphGetEdges(g, NULL, NULL, NULL, &n) != cudaSuccess)
         return -1;
     if (!n)
         return 0;
     cudaGraphNode_t *from = (cudaGraphNode_t *)malloc(n * sizeof *from), *to = (cudaGraphNode_t *)malloc(n * sizeof *to);
     cudaGraphEdgeData *ed = (cudaGraphEdgeData *)malloc(n * sizeof *ed);
-    int changed = -1;
-    if (from && to && ed && cudaGraphGetEdges(g, from, to, ed, &n) == cudaSuccess) {
-        changed = 0;
-        for (size_t i = 0; i < n && changed >= 0; i++) {
-            if (ed[i].type != cudaGraphDependencyTypeDefault || ed[i].from_port != cudaGraphKernelNodePortDefault)
+    signed char *kind = (signed char *)malloc(n); /* to[i]: 1 dependent with a join, 0 not, -1 not known yet */
+    int rc = -1;
+    if (from && to && ed && kind && cudaGraphGetEdges(g, from, to, ed, &n) == cudaSuccess) {
+        rc = 0;
+        st[0] = (long)n;
+        memset(kind, -1, n);
+        auto is_kernel = [](cudaGraphNode_t v) {
+            cudaGraphNodeType t;
+            return cudaGraphNodeGetType(v, &t) == cudaSuccess && t == cudaGraphNodeTypeKernel;
+        };
+        for (size_t i = 0; i < n; i++)
+            st[1] += ed[i].type == cudaGraphDependencyTypeProgrammatic;
+        for (size_t i = 0; i < n && rc >= 0; i++) {
+            if (kind[i] >= 0)
                 continue;
-            cudaGraphNodeType tf, tt;
-            if (cudaGraphNodeGetType(from[i], &tf) != cudaSuccess || cudaGraphNodeGetType(to[i], &tt) != cudaSuccess) {
-                changed = -1;
-                break;
+            /* every edge into to[i]: how many from kernels, whether any is programmatic */
+            int nk = 0;
+            bool prog = false;
+            for (size_t j = 0; j < n; j++)
+                if (to[j] == to[i]) {
+                    nk += is_kernel(from[j]);
+                    prog |= ed[j].type == cudaGraphDependencyTypeProgrammatic;
+                }
+            bool dep = prog;
+            if (!dep && is_kernel(to[i])) {
+                cudaLaunchAttributeValue v = {};
+                dep = cudaGraphKernelNodeGetAttribute(to[i], cudaLaunchAttributeProgrammaticStreamSerialization, &v) ==
+                          cudaSuccess &&
+                      v.programmaticStreamSerializationAllowed;
+                cudaGetLastError();
             }
-            if (tf != cudaGraphNodeTypeKernel || tt != cudaGraphNodeTypeKernel)
+            const signed char k = dep && nk > 1 ? 1 : 0;
+            for (size_t j = 0; j < n; j++)
+                if (to[j] == to[i])
+                    kind[j] = k;
+            st[2] += k;
+            if (!k)
                 continue;
-            bool dependent = false; /* to[i] has a programmatic edge in */
-            for (size_t j = 0; j < n && !dependent; j++)
-                dependent = to[j] == to[i] && ed[j].type == cudaGraphDependencyTypeProgrammatic;
-            if (!dependent)
-                continue;
-            cudaGraphEdgeData pe = {};
-            pe.from_port = cudaGraphKernelNodePortProgrammatic;
-            pe.type = cudaGraphDependencyTypeProgrammatic;
-            if (cudaGraphRemoveDependencies(g, &from[i], &to[i], &ed[i], 1) != cudaSuccess ||
-                cudaGraphAddDependencies(g, &from[i], &to[i], &pe, 1) != cudaSuccess)
-                changed = -1;
-            else
-                changed++;
+            for (size_t j = 0; j < n && rc >= 0; j++) {
+                if (to[j] != to[i] || ed[j].type != cudaGraphDependencyTypeDefault || !is_kernel(from[j]))
+                    continue;
+                cudaGraphEdgeData pe = {};
+                pe.from_port = cudaGraphKernelNodePortProgrammatic;
+                pe.type = cudaGraphDependencyTypeProgrammatic;
+                if (cudaGraphRemoveDependencies(g, &from[j], &to[j], &ed[j], 1) != cudaSuccess ||
+                    cudaGraphAddDependencies(g, &from[j], &to[j], &pe, 1) != cudaSuccess)
+                    rc = -1;
+                else
+                    st[3]++;
+            }
         }
     }
-    free(from), free(to), free(ed);
-    return changed;
+    free(from), free(to), free(ed), free(kind);
+    return rc;
 }
 
 extern "C" int lilac_cuda_capture_end(lilac_cuda_stream *s, void **exec)
@@ -126,15 +152,18 @@ extern "C" int lilac_cuda_capture_end(lilac_cuda_stream *s, void **exec)
         cudaGraph_t c = NULL;
         static int told_join;
         if (cudaGraphClone(&c, g) == cudaSuccess) {
-            const int nj = join_programmatic(c);
-            if (nj >= 0 && cudaGraphInstantiate(&e, c, 0) == cudaSuccess) {
-                if (!told_join++ && getenv("LILAC_CUDA_TRACE"))
-                    fprintf(stderr, "cuda: %d joins of the step made programmatic\n", nj);
-            } else {
+            long js[4];
+            const int rj = join_programmatic(c, js);
+            cudaError_t ie = rj >= 0 ? cudaGraphInstantiate(&e, c, 0) : cudaErrorUnknown;
+            if (ie != cudaSuccess)
                 e = NULL;
-                if (!told_join++)
-                    fprintf(stderr, "cuda: the step's joins could not be made programmatic; as captured\n");
-            }
+            if (!told_join++ && (getenv("LILAC_CUDA_TRACE") || !e))
+                fprintf(stderr,
+                        "cuda: the step's joins: %ld edges, %ld programmatic, %ld dependent kernels with a join, %ld "
+                        "edges made programmatic; %s\n",
+                        js[0], js[1], js[2], js[3],
+                        e ? "instantiated" : rj < 0 ? "the graph could not be changed: as captured"
+                                                    : cudaGetErrorString(ie));
             cudaGraphDestroy(c);
         }
         cudaGetLastError();
