@@ -750,6 +750,35 @@ static __device__ void dev_moe_sum_norm(float *__restrict__ x, const float *__re
         xn[e] = x[e] * r * norm_w[e];
 }
 
+/* LILAC_CUDA_CARVEOUT=N (0-100; unset: the driver's choice): the preferred shared-memory carveout of every kernel
+ * launched dependent with more than 48 KB of dynamic shared memory (the staged products, the down+sum kernel)
+ * set to N % once, before its first launch: blocks of kernels of different splits cannot share a multiprocessor,
+ * which could keep the down+sum kernel's blocks from starting beside the gate+up product's (session 28's trace:
+ * it starts after that product ends, its edges programmatic). Kernels seen are kept in a small open-addressed
+ * table (one past its room is left to the driver). */
+static inline void dev_carveout(const void *kern, size_t smem)
+{
+    static std::atomic<int> pct{-1};
+    const int v = env_int_once(pct, "LILAC_CUDA_CARVEOUT", 101, 0, 101);
+    if (v > 100 || smem <= 48 * 1024)
+        return;
+    constexpr int N = 256;
+    static std::atomic<const void *> seen[N];
+    unsigned h = (unsigned)((reinterpret_cast<uintptr_t>(kern) >> 4) * 2654435761u) % N;
+    for (int i = 0; i < 32; i++, h = (h + 1) % N) {
+        const void *cur = seen[h].load(std::memory_order_relaxed);
+        if (cur == kern)
+            return;
+        if (!cur && seen[h].compare_exchange_strong(cur, kern)) {
+            if (cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, v) != cudaSuccess)
+                (void)cudaGetLastError();
+            return;
+        }
+        if (cur == kern)
+            return;
+    }
+}
+
 /* kern<<<grid, block, smem, st>>>(args...), launched dependent when
  * lilac_cuda_pdl() says so: kern must call griddep_wait() before it touches
  * what earlier kernels write. */
@@ -767,6 +796,7 @@ static void launch_dependent(void (*kern)(Exp...), dim3 grid, dim3 block, size_t
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = lilac_cuda_pdl() ? 1 : 0;
+    dev_carveout(reinterpret_cast<const void *>(kern), smem);
     cudaLaunchKernelEx(&cfg, kern, static_cast<Act &&>(args)...);
 }
 
