@@ -87,7 +87,7 @@ static void test_case(int E, int k, int norm, int shared, int gu, int nan_logits
     ct_up(dnw, nw, sizeof(float) * n);
     ct_up(dW, W, sizeof(float) * R * n);
     const int up_offset = gu ? E : 0;
-    const lilac_cuda_route_args ra = {E, k, norm, up_offset, shared, didx, dw, dcount, NULL};
+    const lilac_cuda_route_args ra = {E, k, norm, up_offset, shared, didx, dw, dcount};
     char what[160];
     snprintf(what, sizeof what, "E %d k %d norm %d shared %d gu %d%s", E, k, norm, shared, gu,
              nan_logits ? " NaN" : "");
@@ -180,7 +180,7 @@ static void test_routed(int E, int k, int norm, int shared, int gu)
     int32_t *didx = ct_dmalloc(sizeof(int32_t) * 2 * k), *didx2 = ct_dmalloc(sizeof(int32_t) * 2 * k);
     ct_up(dW, W, sizeof(float) * one * nm), ct_up(dx, x, sizeof(float) * n);
     const lilac_cuda_mat M = {dW, LILAC_F32, ff, n, sizeof(float) * n};
-    const lilac_cuda_route_args ra = {E, k, norm, gu ? E : 0, shared, didx2, dw2, NULL, NULL};
+    const lilac_cuda_route_args ra = {E, k, norm, gu ? E : 0, shared, didx2, dw2, NULL};
     char what[128];
     snprintf(what, sizeof what, "routed product E %d k %d norm %d shared %d gu %d", E, k, norm, shared, gu);
     for (int rep = 0; rep < 2; rep++) {

@@ -120,16 +120,6 @@ int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const
     return -1;
 }
 
-int lilac_cuda_moe_down_sum_ready(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
-                                  const float *g, const float *u, const float *wt, const float *sh, float *x,
-                                  const float *norm_w, float *xn, float eps, float *part, unsigned *count,
-                                  unsigned *ready, lilac_cuda_stream *s)
-{
-    (void)W, (void)expert_stride, (void)idx, (void)k, (void)g, (void)u, (void)wt, (void)sh, (void)x, (void)norm_w;
-    (void)xn, (void)eps, (void)part, (void)count, (void)ready, (void)s;
-    return -1;
-}
-
 int lilac_cuda_moe_down_sum_batch(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
                                   const float *g, const float *u, const float *wt, const float *sh, float *x,
                                   const float *norm_w, float *xn, float eps, float *part, unsigned *count, int n,

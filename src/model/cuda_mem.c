@@ -68,7 +68,7 @@ uint64_t lilac_cuda_decode_sizes(const lilac_hparams *hp, size_t *bytes)
         lilac_cuda_att_part_floats(hp->n_head, hp->head_dim) * f, /* att_part */
         2 * sizeof(int32_t),                                      /* tok: the token, its position */
         2 * k * sizeof(int32_t),                                  /* idx */
-        3 * sizeof(unsigned),                                     /* count: the route's, the sum's, DS_PRE's */
+        2 * sizeof(unsigned),                                     /* count: the route's, the sum's */
         LILAC_CUDA_PART_MAXB * f, /* part: the sum's blocks' squares (or lilac_cuda_moe_down_sum's) */
         lilac_cuda_top_bytes(hp->n_vocab, LILAC_TOP_MAX, LILAC_CUDA_TOP_ROWS), /* top: the sampler's reduction */
     };

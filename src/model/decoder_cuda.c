@@ -294,7 +294,7 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
         cm->b = cm->a + hp->ssm_v_heads;
         cm->shu = cm->shg + (hp->shared_ff > 0 ? hp->shared_ff : 1);
     }
-    if (!st && lilac_cuda_memset(cm->count, 0, 3 * sizeof *cm->count, cm->stream))
+    if (!st && lilac_cuda_memset(cm->count, 0, 2 * sizeof *cm->count, cm->stream))
         st = lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA: clearing a counter failed");
     if (!st && lilac_cuda_host_alloc((void **)&cm->logits_host, (size_t)hp->n_vocab * sizeof(float)))
         cm->logits_host = NULL; /* then straight into the caller's memory, slower */
@@ -534,7 +534,6 @@ const lilac_cuda_step_sw *lilac_cuda_step_switches(void)
             .sum_grid = lilac_env_switch("LILAC_CUDA_SUM_GRID", true),
             .down_sum = lilac_env_switch("LILAC_CUDA_DOWN_SUM", true),
             .route_fused = lilac_env_switch("LILAC_CUDA_ROUTE_FUSED", true),
-            .ds_pre = lilac_env_switch("LILAC_CUDA_DS_PRE", false),
         };
         read = true;
     }
@@ -647,15 +646,9 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             OP("matvec", lilac_cuda_matvec(&cl->router, cm->xn, cm->rl, 1, s));
         /* the routing inside the gate+up product: one kernel boundary less on the chain */
         bool fused_gu = sw->route_fused && routed && !tail && cl->gu_fused && (!shared || gate_row);
-        /* DS_PRE: the choice flagged (count[2]) for the down+sum kernel below, which clears it */
-        unsigned *ready = fused_gu && sw->down_sum && sw->ds_pre ? cm->count + 2 : NULL;
         if (fused_gu) {
-            lilac_cuda_route_args rr = ra;
-            rr.ready = ready;
-            fused_gu = !lilac_cuda_matvec_experts_routed(&cl->exp_gate, cl->gate_stride, cm->rl, &rr, cm->xn,
+            fused_gu = !lilac_cuda_matvec_experts_routed(&cl->exp_gate, cl->gate_stride, cm->rl, &ra, cm->xn,
                                                          cm->gbuf, s);
-            if (!fused_gu)
-                ready = NULL;
             if (fused_gu && g_trace == 1)
                 trace_name("matvec_experts", "");
         }
@@ -674,17 +667,20 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             OP("matvec_experts",
                lilac_cuda_matvec_experts(&cl->exp_up, cl->up_stride, cm->idx, k, cm->xn, 0, cm->ubuf, s));
         }
+        /* The join makes the down+sum kernel a node of two programmatic upstreams, which starts only after the
+         * gate+up product ends (session 28's trace): its experts' rows copied as soon as the routing is flagged
+         * (LILAC_CUDA_DS_PRE, code at d096a7c; a preferred carveout of 100 % for the big-smem kernels,
+         * LILAC_CUDA_CARVEOUT, 22d7da6) changed nothing, tg128 within 1 % either way. The shared expert as the
+         * routed products' k+1-th slot would leave it one. */
         if (shared)
             lilac_cuda_fork(aux, s, cm->ev[1]);
-        if (sw->down_sum && !lilac_cuda_moe_down_sum_ready(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf,
-                                                           cm->ubuf, cm->rw, shared ? cm->sho : NULL, cm->x, next_norm,
-                                                           cm->xn, eps, cm->part, cm->count + 1, ready, s)) {
+        if (sw->down_sum && !lilac_cuda_moe_down_sum(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
+                                                     cm->rw, shared ? cm->sho : NULL, cm->x, next_norm, cm->xn, eps,
+                                                     cm->part, cm->count + 1, s)) {
             if (g_trace == 1)
                 trace_name("moe_down_sum", "");
             continue;
         }
-        if (ready) /* the flag nobody clears: down again for the next layer */
-            lilac_cuda_memset(ready, 0, sizeof *ready, s);
         OP("matvec_experts", lilac_cuda_matvec_fused(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
                                                      1, cm->ex, 0, s));
         /* x += the experts' sum, and the next layer's input norm (the output norm after the last layer) */

@@ -41,8 +41,7 @@ struct lilac_cuda_model {
     float *x, *xn, *tmp, *qg, *kb, *vb, *att, *qkv, *conv, *z, *a, *b, *o, *rl, *rw, *gbuf, *ubuf, *ex, *shg, *shu,
         *sho, *logits, *att_part;
     int32_t *tok, *idx; /* tok[0]: the token, tok[1]: its position */
-    unsigned *count;    /* [0] the norm+router kernel's blocks done (lilac_cuda_route_args), [1] the sum's, [2] the
-                         * experts' choice written (DS_PRE: set by the gate+up product, cleared by the down+sum) */
+    unsigned *count;    /* [0] the norm+router kernel's blocks done (lilac_cuda_route_args), [1] the sum's */
     float *part;        /* the grid sum's blocks' sums of squares (lilac_cuda_moe_sum_norm_grid) */
     float *logits_host; /* pinned (host), n_vocab: the logits' way down */
     void *top;          /* the sampler's reduction's scratch and result (lilac_cuda_logits_top) */
@@ -85,10 +84,6 @@ typedef struct lilac_cuda_step_sw {
      * (lilac_cuda_matvec_experts_routed) where the norm+router kernel gives the logits (and the shared gate's)
      * and gate and up are one product: the route kernel off the chain */
     bool route_fused;
-    /* DS_PRE (=1 on): the routed gate+up product's block 0 flags its choice written (count[2]) and the down+sum
-     * kernel's blocks, launched dependent on it, copy their experts' rows as soon as the flag is up, before
-     * their wait, not after the gate+up product ends (lilac_cuda_moe_down_sum_ready) */
-    bool ds_pre;
 } lilac_cuda_step_sw;
 const lilac_cuda_step_sw *lilac_cuda_step_switches(void);
 

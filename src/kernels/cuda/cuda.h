@@ -115,14 +115,6 @@ void lilac_cuda_matvec_fused(const lilac_cuda_mat *W, size_t expert_stride, cons
 int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k, const float *g,
                             const float *u, const float *wt, const float *sh, float *x, const float *norm_w, float *xn,
                             float eps, float *part, unsigned *count, lilac_cuda_stream *s);
-/* The same, where ready (set: one unsigned, 0 at the call) is the flag lilac_cuda_matvec_experts_routed raises once
- * idx is written (lilac_cuda_route_args.ready; that product the launch right before this one on s): the blocks,
- * launched dependent, copy their experts' rows as soon as they see it, before the product ends (a bounded wait:
- * without it they copy after); the last block lowers it again. */
-int lilac_cuda_moe_down_sum_ready(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
-                                  const float *g, const float *u, const float *wt, const float *sh, float *x,
-                                  const float *norm_w, float *xn, float eps, float *part, unsigned *count,
-                                  unsigned *ready, lilac_cuda_stream *s);
 /* The same for n tokens at once, each of its own step (the batched decode, LILAC_CUDA_BATCH_EXACT): row t's idx,
  * wt, g and u idx_row, wt_row and gu_row elements on from row 0's, its x, sh and xn W->rows floats, its part
  * LILAC_CUDA_PART_MAXB floats, its count one unsigned; the same kernel as one token's (its bits). */

@@ -107,41 +107,6 @@ static __device__ __forceinline__ void griddep_launch_dependents()
 #endif
 }
 
-/* A flag between two kernels that run at once (a producer and its dependent launch): dev_flag_raise stores 1 with
- * release semantics at GPU scope, after the calling thread's (and, behind a __syncwarp or barrier, its warp's or
- * block's) earlier stores; dev_flag_wait polls it with acquire semantics for at most `cycles` clock cycles and
- * says whether it saw it up (then those stores are visible to the caller; read them through L2, __ldcg, not the
- * non-coherent path). A bounded wait: a caller that does not see it must get the data the ordinary way. */
-static __device__ __forceinline__ void dev_flag_raise(unsigned *f)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(f), "r"(1u) : "memory");
-#else
-    __threadfence();
-    *(volatile unsigned *)f = 1u;
-#endif
-}
-static __device__ __forceinline__ bool dev_flag_wait(const unsigned *f, long long cycles)
-{
-    const long long t0 = clock64();
-    for (;;) {
-        unsigned v;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(f) : "memory");
-#else
-        v = *(volatile const unsigned *)f;
-        __threadfence();
-#endif
-        if (v)
-            return true;
-        if (clock64() - t0 > cycles)
-            return false;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-        __nanosleep(100);
-#endif
-    }
-}
-
 /* Bulk copies of global memory into a block's shared memory (sm_90's TMA, cp.async.bulk), completed on an
  * mbarrier: dev_stage_init (one thread, then a barrier of the block before anyone waits), dev_stage_expect (that
  * thread: the phase's bytes in all, under 1 MiB), dev_stage_copy (that thread, after: the bytes a multiple of 16,
@@ -750,35 +715,6 @@ static __device__ void dev_moe_sum_norm(float *__restrict__ x, const float *__re
         xn[e] = x[e] * r * norm_w[e];
 }
 
-/* LILAC_CUDA_CARVEOUT=N (0-100; unset: the driver's choice): the preferred shared-memory carveout of every kernel
- * launched dependent with more than 48 KB of dynamic shared memory (the staged products, the down+sum kernel)
- * set to N % once, before its first launch: blocks of kernels of different splits cannot share a multiprocessor,
- * which could keep the down+sum kernel's blocks from starting beside the gate+up product's (session 28's trace:
- * it starts after that product ends, its edges programmatic). Kernels seen are kept in a small open-addressed
- * table (one past its room is left to the driver). */
-static inline void dev_carveout(const void *kern, size_t smem)
-{
-    static std::atomic<int> pct{-1};
-    const int v = env_int_once(pct, "LILAC_CUDA_CARVEOUT", 101, 0, 101);
-    if (v > 100 || smem <= 48 * 1024)
-        return;
-    constexpr int N = 256;
-    static std::atomic<const void *> seen[N];
-    unsigned h = (unsigned)((reinterpret_cast<uintptr_t>(kern) >> 4) * 2654435761u) % N;
-    for (int i = 0; i < 32; i++, h = (h + 1) % N) {
-        const void *cur = seen[h].load(std::memory_order_relaxed);
-        if (cur == kern)
-            return;
-        if (!cur && seen[h].compare_exchange_strong(cur, kern)) {
-            if (cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, v) != cudaSuccess)
-                (void)cudaGetLastError();
-            return;
-        }
-        if (cur == kern)
-            return;
-    }
-}
-
 /* kern<<<grid, block, smem, st>>>(args...), launched dependent when
  * lilac_cuda_pdl() says so: kern must call griddep_wait() before it touches
  * what earlier kernels write. */
@@ -796,7 +732,6 @@ static void launch_dependent(void (*kern)(Exp...), dim3 grid, dim3 block, size_t
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = lilac_cuda_pdl() ? 1 : 0;
-    dev_carveout(reinterpret_cast<const void *>(kern), smem);
     cudaLaunchKernelEx(&cfg, kern, static_cast<Act &&>(args)...);
 }
 

@@ -55,8 +55,6 @@ typedef struct lilac_cuda_route_args {
     int32_t *idx;
     float *w;
     unsigned *count;
-    unsigned *ready; /* set: lilac_cuda_matvec_experts_routed's block 0 sets *ready = 1 once idx and w are written
-                      * (a release at GPU scope) for lilac_cuda_moe_down_sum_ready, which clears it */
 } lilac_cuda_route_args;
 /* xn = RMSNorm(x) * norm_w and logits[r] = W[r] . xn for a float32 router W (n_exp rows of row_floats floats) in
  * one kernel, then the routing when route is set; -1 (nothing launched) for a shape it does not take (n or rows

@@ -931,21 +931,16 @@ static __device__ __noinline__ void mv_route(const float *rlog, const lilac_cuda
             r.idx[i] = sidx[i];
         for (int i = lane; i < r.k + (r.shared_row ? 1 : 0); i += 32)
             r.w[i] = sw[i];
-        if (r.ready) { /* for the down+sum kernel's early copies (lilac_cuda_moe_down_sum_ready) */
-            __syncwarp();
-            if (lane == 0)
-                dev_flag_raise(r.ready);
-        }
     }
 }
 
 /* mv_stage_enabled: the block's item (one a block) copied into shared memory at st in one bulk copy, issued
  * as soon as the rows are known: a dense product's before its wait (while the kernel before ends), a routed
  * one's after the routing. Its rows are a contiguous run of the matrix (or of the slot's expert). Measured and
- * removed (session 28): the copy split into NWARPS, a warp's rows on a barrier of its own, so that each warp's
- * dots start when its rows land (`LILAC_CUDA_STG_SPLIT`, the down+sum kernel's slots the same): tg128
- * 373.6-375.6 against 375.6-378.4 without (H200, alternated in one call): a warp's dots are a chain of dependent
- * instructions that take as long alone as beside the others (code at fdb974d). */
+ * removed (session 28): the copy split in NWARPS, a warp's rows on a barrier of its own (and the down+sum
+ * kernel's slots so), each warp's dots starting when its own rows land (`LILAC_CUDA_STG_SPLIT`): tg128
+ * 373.6-375.6 against 375.6-378.4 (H200, alternated in one call): a warp's dots are a chain of dependent
+ * instructions as long alone as beside the others. Code at fdb974d. */
 template <int R> static __device__ void mv_stage(const MV &p, const int32_t *idx, uint8_t *st, uint32_t bar)
 {
     if (threadIdx.x == 0) {
@@ -1112,8 +1107,7 @@ struct DS {
     /* batched (blockIdx.y a row of its own token, lilac_cuda_moe_down_sum_batch): the row's idx, wt, g and u
      * these many elements on; x, sh and xn W->rows, part LILAC_CUDA_PART_MAXB, count 1. 0 at one token. */
     long long r_idx, r_wt, r_gu;
-    int xvec;        /* load_x's vec (mv_xvec) */
-    unsigned *ready; /* one token: the gate+up product's flag (lilac_cuda_moe_down_sum_ready), or NULL */
+    int xvec; /* load_x's vec (mv_xvec) */
 };
 
 /* k_moe_down_sum's end, from the rows' dots of its slots in tot: the dots meet in shared memory (vs), the weighted
@@ -1149,14 +1143,11 @@ __device__ __forceinline__ void ds_tail(const DS &d, const float (&tot)[R][1], b
     const float sq = block_sum(t < DS_ROWS && e < d.rows ? __fmul_rn(o, o) : 0.0f);
     if (t == 0)
         part[blockIdx.x] = sq;
-    if (dev_last_block(count)) { /* the parts and x loaded together */
-        if (d.ready && t == 0) /* every block is past its wait for it: down for the next layer's */
-            *d.ready = 0u;
+    if (dev_last_block(count)) /* the parts and x loaded together */
         dev_scale_store_with(x, d.norm_w, xn, d.rows, [&] {
             const float tt = block_sum(t < (int)gridDim.x ? __ldcg(part + t) : 0.0f); /* a fixed tree: every run */
             return rsqrtf(tt / d.rows + d.eps);
         });
-    }
     TRACE_END(LILAC_TK_MOE_DOWN_SUM);
 }
 
@@ -1187,31 +1178,6 @@ __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
     float *const x = d.x + eo, *const xn = d.xn ? d.xn + eo : nullptr;
     float *const part = d.part ? d.part + by * LILAC_CUDA_PART_MAXB : nullptr;
     unsigned *const count = d.count ? d.count + by : nullptr;
-    /* STG: thread 0 sets the barriers up and copies each slot's rows (mv_stage's pattern), from the indices at
-     * idx (coherent: through L2, for the ones read before the wait) */
-    auto stage = [&](uint8_t *st, uint32_t b_, uint32_t run, bool coherent) {
-        int e[DS_MAXK];
-#pragma unroll
-        for (int s = 0; s < DS_MAXK; s++)
-            e[s] = s < d.k ? (coherent ? __ldcg(idx + s) : __ldg(idx + s)) : 0; /* the indices loaded together */
-        dev_stage_init(b_);
-        dev_stage_expect(b_, run * (uint32_t)d.k);
-#pragma unroll
-        for (int s = 0; s < DS_MAXK; s++)
-            if (s < d.k)
-                dev_stage_copy(st + s * run, d.w + (size_t)e[s] * d.expert_stride + (size_t)row0 * d.row_bytes, run,
-                               b_);
-    };
-    __shared__ uint64_t bar;
-    uint8_t *const st = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(vs + DS_MAXK * DS_ROWS) + 15) &
-                                                    ~uintptr_t(15)); /* ds_launch counts the 16 */
-    const uint32_t run = (uint32_t)(DS_ROWS * d.row_bytes), b_ = dev_smem_addr(&bar);
-    bool early = false; /* thread 0's: the rows' copies issued before the wait */
-    if constexpr (STG)
-        if (d.ready && threadIdx.x == 0 && dev_flag_wait(d.ready, 200000)) { /* the choice is written: copy now */
-            stage(st, b_, run, true);
-            early = true;
-        }
     griddep_wait(); /* idx, the inputs, x and the shared expert's output come from the kernels before */
     TRACE_WAITED(LILAC_TK_MOE_DOWN_SUM);
     const bool has = warp < d.k;
@@ -1226,8 +1192,23 @@ __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
     typename UT::Pay a[R], b[R];
     int u = sub;
     if constexpr (STG) {
-        if (threadIdx.x == 0 && !early)
-            stage(st, b_, run, false);
+        __shared__ uint64_t bar;
+        uint8_t *const st = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(vs + DS_MAXK * DS_ROWS) + 15) &
+                                                        ~uintptr_t(15)); /* ds_launch counts the 16 */
+        const uint32_t run = (uint32_t)(DS_ROWS * d.row_bytes), b_ = dev_smem_addr(&bar);
+        if (threadIdx.x == 0) { /* mv_stage's pattern: one thread sets the barrier up and issues the copies */
+            int e[DS_MAXK];
+#pragma unroll
+            for (int s = 0; s < DS_MAXK; s++)
+                e[s] = s < d.k ? __ldg(idx + s) : 0; /* the indices loaded together */
+            dev_stage_init(b_);
+            dev_stage_expect(b_, run * (uint32_t)d.k);
+#pragma unroll
+            for (int s = 0; s < DS_MAXK; s++)
+                if (s < d.k)
+                    dev_stage_copy(st + s * run, d.w + (size_t)e[s] * d.expert_stride + (size_t)row0 * d.row_bytes,
+                                   run, b_);
+        }
         load_x<UT, DS_MAXK>(g_in, u_in, d.x_slot, d.k, 0, U, xs, XS, ss, SS, d.xvec); /* its barrier: bar's init */
         TRACE_MARK1(LILAC_TK_MOE_DOWN_SUM);
         const uint8_t *srow[R];
@@ -2182,47 +2163,28 @@ long lilac_cuda_fused_launches(int kind)
     return kind >= 0 && kind < LILAC_CUDA_FUSED_KINDS ? g_fused_launches[kind].load(std::memory_order_relaxed) : 0;
 }
 
-/* lilac_cuda_moe_down_sum_batch's and _ready's checks and launch (ready: one token's, with the norm's last block
- * to clear it). */
-static int ds_call(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k, const float *g,
-                   const float *u, const float *wt, const float *sh, float *x, const float *norm_w, float *xn,
-                   float eps, float *part, unsigned *count, int n, long long idx_row, long long wt_row,
-                   long long gu_row, unsigned *ready, lilac_cuda_stream *s)
-{
-    if (!mat_ok(W) || !idx || !g || !u || !wt || !x || (norm_w && (!xn || !part || !count)) || k < 1 ||
-        k > DS_MAXK || W->cols > INT_MAX || W->rows > INT_MAX || n < 1 || n > 65535 || idx_row < 0 || wt_row < 0 ||
-        gu_row < 0 || (ready && (n != 1 || !norm_w)))
-        return -1;
-    DS d = ds_params(W, expert_stride, k, g, u, wt, sh, x, norm_w, xn, eps, part, count);
-    d.idx = idx;
-    d.r_idx = idx_row, d.r_wt = wt_row, d.r_gu = gu_row;
-    d.xvec = d.xvec && gu_row % 4 == 0; /* every row's inputs 16-byte aligned */
-    d.ready = ready;
-    return ds_go(W, expert_stride, d, s, n);
-}
-
 int lilac_cuda_moe_down_sum_batch(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
                                   const float *g, const float *u, const float *wt, const float *sh, float *x,
                                   const float *norm_w, float *xn, float eps, float *part, unsigned *count, int n,
                                   long long idx_row, long long wt_row, long long gu_row, lilac_cuda_stream *s)
 {
-    return ds_call(W, expert_stride, idx, k, g, u, wt, sh, x, norm_w, xn, eps, part, count, n, idx_row, wt_row,
-                   gu_row, NULL, s);
-}
-
-int lilac_cuda_moe_down_sum_ready(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k,
-                                  const float *g, const float *u, const float *wt, const float *sh, float *x,
-                                  const float *norm_w, float *xn, float eps, float *part, unsigned *count,
-                                  unsigned *ready, lilac_cuda_stream *s)
-{
-    return ds_call(W, expert_stride, idx, k, g, u, wt, sh, x, norm_w, xn, eps, part, count, 1, 0, 0, 0, ready, s);
+    if (!mat_ok(W) || !idx || !g || !u || !wt || !x || (norm_w && (!xn || !part || !count)) || k < 1 ||
+        k > DS_MAXK || W->cols > INT_MAX || W->rows > INT_MAX || n < 1 || n > 65535 || idx_row < 0 || wt_row < 0 ||
+        gu_row < 0)
+        return -1;
+    DS d = ds_params(W, expert_stride, k, g, u, wt, sh, x, norm_w, xn, eps, part, count);
+    d.idx = idx;
+    d.r_idx = idx_row, d.r_wt = wt_row, d.r_gu = gu_row;
+    d.xvec = d.xvec && gu_row % 4 == 0; /* every row's inputs 16-byte aligned */
+    return ds_go(W, expert_stride, d, s, n);
 }
 
 int lilac_cuda_moe_down_sum(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int k, const float *g,
                             const float *u, const float *wt, const float *sh, float *x, const float *norm_w, float *xn,
                             float eps, float *part, unsigned *count, lilac_cuda_stream *s)
 {
-    return ds_call(W, expert_stride, idx, k, g, u, wt, sh, x, norm_w, xn, eps, part, count, 1, 0, 0, 0, NULL, s);
+    return lilac_cuda_moe_down_sum_batch(W, expert_stride, idx, k, g, u, wt, sh, x, norm_w, xn, eps, part, count, 1,
+                                         0, 0, 0, s);
 }
 
 int lilac_cuda_moe_down_sum_r(void) { return ds_r(); }
