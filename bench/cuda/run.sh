@@ -84,6 +84,8 @@ do_test() {
     run_test model-no-stage test_cuda_model LILAC_CUDA_MV_STAGE=0
     run_test model-no-ds-stage test_cuda_model LILAC_CUDA_DS_STAGE=0
     run_test model-no-xvec test_cuda_model LILAC_CUDA_X_VEC=0
+    run_test model-fork-set test_cuda_model LILAC_CUDA_FORK_SET=1
+    run_test model-sh-main test_cuda_model LILAC_CUDA_SH_MAIN=1
     run_test model-pdl-set test_cuda_model LILAC_CUDA_PDL_SET=route,attention,combine,rope,sum,conv,rmsnorm
     run_test model-mv-tc test_cuda_model LILAC_CUDA_MV_TC=1
     run_test model-mv-tc-auto test_cuda_model LILAC_CUDA_MV_TC=1 LILAC_CUDA_MV_TC_ROWS=0
@@ -104,6 +106,8 @@ do_test() {
     run_test batch-no-stage test_cuda_batch LILAC_CUDA_MV_STAGE=0
     run_test batch-no-ds-stage test_cuda_batch LILAC_CUDA_DS_STAGE=0
     run_test batch-no-xvec test_cuda_batch LILAC_CUDA_X_VEC=0
+    run_test batch-fork-set test_cuda_batch LILAC_CUDA_FORK_SET=1
+    run_test batch-sh-main test_cuda_batch LILAC_CUDA_SH_MAIN=1
     run_test batch-mv-tc test_cuda_batch LILAC_CUDA_MV_TC=1
     run_test batch-mv-tc-auto test_cuda_batch LILAC_CUDA_MV_TC=1 LILAC_CUDA_MV_TC_ROWS=0
     run_test batch-mv-tc-min test_cuda_batch LILAC_CUDA_MV_TC=1 LILAC_CUDA_MV_TC_MIN_ROWS=1000

@@ -465,6 +465,7 @@ void lilac_cuda_op_mark(lilac_cuda_stream *s, const char *name, double *t)
 #define TRACE_STEP 8
 #define TRACE_EVENTS ((size_t)1 << 22) /* 96 MiB: ~400 launches of up to ~1000 blocks, 5 slots a block */
 static int g_trace = -1, g_trace_layer = -1;
+static bool g_trace_aux; /* the launches named now are on the second stream whatever their call's text says */
 static lilac_trace_name *g_names;
 static size_t g_n_names, g_cap_names;
 static bool trace_on(void)
@@ -479,7 +480,7 @@ static void trace_name(const char *op, const char *call)
     int k[2];
     const int nk = lilac_trace_op_kernels(op, k);
     const size_t len = strlen(call);
-    const int branch = len >= 4 && !strcmp(call + len - 4, "aux)");
+    const int branch = g_trace_aux || (len >= 4 && !strcmp(call + len - 4, "aux)"));
     for (int i = 0; i < nk; i++) {
         if (g_n_names == g_cap_names) {
             size_t cap = g_cap_names ? 2 * g_cap_names : 512;
@@ -534,10 +535,22 @@ const lilac_cuda_step_sw *lilac_cuda_step_switches(void)
             .sum_grid = lilac_env_switch("LILAC_CUDA_SUM_GRID", true),
             .down_sum = lilac_env_switch("LILAC_CUDA_DOWN_SUM", true),
             .route_fused = lilac_env_switch("LILAC_CUDA_ROUTE_FUSED", true),
+            .fork_set = lilac_env_switch("LILAC_CUDA_FORK_SET", false),
+            .sh_main = lilac_env_switch("LILAC_CUDA_SH_MAIN", false),
         };
         read = true;
     }
     return &sw;
+}
+
+/* The second branch forked from s: FORK_SET's way (lilac_cuda_branch) or the plain one; every fork of the step
+ * comes after the branch's earlier work was joined into s. */
+static void fork_aux(const lilac_cuda_step_sw *sw, lilac_cuda_stream *s, lilac_cuda_stream *aux, void *ev)
+{
+    if (sw->fork_set)
+        lilac_cuda_branch(s, aux, ev);
+    else
+        lilac_cuda_fork(s, aux, ev);
 }
 
 /* One token at position pos; logits to cm->logits. */
@@ -568,7 +581,7 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
          * (wout . xout, added into x) below */
         const lilac_cuda_mat *wout;
         const float *xout;
-        lilac_cuda_fork(s, aux, cm->ev[0]);
+        fork_aux(sw, s, aux, cm->ev[0]);
         if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
             /* q (with its gate) and k in one product where they share a type: k lands at kb, right after q */
             if (!cl->wqk.data)
@@ -629,17 +642,22 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             trace_name("norm_router", "");
         if (!routed)
             OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cl->post_norm, cm->xn, 1, E, eps, s));
-        /* x += moe(xn): the shared expert on the second branch, the routed ones on the main */
+        /* x += moe(xn): the shared expert on the second branch (SH_MAIN: on the main stream, before the routed
+         * ones), the routed ones on the main */
         if (shared) {
-            lilac_cuda_fork(s, aux, cm->ev[0]);
+            lilac_cuda_stream *sh_s = sw->sh_main ? s : aux;
+            if (!sw->sh_main)
+                fork_aux(sw, s, aux, cm->ev[0]);
+            g_trace_aux = sh_s == aux;
             if (cl->sh_gu.data) { /* gate and up in one product: up lands at shu, right after the gate */
-                OP("matvec", lilac_cuda_matvec(&cl->sh_gu, cm->xn, cm->shg, 1, aux));
+                OP("matvec", lilac_cuda_matvec(&cl->sh_gu, cm->xn, cm->shg, 1, sh_s));
             } else {
-                OP("matvec", lilac_cuda_matvec(&cl->sh_gate, cm->xn, cm->shg, 1, aux));
-                OP("matvec", lilac_cuda_matvec(&cl->sh_up, cm->xn, cm->shu, 1, aux));
+                OP("matvec", lilac_cuda_matvec(&cl->sh_gate, cm->xn, cm->shg, 1, sh_s));
+                OP("matvec", lilac_cuda_matvec(&cl->sh_up, cm->xn, cm->shu, 1, sh_s));
             }
             OP("matvec",
-               lilac_cuda_matvec_fused(&cl->sh_down, 0, NULL, 1, cm->shg, cm->shu, 0, cm->sho, 0, aux));
+               lilac_cuda_matvec_fused(&cl->sh_down, 0, NULL, 1, cm->shg, cm->shu, 0, cm->sho, 0, sh_s));
+            g_trace_aux = false;
         }
         /* the routing takes the shared expert's gate too */
         if (!routed)
@@ -672,7 +690,7 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
          * (LILAC_CUDA_DS_PRE, code at d096a7c; a preferred carveout of 100 % for the big-smem kernels,
          * LILAC_CUDA_CARVEOUT, 22d7da6) changed nothing, tg128 within 1 % either way. The shared expert as the
          * routed products' k+1-th slot would leave it one. */
-        if (shared)
+        if (shared && !sw->sh_main)
             lilac_cuda_fork(aux, s, cm->ev[1]);
         if (sw->down_sum && !lilac_cuda_moe_down_sum(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
                                                      cm->rw, shared ? cm->sho : NULL, cm->x, next_norm, cm->xn, eps,

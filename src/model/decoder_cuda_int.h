@@ -84,6 +84,12 @@ typedef struct lilac_cuda_step_sw {
      * (lilac_cuda_matvec_experts_routed) where the norm+router kernel gives the logits (and the shared gate's)
      * and gate and up are one product: the route kernel off the chain */
     bool route_fused;
+    /* FORK_SET=1 (off; compiled only): the second branch forked with lilac_cuda_branch (its kernels one
+     * upstream each: the main stream's) */
+    bool fork_set;
+    /* SH_MAIN=1 (off; a diagnostic, compiled only): the shared expert's products on the main stream before the
+     * routed ones, no join: the down+sum kernel then has one upstream (does it start early then?) */
+    bool sh_main;
 } lilac_cuda_step_sw;
 const lilac_cuda_step_sw *lilac_cuda_step_switches(void);
 

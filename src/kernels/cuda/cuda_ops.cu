@@ -606,6 +606,27 @@ extern "C" void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, 
     cudaStreamWaitEvent(CS(to), (cudaEvent_t)ev, 0);
 }
 
+extern "C" void lilac_cuda_branch(lilac_cuda_stream *from, lilac_cuda_stream *to, void *ev)
+{
+    lilac_cuda_fork(from, to, ev); /* (to joins the capture, where it was not in it yet) */
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    const cudaGraphNode_t *deps = NULL;
+    const cudaGraphEdgeData *data = NULL;
+    size_t nd = 0;
+    if (cudaStreamGetCaptureInfo(CS(from), &cs, NULL, NULL, &deps, &data, &nd) != cudaSuccess ||
+        cs != cudaStreamCaptureStatusActive || nd < 1 || nd > 16) {
+        cudaGetLastError();
+        return; /* not capturing (or an odd set): the plain fork stands */
+    }
+    cudaGraphNode_t d[16];
+    cudaGraphEdgeData e[16];
+    for (size_t i = 0; i < nd; i++)
+        d[i] = deps[i], e[i] = data ? data[i] : cudaGraphEdgeData{};
+    if (cudaStreamUpdateCaptureDependencies(CS(to), d, data ? e : NULL, nd, cudaStreamSetCaptureDependencies) !=
+        cudaSuccess)
+        cudaGetLastError(); /* the plain fork's set stands */
+}
+
 // The router's softmax, top-k and weights (the CPU's choice and order) by one
 // block (dev_route; E <= 512, k <= 32). With
 // up_offset > 0, idx[k + i] = idx[i] + up_offset as well (the up matrices

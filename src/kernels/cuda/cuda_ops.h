@@ -39,6 +39,11 @@ int lilac_cuda_last_error(char *msg, size_t cap);
 int lilac_cuda_event_new(void **ev);
 void lilac_cuda_event_free(void *ev);
 void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, void *ev);
+/* lilac_cuda_fork where everything queued on `to` has been joined into `from` already: inside a capture, `to`'s
+ * next node then depends on `from`'s last ones alone (cudaStreamSetCaptureDependencies), not also on `to`'s own
+ * last node: a kernel launched dependent there keeps one upstream and may start early (a node of two
+ * programmatic upstreams started only after both ended, session 28's trace). Outside a capture: the fork. */
+void lilac_cuda_branch(lilac_cuda_stream *from, lilac_cuda_stream *to, void *ev);
 /* The router's softmax over E logits, the top k (ties to the lower index) listed in expert-index order as the
  * CPU adds them, weights renormalized when norm; with up_offset > 0 also idx[k + i] = idx[i] + up_offset, and
  * with gate_inp w[k] = sigmoid(gate_inp . xn) (the shared expert's gate), or without it but with gate_logit
