@@ -64,8 +64,9 @@ int main(void)
     CHECK(!strcmp(lilac_trace_kernel_name(999), "?"));
 
     /* the table: A and B on the main path, C on the second stream */
-    lilac_trace_name names[] = {
-        {"matvec", 0, 0, LILAC_TK_MV}, {"attention", 0, 1, LILAC_TK_ATT_GQA}, {"rmsnorm", 1, 0, LILAC_TK_RMSNORM}};
+    lilac_trace_name names[] = {{"matvec", 0, 0, LILAC_TK_MV, 0},
+                                {"attention", 0, 1, LILAC_TK_ATT_GQA, 0},
+                                {"rmsnorm", 1, 0, LILAC_TK_RMSNORM, 0}};
     FILE *f = tmpfile();
     CHECK(f != NULL);
     lilac_trace_totals T = lilac_trace_write(f, L, nl, names, 3, rec, nr, 0);
@@ -95,5 +96,27 @@ int main(void)
     nl = lilac_trace_launches(rec, nr, L);
     CHECK(nr == 2 && nl == 1 && L[0].blocks == 2 && L[0].incomplete == 1 && NEAR(L[0].dur_us, 0.2));
     CHECK(lilac_trace_assemble(NULL, 0, rec) == 0 && lilac_trace_launches(rec, 0, L) == 0);
+
+    /* two k_mv launches of the two streams that start in the other order than launched keep their names by their
+     * blocks; without blocks known, launch order; a name of another kernel is passed over for one that fits */
+    lilac_trace_name two[] = {{"matvec", 3, 1, LILAC_TK_MV, 384},
+                              {"matvec", 3, 0, LILAC_TK_MV, 4},
+                              {"conv_step", 3, 0, LILAC_TK_CONV_STEP, 0}};
+    lilac_trace_launch L2[3];
+    memset(L2, 0, sizeof L2);
+    L2[0].kernel = LILAC_TK_MV, L2[0].blocks = 4, L2[0].start_us = 1;
+    L2[1].kernel = LILAC_TK_MV, L2[1].blocks = 384, L2[1].start_us = 2;
+    L2[2].kernel = LILAC_TK_CONV_STEP, L2[2].blocks = 32, L2[2].start_us = 3;
+    long pick[3];
+    CHECK(lilac_trace_match(L2, 3, two, 3, pick) == 3);
+    CHECKF(pick[0] == 1 && pick[1] == 0 && pick[2] == 2, "by blocks: %ld %ld %ld", pick[0], pick[1], pick[2]);
+    two[0].blocks = two[1].blocks = 0;
+    CHECK(lilac_trace_match(L2, 3, two, 3, pick) == 3);
+    CHECKF(pick[0] == 0 && pick[1] == 1 && pick[2] == 2, "launch order: %ld %ld %ld", pick[0], pick[1], pick[2]);
+    L2[0].kernel = LILAC_TK_CONV_STEP; /* the conv first: it takes the conv's name, the products theirs */
+    L2[1].kernel = L2[2].kernel = LILAC_TK_MV;
+    CHECK(lilac_trace_match(L2, 3, two, 3, pick) == 3);
+    CHECKF(pick[0] == 2 && pick[1] == 0 && pick[2] == 1, "past a misfit: %ld %ld %ld", pick[0], pick[1], pick[2]);
+    CHECK(lilac_trace_match(L2, 3, two, 2, pick) == 2 && pick[2] == -1); /* more launches than names */
     TEST_END();
 }

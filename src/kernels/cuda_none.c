@@ -175,6 +175,12 @@ int lilac_cuda_trace_end(struct lilac_trace_ev **ev, size_t *n, uint64_t *droppe
     *ev = NULL, *n = 0, *dropped = 0;
     return no_cuda(msg, mcap);
 }
+void lilac_cuda_launch_note(unsigned blocks) { (void)blocks; }
+unsigned long lilac_cuda_launch_notes(unsigned *last, int n)
+{
+    (void)last, (void)n;
+    return 0;
+}
 
 int lilac_cuda_host_alloc(void **p, size_t bytes)
 {

@@ -244,6 +244,39 @@ static void block_rows(FILE *f, const lilac_trace_launch *L, const lilac_trace_r
     free(t);
 }
 
+#define MATCH_AHEAD 8 /* names past the first one not taken that a launch may take */
+
+size_t lilac_trace_match(const lilac_trace_launch *L, size_t n, const lilac_trace_name *names, size_t n_names,
+                         long *out)
+{
+    unsigned char *taken = calloc(n_names ? n_names : 1, 1);
+    size_t next = 0, got = 0; /* next: the first name not taken */
+    for (size_t k = 0; k < n; k++) {
+        out[k] = -1;
+        while (next < n_names && taken && taken[next])
+            next++;
+        if (next >= n_names)
+            continue;
+        long pick = -1;
+        /* a name of the same kernel and blocks first, then one of the same kernel whose blocks are not known */
+        for (int pass = 0; pass < 2 && pick < 0 && taken; pass++)
+            for (size_t j = next; j < n_names && j <= next + MATCH_AHEAD && pick < 0; j++)
+                if (!taken[j] && names[j].kernel != LILAC_TK_NONE && fits(names[j].kernel, L[k].kernel) &&
+                    (pass ? names[j].blocks == 0 : names[j].blocks == L[k].blocks))
+                    pick = (long)j;
+        if (pick < 0)
+            pick = (long)next; /* launch order (the '!' marks it where the kernel does not fit) */
+        if (taken)
+            taken[pick] = 1;
+        else
+            next = (size_t)pick + 1;
+        out[k] = pick;
+        got++;
+    }
+    free(taken);
+    return got;
+}
+
 lilac_trace_totals lilac_trace_write(FILE *f, const lilac_trace_launch *L, size_t n, const lilac_trace_name *names,
                                      size_t n_names, const lilac_trace_rec *rec, size_t n_rec, uint64_t dropped)
 {
@@ -274,10 +307,10 @@ lilac_trace_totals lilac_trace_write(FILE *f, const lilac_trace_launch *L, size_
         if (dropped)
             fprintf(f, ", %llu event slots DROPPED (buffer full)\n", (unsigned long long)dropped);
         fprintf(f, "cuda trace: op names by launch order (%zu recorded): the k-th launch by first start is taken "
-                   "for the k-th launched (kernels of the two streams may start in another order than launched: a "
-                   "swap between same-kernel launches goes unseen); '!' marks a device kernel that does not fit "
-                   "the name\n",
-                n_names);
+                   "for the k-th launched, but a launch takes the first of the next %d names whose kernel and "
+                   "blocks are its own (kernels of the two streams may start in another order than launched); '!' "
+                   "marks a device kernel that does not fit the name\n",
+                n_names, MATCH_AHEAD);
         fprintf(f, "cuda trace: times in us from the step's first block start; dur: first start to last end; "
                    "wait: median (max) over blocks of griddepcontrol.wait return - block start; gap: from the "
                    "previous launch's last end (negative: overlap); timer step %.0f ns\n",
@@ -291,8 +324,11 @@ lilac_trace_totals lilac_trace_write(FILE *f, const lilac_trace_launch *L, size_
     for (size_t i = 0; i < n_rec; i++)
         if (rec[i].t_start && rec[i].t_start < t0)
             t0 = rec[i].t_start;
+    long *pick = malloc((n ? n : 1) * sizeof *pick);
+    if (pick)
+        lilac_trace_match(L, n, names, n_names, pick);
     for (size_t k = 0; k < n; k++) {
-        const lilac_trace_name *nm = k < n_names ? &names[k] : NULL;
+        const lilac_trace_name *nm = pick ? (pick[k] >= 0 ? &names[pick[k]] : NULL) : k < n_names ? &names[k] : NULL;
         const int bad = nm && !fits(nm->kernel, L[k].kernel);
         const int branch = nm ? nm->branch : 0;
         T.mismatched += bad;
@@ -328,5 +364,6 @@ lilac_trace_totals lilac_trace_write(FILE *f, const lilac_trace_launch *L, size_
                        "names are off from the first '!'\n",
                     n, n_names, T.mismatched);
     }
+    free(pick);
     return T;
 }

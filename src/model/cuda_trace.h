@@ -93,6 +93,7 @@ typedef struct lilac_trace_name {
     int layer;  /* -1: outside the layers */
     int branch; /* 0: the main stream, 1: the second one */
     int kernel; /* LILAC_TK_*, NONE: any */
+    int blocks; /* the launch's blocks as the host launched it (lilac_cuda_launch_notes), 0: not known */
 } lilac_trace_name;
 
 /* Totals of a table (lilac_trace_write prints them too). */
@@ -101,8 +102,14 @@ typedef struct lilac_trace_totals {
     int launches, mismatched;
 } lilac_trace_totals;
 
-/* The table: launch k named by names[k] (launch order taken for start
- * order), and the totals; dropped events are reported. Returns the totals. */
+/* The names of the launches (L in start order) in out[k] (an index of names, -1: none): launch order taken for
+ * start order, except that a launch takes the first of the next few names not yet taken whose kernel fits and
+ * whose blocks (where known) are its own, so that two launches of one kernel on the two streams that start in
+ * the other order keep their names. Returns how many launches got a name. */
+size_t lilac_trace_match(const lilac_trace_launch *L, size_t n, const lilac_trace_name *names, size_t n_names,
+                         long *out);
+/* The table: launch k named by lilac_trace_match, and the totals; dropped events are reported. Returns the
+ * totals. */
 lilac_trace_totals lilac_trace_write(FILE *f, const lilac_trace_launch *L, size_t n, const lilac_trace_name *names,
                                      size_t n_names, const lilac_trace_rec *rec, size_t n_rec, uint64_t dropped);
 

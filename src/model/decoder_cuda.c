@@ -475,6 +475,27 @@ static bool trace_on(void)
     return g_trace == 1;
 }
 /* A launch of op (call: its source text; "...aux)" is on the second stream). */
+/* Each name's blocks from the launch notes (lilac_cuda_launch_notes): the names appended since the last
+ * attribution take the launches noted since, where their counts agree (else they stay unknown, 0). */
+static size_t g_attr_names;        /* the names before it are done */
+static unsigned long g_notes_seen; /* the notes before it are done */
+static void trace_attribute(void)
+{
+    const unsigned long got = lilac_cuda_launch_notes(NULL, 0);
+    const size_t pn = g_n_names - g_attr_names;
+    if (got == g_notes_seen)
+        return; /* the names wait for their launches */
+    unsigned last[8];
+    if (got - g_notes_seen == pn && pn <= 8) {
+        lilac_cuda_launch_notes(last, (int)pn);
+        for (size_t i = 0; i < pn; i++)
+            g_names[g_attr_names + i].blocks = (int)last[i];
+    }
+    g_attr_names = g_n_names, g_notes_seen = got;
+}
+/* Launches made before the names that come next (not through the helpers that note them, or unnamed): done. */
+static void trace_skip(void) { g_attr_names = g_n_names, g_notes_seen = lilac_cuda_launch_notes(NULL, 0); }
+
 static void trace_name(const char *op, const char *call)
 {
     int k[2];
@@ -489,17 +510,22 @@ static void trace_name(const char *op, const char *call)
                 return;
             g_names = a, g_cap_names = cap;
         }
-        g_names[g_n_names++] = (lilac_trace_name){op, g_trace_layer, branch, k[i]};
+        g_names[g_n_names++] = (lilac_trace_name){op, g_trace_layer, branch, k[i], 0};
     }
+    trace_attribute(); /* a name given after its launch (the callers that name what they launched) */
 }
 
 #define OP(name, call)                                                                                         \
     do {                                                                                                       \
-        if (g_trace == 1)                                                                                      \
+        if (g_trace == 1) {                                                                                    \
+            trace_skip();                                                                                      \
             trace_name(name, #call);                                                                           \
+        }                                                                                                      \
         double t0_ = 0;                                                                                        \
         lilac_cuda_op_mark(s, NULL, &t0_);                                                                     \
         call;                                                                                                  \
+        if (g_trace == 1)                                                                                      \
+            trace_attribute();                                                                                 \
         lilac_cuda_op_mark(s, name, &t0_);                                                                     \
     } while (0)
 
@@ -558,8 +584,10 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
 {
     if (g_timing < 0)
         g_timing = lilac_env_switch("LILAC_CUDA_TIMING", false);
-    if (trace_on())
+    if (trace_on()) {
         g_n_names = 0, g_trace_layer = -1;
+        trace_skip();
+    }
     lilac_cuda_model *cm = m->cuda;
     const lilac_hparams *hp = &m->hp;
     lilac_cuda_stream *s = cm->stream;

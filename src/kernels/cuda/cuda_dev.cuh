@@ -732,6 +732,7 @@ static void launch_dependent(void (*kern)(Exp...), dim3 grid, dim3 block, size_t
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = lilac_cuda_pdl() ? 1 : 0;
+    lilac_cuda_launch_note(grid.x * grid.y * grid.z);
     cudaLaunchKernelEx(&cfg, kern, static_cast<Act &&>(args)...);
 }
 
@@ -776,8 +777,10 @@ static void launch_pdl(unsigned cls, void (*kern)(Exp...), dim3 grid, dim3 block
 {
     if (pdl_set() & cls)
         launch_dependent(kern, grid, block, smem, st, static_cast<Act &&>(args)...);
-    else
+    else {
+        lilac_cuda_launch_note(grid.x * grid.y * grid.z);
         kern<<<grid, block, smem, st>>>(static_cast<Act &&>(args)...);
+    }
 }
 
 #endif

@@ -14,6 +14,27 @@ extern "C" int lilac_cuda_trace_set_mma(const struct lilac_trace_dev *d);
 
 static lilac_trace_dev g_dev; // the buffer while a trace runs
 
+// The launch notes (cuda.h): a count and the last 8 grids, per thread (the step is built by one).
+#define NOTE_RING 8
+static thread_local unsigned long t_notes;
+static thread_local unsigned t_note_ring[NOTE_RING];
+
+extern "C" void lilac_cuda_launch_note(unsigned blocks)
+{
+    t_note_ring[t_notes % NOTE_RING] = blocks;
+    t_notes++;
+}
+
+extern "C" unsigned long lilac_cuda_launch_notes(unsigned *last, int n)
+{
+    n = n < 0 ? 0 : n > NOTE_RING ? NOTE_RING : n;
+    if ((unsigned long)n > t_notes)
+        n = (int)t_notes;
+    for (int i = 0; i < n; i++)
+        last[i] = t_note_ring[(t_notes - (unsigned long)n + (unsigned long)i) % NOTE_RING];
+    return t_notes;
+}
+
 static int fail(cudaError_t e, const char *what, char *msg, size_t cap)
 {
     if (msg && cap)
