@@ -250,26 +250,28 @@ size_t lilac_trace_match(const lilac_trace_launch *L, size_t n, const lilac_trac
                          long *out)
 {
     unsigned char *taken = calloc(n_names ? n_names : 1, 1);
+    if (!taken) { /* launch order */
+        for (size_t k = 0; k < n; k++)
+            out[k] = k < n_names ? (long)k : -1;
+        return n < n_names ? n : n_names;
+    }
     size_t next = 0, got = 0; /* next: the first name not taken */
     for (size_t k = 0; k < n; k++) {
         out[k] = -1;
-        while (next < n_names && taken && taken[next])
+        while (next < n_names && taken[next])
             next++;
         if (next >= n_names)
             continue;
         long pick = -1;
         /* a name of the same kernel and blocks first, then one of the same kernel whose blocks are not known */
-        for (int pass = 0; pass < 2 && pick < 0 && taken; pass++)
+        for (int pass = 0; pass < 2 && pick < 0; pass++)
             for (size_t j = next; j < n_names && j <= next + MATCH_AHEAD && pick < 0; j++)
                 if (!taken[j] && names[j].kernel != LILAC_TK_NONE && fits(names[j].kernel, L[k].kernel) &&
                     (pass ? names[j].blocks == 0 : names[j].blocks == L[k].blocks))
                     pick = (long)j;
         if (pick < 0)
             pick = (long)next; /* launch order (the '!' marks it where the kernel does not fit) */
-        if (taken)
-            taken[pick] = 1;
-        else
-            next = (size_t)pick + 1;
+        taken[pick] = 1;
         out[k] = pick;
         got++;
     }

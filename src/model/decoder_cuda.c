@@ -474,7 +474,6 @@ static bool trace_on(void)
         g_trace = lilac_env_switch("LILAC_CUDA_TRACE", false);
     return g_trace == 1;
 }
-/* A launch of op (call: its source text; "...aux)" is on the second stream). */
 /* Each name's blocks from the launch notes (lilac_cuda_launch_notes): the names appended since the last
  * attribution take the launches noted since, where their counts agree (else they stay unknown, 0). */
 static size_t g_attr_names;        /* the names before it are done */
@@ -485,8 +484,8 @@ static void trace_attribute(void)
     const size_t pn = g_n_names - g_attr_names;
     if (got == g_notes_seen)
         return; /* the names wait for their launches */
-    unsigned last[8];
-    if (got - g_notes_seen == pn && pn <= 8) {
+    unsigned last[LILAC_CUDA_LAUNCH_NOTES];
+    if (got - g_notes_seen == pn && pn <= LILAC_CUDA_LAUNCH_NOTES) {
         lilac_cuda_launch_notes(last, (int)pn);
         for (size_t i = 0; i < pn; i++)
             g_names[g_attr_names + i].blocks = (int)last[i];
@@ -496,6 +495,7 @@ static void trace_attribute(void)
 /* Launches made before the names that come next (not through the helpers that note them, or unnamed): done. */
 static void trace_skip(void) { g_attr_names = g_n_names, g_notes_seen = lilac_cuda_launch_notes(NULL, 0); }
 
+/* A launch of op (call: its source text; "...aux)", or g_trace_aux set: on the second stream). */
 static void trace_name(const char *op, const char *call)
 {
     int k[2];

@@ -80,8 +80,9 @@ int lilac_cuda_trace_begin(size_t cap, char *msg, size_t mcap);
 int lilac_cuda_trace_end(struct lilac_trace_ev **ev, size_t *n, uint64_t *dropped, char *msg, size_t mcap);
 /* The launches this thread has made through the dependent-launch helpers (cuda_dev.cuh: launch_dependent,
  * launch_pdl), each noted with its blocks: lilac_cuda_launch_note (the helpers' call), and the count so far with
- * the blocks of the last min(n, 8) of them in last[], oldest first (the trace's names take them: a launch's
- * name then knows its grid). */
+ * the blocks of the last min(n, LILAC_CUDA_LAUNCH_NOTES) of them in last[], oldest first (the trace's names take
+ * them: a launch's name then knows its grid). */
+#define LILAC_CUDA_LAUNCH_NOTES 8
 void lilac_cuda_launch_note(unsigned blocks);
 unsigned long lilac_cuda_launch_notes(unsigned *last, int n);
 

@@ -14,8 +14,8 @@ extern "C" int lilac_cuda_trace_set_mma(const struct lilac_trace_dev *d);
 
 static lilac_trace_dev g_dev; // the buffer while a trace runs
 
-// The launch notes (cuda.h): a count and the last 8 grids, per thread (the step is built by one).
-#define NOTE_RING 8
+// The launch notes (cuda.h): a count and the last grids, per thread (the step is built by one).
+#define NOTE_RING LILAC_CUDA_LAUNCH_NOTES
 static thread_local unsigned long t_notes;
 static thread_local unsigned t_note_ring[NOTE_RING];
 
