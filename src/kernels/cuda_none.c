@@ -59,6 +59,11 @@ int lilac_cuda_download(void *dst_host, const void *src_dev, size_t bytes, lilac
     (void)dst_host, (void)src_dev, (void)bytes, (void)s;
     return no_cuda(msg, cap);
 }
+int lilac_cuda_download_async(void *dst_host, const void *src_dev, size_t bytes, lilac_cuda_stream *s)
+{
+    (void)dst_host, (void)src_dev, (void)bytes, (void)s;
+    return -1;
+}
 
 int lilac_cuda_memset(void *dst_dev, int value, size_t bytes, lilac_cuda_stream *s)
 {
@@ -287,6 +292,18 @@ int lilac_cuda_matvec_mma_x(const lilac_cuda_mat *W, const float *x, float *y, i
                             lilac_cuda_stream *s)
 {
     (void)W, (void)x, (void)y, (void)n_tok, (void)same_x, (void)s;
+    return -1;
+}
+
+int lilac_cuda_matvec_mma_acc(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s)
+{
+    (void)W, (void)x, (void)y, (void)n_tok, (void)s;
+    return -1;
+}
+
+int lilac_cuda_matvec_add(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s)
+{
+    (void)W, (void)x, (void)y, (void)n_tok, (void)s;
     return -1;
 }
 

@@ -201,7 +201,7 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
                         hp->n_expert, hp->n_expert_used);
     if (!st && (lilac_cuda_stream_new(&cm->stream, msg, sizeof msg) || lilac_cuda_stream_new(&cm->aux, msg, sizeof msg)))
         st = cuda_err(err, "stream", msg);
-    for (int i = 0; !st && i < 2; i++)
+    for (int i = 0; !st && i < 2 + LILAC_CUDA_HEAD_PARTS; i++)
         if (lilac_cuda_event_new(&cm->ev[i]))
             st = lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA: creating an event failed");
     cm->layers = calloc((size_t)hp->n_layer, sizeof *cm->layers);
@@ -298,6 +298,8 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
         st = lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA: clearing a counter failed");
     if (!st && lilac_cuda_host_alloc((void **)&cm->logits_host, (size_t)hp->n_vocab * sizeof(float)))
         cm->logits_host = NULL; /* then straight into the caller's memory, slower */
+    if (!st && lilac_cuda_host_alloc((void **)&cm->tok_host, 2 * sizeof *cm->tok_host))
+        cm->tok_host = NULL;
     if (st) {
         lilac_cuda_model_free(cm);
         return st;
@@ -317,7 +319,8 @@ void lilac_cuda_model_free(lilac_cuda_model *cm)
     lilac_cuda_prefill_free(cm);
     free(cm->layers);
     lilac_cuda_host_free(cm->logits_host);
-    for (int i = 0; i < 2; i++)
+    lilac_cuda_host_free(cm->tok_host);
+    for (int i = 0; i < 2 + LILAC_CUDA_HEAD_PARTS; i++)
         lilac_cuda_event_free(cm->ev[i]);
     lilac_cuda_stream_free(cm->aux);
     lilac_cuda_stream_free(cm->stream);
@@ -561,22 +564,10 @@ const lilac_cuda_step_sw *lilac_cuda_step_switches(void)
             .sum_grid = lilac_env_switch("LILAC_CUDA_SUM_GRID", true),
             .down_sum = lilac_env_switch("LILAC_CUDA_DOWN_SUM", true),
             .route_fused = lilac_env_switch("LILAC_CUDA_ROUTE_FUSED", true),
-            .fork_set = lilac_env_switch("LILAC_CUDA_FORK_SET", false),
-            .sh_main = lilac_env_switch("LILAC_CUDA_SH_MAIN", false),
         };
         read = true;
     }
     return &sw;
-}
-
-/* The second branch forked from s: FORK_SET's way (lilac_cuda_branch) or the plain one; every fork of the step
- * comes after the branch's earlier work was joined into s. */
-static void fork_aux(const lilac_cuda_step_sw *sw, lilac_cuda_stream *s, lilac_cuda_stream *aux, void *ev)
-{
-    if (sw->fork_set)
-        lilac_cuda_branch(s, aux, ev);
-    else
-        lilac_cuda_fork(s, aux, ev);
 }
 
 /* One token at position pos; logits to cm->logits. */
@@ -609,7 +600,7 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
          * (wout . xout, added into x) below */
         const lilac_cuda_mat *wout;
         const float *xout;
-        fork_aux(sw, s, aux, cm->ev[0]);
+        lilac_cuda_fork(s, aux, cm->ev[0]);
         if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
             /* q (with its gate) and k in one product where they share a type: k lands at kb, right after q */
             if (!cl->wqk.data)
@@ -670,21 +661,19 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             trace_name("norm_router", "");
         if (!routed)
             OP("rmsnorm", lilac_cuda_rmsnorm(cm->x, cl->post_norm, cm->xn, 1, E, eps, s));
-        /* x += moe(xn): the shared expert on the second branch (SH_MAIN: on the main stream, before the routed
-         * ones), the routed ones on the main */
+        /* x += moe(xn): the shared expert on the second branch (on the main stream before the routed ones, no
+         * join: tg128 325.6 against 386.8, session 29), the routed ones on the main */
         if (shared) {
-            lilac_cuda_stream *sh_s = sw->sh_main ? s : aux;
-            if (!sw->sh_main)
-                fork_aux(sw, s, aux, cm->ev[0]);
-            g_trace_aux = sh_s == aux;
+            lilac_cuda_fork(s, aux, cm->ev[0]);
+            g_trace_aux = true;
             if (cl->sh_gu.data) { /* gate and up in one product: up lands at shu, right after the gate */
-                OP("matvec", lilac_cuda_matvec(&cl->sh_gu, cm->xn, cm->shg, 1, sh_s));
+                OP("matvec", lilac_cuda_matvec(&cl->sh_gu, cm->xn, cm->shg, 1, aux));
             } else {
-                OP("matvec", lilac_cuda_matvec(&cl->sh_gate, cm->xn, cm->shg, 1, sh_s));
-                OP("matvec", lilac_cuda_matvec(&cl->sh_up, cm->xn, cm->shu, 1, sh_s));
+                OP("matvec", lilac_cuda_matvec(&cl->sh_gate, cm->xn, cm->shg, 1, aux));
+                OP("matvec", lilac_cuda_matvec(&cl->sh_up, cm->xn, cm->shu, 1, aux));
             }
             OP("matvec",
-               lilac_cuda_matvec_fused(&cl->sh_down, 0, NULL, 1, cm->shg, cm->shu, 0, cm->sho, 0, sh_s));
+               lilac_cuda_matvec_fused(&cl->sh_down, 0, NULL, 1, cm->shg, cm->shu, 0, cm->sho, 0, aux));
             g_trace_aux = false;
         }
         /* the routing takes the shared expert's gate too */
@@ -718,7 +707,7 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
          * (LILAC_CUDA_DS_PRE, code at d096a7c; a preferred carveout of 100 % for the big-smem kernels,
          * LILAC_CUDA_CARVEOUT, 22d7da6) changed nothing, tg128 within 1 % either way. The shared expert as the
          * routed products' k+1-th slot would leave it one. */
-        if (shared && !sw->sh_main)
+        if (shared)
             lilac_cuda_fork(aux, s, cm->ev[1]);
         if (sw->down_sum && !lilac_cuda_moe_down_sum(&cl->exp_down, cl->down_stride, cm->idx, k, cm->gbuf, cm->ubuf,
                                                      cm->rw, shared ? cm->sho : NULL, cm->x, next_norm, cm->xn, eps,
@@ -862,6 +851,44 @@ int lilac_cuda_top_rows(lilac_cuda_model *cm, const float *logits, int V, int ro
     return rc;
 }
 
+/* LILAC_CUDA_HEAD_PARTS (default 4, 1: off): the decode step's LM head in these many parts of rows. */
+static int head_parts(void)
+{
+    static int parts;
+    if (!parts)
+        parts = lilac_env_int("LILAC_CUDA_HEAD_PARTS", 4, 1, LILAC_CUDA_HEAD_PARTS);
+    return parts;
+}
+
+/* The logits of the step's xn into host (page-locked, V floats): the LM head's rows in `parts` parts on the
+ * main stream, each part's download queued on the second stream after it, so that only the last part's copy
+ * follows the product (the 1 MB download had been ~2 % of a token, after all of it). Each part at the whole
+ * product's lanes a row (lilac_cuda_matvec_like): the bits of lilac_cuda_matvec over all rows. Both streams
+ * synchronized at the end. */
+static int head_split(lilac_cuda_model *cm, float *host, int V, int parts, char *msg, size_t cap)
+{
+    const long long per = ((V + parts - 1) / parts + 63) / 64 * 64; /* rows a part: 64-row multiples */
+    for (int p = 0; p < parts; p++) {
+        const long long r0 = p * per, r1 = r0 + per < V ? r0 + per : V;
+        if (r0 >= r1)
+            break;
+        lilac_cuda_mat part = cm->output;
+        part.data = (const uint8_t *)cm->output.data + (size_t)r0 * cm->output.row_bytes;
+        part.rows = r1 - r0;
+        lilac_cuda_matvec_like(&part, 0, NULL, 1, cm->xn, 0, NULL, cm->logits + r0, 1, 0, &cm->output, 0, 1,
+                               cm->stream);
+        lilac_cuda_fork(cm->stream, cm->aux, cm->ev[2 + p]);
+        if (lilac_cuda_download_async(host + r0, cm->logits + r0, (size_t)(r1 - r0) * sizeof(float), cm->aux)) {
+            char why[128];
+            (void)lilac_cuda_sync(cm->aux, why, sizeof why); /* the parts queued before it end first */
+            snprintf(msg, cap, "downloading the logits (part %d of %d) failed", p + 1, parts);
+            return -1;
+        }
+    }
+    const int bad = lilac_cuda_sync(cm->aux, msg, cap) || lilac_cuda_sync(cm->stream, msg, cap);
+    return bad || lilac_cuda_check(msg, cap) ? -1 : 0;
+}
+
 lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const lilac_eval_opts *opts,
                              lilac_error *err)
 {
@@ -881,9 +908,11 @@ lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const l
                             lilac_cuda_host_pinned(opts->logits); /* (LILAC_LOGITS_TOP downloads no logits) */
     for (int i = 0; i < n; i++) {
         double t0 = g_timing == 1 ? now_s() : 0;
-        int32_t tp[2] = {tokens[i], s->pos};
-        /* from pageable memory the copy is staged before the call returns: tp may go */
-        if (lilac_cuda_upload_async(cm->tok, tp, sizeof tp, cm->stream))
+        int32_t tp_stack[2], *tp = cm->tok_host ? cm->tok_host : tp_stack;
+        /* from pinned memory the copy runs from tok_host itself, which the step's end (a sync below) frees for the
+         * next token; from pageable memory it is staged before the call returns */
+        tp[0] = tokens[i], tp[1] = s->pos;
+        if (lilac_cuda_upload_async(cm->tok, tp, 2 * sizeof *tp, cm->stream))
             return lilac_fail(err, LILAC_E_INTERNAL, "CUDA: uploading a token failed");
         if (g_timing == 1) {
             lilac_cuda_sync(cm->stream, msg, sizeof msg);
@@ -897,8 +926,14 @@ lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const l
             dst = opts->logits + (size_t)i * V;
         else if (opts->logits_mode == LILAC_LOGITS_LAST && i == n - 1)
             dst = opts->logits;
-        if (dst || top)
+        float *via = dst && cm->logits_host && !dst_pinned ? cm->logits_host : dst;
+        const int parts = dst && (dst_pinned || via != dst) ? head_parts() : 1;
+        if (parts > 1) { /* the LM head in parts, each part's download beside the next part's rows */
+            if (head_split(cm, via, V, parts, msg, sizeof msg))
+                return cuda_err(err, "CUDA step", msg);
+        } else if (dst || top) {
             lilac_cuda_matvec(&cm->output, cm->xn, cm->logits, 1, cm->stream);
+        }
         if (top) { /* the sampler's candidates reduced here: 1 KB down, not the vocabulary */
             lilac_logits_top *const one[1] = {opts->top};
             if (lilac_cuda_top_rows(cm, cm->logits, V, 1, opts->top_k, one, msg, sizeof msg))
@@ -906,8 +941,8 @@ lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const l
         } else if (dst) {
             /* through pinned memory: a copy to pageable memory runs at a fraction of the bus's speed; straight
              * into the caller's where that is pinned (lilac_logits_alloc: no 1 MB host copy a token) */
-            float *via = cm->logits_host && !dst_pinned ? cm->logits_host : dst;
-            if (lilac_cuda_download(via, cm->logits, (size_t)V * sizeof(float), cm->stream, msg, sizeof msg))
+            if (parts == 1 &&
+                lilac_cuda_download(via, cm->logits, (size_t)V * sizeof(float), cm->stream, msg, sizeof msg))
                 return cuda_err(err, "CUDA step", msg);
             if (via != dst)
                 memcpy(dst, via, (size_t)V * sizeof(float));

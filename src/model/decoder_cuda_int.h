@@ -26,10 +26,14 @@ typedef struct cuda_layer {
     bool router_gate_row; /* the shared expert's gate_inp stored as the router's row n_expert (up_router) */
 } cuda_layer;
 
+/* The decode step's LM head in up to these many parts of rows, each part's download on the second stream while
+ * the next part is computed (LILAC_CUDA_HEAD_PARTS, lilac_cuda_eval). */
+#define LILAC_CUDA_HEAD_PARTS 16
+
 struct lilac_cuda_model {
     lilac_cuda_stream *stream;
     lilac_cuda_stream *aux; /* the step's second branch (products independent of the main chain) */
-    void *ev[2];            /* fork and join events */
+    void *ev[2 + LILAC_CUDA_HEAD_PARTS]; /* fork and join events; then the LM head's parts' (lilac_cuda_eval) */
     lilac_cuda_mat tok_embd, output;
     float *output_norm;
     cuda_layer *layers;
@@ -44,6 +48,7 @@ struct lilac_cuda_model {
     unsigned *count;    /* [0] the norm+router kernel's blocks done (lilac_cuda_route_args), [1] the sum's */
     float *part;        /* the grid sum's blocks' sums of squares (lilac_cuda_moe_sum_norm_grid) */
     float *logits_host; /* pinned (host), n_vocab: the logits' way down */
+    int32_t *tok_host;  /* pinned (host), 2: the token and position's way up (NULL: from the stack, staged) */
     void *top;          /* the sampler's reduction's scratch and result (lilac_cuda_logits_top) */
     char top_host[LILAC_CUDA_TOP_ROWS * LILAC_CUDA_TOP_OUT]; /* its results on their way down */
     char device[160];
@@ -84,12 +89,6 @@ typedef struct lilac_cuda_step_sw {
      * (lilac_cuda_matvec_experts_routed) where the norm+router kernel gives the logits (and the shared gate's)
      * and gate and up are one product: the route kernel off the chain */
     bool route_fused;
-    /* FORK_SET=1 (off; compiled only): the second branch forked with lilac_cuda_branch (its kernels one
-     * upstream each: the main stream's) */
-    bool fork_set;
-    /* SH_MAIN=1 (off; a diagnostic, compiled only): the shared expert's products on the main stream before the
-     * routed ones, no join: the down+sum kernel then has one upstream (does it start early then?) */
-    bool sh_main;
 } lilac_cuda_step_sw;
 const lilac_cuda_step_sw *lilac_cuda_step_switches(void);
 

@@ -606,49 +606,6 @@ extern "C" void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, 
     cudaStreamWaitEvent(CS(to), (cudaEvent_t)ev, 0);
 }
 
-extern "C" void lilac_cuda_branch(lilac_cuda_stream *from, lilac_cuda_stream *to, void *ev)
-{
-    lilac_cuda_fork(from, to, ev); /* (to joins the capture, where it was not in it yet) */
-#if CUDART_VERSION >= 12000 /* (older runtimes: the plain fork) */
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    const cudaGraphNode_t *deps = NULL;
-    size_t nd = 0;
-    cudaGraphNode_t d[16];
-    /* the calls' names and arguments by runtime version: edge data from 12.3 (the _v3/_v2 names), unsuffixed
-     * with it from 13.0 */
-#if CUDART_VERSION >= 12030
-    const cudaGraphEdgeData *data = NULL;
-    cudaGraphEdgeData e[16];
-#if CUDART_VERSION >= 13000
-    cudaError_t r = cudaStreamGetCaptureInfo(CS(from), &cs, NULL, NULL, &deps, &data, &nd);
-#else
-    cudaError_t r = cudaStreamGetCaptureInfo_v3(CS(from), &cs, NULL, NULL, &deps, &data, &nd);
-#endif
-#else
-    cudaError_t r = cudaStreamGetCaptureInfo(CS(from), &cs, NULL, NULL, &deps, &nd);
-#endif
-    if (r != cudaSuccess || cs != cudaStreamCaptureStatusActive || nd < 1 || nd > 16) {
-        cudaGetLastError();
-        return; /* not capturing (or an odd set): the plain fork stands */
-    }
-    for (size_t i = 0; i < nd; i++)
-        d[i] = deps[i];
-#if CUDART_VERSION >= 12030
-    for (size_t i = 0; i < nd; i++)
-        e[i] = data ? data[i] : cudaGraphEdgeData{};
-#if CUDART_VERSION >= 13000
-    r = cudaStreamUpdateCaptureDependencies(CS(to), d, data ? e : NULL, nd, cudaStreamSetCaptureDependencies);
-#else
-    r = cudaStreamUpdateCaptureDependencies_v2(CS(to), d, data ? e : NULL, nd, cudaStreamSetCaptureDependencies);
-#endif
-#else
-    r = cudaStreamUpdateCaptureDependencies(CS(to), d, nd, cudaStreamSetCaptureDependencies);
-#endif
-    if (r != cudaSuccess)
-        cudaGetLastError(); /* the plain fork's set stands */
-#endif
-}
-
 // The router's softmax, top-k and weights (the CPU's choice and order) by one
 // block (dev_route; E <= 512, k <= 32). With
 // up_offset > 0, idx[k + i] = idx[i] + up_offset as well (the up matrices

@@ -39,11 +39,6 @@ int lilac_cuda_last_error(char *msg, size_t cap);
 int lilac_cuda_event_new(void **ev);
 void lilac_cuda_event_free(void *ev);
 void lilac_cuda_fork(lilac_cuda_stream *from, lilac_cuda_stream *to, void *ev);
-/* lilac_cuda_fork where everything queued on `to` has been joined into `from` already: inside a capture, `to`'s
- * next node then depends on `from`'s last ones alone (cudaStreamSetCaptureDependencies), not also on `to`'s own
- * last node: a kernel launched dependent there keeps one upstream and may start early (a node of two
- * programmatic upstreams started only after both ended, session 28's trace). Outside a capture: the fork. */
-void lilac_cuda_branch(lilac_cuda_stream *from, lilac_cuda_stream *to, void *ev);
 /* The router's softmax over E logits, the top k (ties to the lower index) listed in expert-index order as the
  * CPU adds them, weights renormalized when norm; with up_offset > 0 also idx[k + i] = idx[i] + up_offset, and
  * with gate_inp w[k] = sigmoid(gate_inp . xn) (the shared expert's gate), or without it but with gate_logit
@@ -236,9 +231,12 @@ void lilac_cuda_pf_moe_group_gu(const int32_t *idx, int n, int k, int E, int32_t
 /* Pair i = t k + j (token t's j-th slot) as a row of its own: xp [n k][E] gets x's row t, tok_pair [n k] the
  * identity (for lilac_cuda_pf_moe_sum); E a multiple of 4. */
 void lilac_cuda_pf_pair_rows(const float *x, int n, int k, int E, float *xp, int32_t *tok_pair, lilac_cuda_stream *s);
-/* moe_sum for n tokens: token t adds w[t][i] * ex[tok_pair[t][i]] for its slots i in order (+ the shared expert). */
+/* moe_sum for n tokens: token t adds w[t][i] * ex[tok_pair[t][i]] for its slots i in order (+ the shared expert,
+ * its gate from xn's row); with norm_w, then xn = RMSNorm(x) * norm_w (the next layer's input norm: one pass over
+ * the rows fewer). */
 void lilac_cuda_pf_moe_sum(float *x, const float *ex, const float *w, const int32_t *tok_pair, int k, const float *sh,
-                           const float *gate_inp, const float *xn, int E, int n, lilac_cuda_stream *s);
+                           const float *gate_inp, float *xn, const float *norm_w, float eps, int E, int n,
+                           lilac_cuda_stream *s);
 
 #ifdef __cplusplus
 }

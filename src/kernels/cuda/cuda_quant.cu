@@ -2030,6 +2030,14 @@ int lilac_cuda_download(void *dst_host, const void *src_dev, size_t bytes, lilac
     return e == cudaSuccess ? 0 : cuda_fail(e, msg, cap, "download (cudaMemcpy from the device)");
 }
 
+int lilac_cuda_download_async(void *dst_host, const void *src_dev, size_t bytes, lilac_cuda_stream *s)
+{
+    if (cudaMemcpyAsync(dst_host, src_dev, bytes, cudaMemcpyDeviceToHost, S(s)) == cudaSuccess)
+        return 0;
+    (void)cudaGetLastError();
+    return -1;
+}
+
 int lilac_cuda_memset(void *dst_dev, int value, size_t bytes, lilac_cuda_stream *s)
 {
     if (cudaMemsetAsync(dst_dev, value, bytes, S(s)) == cudaSuccess)
@@ -2096,6 +2104,14 @@ static bool matvec_tok(const lilac_cuda_mat *W, const float *x, float *y, int n_
 void lilac_cuda_matvec(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s)
 {
     matvec_tok(W, x, y, n_tok, false, s);
+}
+
+int lilac_cuda_matvec_add(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s)
+{
+    return W && x && y && n_tok >= lilac_cuda_mma_min_tokens() && W->rows >= mma_min_rows() &&
+                   lilac_cuda_mma_supported(W->type) && lilac_cuda_mma_enabled()
+               ? lilac_cuda_matvec_mma_acc(W, x, y, n_tok, s)
+               : -1;
 }
 
 void lilac_cuda_matvec_multi(const lilac_cuda_mat *const *W, float *const *y, int n_mat, const float *x, int n_tok,
