@@ -90,7 +90,6 @@ do_test() {
     run_test model-mv-tc-min test_cuda_model LILAC_CUDA_MV_TC=1 LILAC_CUDA_MV_TC_MIN_ROWS=1000
     run_test model-apart test_cuda_model LILAC_CUDA_NORM_ROUTER=0 LILAC_CUDA_PDL_ALL=1 LILAC_CUDA_SUM_GRID=0
     run_test model-no-down-sum test_cuda_model LILAC_CUDA_DOWN_SUM=0
-    run_test model-head-one test_cuda_model LILAC_CUDA_HEAD_PARTS=1
     run_test model-down-sum-r1 test_cuda_model LILAC_CUDA_DOWN_SUM=1 LILAC_CUDA_DOWN_SUM_R=1
     run_test batch test_cuda_batch
     run_test batch-graph test_cuda_batch LILAC_CUDA_BATCH_GRAPH=1
@@ -121,7 +120,7 @@ do_test() {
     run_test prefill-no-gemm-split test_cuda_prefill LILAC_CUDA_GEMM_SPLIT=0
     run_test prefill-t16 test_cuda_prefill LILAC_CUDA_MMA_T24=0
     run_test prefill-no-aux test_cuda_prefill LILAC_CUDA_PF_AUX=0
-    run_test prefill-no-fuse test_cuda_prefill LILAC_CUDA_PF_FUSE=0
+    run_test prefill-fuse test_cuda_prefill LILAC_CUDA_PF_FUSE=3
     run_test prefill-no-wtab test_cuda_prefill LILAC_CUDA_MMA_WTAB=0
     run_test prefill-no-pre test_cuda_prefill LILAC_CUDA_ATTN_PRE=0
     run_test prefill-prep-lane test_cuda_prefill LILAC_CUDA_PREP_QUARTER=0

@@ -59,11 +59,6 @@ int lilac_cuda_download(void *dst_host, const void *src_dev, size_t bytes, lilac
     (void)dst_host, (void)src_dev, (void)bytes, (void)s;
     return no_cuda(msg, cap);
 }
-int lilac_cuda_download_async(void *dst_host, const void *src_dev, size_t bytes, lilac_cuda_stream *s)
-{
-    (void)dst_host, (void)src_dev, (void)bytes, (void)s;
-    return -1;
-}
 
 int lilac_cuda_memset(void *dst_dev, int value, size_t bytes, lilac_cuda_stream *s)
 {

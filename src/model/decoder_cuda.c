@@ -201,7 +201,7 @@ lilac_status lilac_cuda_model_new(lilac_model *m, lilac_cuda_model **out, lilac_
                         hp->n_expert, hp->n_expert_used);
     if (!st && (lilac_cuda_stream_new(&cm->stream, msg, sizeof msg) || lilac_cuda_stream_new(&cm->aux, msg, sizeof msg)))
         st = cuda_err(err, "stream", msg);
-    for (int i = 0; !st && i < 2 + LILAC_CUDA_HEAD_PARTS; i++)
+    for (int i = 0; !st && i < 2; i++)
         if (lilac_cuda_event_new(&cm->ev[i]))
             st = lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA: creating an event failed");
     cm->layers = calloc((size_t)hp->n_layer, sizeof *cm->layers);
@@ -320,7 +320,7 @@ void lilac_cuda_model_free(lilac_cuda_model *cm)
     free(cm->layers);
     lilac_cuda_host_free(cm->logits_host);
     lilac_cuda_host_free(cm->tok_host);
-    for (int i = 0; i < 2 + LILAC_CUDA_HEAD_PARTS; i++)
+    for (int i = 0; i < 2; i++)
         lilac_cuda_event_free(cm->ev[i]);
     lilac_cuda_stream_free(cm->aux);
     lilac_cuda_stream_free(cm->stream);
@@ -851,44 +851,6 @@ int lilac_cuda_top_rows(lilac_cuda_model *cm, const float *logits, int V, int ro
     return rc;
 }
 
-/* LILAC_CUDA_HEAD_PARTS (default 4, 1: off): the decode step's LM head in these many parts of rows. */
-static int head_parts(void)
-{
-    static int parts;
-    if (!parts)
-        parts = lilac_env_int("LILAC_CUDA_HEAD_PARTS", 4, 1, LILAC_CUDA_HEAD_PARTS);
-    return parts;
-}
-
-/* The logits of the step's xn into host (page-locked, V floats): the LM head's rows in `parts` parts on the
- * main stream, each part's download queued on the second stream after it, so that only the last part's copy
- * follows the product (the 1 MB download had been ~2 % of a token, after all of it). Each part at the whole
- * product's lanes a row (lilac_cuda_matvec_like): the bits of lilac_cuda_matvec over all rows. Both streams
- * synchronized at the end. */
-static int head_split(lilac_cuda_model *cm, float *host, int V, int parts, char *msg, size_t cap)
-{
-    const long long per = ((V + parts - 1) / parts + 63) / 64 * 64; /* rows a part: 64-row multiples */
-    for (int p = 0; p < parts; p++) {
-        const long long r0 = p * per, r1 = r0 + per < V ? r0 + per : V;
-        if (r0 >= r1)
-            break;
-        lilac_cuda_mat part = cm->output;
-        part.data = (const uint8_t *)cm->output.data + (size_t)r0 * cm->output.row_bytes;
-        part.rows = r1 - r0;
-        lilac_cuda_matvec_like(&part, 0, NULL, 1, cm->xn, 0, NULL, cm->logits + r0, 1, 0, &cm->output, 0, 1,
-                               cm->stream);
-        lilac_cuda_fork(cm->stream, cm->aux, cm->ev[2 + p]);
-        if (lilac_cuda_download_async(host + r0, cm->logits + r0, (size_t)(r1 - r0) * sizeof(float), cm->aux)) {
-            char why[128];
-            (void)lilac_cuda_sync(cm->aux, why, sizeof why); /* the parts queued before it end first */
-            snprintf(msg, cap, "downloading the logits (part %d of %d) failed", p + 1, parts);
-            return -1;
-        }
-    }
-    const int bad = lilac_cuda_sync(cm->aux, msg, cap) || lilac_cuda_sync(cm->stream, msg, cap);
-    return bad || lilac_cuda_check(msg, cap) ? -1 : 0;
-}
-
 lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const lilac_eval_opts *opts,
                              lilac_error *err)
 {
@@ -926,13 +888,15 @@ lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const l
             dst = opts->logits + (size_t)i * V;
         else if (opts->logits_mode == LILAC_LOGITS_LAST && i == n - 1)
             dst = opts->logits;
-        float *via = dst && cm->logits_host && !dst_pinned ? cm->logits_host : dst;
-        const int parts = dst && (dst_pinned || via != dst) ? head_parts() : 1;
-        if (parts > 1) { /* the LM head in parts, each part's download beside the next part's rows */
-            if (head_split(cm, via, V, parts, msg, sizeof msg))
-                return cuda_err(err, "CUDA step", msg);
-        } else if (dst || top) {
+        /* Measured and removed (session 29): the LM head in 4 (8) parts of rows, each part's download on the
+         * second stream beside the next part: tg128 383.4/382.8 (381.1/379.0) against 384.2/386.4 */
+        if (dst || top) {
             lilac_cuda_matvec(&cm->output, cm->xn, cm->logits, 1, cm->stream);
+            if (g_timing == 1) { /* the product apart from the download */
+                lilac_cuda_sync(cm->stream, msg, sizeof msg);
+                op_time("lm_head", now_s() - t0);
+                t0 = now_s();
+            }
         }
         if (top) { /* the sampler's candidates reduced here: 1 KB down, not the vocabulary */
             lilac_logits_top *const one[1] = {opts->top};
@@ -941,8 +905,8 @@ lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const l
         } else if (dst) {
             /* through pinned memory: a copy to pageable memory runs at a fraction of the bus's speed; straight
              * into the caller's where that is pinned (lilac_logits_alloc: no 1 MB host copy a token) */
-            if (parts == 1 &&
-                lilac_cuda_download(via, cm->logits, (size_t)V * sizeof(float), cm->stream, msg, sizeof msg))
+            float *via = cm->logits_host && !dst_pinned ? cm->logits_host : dst;
+            if (lilac_cuda_download(via, cm->logits, (size_t)V * sizeof(float), cm->stream, msg, sizeof msg))
                 return cuda_err(err, "CUDA step", msg);
             if (via != dst)
                 memcpy(dst, via, (size_t)V * sizeof(float));

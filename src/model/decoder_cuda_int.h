@@ -26,14 +26,10 @@ typedef struct cuda_layer {
     bool router_gate_row; /* the shared expert's gate_inp stored as the router's row n_expert (up_router) */
 } cuda_layer;
 
-/* The decode step's LM head in up to these many parts of rows, each part's download on the second stream while
- * the next part is computed (LILAC_CUDA_HEAD_PARTS, lilac_cuda_eval). */
-#define LILAC_CUDA_HEAD_PARTS 16
-
 struct lilac_cuda_model {
     lilac_cuda_stream *stream;
     lilac_cuda_stream *aux; /* the step's second branch (products independent of the main chain) */
-    void *ev[2 + LILAC_CUDA_HEAD_PARTS]; /* fork and join events; then the LM head's parts' (lilac_cuda_eval) */
+    void *ev[2];            /* fork and join events */
     lilac_cuda_mat tok_embd, output;
     float *output_norm;
     cuda_layer *layers;

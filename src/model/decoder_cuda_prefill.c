@@ -183,15 +183,15 @@ static bool pf_glu_prep(void)
     return on;
 }
 
-/* LILAC_CUDA_PF_FUSE=0: the output product into tmp, then k_add into x, and each layer's input norm a pass of
- * its own, as before session 29; on, the product added into x by the tensor cores' epilogue (the same sum) and
- * the next layer's norm by the experts' sum kernel (its block per row: two passes over the rows a layer fewer).
- * Read once. */
-static bool pf_fuse(void)
+/* LILAC_CUDA_PF_FUSE (off; session 29, both: pp512 11,785/11,768 against 11,840/11,814, pp4096 14,147/14,161
+ * against 14,302/14,281): 1, the output product added into x by the tensor cores' epilogue (the same sum), not
+ * into tmp and then k_add; 2, the next layer's input norm by the experts' sum kernel (its block a row), not a
+ * pass of its own; 3 both. Read once. */
+static int pf_fuse(void)
 {
     static int on = -1;
     if (on < 0)
-        on = lilac_env_switch("LILAC_CUDA_PF_FUSE", true);
+        on = lilac_env_int("LILAC_CUDA_PF_FUSE", 0, 0, 3);
     return on;
 }
 
@@ -226,9 +226,7 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
     lilac_cuda_op_mark(s, NULL, &t_);
     lilac_cuda_get_rows(&cm->tok_embd, pf->tok, nt, pf->x, s);
     lilac_status st = hidden_put(m, hid, 0, pf->x, nt, err);
-    /* LILAC_CUDA_PF_FUSE=0 off: the output product added into x by the tensor cores' epilogue (not into tmp and
-     * then k_add), and the next layer's input norm by the experts' sum kernel (not a pass of its own) */
-    const bool fuse = pf_fuse();
+    const bool fuse_out = pf_fuse() & 1, fuse_norm = pf_fuse() & 2; /* (pf_fuse) */
     bool xn_ready = false; /* xn holds the layer's input norm already */
     for (int il = 0; !st && il < hp->n_layer; il++) {
         const cuda_layer *cl = &cm->layers[il];
@@ -296,7 +294,7 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
             wout = &cl->ssm_out, xout = pf->o;
         }
     ffn:
-        if (!fuse || lilac_cuda_matvec_add(wout, xout, pf->x, nt, s)) {
+        if (!fuse_out || lilac_cuda_matvec_add(wout, xout, pf->x, nt, s)) {
             lilac_cuda_matvec(wout, xout, pf->tmp, nt, s);
             lilac_cuda_add(pf->x, pf->tmp, nt * E, s);
         }
@@ -351,8 +349,8 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
         }
         const float *next_norm = il + 1 < hp->n_layer ? cm->layers[il + 1].attn_norm : cm->output_norm;
         lilac_cuda_pf_moe_sum(pf->x, pf->ex, pf->rw, pf->tok_pair, k, shared ? pf->sho : NULL, cl->sh_gate_inp, pf->xn,
-                              fuse ? next_norm : NULL, hp->norm_eps, E, nt, s);
-        xn_ready = fuse;
+                              fuse_norm ? next_norm : NULL, hp->norm_eps, E, nt, s);
+        xn_ready = fuse_norm;
         lilac_cuda_op_mark(s, "pf sum", &t_);
         if (il < hp->n_layer - 1)
             st = hidden_put(m, hid, il + 1, pf->x, nt, err);

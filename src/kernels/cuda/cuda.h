@@ -53,8 +53,6 @@ int lilac_cuda_host_pinned(const void *p);
 int lilac_cuda_upload(void *dst_dev, const void *src_host, size_t bytes, char *msg, size_t cap);
 int lilac_cuda_download(void *dst_host, const void *src_dev, size_t bytes, lilac_cuda_stream *s, char *msg,
                         size_t cap); /* waits for s first */
-/* The copy queued on s (dst_host page-locked: it returns at once); lilac_cuda_sync(s) before reading it. 0 or -1. */
-int lilac_cuda_download_async(void *dst_host, const void *src_dev, size_t bytes, lilac_cuda_stream *s);
 int lilac_cuda_memset(void *dst_dev, int value, size_t bytes, lilac_cuda_stream *s);
 int lilac_cuda_sync(lilac_cuda_stream *s, char *msg, size_t cap);
 int lilac_cuda_stream_new(lilac_cuda_stream **s, char *msg, size_t cap);

@@ -2030,14 +2030,6 @@ int lilac_cuda_download(void *dst_host, const void *src_dev, size_t bytes, lilac
     return e == cudaSuccess ? 0 : cuda_fail(e, msg, cap, "download (cudaMemcpy from the device)");
 }
 
-int lilac_cuda_download_async(void *dst_host, const void *src_dev, size_t bytes, lilac_cuda_stream *s)
-{
-    if (cudaMemcpyAsync(dst_host, src_dev, bytes, cudaMemcpyDeviceToHost, S(s)) == cudaSuccess)
-        return 0;
-    (void)cudaGetLastError();
-    return -1;
-}
-
 int lilac_cuda_memset(void *dst_dev, int value, size_t bytes, lilac_cuda_stream *s)
 {
     if (cudaMemsetAsync(dst_dev, value, bytes, S(s)) == cudaSuccess)
