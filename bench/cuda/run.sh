@@ -120,7 +120,6 @@ do_test() {
     run_test prefill-no-gemm-split test_cuda_prefill LILAC_CUDA_GEMM_SPLIT=0
     run_test prefill-t16 test_cuda_prefill LILAC_CUDA_MMA_T24=0
     run_test prefill-no-aux test_cuda_prefill LILAC_CUDA_PF_AUX=0
-    run_test prefill-fuse test_cuda_prefill LILAC_CUDA_PF_FUSE=3
     run_test prefill-no-wtab test_cuda_prefill LILAC_CUDA_MMA_WTAB=0
     run_test prefill-no-pre test_cuda_prefill LILAC_CUDA_ATTN_PRE=0
     run_test prefill-prep-lane test_cuda_prefill LILAC_CUDA_PREP_QUARTER=0

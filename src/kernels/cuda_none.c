@@ -290,18 +290,6 @@ int lilac_cuda_matvec_mma_x(const lilac_cuda_mat *W, const float *x, float *y, i
     return -1;
 }
 
-int lilac_cuda_matvec_mma_acc(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s)
-{
-    (void)W, (void)x, (void)y, (void)n_tok, (void)s;
-    return -1;
-}
-
-int lilac_cuda_matvec_add(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s)
-{
-    (void)W, (void)x, (void)y, (void)n_tok, (void)s;
-    return -1;
-}
-
 int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert,
                                   const int32_t *offsets, const int32_t *rows_of_x, int n_x, int max_pairs, int n_pairs,
                                   const float *x, long long x_stride, float *y, lilac_cuda_stream *s)

@@ -183,18 +183,6 @@ static bool pf_glu_prep(void)
     return on;
 }
 
-/* LILAC_CUDA_PF_FUSE (off; session 29, both: pp512 11,785/11,768 against 11,840/11,814, pp4096 14,147/14,161
- * against 14,302/14,281): 1, the output product added into x by the tensor cores' epilogue (the same sum), not
- * into tmp and then k_add; 2, the next layer's input norm by the experts' sum kernel (its block a row), not a
- * pass of its own; 3 both. Read once. */
-static int pf_fuse(void)
-{
-    static int on = -1;
-    if (on < 0)
-        on = lilac_env_int("LILAC_CUDA_PF_FUSE", 0, 0, 3);
-    return on;
-}
-
 /* The chunk's nt tokens (in pf->tok) at positions pos0 .. of cs, or with rows one token of each row's own
  * sequence: the final-normed rows to pf->xn; with hid, the residual stream's rows of them as well. */
 static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0, const pf_rows *rows,
@@ -226,15 +214,9 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
     lilac_cuda_op_mark(s, NULL, &t_);
     lilac_cuda_get_rows(&cm->tok_embd, pf->tok, nt, pf->x, s);
     lilac_status st = hidden_put(m, hid, 0, pf->x, nt, err);
-    const bool fuse_out = pf_fuse() & 1, fuse_norm = pf_fuse() & 2; /* (pf_fuse) */
-    bool xn_ready = false; /* xn holds the layer's input norm already */
     for (int il = 0; !st && il < hp->n_layer; il++) {
         const cuda_layer *cl = &cm->layers[il];
-        const lilac_cuda_mat *wout; /* x += wout . xout */
-        const float *xout;
-        if (!xn_ready)
-            lilac_cuda_rmsnorm(pf->x, cl->attn_norm, pf->xn, nt, E, hp->norm_eps, s);
-        xn_ready = false;
+        lilac_cuda_rmsnorm(pf->x, cl->attn_norm, pf->xn, nt, E, hp->norm_eps, s);
         if (hp->layer_kind[il] == LILAC_LAYER_ATTENTION) {
             const lilac_cuda_mat *qkv_w[] = {&cl->wq, &cl->wk, &cl->wv};
             float *const qkv_y[] = {pf->qg, pf->kb, pf->vb};
@@ -250,7 +232,7 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
                     return lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA batched decode: attention with %d heads of %d",
                                       nh, hd);
                 lilac_cuda_op_mark(s, "pf attention", &t_);
-                wout = &cl->wo, xout = pf->att;
+                lilac_cuda_matvec(&cl->wo, pf->att, pf->tmp, nt, s);
                 goto ffn;
             }
             lilac_cuda_pf_norm_rope(pf->qg, cl->q_norm, nh, q_step, (long long)nh * q_step, hd, hp->rope_dims, pos0,
@@ -265,7 +247,7 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
                                         nt, pf->att, hp->attn_output_gate, s))
                 return lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA prefill: attention with head size %d", hd);
             lilac_cuda_op_mark(s, "pf attention", &t_);
-            wout = &cl->wo, xout = pf->att;
+            lilac_cuda_matvec(&cl->wo, pf->att, pf->tmp, nt, s);
         } else {
             /* alpha and beta beside qkv and z; where they are joined (ssm_ab), as one product of twice the rows
              * (into o, free until the delta rule writes it), then split into a and b; a prompt's chunk only */
@@ -284,20 +266,19 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
                     return lilac_fail(err, LILAC_E_UNSUPPORTED, "CUDA batched decode: DeltaNet heads of %d x %d", dk,
                                       dv);
                 lilac_cuda_op_mark(s, "pf deltanet", &t_);
-                wout = &cl->ssm_out, xout = pf->o;
+                lilac_cuda_matvec(&cl->ssm_out, pf->o, pf->tmp, nt, s);
                 goto ffn;
             }
             lilac_cuda_pf_conv(pf->qkv, cs->conv[il], cl->ssm_conv, pf->conv, C, hp->ssm_conv_kernel, nt, s);
             lilac_cuda_pf_deltanet(pf->conv, C, pf->a, pf->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], pf->o, pf->z,
                                    cl->ssm_norm, nk, nv, dk, dv, m->w.ssm_v_tiled, hp->norm_eps, nt, pf->dntp, s);
             lilac_cuda_op_mark(s, "pf deltanet", &t_);
-            wout = &cl->ssm_out, xout = pf->o;
+            lilac_cuda_matvec(&cl->ssm_out, pf->o, pf->tmp, nt, s);
         }
     ffn:
-        if (!fuse_out || lilac_cuda_matvec_add(wout, xout, pf->x, nt, s)) {
-            lilac_cuda_matvec(wout, xout, pf->tmp, nt, s);
-            lilac_cuda_add(pf->x, pf->tmp, nt * E, s);
-        }
+        /* Measured and removed (session 29, code at 6b7a00f, LILAC_CUDA_PF_FUSE): the product added into x by
+         * k_mma's epilogue, and the next layer's norm by the experts' sum kernel: pp512 and pp4096 0.3-1 % slower */
+        lilac_cuda_add(pf->x, pf->tmp, nt * E, s);
         lilac_cuda_op_mark(s, "pf out", &t_);
         lilac_cuda_rmsnorm(pf->x, cl->post_norm, pf->xn, nt, E, hp->norm_eps, s);
         if (sh_aux) { /* joined before the sum (which writes xn, the shared expert's input) */
@@ -347,16 +328,13 @@ static lilac_status forward(lilac_model *m, lilac_cuda_seq *cs, int nt, int pos0
             shared_expert(cl, pf, nt, hp->shared_ff, s);
             lilac_cuda_op_mark(s, "pf shared expert", &t_);
         }
-        const float *next_norm = il + 1 < hp->n_layer ? cm->layers[il + 1].attn_norm : cm->output_norm;
         lilac_cuda_pf_moe_sum(pf->x, pf->ex, pf->rw, pf->tok_pair, k, shared ? pf->sho : NULL, cl->sh_gate_inp, pf->xn,
-                              fuse_norm ? next_norm : NULL, hp->norm_eps, E, nt, s);
-        xn_ready = fuse_norm;
+                              E, nt, s);
         lilac_cuda_op_mark(s, "pf sum", &t_);
         if (il < hp->n_layer - 1)
             st = hidden_put(m, hid, il + 1, pf->x, nt, err);
     }
-    if (!xn_ready)
-        lilac_cuda_rmsnorm(pf->x, cm->output_norm, pf->xn, nt, E, hp->norm_eps, s);
+    lilac_cuda_rmsnorm(pf->x, cm->output_norm, pf->xn, nt, E, hp->norm_eps, s);
     return st ? st : hidden_put(m, hid, hp->n_layer, pf->xn, nt, err);
 }
 

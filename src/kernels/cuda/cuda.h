@@ -210,11 +210,6 @@ int lilac_cuda_matvec_mma(const lilac_cuda_mat *W, const float *x, float *y, int
  * its conversion for the tensor cores is reused where s's scratch still holds exactly it. */
 int lilac_cuda_matvec_mma_x(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, int same_x,
                             lilac_cuda_stream *s);
-/* lilac_cuda_matvec_mma's product added into y (y += W x; each sum rounded as y += a product's y would be). */
-int lilac_cuda_matvec_mma_acc(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s);
-/* y += W x over n_tok tokens where the tensor cores take it (lilac_cuda_matvec's choice for these tokens): 0;
- * -1, nothing launched, otherwise (the caller's product into a buffer and lilac_cuda_add then). */
-int lilac_cuda_matvec_add(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s);
 int lilac_cuda_matvec_grouped_mma(const lilac_cuda_mat *W, size_t expert_stride, int n_expert,
                                   const int32_t *offsets, const int32_t *rows_of_x, int n_x, int max_pairs, int n_pairs,
                                   const float *x, long long x_stride, float *y, lilac_cuda_stream *s);

@@ -481,7 +481,6 @@ struct MM {
     int rows, K, row_tiles;
     int wtab; /* W8 tiles (unless LILAC_CUDA_MMA_WTAB=0): each warp decodes its own 16 rows' scale tables */
     int narrow; /* W8 tiles (unless LILAC_CUDA_MMA_NARROW=0): a tile of few pairs leaves its last n8 tile out */
-    int acc;    /* y += the product (lilac_cuda_matvec_mma_acc), not y = */
 };
 
 /* A block's shared memory at TN tokens a tile. */
@@ -870,11 +869,10 @@ __global__ void __launch_bounds__(MM_THREADS, TN <= 24 ? 2 : 1) k_mma(const MM p
                         if (row < p.rows && t < cnt) {
                             const int x2 = xe[t];
                             const float v = acc[mt][nt][e];
-                            float *const yp = p.y + (size_t)(c0 + t) * p.rows + row;
-                            const float o = x2 == INT_MAX                 ? __int_as_float(0x7fc00000)
-                                            : x2 >= -126 && x2 <= 127 ? v * __int_as_float((127 + x2) << 23)
-                                                                          : ldexpf(v, x2);
-                            *yp = p.acc ? __fadd_rn(*yp, o) : o; /* (k_add's sum: the same bits as y += tmp) */
+                            p.y[(size_t)(c0 + t) * p.rows + row] =
+                                x2 == INT_MAX                 ? __int_as_float(0x7fc00000)
+                                : x2 >= -126 && x2 <= 127 ? v * __int_as_float((127 + x2) << 23)
+                                                              : ldexpf(v, x2);
                         }
                     }
         };
@@ -1641,23 +1639,8 @@ int lilac_cuda_matvec_mma(const lilac_cuda_mat *W, const float *x, float *y, int
     return lilac_cuda_matvec_mma_x(W, x, y, n_tok, 0, s);
 }
 
-static int dense_mma(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, int same_x, int accumulate,
-                     lilac_cuda_stream *s);
-
 int lilac_cuda_matvec_mma_x(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, int same_x,
                             lilac_cuda_stream *s)
-{
-    return dense_mma(W, x, y, n_tok, same_x, 0, s);
-}
-
-int lilac_cuda_matvec_mma_acc(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s)
-{
-    return dense_mma(W, x, y, n_tok, 0, 1, s);
-}
-
-/* lilac_cuda_matvec_mma_x's product, y += it where accumulate. */
-static int dense_mma(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, int same_x, int accumulate,
-                     lilac_cuda_stream *s)
 {
     bool a16 = false;
     if (!W || !x || !y || n_tok < 1 || !shape_ok(W, 0, &a16))
@@ -1675,7 +1658,6 @@ static int dense_mma(const lilac_cuda_mat *W, const float *x, float *y, int n_to
     p.n_tok = n_tok;
     p.xq = q.xq, p.xsum = q.xsum, p.xexp = q.xexp;
     p.y = y;
-    p.acc = accumulate != 0;
     p.rows = (int)W->rows;
     p.K = K;
     p.row_tiles = (p.rows + BM - 1) / BM;

@@ -231,12 +231,9 @@ void lilac_cuda_pf_moe_group_gu(const int32_t *idx, int n, int k, int E, int32_t
 /* Pair i = t k + j (token t's j-th slot) as a row of its own: xp [n k][E] gets x's row t, tok_pair [n k] the
  * identity (for lilac_cuda_pf_moe_sum); E a multiple of 4. */
 void lilac_cuda_pf_pair_rows(const float *x, int n, int k, int E, float *xp, int32_t *tok_pair, lilac_cuda_stream *s);
-/* moe_sum for n tokens: token t adds w[t][i] * ex[tok_pair[t][i]] for its slots i in order (+ the shared expert,
- * its gate from xn's row); with norm_w, then xn = RMSNorm(x) * norm_w (the next layer's input norm: one pass over
- * the rows fewer). */
+/* moe_sum for n tokens: token t adds w[t][i] * ex[tok_pair[t][i]] for its slots i in order (+ the shared expert). */
 void lilac_cuda_pf_moe_sum(float *x, const float *ex, const float *w, const int32_t *tok_pair, int k, const float *sh,
-                           const float *gate_inp, float *xn, const float *norm_w, float eps, int E, int n,
-                           lilac_cuda_stream *s);
+                           const float *gate_inp, const float *xn, int E, int n, lilac_cuda_stream *s);
 
 #ifdef __cplusplus
 }

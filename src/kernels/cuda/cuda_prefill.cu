@@ -1356,14 +1356,13 @@ __global__ void __launch_bounds__(PG_T) k_pf_moe_group(const int32_t *idx, int n
 // the expert's output row, then + sigmoid(dot(gate_inp, xn)) sh when sh is
 // set: k_moe_sum_norm's order (experts by index, then the shared one).
 __global__ void k_pf_moe_sum(float *x_all, const float *ex, const float *w_all, const int32_t *tok_pair, int k,
-                             const float *sh_all, const float *gate_inp, float *xn_all, const float *norm_w, float eps,
-                             int E)
+                             const float *sh_all, const float *gate_inp, const float *xn_all, int E)
 {
     __shared__ int tp[PT_MAXK];
     __shared__ float tw[PT_MAXK];
     const size_t t = blockIdx.x;
     float *x = x_all + t * E;
-    float *xn = xn_all + t * E;
+    const float *xn = xn_all + t * E;
     const float *sh = sh_all ? sh_all + t * E : nullptr;
     if ((int)threadIdx.x < k) {
         tp[threadIdx.x] = tok_pair[t * k + threadIdx.x];
@@ -1384,11 +1383,6 @@ __global__ void k_pf_moe_sum(float *x_all, const float *ex, const float *w_all, 
         if (sh)
             o += gsh * sh[e];
         x[e] += o;
-    }
-    if (norm_w) { /* the row's x written by this block (visible to it after the barrier); xn read above, before
-                   * the gate's block_sum */
-        __syncthreads();
-        dev_rmsnorm(x, norm_w, xn, E, eps);
     }
 }
 
@@ -1689,10 +1683,10 @@ extern "C" void lilac_cuda_pf_pair_rows(const float *x, int n, int k, int E, flo
 }
 
 extern "C" void lilac_cuda_pf_moe_sum(float *x, const float *ex, const float *w, const int32_t *tok_pair, int k,
-                                      const float *sh, const float *gate_inp, float *xn, const float *norm_w,
-                                      float eps, int E, int n, lilac_cuda_stream *s)
+                                      const float *sh, const float *gate_inp, const float *xn, int E, int n,
+                                      lilac_cuda_stream *s)
 {
     if (n < 1 || k < 0 || k > PT_MAXK)
         return;
-    k_pf_moe_sum<<<n, 1024, 0, CS(s)>>>(x, ex, w, tok_pair, k, sh, gate_inp, xn, norm_w, eps, E);
+    k_pf_moe_sum<<<n, 1024, 0, CS(s)>>>(x, ex, w, tok_pair, k, sh, gate_inp, xn, E);
 }

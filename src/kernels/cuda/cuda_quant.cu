@@ -2098,14 +2098,6 @@ void lilac_cuda_matvec(const lilac_cuda_mat *W, const float *x, float *y, int n_
     matvec_tok(W, x, y, n_tok, false, s);
 }
 
-int lilac_cuda_matvec_add(const lilac_cuda_mat *W, const float *x, float *y, int n_tok, lilac_cuda_stream *s)
-{
-    return W && x && y && n_tok >= lilac_cuda_mma_min_tokens() && W->rows >= mma_min_rows() &&
-                   lilac_cuda_mma_supported(W->type) && lilac_cuda_mma_enabled()
-               ? lilac_cuda_matvec_mma_acc(W, x, y, n_tok, s)
-               : -1;
-}
-
 void lilac_cuda_matvec_multi(const lilac_cuda_mat *const *W, float *const *y, int n_mat, const float *x, int n_tok,
                              lilac_cuda_stream *s)
 {
