@@ -468,7 +468,6 @@ void lilac_cuda_op_mark(lilac_cuda_stream *s, const char *name, double *t)
 #define TRACE_STEP 8
 #define TRACE_EVENTS ((size_t)1 << 22) /* 96 MiB: ~400 launches of up to ~1000 blocks, 5 slots a block */
 static int g_trace = -1, g_trace_layer = -1;
-static bool g_trace_aux; /* the launches named now are on the second stream whatever their call's text says */
 static lilac_trace_name *g_names;
 static size_t g_n_names, g_cap_names;
 static bool trace_on(void)
@@ -498,13 +497,13 @@ static void trace_attribute(void)
 /* Launches made before the names that come next (not through the helpers that note them, or unnamed): done. */
 static void trace_skip(void) { g_attr_names = g_n_names, g_notes_seen = lilac_cuda_launch_notes(NULL, 0); }
 
-/* A launch of op (call: its source text; "...aux)", or g_trace_aux set: on the second stream). */
+/* A launch of op (call: its source text; "...aux)": on the second stream). */
 static void trace_name(const char *op, const char *call)
 {
     int k[2];
     const int nk = lilac_trace_op_kernels(op, k);
     const size_t len = strlen(call);
-    const int branch = g_trace_aux || (len >= 4 && !strcmp(call + len - 4, "aux)"));
+    const int branch = len >= 4 && !strcmp(call + len - 4, "aux)");
     for (int i = 0; i < nk; i++) {
         if (g_n_names == g_cap_names) {
             size_t cap = g_cap_names ? 2 * g_cap_names : 512;
@@ -665,7 +664,6 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
          * main stream before them, no join, measured: tg128 325.6 against 386.8, session 29) */
         if (shared) {
             lilac_cuda_fork(s, aux, cm->ev[0]);
-            g_trace_aux = true;
             if (cl->sh_gu.data) { /* gate and up in one product: up lands at shu, right after the gate */
                 OP("matvec", lilac_cuda_matvec(&cl->sh_gu, cm->xn, cm->shg, 1, aux));
             } else {
@@ -674,7 +672,6 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             }
             OP("matvec",
                lilac_cuda_matvec_fused(&cl->sh_down, 0, NULL, 1, cm->shg, cm->shu, 0, cm->sho, 0, aux));
-            g_trace_aux = false;
         }
         /* the routing takes the shared expert's gate too */
         if (!routed)
@@ -914,7 +911,7 @@ lilac_status lilac_cuda_eval(lilac_seq *s, const int32_t *tokens, int n, const l
             return cuda_err(err, "CUDA step", msg);
         }
         if (g_timing == 1)
-            op_time("out+download", now_s() - t0);
+            op_time("download", now_s() - t0);
         if (lilac_cuda_last_error(msg, sizeof msg))
             return cuda_err(err, "CUDA step", msg);
         s->pos++;
