@@ -613,10 +613,43 @@ static void test_refusals(void)
     lilac_cuda_free(d);
 }
 
+/* The 35B-A3B's LM head (Q6_K 248,320 x 2048, 417 MB) one token at a time through k_mv_pipe and each k_mv_ring
+ * configuration: ms and GB/s. Printed, not checked. */
+static void bench_lm_head(void)
+{
+    const int64_t rows = 248320, cols = 2048;
+    const size_t rb = lilac_dtype_row_bytes(LILAC_Q6_K, cols), bytes = (size_t)rows * rb;
+    char msg[512];
+    void *dev = NULL;
+    uint8_t *host = malloc(bytes);
+    if (!host || lilac_cuda_malloc(&dev, bytes, msg, sizeof msg)) {
+        printf("bench lm_head: no memory: %s\n", host ? msg : "host");
+        free(host);
+        return;
+    }
+    fill_matrix(LILAC_Q6_K, rows, cols, rb, 0, host);
+    if (lilac_cuda_upload(dev, host, bytes, msg, sizeof msg) == 0) {
+        const lilac_cuda_mat m = {.data = dev, .type = LILAC_Q6_K, .rows = rows, .cols = cols, .row_bytes = rb};
+        for (int ring = 0; ring <= lilac_cuda_mv_ring_count(); ring++) {
+            const int prev = lilac_cuda_mv_ring_set(ring);
+            const double t = lilac_cuda_bench_matvec(&m, 1, 20);
+            lilac_cuda_mv_ring_set(prev);
+            if (t > 0)
+                printf("bench lm_head Q6_K %lld x %lld, ring %d: %8.1f us, %7.1f GB/s\n", (long long)rows,
+                       (long long)cols, ring, t * 1e6, bytes / t / 1e9);
+            else
+                printf("bench lm_head ring %d: failed\n", ring);
+        }
+    }
+    lilac_cuda_free(dev);
+    free(host);
+}
+
 /* GB/s of one-token products over ~256 MiB of each type (weights read once
  * a product), and of 2 to 16 tokens for some. Printed, not checked. */
 static void bench(void)
 {
+    bench_lm_head();
     const int64_t cols = 4096;
     for (int ti = 0; ti < N_TYPES; ti++) {
         const int type = TYPES[ti];
@@ -754,7 +787,7 @@ static void test_pipe(void)
     static const int PT[] = {LILAC_Q4_K, LILAC_Q6_K, LILAC_Q5_K, LILAC_Q8_0};
     const int64_t rows = 40001, cols = 2048;
     char msg[512];
-    int n_same = 0;
+    int n_same = 0, n_cases = 0;
     for (size_t ti = 0; ti < sizeof PT / sizeof PT[0]; ti++) {
         const int type = PT[ti];
         const size_t rb = lilac_dtype_row_bytes(type, cols), bytes = (size_t)rows * rb;
@@ -780,30 +813,43 @@ static void test_pipe(void)
                 lilac_cuda_upload(db, base, sizeof(float) * (size_t)rows, msg, sizeof msg);
                 const int prev = lilac_cuda_mv_pipe_set(0);
                 lilac_cuda_matvec_fused(&m, 0, NULL, 1, dx, NULL, 0, da, acc, NULL);
-                lilac_cuda_mv_pipe_set(1);
-                const long n0 = lilac_cuda_mv_pipe_launches();
-                lilac_cuda_matvec_fused(&m, 0, NULL, 1, dx, NULL, 0, db, acc, NULL);
-                const long n1 = lilac_cuda_mv_pipe_launches();
                 lilac_cuda_mv_pipe_set(prev);
-                const char *err = check_msg();
-                CHECKF(!err, "pipe %s: %s", tname(type), err ? err : "");
-                if (err || lilac_cuda_download(y0, da, sizeof(float) * (size_t)rows, NULL, msg, sizeof msg) ||
-                    lilac_cuda_download(y1, db, sizeof(float) * (size_t)rows, NULL, msg, sizeof msg))
+                if (check_msg() ||
+                    lilac_cuda_download(y0, da, sizeof(float) * (size_t)rows, NULL, msg, sizeof msg)) {
+                    CHECKF(0, "pipe %s: the plain kernel failed", tname(type));
                     continue;
-                int64_t bad = -1;
-                for (int64_t r = 0; r < rows && bad < 0; r++)
-                    if (memcmp(&y0[r], &y1[r], sizeof(float)) != 0)
-                        bad = r;
-                CHECKF(bad < 0, "pipe %s (acc %d): row %lld %.9g vs the plain kernel's %.9g", tname(type), acc,
-                       (long long)bad, bad < 0 ? 0.0 : (double)y1[bad], bad < 0 ? 0.0 : (double)y0[bad]);
-                CHECKF(!lilac_cuda_mv_pipe_usable() || n1 > n0, "pipe %s: k_mv_pipe did not run", tname(type));
-                n_same += bad < 0 && n1 > n0;
+                }
+                /* k_mv_pipe (ring 0), then each k_mv_ring configuration, over the same base */
+                for (int ring = 0; ring <= lilac_cuda_mv_ring_count(); ring++) {
+                    lilac_cuda_upload(db, base, sizeof(float) * (size_t)rows, msg, sizeof msg);
+                    const int prev_on = lilac_cuda_mv_pipe_set(1), prev_ring = lilac_cuda_mv_ring_set(ring);
+                    const long n0 = lilac_cuda_mv_pipe_launches();
+                    lilac_cuda_matvec_fused(&m, 0, NULL, 1, dx, NULL, 0, db, acc, NULL);
+                    const long n1 = lilac_cuda_mv_pipe_launches();
+                    lilac_cuda_mv_ring_set(prev_ring);
+                    lilac_cuda_mv_pipe_set(prev_on);
+                    const char *err = check_msg();
+                    CHECKF(!err, "pipe %s ring %d: %s", tname(type), ring, err ? err : "");
+                    if (err || lilac_cuda_download(y1, db, sizeof(float) * (size_t)rows, NULL, msg, sizeof msg))
+                        continue;
+                    int64_t bad = -1;
+                    for (int64_t r = 0; r < rows && bad < 0; r++)
+                        if (memcmp(&y0[r], &y1[r], sizeof(float)) != 0)
+                            bad = r;
+                    CHECKF(bad < 0, "pipe %s ring %d (acc %d): row %lld %.9g vs the plain kernel's %.9g", tname(type),
+                           ring, acc, (long long)bad, bad < 0 ? 0.0 : (double)y1[bad], bad < 0 ? 0.0 : (double)y0[bad]);
+                    CHECKF(!lilac_cuda_mv_pipe_usable() || n1 > n0, "pipe %s ring %d: k_mv_pipe did not run",
+                           tname(type), ring);
+                    n_same += bad < 0 && n1 > n0;
+                    n_cases++;
+                }
             }
         }
         lilac_cuda_free(dx), lilac_cuda_free(da), lilac_cuda_free(db), lilac_cuda_free(dw);
         free(host), free(x), free(base), free(y0), free(y1);
     }
-    printf("one-token products streamed two tiles ahead (k_mv_pipe): %d of 8 cases bit-equal to k_mv\n", n_same);
+    printf("one-token products streamed through shared memory (k_mv_pipe, k_mv_ring's %d): %d of %d cases bit-equal "
+           "to k_mv\n", lilac_cuda_mv_ring_count(), n_same, n_cases);
 }
 
 int main(void)

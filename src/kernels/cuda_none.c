@@ -139,6 +139,12 @@ int lilac_cuda_mv_pipe_set(int on)
 }
 long lilac_cuda_mv_pipe_launches(void) { return 0; }
 int lilac_cuda_mv_pipe_usable(void) { return 0; }
+int lilac_cuda_mv_ring_set(int c)
+{
+    (void)c;
+    return 0;
+}
+int lilac_cuda_mv_ring_count(void) { return 0; }
 
 void lilac_cuda_matvec_like(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int slots,
                             const float *x, int x_stride, const float *x2, float *y, int n_tok, int accumulate,

@@ -141,6 +141,42 @@ template <int NW, bool A16, bool SH = false> __device__ __forceinline__ void ldw
         w[i] = __funnelshift_r(X[i], X[i + 1], sh);
 }
 
+/* N words of shared memory from q, whose address is A mod 16 (A a multiple of 4, known when compiled): the widest
+ * aligned loads that fit, so that k_mv_ring's Q6_K rows load without ldw's runtime selects. */
+template <int N, int A, int I = 0> __device__ __forceinline__ void ld_words(const uint32_t *q, uint32_t *X)
+{
+    if constexpr (I < N) {
+        constexpr int a = (A + 4 * I) & 15;
+        if constexpr (a == 0 && I + 4 <= N) {
+            const uint4 v = *reinterpret_cast<const uint4 *>(q + I);
+            X[I] = v.x, X[I + 1] = v.y, X[I + 2] = v.z, X[I + 3] = v.w;
+            ld_words<N, A, I + 4>(q, X);
+        } else if constexpr (a % 8 == 0 && I + 2 <= N) {
+            const uint2 v = *reinterpret_cast<const uint2 *>(q + I);
+            X[I] = v.x, X[I + 1] = v.y;
+            ld_words<N, A, I + 2>(q, X);
+        } else {
+            X[I] = q[I];
+            ld_words<N, A, I + 1>(q, X);
+        }
+    }
+}
+
+/* ldw's words (the same bytes) from shared memory at p, p = S mod 16 (S even, known when compiled). */
+template <int NW, int S> __device__ __forceinline__ void ldw_sh(const uint8_t *p, uint32_t (&w)[NW])
+{
+    static_assert(S % 2 == 0 && S >= 0 && S < 16, "2-aligned");
+    if constexpr (S % 4 == 0) {
+        ld_words<NW, S>(reinterpret_cast<const uint32_t *>(p), w);
+    } else {
+        uint32_t X[NW + 1];
+        ld_words<NW + 1, S - 2>(reinterpret_cast<const uint32_t *>(p - 2), X);
+#pragma unroll
+        for (int i = 0; i < NW; i++)
+            w[i] = __funnelshift_r(X[i], X[i + 1], 16);
+    }
+}
+
 /* ------------------------------------------------------------------ */
 /* Per-type units. Each type defines:
  *   VPU     values a unit (a lane's share of a row per step)
@@ -365,6 +401,16 @@ template <> struct Unit<LILAC_Q6_K> {
         ldw<8, false, SH>(b + 128 + 32 * h, p.qh);
         p.sc = ldu16<SH>(b + 192 + 8 * h + 2 * pp) | (ldu16<SH>(b + 196 + 8 * h + 2 * pp) << 16);
         p.d = ldu16<SH>(b + 208);
+    }
+    /* load's Pay from a staged row whose block u / 4 starts at S mod 16 (k_mv_ring) */
+    template <int S> __device__ static void load_sh(const uint8_t *row, int u, Pay &p)
+    {
+        const uint8_t *b = row + (size_t)(u >> 2) * Q6_K_BYTES;
+        const int h = (u >> 1) & 1, pp = u & 1;
+        ldw_sh<8, S>(b + 64 * h + 32 * pp, p.ql); /* offsets of 32: the same S */
+        ldw_sh<8, S>(b + 128 + 32 * h, p.qh);
+        p.sc = ldu16<true>(b + 192 + 8 * h + 2 * pp) | (ldu16<true>(b + 196 + 8 * h + 2 * pp) << 16);
+        p.d = ldu16<true>(b + 208);
     }
     __device__ static int vcol(int c) { return (c & ~0x60) | ((c & 0x20) << 1) | ((c & 0x40) >> 1); }
     __device__ static constexpr int xshift(int i) { return xshift_bytes(i); }
@@ -678,7 +724,7 @@ __device__ __forceinline__ void xv_put(bool glu_in, int nt, const XvPart &P, flo
         ss[P.t * SS + P.run] = s;
 }
 
-template <class UT, int T>
+template <class UT, int T, int NTH = NTHREADS>
 __device__ void load_x(const float *x, const float *x2, long long x_tok, int nt, int u0, int u1, float *xs, int XS,
                        float *ss, int SS, bool vec = false)
 {
@@ -686,7 +732,7 @@ __device__ void load_x(const float *x, const float *x2, long long x_tok, int nt,
     const int nruns = (u1 - u0) * NR;
     /* vec (the caller's: x, x2 and their token strides 16-byte aligned; LILAC_CUDA_X_VEC=0 off): xv_at, xv_get, xv_put */
     if (vec && (T * nruns) % 8 == 0) { /* whole warps a run group (the shuffles) */
-        for (int i = threadIdx.x; i < 4 * T * nruns; i += NTHREADS) {
+        for (int i = threadIdx.x; i < 4 * T * nruns; i += NTH) {
             const XvPart P = xv_at<UT>(x_tok, u0, nruns, i);
             float4 a, b;
             xv_get(x, x2, nt, P, a, b);
@@ -695,7 +741,7 @@ __device__ void load_x(const float *x, const float *x2, long long x_tok, int nt,
         __syncthreads();
         return;
     }
-    for (int i = threadIdx.x; i < T * nruns; i += NTHREADS) {
+    for (int i = threadIdx.x; i < T * nruns; i += NTH) {
         const int t = i / nruns, run = i - t * nruns, u = run / NR, rr = run - u * NR;
         const long long off = (long long)u0 * VPU + UT::vcol(u * VPU + 16 * rr) + t * x_tok;
         const float *src = x + off, *src2 = x2 ? x2 + off : nullptr; /* a run's 16 columns are adjacent */
@@ -1071,6 +1117,118 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_mv_pipe(const MV p)
         __syncthreads(); /* every lane is done with buffer k */
         if (threadIdx.x == 0 && it + 2 < it1)
             issue(it + 2);
+    }
+    TRACE_END(LILAC_TK_MV);
+}
+
+/* k_mv_ring (LILAC_CUDA_MV_RING=c, session 30: a config of RING_CFGS, 0 off): k_mv_pipe's product through a
+ * ring of NS small slots instead of two tile-sized buffers. The LM head (Q6_K 248,320 x 2048) took 190 us a
+ * token through k_mv_pipe, 2.2 TB/s: at one row a lane group its lanes read 256 bytes of x from shared memory
+ * for every 64 values (the whole SM's shared-memory bandwidth at the HBM's pace), and 8 warps hid little
+ * latency. Here a slot is one warp's rows (R rows a lane group: the x loads shared by R rows), item j of the
+ * block's run in slot j % NS, taken by warp j % NWP, whose lane 0 refills the slot with item j + NS once the
+ * warp has read it; the bulk copies of the other slots run meanwhile. Each row's units, lanes and sums are
+ * k_mv's (mv_units' staged walk or, for Q6_K at 4 lanes a row, q6_units): the same bits. */
+template <int R_, int NWP_, int NS_> struct RingCfg {
+    static constexpr int R = R_, NWP = NWP_, NS = NS_;
+};
+/* Q6_K at 4 lanes a row: lane sub's i-th unit is sub + 4 i, in block i, which starts at 210 i = 2 i mod 16 in a
+ * 16-aligned row: its loads' alignment known when compiled (ldw_sh) over runs of 8 blocks, all unrolled. */
+template <int R, int I = 0>
+__device__ __forceinline__ void q6_units(const uint8_t *const (&rowp)[R], int u, const float *xs, int XS,
+                                         const float *ss, int SS, float (&tot)[R][1])
+{
+    if constexpr (I < 8) {
+        using UT = Unit<LILAC_Q6_K>;
+        constexpr int US = UT::VPU + 4;
+        typename UT::Pay a[R];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            UT::template load_sh<(2 * I) & 15>(rowp[r], u, a[r]);
+        UT::template dot<R, 1>(a, xs + u * US, XS, ss + u * UT::NRUN, SS, u, 1, tot);
+        q6_units<R, I + 1>(rowp, u + 4, xs, XS, ss, SS, tot);
+    }
+}
+
+template <int TYPE, bool A16, class C>
+__global__ void __launch_bounds__(C::NWP * 32, 1) k_mv_ring(const MV p)
+{
+    using UT = Unit<TYPE>;
+    constexpr int R = C::R, NWP = C::NWP, NS = C::NS, NTH = NWP * 32;
+    constexpr int VPU = UT::VPU, NRUN = UT::NRUN, US = VPU + 4;
+    TRACE_START(LILAC_TK_MV);
+    griddep_launch_dependents();
+    __shared__ uint64_t bars[NS];
+    extern __shared__ float4 smem4[];
+    float *const xs = reinterpret_cast<float *>(smem4);
+    const int XS = p.ut * US;
+    float *const ss = xs + XS;
+    const int SS = p.ut * NRUN;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lpr = 1 << p.lpr_log2, sub = lane & (lpr - 1), grp = lane >> p.lpr_log2;
+    const long long sr = (long long)R << (5 - p.lpr_log2); /* a slot's rows: a warp's */
+    const size_t sbytes = ((size_t)sr * p.row_bytes + 127) & ~(size_t)127; /* launch_ring's */
+    uint8_t *const st0 = reinterpret_cast<uint8_t *>(smem4) + p.stage_off;
+    const int U = (int)(p.cols / VPU);
+    const long long items = (p.rows + sr - 1) / sr;
+    const long long it0 = items * blockIdx.x / gridDim.x, n = items * (blockIdx.x + 1) / gridDim.x - it0;
+    auto issue = [&](long long j) { /* item it0 + j into slot j % NS */
+        const int s = (int)(j % NS);
+        const long long r0 = (it0 + j) * sr, nr = p.rows - r0 < sr ? p.rows - r0 : sr;
+        const uint32_t bytes = (uint32_t)(nr * (long long)p.row_bytes), bar = dev_smem_addr(&bars[s]);
+        dev_stage_expect(bar, bytes);
+        dev_stage_copy(st0 + s * sbytes, p.w + (size_t)r0 * p.row_bytes, bytes, bar);
+    };
+    if (threadIdx.x == 0) { /* the weights do not depend on the kernel before: copied before the wait */
+#pragma unroll
+        for (int s = 0; s < NS; s++)
+            dev_stage_init(dev_smem_addr(&bars[s]));
+        for (long long j = 0; j < NS && j < n; j++)
+            issue(j);
+    }
+    griddep_wait(); /* x comes from the kernel before */
+    TRACE_WAITED(LILAC_TK_MV);
+    load_x<UT, 1, NTH>(p.x, p.x2, p.x_tok, 1, 0, U, xs, XS, ss, SS, p.xvec); /* ends with a barrier */
+    /* Q6_K's unrolled walk: 4 lanes a row, whole runs of 8 blocks, rows 16-aligned in shared memory */
+    const bool q6 = TYPE == LILAC_Q6_K && lpr == 4 && U % 32 == 0 && (dev_smem_addr(st0) & 15) == 0;
+    for (long long j = warp; j < n; j += NWP) {
+        const int s = (int)(j % NS);
+        const long long row0 = (it0 + j) * sr + grp * R;
+        const uint8_t *rowp[R];
+        bool ok[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            ok[r] = row0 + r < p.rows;
+            rowp[r] = st0 + s * sbytes + (size_t)(grp * R + r) * p.row_bytes;
+        }
+        float tot[R][1];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            tot[r][0] = 0.f;
+        dev_stage_wait(dev_smem_addr(&bars[s]), (uint32_t)((j / NS) & 1));
+        if constexpr (TYPE == LILAC_Q6_K) {
+            if (q6) {
+                for (int u = sub; u < U; u += 32) /* 8 blocks (4 lanes x 8 units) a pass */
+                    q6_units<R>(rowp, u, xs, XS, ss, SS, tot);
+            } else {
+                typename UT::Pay a[R], b[R];
+                mv_units<TYPE, A16, R, 1, true>(rowp, ok, sub, 0, U, lpr, a, b, xs, XS, ss, SS, 1, tot);
+            }
+        } else {
+            typename UT::Pay a[R], b[R];
+            mv_units<TYPE, A16, R, 1, true>(rowp, ok, sub, 0, U, lpr, a, b, xs, XS, ss, SS, 1, tot);
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float v = lanes_sum(tot[r][0], lpr);
+            if (sub == 0 && ok[r]) {
+                float *yp = p.y + row0 + r;
+                *yp = p.acc ? *yp + v : v;
+            }
+        }
+        __syncwarp(); /* every lane of the warp is done with slot s */
+        if (lane == 0 && j + NS < n)
+            issue(j + NS);
     }
     TRACE_END(LILAC_TK_MV);
 }
@@ -1508,6 +1666,70 @@ template <auto KERN_PIPE> bool launch_pipe(MV p, long long grid, int smem, cudaS
     return true;
 }
 
+/* k_mv_ring's configurations (LILAC_CUDA_MV_RING=c, 1-based; 0, the default, k_mv_pipe): rows a lane group,
+ * warps a block, slots. Q6_K only (the LM head's type) while they are measured. Read once. */
+constexpr int RING_N = 8;
+static std::atomic<int> g_ring{-1};
+static int ring_cfg()
+{
+    int v = g_ring.load(std::memory_order_relaxed);
+    if (v < 0) {
+        v = lilac_env_int("LILAC_CUDA_MV_RING", 0, 0, RING_N);
+        g_ring.store(v, std::memory_order_relaxed);
+    }
+    return v;
+}
+
+template <int TYPE, class C> bool launch_ring_c(MV p, int smem, cudaStream_t st)
+{
+    constexpr auto KERN = k_mv_ring<TYPE, false, C>;
+    const int most = dev_smem_most<KERN>();
+    if (!most)
+        return false;
+    const long long sr = (long long)C::R << (5 - p.lpr_log2);
+    const long long sb = (sr * (long long)p.row_bytes + 127) & ~127LL; /* k_mv_ring's */
+    const int off = (smem + 127) & ~127;
+    if (off + C::NS * sb > most)
+        return false;
+    p.stage_off = off;
+    const int total = off + (int)(C::NS * sb);
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, KERN, C::NWP * 32, (size_t)total) != cudaSuccess ||
+        per_sm < 1) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    const long long items = (p.rows + sr - 1) / sr, cap = (long long)per_sm * dev_sm_count();
+    launch_dependent(KERN, dim3((unsigned)(items < cap ? items : cap)), dim3(C::NWP * 32), (size_t)total, st, p);
+    g_pipe_n.fetch_add(1, std::memory_order_relaxed);
+    return true;
+}
+
+/* p through k_mv_ring where launch_pipe would take it and a configuration is chosen. false: nothing launched. */
+template <int TYPE> bool launch_ring(const MV &p, long long grid, int smem, cudaStream_t st)
+{
+    if constexpr (TYPE != LILAC_Q6_K) {
+        (void)p, (void)grid, (void)smem, (void)st;
+        return false;
+    } else {
+        const int c = ring_cfg();
+        if (!c || p.n_tok != 1 || p.idx || p.rlog || p.n_ct != 1 || p.items <= grid || p.row_bytes % 16 ||
+            reinterpret_cast<uintptr_t>(p.w) % 16 || !mv_pipe_enabled())
+            return false;
+        switch (c) {
+        case 1: return launch_ring_c<TYPE, RingCfg<2, 4, 8>>(p, smem, st);
+        case 2: return launch_ring_c<TYPE, RingCfg<2, 6, 8>>(p, smem, st);
+        case 3: return launch_ring_c<TYPE, RingCfg<2, 8, 8>>(p, smem, st);
+        case 4: return launch_ring_c<TYPE, RingCfg<1, 8, 16>>(p, smem, st);
+        case 5: return launch_ring_c<TYPE, RingCfg<1, 12, 16>>(p, smem, st);
+        case 6: return launch_ring_c<TYPE, RingCfg<4, 2, 4>>(p, smem, st);
+        case 7: return launch_ring_c<TYPE, RingCfg<2, 7, 8>>(p, smem, st);
+        case 8: return launch_ring_c<TYPE, RingCfg<1, 14, 16>>(p, smem, st);
+        default: return false;
+        }
+    }
+}
+
 /* LILAC_CUDA_X_VEC=0: load_x a thread a run of scalar loads (its older form). Read once. */
 static std::atomic<int> g_x_vec{-1};
 static bool x_vec_enabled() { return env_switch_once(g_x_vec, "LILAC_CUDA_X_VEC", true); }
@@ -1531,7 +1753,7 @@ void launch_shaped(MV p, cudaStream_t st, int slots, int lpr_force)
     const unsigned grid = (unsigned)(p.items < cap ? p.items : cap);
     p.stage_off = KERN_STG != KERN ? mv_stage_off<TYPE, T>(p, grid, &smem) : 0;
     if constexpr (KERN_PIPE != KERN)
-        if (!p.stage_off && launch_pipe<KERN_PIPE>(p, grid, smem, st))
+        if (!p.stage_off && (launch_ring<TYPE>(p, grid, smem, st) || launch_pipe<KERN_PIPE>(p, grid, smem, st)))
             return;
     if (p.stage_off) {
         kern = KERN_STG;
@@ -2197,6 +2419,13 @@ int lilac_cuda_mv_pipe_set(int on)
 }
 long lilac_cuda_mv_pipe_launches(void) { return g_pipe_n.load(std::memory_order_relaxed); }
 int lilac_cuda_mv_pipe_usable(void) { return mv_stage_enabled(); }
+int lilac_cuda_mv_ring_set(int c)
+{
+    const int prev = ring_cfg();
+    g_ring.store(c >= 0 && c <= RING_N ? c : 0, std::memory_order_relaxed);
+    return prev;
+}
+int lilac_cuda_mv_ring_count(void) { return RING_N; }
 
 void lilac_cuda_matvec_like(const lilac_cuda_mat *W, size_t expert_stride, const int32_t *idx, int slots,
                             const float *x, int x_stride, const float *x2, float *y, int n_tok, int accumulate,
