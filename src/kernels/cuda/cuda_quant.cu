@@ -1129,8 +1129,12 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_mv_pipe(const MV p)
  * block's run in slot j % NS, taken by warp j % NWP, whose lane 0 refills the slot with item j + NS once the
  * warp has read it; the bulk copies of the other slots run meanwhile. Each row's units, lanes and sums are
  * k_mv's (mv_units' staged walk or, for Q6_K at 4 lanes a row, q6_units): the same bits. */
-template <int R_, int NWP_, int NS_> struct RingCfg {
+template <int R_, int NWP_, int NS_, bool Q6F_ = true> struct RingCfg {
     static constexpr int R = R_, NWP = NWP_, NS = NS_;
+    static constexpr bool Q6F = Q6F_; /* Q6_K through q6_units where it can */
+    /* slot s's items all warp s % NWP's, taken in order: a consumer never waits on a fill two ahead of the
+     * slot's (the barrier's parity would pass it; session 30's 12 warps over 16 slots read stale rows) */
+    static_assert(NS % NWP == 0, "a slot's items one warp's");
 };
 /* Q6_K at 4 lanes a row: lane sub's i-th unit is sub + 4 i, in block i, which starts at 210 i = 2 i mod 16 in a
  * 16-aligned row: its loads' alignment known when compiled (ldw_sh) over runs of 8 blocks, all unrolled. */
@@ -1190,7 +1194,7 @@ __global__ void __launch_bounds__(C::NWP * 32, 1) k_mv_ring(const MV p)
     TRACE_WAITED(LILAC_TK_MV);
     load_x<UT, 1, NTH>(p.x, p.x2, p.x_tok, 1, 0, U, xs, XS, ss, SS, p.xvec); /* ends with a barrier */
     /* Q6_K's unrolled walk: 4 lanes a row, whole runs of 8 blocks, rows 16-aligned in shared memory */
-    const bool q6 = TYPE == LILAC_Q6_K && lpr == 4 && U % 32 == 0 && (dev_smem_addr(st0) & 15) == 0;
+    const bool q6 = C::Q6F && TYPE == LILAC_Q6_K && lpr == 4 && U % 32 == 0 && (dev_smem_addr(st0) & 15) == 0;
     for (long long j = warp; j < n; j += NWP) {
         const int s = (int)(j % NS);
         const long long row0 = (it0 + j) * sr + grp * R;
@@ -1717,14 +1721,14 @@ template <int TYPE> bool launch_ring(const MV &p, long long grid, int smem, cuda
             reinterpret_cast<uintptr_t>(p.w) % 16 || !mv_pipe_enabled())
             return false;
         switch (c) {
-        case 1: return launch_ring_c<TYPE, RingCfg<2, 4, 8>>(p, smem, st);
-        case 2: return launch_ring_c<TYPE, RingCfg<2, 6, 8>>(p, smem, st);
-        case 3: return launch_ring_c<TYPE, RingCfg<2, 8, 8>>(p, smem, st);
-        case 4: return launch_ring_c<TYPE, RingCfg<1, 8, 16>>(p, smem, st);
-        case 5: return launch_ring_c<TYPE, RingCfg<1, 12, 16>>(p, smem, st);
-        case 6: return launch_ring_c<TYPE, RingCfg<4, 2, 4>>(p, smem, st);
-        case 7: return launch_ring_c<TYPE, RingCfg<2, 7, 8>>(p, smem, st);
-        case 8: return launch_ring_c<TYPE, RingCfg<1, 14, 16>>(p, smem, st);
+        case 1: return launch_ring_c<TYPE, RingCfg<1, 8, 16>>(p, smem, st);
+        case 2: return launch_ring_c<TYPE, RingCfg<1, 16, 16>>(p, smem, st);
+        case 3: return launch_ring_c<TYPE, RingCfg<1, 4, 16>>(p, smem, st);
+        case 4: return launch_ring_c<TYPE, RingCfg<1, 8, 8>>(p, smem, st);
+        case 5: return launch_ring_c<TYPE, RingCfg<2, 8, 8>>(p, smem, st);
+        case 6: return launch_ring_c<TYPE, RingCfg<1, 8, 16, false>>(p, smem, st);
+        case 7: return launch_ring_c<TYPE, RingCfg<1, 16, 16, false>>(p, smem, st);
+        case 8: return launch_ring_c<TYPE, RingCfg<2, 4, 8>>(p, smem, st);
         default: return false;
         }
     }
