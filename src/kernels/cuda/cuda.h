@@ -137,8 +137,8 @@ int lilac_cuda_moe_down_sum_r(void);
 int lilac_cuda_mv_pipe_set(int on);
 long lilac_cuda_mv_pipe_launches(void);
 int lilac_cuda_mv_pipe_usable(void);
-/* Their ring form instead (k_mv_ring, LILAC_CUDA_MV_RING=c: configuration c of lilac_cuda_mv_ring_count(), 0
- * k_mv_pipe): set now (returns the previous one; out of range: 0). */
+/* Q6_K's in their ring form (k_mv_ring, counted as k_mv_pipe's launches; LILAC_CUDA_MV_RING=c, configuration c
+ * of lilac_cuda_mv_ring_count(), 1 by default, 0 k_mv_pipe): set now (returns the previous one; out of range: 0). */
 int lilac_cuda_mv_ring_set(int c);
 int lilac_cuda_mv_ring_count(void);
 /* lilac_cuda_matvec_fused's product (idx set: `slots` slots, n_tok 1; idx NULL: slots 1, n_tok tokens, x rows

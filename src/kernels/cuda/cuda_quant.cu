@@ -1121,28 +1121,29 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_mv_pipe(const MV p)
     TRACE_END(LILAC_TK_MV);
 }
 
-/* k_mv_ring (LILAC_CUDA_MV_RING=c, session 30: a configuration of launch_ring's): k_mv_pipe's product through
- * rings of small slots instead of two tile-sized buffers. The LM head (Q6_K 248,320 x 2048) took 162 us through
- * k_mv_pipe (the kernels test's bench line, H200), 2.6 TB/s: 8 warps over two 105 KB buffers hid little of the
- * lanes' latency. Here each warp has a ring of NSW slots of its own: a slot holds one row part (of H) of the
- * warp's rows (R rows a lane group); the warp's k-th part is in slot k % NSW, and once the warp has read it,
- * the warp refills it with its part k + NSW. Whole rows (H 1) are one bulk copy a slot; parts are one a row,
- * each the 16-byte granules around its blocks. Each row's units, lanes and sums are k_mv's, in its order
- * (mv_units' staged walk or, for Q6_K at 4 lanes a row, q6_units): the same bits. */
-template <int R_, int NWP_, int NSW_, int H_ = 1, bool Q6F_ = true> struct RingCfg {
-    static constexpr int R = R_, NWP = NWP_, NSW = NSW_, H = H_;
-    static constexpr bool Q6F = Q6F_; /* Q6_K through q6_units where it can (H > 1: always) */
-    static_assert(H == 1 || Q6F, "row parts only on q6_units' path");
+/* k_mv_ring (LILAC_CUDA_MV_RING=c, session 30; launch_ring's configuration 1 the default for Q6_K, 0 k_mv_pipe):
+ * k_mv_pipe's product through rings of small slots instead of two tile-sized buffers. The LM head (Q6_K
+ * 248,320 x 2048, 417 MB) took 162 us through k_mv_pipe (the kernels test's bench line, H200), 2.6 TB/s: 8 warps
+ * over two 105 KB buffers hid little of the lanes' latency. Here each warp has a ring of NSW slots of its own, a
+ * slot its rows (R rows a lane group), one bulk copy; the warp's k-th group of rows is in slot k % NSW, and once
+ * the warp has read it the warp refills it with its group k + NSW. Each row's units, lanes and sums are k_mv's,
+ * in its order (mv_units' staged walk or, for Q6_K at 4 lanes a row, q6_units): the same bits.
+ * Measured (bench lm_head, H200, us): k_mv_pipe 162-163; 1 row, 8 warps, 2 slots each 126-128; 16 warps of one
+ * slot 131-133; 8 warps of one slot 150; without q6_units 156-158; 2 rows a lane group 193-223 (16-row slots,
+ * 8 at most); rows in 2 or 4 parts of a bulk copy a row each (2 or 4 rows a lane group in 16 slots) 181-579.
+ * tg128 389.4/390.2 against 382.4/384.5 (ring 0), alternated in one call. Code of the parts at 13436be. */
+template <int R_, int NWP_, int NSW_, bool Q6F_ = true> struct RingCfg {
+    static constexpr int R = R_, NWP = NWP_, NSW = NSW_;
+    static constexpr bool Q6F = Q6F_; /* Q6_K through q6_units where it can */
 };
 /* Q6_K at 4 lanes a row: lane sub's i-th unit is sub + 4 i, in block i, which starts at 210 i = 2 i mod 16 in a
- * 16-aligned row (and in a part, staged from the 16-byte granule of its first block): its loads' alignment known
- * when compiled (ldw_sh) over blocks I .. IE - 1 of a run of 8, all unrolled. rowp: the rows' starts (where a
- * part is staged: its start less the part's offset in the row). */
-template <int R, int I, int IE>
+ * 16-aligned row: its loads' alignment known when compiled (ldw_sh) over blocks I .. 7 of a run of 8, all
+ * unrolled (runtime selects and shifts instead: 156-158 us against 126-128). */
+template <int R, int I = 0>
 __device__ __forceinline__ void q6_units(const uint8_t *const (&rowp)[R], int u, const float *xs, int XS,
                                          const float *ss, int SS, float (&tot)[R][1])
 {
-    if constexpr (I < IE) {
+    if constexpr (I < 8) {
         using UT = Unit<LILAC_Q6_K>;
         constexpr int US = UT::VPU + 4;
         typename UT::Pay a[R];
@@ -1150,59 +1151,15 @@ __device__ __forceinline__ void q6_units(const uint8_t *const (&rowp)[R], int u,
         for (int r = 0; r < R; r++)
             UT::template load_sh<(2 * I) & 15>(rowp[r], u, a[r]);
         UT::template dot<R, 1>(a, xs + u * US, XS, ss + u * UT::NRUN, SS, u, 1, tot);
-        q6_units<R, I + 1, IE>(rowp, u + 4, xs, XS, ss, SS, tot);
+        q6_units<R, I + 1>(rowp, u + 4, xs, XS, ss, SS, tot);
     }
-}
-/* Blocks b0 .. b1 - 1 of the rows for lane sub (runs of 8 from a multiple of 8, else of 2 from an even block:
- * launch_ring's parts are whole pairs of blocks). */
-template <int R>
-__device__ __forceinline__ void q6_blocks(const uint8_t *const (&rowp)[R], int sub, int b0, int b1, const float *xs,
-                                          int XS, const float *ss, int SS, float (&tot)[R][1])
-{
-    int b = b0;
-    for (; (b & 7) == 0 && b + 8 <= b1; b += 8)
-        q6_units<R, 0, 8>(rowp, sub + 4 * b, xs, XS, ss, SS, tot);
-    for (; b + 2 <= b1; b += 2) {
-        const int u = sub + 4 * b;
-        switch (b & 7) {
-        case 0: q6_units<R, 0, 2>(rowp, u, xs, XS, ss, SS, tot); break;
-        case 2: q6_units<R, 2, 4>(rowp, u, xs, XS, ss, SS, tot); break;
-        case 4: q6_units<R, 4, 6>(rowp, u, xs, XS, ss, SS, tot); break;
-        default: q6_units<R, 6, 8>(rowp, u, xs, XS, ss, SS, tot); break;
-        }
-    }
-}
-
-/* Row part h of H (Q6_K blocks): its blocks, and the 16-byte granules around them [lo, hi) that are staged. */
-struct RingPart {
-    int b0, b1;
-    long long lo, hi;
-};
-__host__ __device__ inline RingPart ring_part(long long row_bytes, int nb, int h, int H)
-{
-    RingPart q;
-    q.b0 = nb * h / H, q.b1 = nb * (h + 1) / H;
-    q.lo = ((long long)q.b0 * Q6_K_BYTES) & ~15LL;
-    q.hi = ((long long)q.b1 * Q6_K_BYTES + 15) & ~15LL;
-    q.hi = q.hi < row_bytes ? q.hi : row_bytes;
-    return q;
-}
-/* A part's bytes a row in a slot: the largest part's (16-aligned). */
-__host__ __device__ inline long long ring_part_bytes(long long row_bytes, int nb, int H)
-{
-    long long m = 0;
-    for (int h = 0; h < H; h++) {
-        const RingPart q = ring_part(row_bytes, nb, h, H);
-        m = q.hi - q.lo > m ? q.hi - q.lo : m;
-    }
-    return H == 1 ? row_bytes : m;
 }
 
 template <int TYPE, bool A16, class C>
 __global__ void __launch_bounds__(C::NWP * 32, 1) k_mv_ring(const MV p)
 {
     using UT = Unit<TYPE>;
-    constexpr int R = C::R, NWP = C::NWP, NSW = C::NSW, H = C::H, NTH = NWP * 32;
+    constexpr int R = C::R, NWP = C::NWP, NSW = C::NSW, NTH = NWP * 32;
     constexpr int VPU = UT::VPU, NRUN = UT::NRUN, US = VPU + 4;
     TRACE_START(LILAC_TK_MV);
     griddep_launch_dependents();
@@ -1214,89 +1171,59 @@ __global__ void __launch_bounds__(C::NWP * 32, 1) k_mv_ring(const MV p)
     const int SS = p.ut * NRUN;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int lpr = 1 << p.lpr_log2, sub = lane & (lpr - 1), grp = lane >> p.lpr_log2;
-    const int U = (int)(p.cols / VPU), NB = U / 4;
-    const long long sr = (long long)R << (5 - p.lpr_log2); /* a warp's rows */
-    const long long pb = ring_part_bytes((long long)p.row_bytes, NB, H); /* a row's bytes in a slot */
-    const size_t sbytes = ((size_t)(sr * pb) + 127) & ~(size_t)127;    /* launch_ring's */
+    const int U = (int)(p.cols / VPU);
+    const long long sr = (long long)R << (5 - p.lpr_log2);                  /* a warp's rows */
+    const size_t sbytes = ((size_t)sr * p.row_bytes + 127) & ~(size_t)127; /* launch_ring's */
     uint8_t *const st0 = reinterpret_cast<uint8_t *>(smem4) + p.stage_off + (size_t)warp * NSW * sbytes;
     uint64_t *const wb = bars + warp * NSW;
     const long long groups = (p.rows + sr - 1) / sr;
     const long long g0 = groups * blockIdx.x / gridDim.x, ng = groups * (blockIdx.x + 1) / gridDim.x - g0;
-    const long long nw = ng > warp ? (ng - warp + NWP - 1) / NWP : 0; /* this warp's groups: warp, warp + NWP, ... */
-    const long long K = nw * H;                                         /* its parts */
-    auto issue = [&](long long k) { /* the whole warp: part k into slot k % NSW */
-        const int s = (int)(k % NSW), h = (int)(k % H);
-        const long long r0 = (g0 + warp + (k / H) * NWP) * sr, nr = p.rows - r0 < sr ? p.rows - r0 : sr;
-        const uint32_t bar = dev_smem_addr(&wb[s]);
-        uint8_t *const dst = st0 + s * sbytes;
-        if constexpr (H == 1) {
-            if (lane == 0) {
-                const uint32_t bytes = (uint32_t)(nr * (long long)p.row_bytes);
-                dev_stage_expect(bar, bytes);
-                dev_stage_copy(dst, p.w + (size_t)r0 * p.row_bytes, bytes, bar);
-            }
-        } else {
-            const RingPart q = ring_part((long long)p.row_bytes, NB, h, H);
-            const uint32_t bytes = (uint32_t)(q.hi - q.lo);
-            if (lane == 0)
-                dev_stage_expect(bar, (uint32_t)nr * bytes);
-            __syncwarp(); /* the phase's bytes set before any copy lands */
-            for (long long r = lane; r < nr; r += 32)
-                dev_stage_copy(dst + r * pb, p.w + (size_t)(r0 + r) * p.row_bytes + q.lo, bytes, bar);
-        }
+    const long long nw = ng > warp ? (ng - warp + NWP - 1) / NWP : 0; /* this warp's: warp, warp + NWP, ... */
+    auto issue = [&](long long k) { /* lane 0: the warp's group k into its slot k % NSW */
+        const int s = (int)(k % NSW);
+        const long long r0 = (g0 + warp + k * NWP) * sr, nr = p.rows - r0 < sr ? p.rows - r0 : sr;
+        const uint32_t bar = dev_smem_addr(&wb[s]), bytes = (uint32_t)(nr * (long long)p.row_bytes);
+        dev_stage_expect(bar, bytes);
+        dev_stage_copy(st0 + s * sbytes, p.w + (size_t)r0 * p.row_bytes, bytes, bar);
     };
     if (threadIdx.x == 0)
         for (int i = 0; i < NWP * NSW; i++)
             dev_stage_init(dev_smem_addr(&bars[i]));
     __syncthreads(); /* the barriers set up before any warp copies or waits */
-    for (long long k = 0; k < NSW && k < K; k++) /* the weights do not depend on the kernel before */
-        issue(k);
+    if (lane == 0) /* the weights do not depend on the kernel before */
+        for (long long k = 0; k < NSW && k < nw; k++)
+            issue(k);
     griddep_wait(); /* x comes from the kernel before */
     TRACE_WAITED(LILAC_TK_MV);
     load_x<UT, 1, NTH>(p.x, p.x2, p.x_tok, 1, 0, U, xs, XS, ss, SS, p.xvec); /* ends with a barrier */
-    /* Q6_K's unrolled walk: 4 lanes a row, rows 16-aligned in shared memory (H > 1: launch_ring's check) */
-    const bool q6 = C::Q6F && TYPE == LILAC_Q6_K && lpr == 4 && (H > 1 || U % 32 == 0) &&
-                    (dev_smem_addr(st0) & 15) == 0;
-    for (long long gi = 0; gi < nw; gi++) {
-        const long long row0 = (g0 + warp + gi * NWP) * sr + grp * R;
+    /* Q6_K's unrolled walk: 4 lanes a row, whole runs of 8 blocks, rows 16-aligned in shared memory */
+    const bool q6 = C::Q6F && TYPE == LILAC_Q6_K && lpr == 4 && U % 32 == 0 && (dev_smem_addr(st0) & 15) == 0;
+    for (long long k = 0; k < nw; k++) {
+        const int s = (int)(k % NSW);
+        const long long row0 = (g0 + warp + k * NWP) * sr + grp * R;
+        const uint8_t *rowp[R];
         bool ok[R];
 #pragma unroll
-        for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++) {
             ok[r] = row0 + r < p.rows;
+            rowp[r] = st0 + s * sbytes + (size_t)(grp * R + r) * p.row_bytes;
+        }
         float tot[R][1];
 #pragma unroll
         for (int r = 0; r < R; r++)
             tot[r][0] = 0.f;
-#pragma unroll
-        for (int h = 0; h < H; h++) {
-            const long long k = gi * H + h;
-            const int s = (int)(k % NSW);
-            const uint8_t *rowp[R];
-#pragma unroll
-            for (int r = 0; r < R; r++)
-                rowp[r] = st0 + s * sbytes + (size_t)(grp * R + r) * pb;
-            dev_stage_wait(dev_smem_addr(&wb[s]), (uint32_t)((k / NSW) & 1));
-            if constexpr (TYPE == LILAC_Q6_K && H > 1) {
-                const RingPart q = ring_part((long long)p.row_bytes, NB, h, H);
-                const uint8_t *rp[R];
-#pragma unroll
-                for (int r = 0; r < R; r++)
-                    rp[r] = rowp[r] - q.lo; /* where the row would start: q6_units addresses blocks from it */
-                q6_blocks<R>(rp, sub, q.b0, q.b1, xs, XS, ss, SS, tot);
-            } else if constexpr (TYPE == LILAC_Q6_K) {
-                if (q6) {
-                    q6_blocks<R>(rowp, sub, 0, NB, xs, XS, ss, SS, tot);
-                } else {
-                    typename UT::Pay a[R], b[R];
-                    mv_units<TYPE, A16, R, 1, true>(rowp, ok, sub, 0, U, lpr, a, b, xs, XS, ss, SS, 1, tot);
-                }
+        dev_stage_wait(dev_smem_addr(&wb[s]), (uint32_t)((k / NSW) & 1));
+        if constexpr (TYPE == LILAC_Q6_K) {
+            if (q6) {
+                for (int u = sub; u < U; u += 32) /* 8 blocks (4 lanes x 8 units) a pass */
+                    q6_units<R>(rowp, u, xs, XS, ss, SS, tot);
             } else {
                 typename UT::Pay a[R], b[R];
                 mv_units<TYPE, A16, R, 1, true>(rowp, ok, sub, 0, U, lpr, a, b, xs, XS, ss, SS, 1, tot);
             }
-            __syncwarp(); /* every lane of the warp is done with slot s */
-            if (k + NSW < K)
-                issue(k + NSW);
+        } else {
+            typename UT::Pay a[R], b[R];
+            mv_units<TYPE, A16, R, 1, true>(rowp, ok, sub, 0, U, lpr, a, b, xs, XS, ss, SS, 1, tot);
         }
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -1306,6 +1233,9 @@ __global__ void __launch_bounds__(C::NWP * 32, 1) k_mv_ring(const MV p)
                 *yp = p.acc ? *yp + v : v;
             }
         }
+        __syncwarp(); /* every lane of the warp is done with slot s */
+        if (lane == 0 && k + NSW < nw)
+            issue(k + NSW);
     }
     TRACE_END(LILAC_TK_MV);
 }
@@ -1743,9 +1673,10 @@ template <auto KERN_PIPE> bool launch_pipe(MV p, long long grid, int smem, cudaS
     return true;
 }
 
-/* k_mv_ring's configurations (LILAC_CUDA_MV_RING=c, 1-based; 0, the default, k_mv_pipe): rows a lane group,
- * warps a block, slots. Q6_K only (the LM head's type) while they are measured. Read once. */
-constexpr int RING_N = 8;
+/* k_mv_ring's configurations (LILAC_CUDA_MV_RING=c: 1, the default, 1 row a lane group, 8 warps of 2 slots; 2:
+ * 16 warps of one slot; 0 k_mv_pipe). Q6_K only (the LM head's type; the others' LM heads keep k_mv_pipe: without
+ * q6_units the ring was 156-158 us against the pipe's 162). Read once. */
+constexpr int RING_N = 2;
 static std::atomic<int> g_ring{-1};
 static int ring_cfg()
 {
@@ -1760,16 +1691,11 @@ static int ring_cfg()
 template <int TYPE, class C> bool launch_ring_c(MV p, int smem, cudaStream_t st)
 {
     constexpr auto KERN = k_mv_ring<TYPE, false, C>;
-    const long long U = p.cols / Unit<TYPE>::VPU, NB = U / 4;
-    /* parts: Q6_K at 4 lanes a row (q6_units' path), each whole pairs of blocks */
-    if (C::H > 1 && (TYPE != LILAC_Q6_K || p.lpr_log2 != 2 || U % 4 || NB % (2 * C::H)))
-        return false;
     const int most = dev_smem_most<KERN>();
     if (!most)
         return false;
     const long long sr = (long long)C::R << (5 - p.lpr_log2);
-    const long long pb = ring_part_bytes((long long)p.row_bytes, (int)NB, C::H);
-    const long long sb = (sr * pb + 127) & ~127LL; /* k_mv_ring's */
+    const long long sb = (sr * (long long)p.row_bytes + 127) & ~127LL; /* k_mv_ring's */
     const int off = (smem + 127) & ~127;
     const long long need = off + (long long)C::NWP * C::NSW * sb;
     if (need > most)
@@ -1801,13 +1727,7 @@ template <int TYPE> bool launch_ring(const MV &p, long long grid, int smem, cuda
             return false;
         switch (c) {
         case 1: return launch_ring_c<TYPE, RingCfg<1, 8, 2>>(p, smem, st);
-        case 2: return launch_ring_c<TYPE, RingCfg<2, 8, 2, 2>>(p, smem, st);
-        case 3: return launch_ring_c<TYPE, RingCfg<2, 4, 4, 2>>(p, smem, st);
-        case 4: return launch_ring_c<TYPE, RingCfg<2, 16, 1, 2>>(p, smem, st);
-        case 5: return launch_ring_c<TYPE, RingCfg<4, 8, 2, 4>>(p, smem, st);
-        case 6: return launch_ring_c<TYPE, RingCfg<4, 4, 4, 4>>(p, smem, st);
-        case 7: return launch_ring_c<TYPE, RingCfg<1, 16, 1>>(p, smem, st);
-        case 8: return launch_ring_c<TYPE, RingCfg<2, 8, 1>>(p, smem, st);
+        case 2: return launch_ring_c<TYPE, RingCfg<1, 16, 1>>(p, smem, st);
         default: return false;
         }
     }
