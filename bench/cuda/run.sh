@@ -53,6 +53,8 @@ do_test() {
     run_test kernels-no-stage test_cuda_kernels LILAC_CUDA_MV_STAGE=0 LILAC_CUDA_NO_BENCH=1
     run_test kernels-no-ds-stage test_cuda_kernels LILAC_CUDA_DS_STAGE=0 LILAC_CUDA_NO_BENCH=1
     run_test kernels-no-xvec test_cuda_kernels LILAC_CUDA_X_VEC=0 LILAC_CUDA_NO_BENCH=1
+    # the LM head at 8 lanes a row (opt-in, session 30): its bits checked by the pipe part, its bench lm_head lines
+    run_test kernels-head-lpr8 test_cuda_kernels LILAC_CUDA_HEAD_LPR8=1 LILAC_CUDA_TEST_PARTS=pipe
     run_test wgmma test_cuda_wgmma
     run_test sync test_cuda_sync
     run_test mma test_cuda_mma

@@ -177,6 +177,19 @@ template <int NW, int S> __device__ __forceinline__ void ldw_sh(const uint8_t *p
     }
 }
 
+/* ldw's words from shared memory at p = A + 2 hs mod 16 (A a multiple of 4 known when compiled, hs 0 or 1 known
+ * only at run time: k_mv_ring's Q6_K rows at 8 lanes a row, whose lanes' blocks differ by one in a pair). Nine
+ * words at p - 2 hs either way, shifted by 16 hs. */
+template <int NW, int A> __device__ __forceinline__ void ldw_sh_hs(const uint8_t *p, int hs, uint32_t (&w)[NW])
+{
+    static_assert(A % 4 == 0 && A >= 0 && A < 16, "a word class");
+    uint32_t X[NW + 1];
+    ld_words<NW + 1, A>(reinterpret_cast<const uint32_t *>(p - 2 * hs), X);
+#pragma unroll
+    for (int i = 0; i < NW; i++)
+        w[i] = __funnelshift_r(X[i], X[i + 1], 16 * hs);
+}
+
 /* ------------------------------------------------------------------ */
 /* Per-type units. Each type defines:
  *   VPU     values a unit (a lane's share of a row per step)
@@ -409,6 +422,16 @@ template <> struct Unit<LILAC_Q6_K> {
         const int h = (u >> 1) & 1, pp = u & 1;
         ldw_sh<8, S>(b + 64 * h + 32 * pp, p.ql); /* offsets of 32: the same S */
         ldw_sh<8, S>(b + 128 + 32 * h, p.qh);
+        p.sc = ldu16<true>(b + 192 + 8 * h + 2 * pp) | (ldu16<true>(b + 196 + 8 * h + 2 * pp) << 16);
+        p.d = ldu16<true>(b + 208);
+    }
+    /* the same whose block starts at A + 2 hs mod 16 (ldw_sh_hs) */
+    template <int A> __device__ static void load_sh_hs(const uint8_t *row, int u, int hs, Pay &p)
+    {
+        const uint8_t *b = row + (size_t)(u >> 2) * Q6_K_BYTES;
+        const int h = (u >> 1) & 1, pp = u & 1;
+        ldw_sh_hs<8, A>(b + 64 * h + 32 * pp, hs, p.ql);
+        ldw_sh_hs<8, A>(b + 128 + 32 * h, hs, p.qh);
         p.sc = ldu16<true>(b + 192 + 8 * h + 2 * pp) | (ldu16<true>(b + 196 + 8 * h + 2 * pp) << 16);
         p.d = ldu16<true>(b + 208);
     }
@@ -1132,9 +1155,10 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_mv_pipe(const MV p)
  * slot 131-133; 8 warps of one slot 150; without q6_units 156-158; 2 rows a lane group 193-223 (16-row slots,
  * 8 at most); rows in 2 or 4 parts of a bulk copy a row each (2 or 4 rows a lane group in 16 slots) 181-579.
  * tg128 389.4/390.2 against 382.4/384.5 (ring 0), alternated in one call. Code of the parts at 13436be. */
-template <int R_, int NWP_, int NSW_, bool Q6F_ = true> struct RingCfg {
+template <int R_, int NWP_, int NSW_, bool Q6F_ = true, int LPR_ = 4> struct RingCfg {
     static constexpr int R = R_, NWP = NWP_, NSW = NSW_;
     static constexpr bool Q6F = Q6F_; /* Q6_K through q6_units where it can */
+    static constexpr int LPR = LPR_;  /* ... at these lanes a row (4: q6_units; 8: q6_units8) */
 };
 /* Q6_K at 4 lanes a row: lane sub's i-th unit is sub + 4 i, in block i, which starts at 210 i = 2 i mod 16 in a
  * 16-aligned row: its loads' alignment known when compiled (ldw_sh) over blocks I .. 7 of a run of 8, all
@@ -1152,6 +1176,25 @@ __device__ __forceinline__ void q6_units(const uint8_t *const (&rowp)[R], int u,
             UT::template load_sh<(2 * I) & 15>(rowp[r], u, a[r]);
         UT::template dot<R, 1>(a, xs + u * US, XS, ss + u * UT::NRUN, SS, u, 1, tot);
         q6_units<R, I + 1>(rowp, u + 4, xs, XS, ss, SS, tot);
+    }
+}
+
+/* The same at 8 lanes a row (LILAC_CUDA_HEAD_LPR8): lane sub's i-th unit sub + 8 i is in block 2 i + sub / 4,
+ * which starts at 4 i + 2 (sub / 4) mod 16: the word class known when compiled over 4 units (I .. 3), the half
+ * word (hs = sub / 4) not. */
+template <int R, int I = 0>
+__device__ __forceinline__ void q6_units8(const uint8_t *const (&rowp)[R], int u, int hs, const float *xs, int XS,
+                                          const float *ss, int SS, float (&tot)[R][1])
+{
+    if constexpr (I < 4) {
+        using UT = Unit<LILAC_Q6_K>;
+        constexpr int US = UT::VPU + 4;
+        typename UT::Pay a[R];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            UT::template load_sh_hs<(4 * I) & 15>(rowp[r], u, hs, a[r]);
+        UT::template dot<R, 1>(a, xs + u * US, XS, ss + u * UT::NRUN, SS, u, 1, tot);
+        q6_units8<R, I + 1>(rowp, u + 8, hs, xs, XS, ss, SS, tot);
     }
 }
 
@@ -1196,8 +1239,8 @@ __global__ void __launch_bounds__(C::NWP * 32, 1) k_mv_ring(const MV p)
     griddep_wait(); /* x comes from the kernel before */
     TRACE_WAITED(LILAC_TK_MV);
     load_x<UT, 1, NTH>(p.x, p.x2, p.x_tok, 1, 0, U, xs, XS, ss, SS, p.xvec); /* ends with a barrier */
-    /* Q6_K's unrolled walk: 4 lanes a row, whole runs of 8 blocks, rows 16-aligned in shared memory */
-    const bool q6 = C::Q6F && TYPE == LILAC_Q6_K && lpr == 4 && U % 32 == 0 && (dev_smem_addr(st0) & 15) == 0;
+    /* Q6_K's unrolled walk: 4 or 8 lanes a row, whole runs of 8 blocks, rows 16-aligned in shared memory */
+    const bool q6 = C::Q6F && TYPE == LILAC_Q6_K && lpr == C::LPR && U % 32 == 0 && (dev_smem_addr(st0) & 15) == 0;
     for (long long k = 0; k < nw; k++) {
         const int s = (int)(k % NSW);
         const long long row0 = (g0 + warp + k * NWP) * sr + grp * R;
@@ -1215,8 +1258,12 @@ __global__ void __launch_bounds__(C::NWP * 32, 1) k_mv_ring(const MV p)
         dev_stage_wait(dev_smem_addr(&wb[s]), (uint32_t)((k / NSW) & 1));
         if constexpr (TYPE == LILAC_Q6_K) {
             if (q6) {
-                for (int u = sub; u < U; u += 32) /* 8 blocks (4 lanes x 8 units) a pass */
-                    q6_units<R>(rowp, u, xs, XS, ss, SS, tot);
+                for (int u = sub; u < U; u += 32) { /* 8 blocks (4 lanes x 8 units, or 8 x 4) a pass */
+                    if constexpr (C::LPR == 4)
+                        q6_units<R>(rowp, u, xs, XS, ss, SS, tot);
+                    else
+                        q6_units8<R>(rowp, u, sub >> 2, xs, XS, ss, SS, tot);
+                }
             } else {
                 typename UT::Pay a[R], b[R];
                 mv_units<TYPE, A16, R, 1, true>(rowp, ok, sub, 0, U, lpr, a, b, xs, XS, ss, SS, 1, tot);
@@ -1527,6 +1574,15 @@ template <int TYPE, int T> int mv_smem(long long cols)
     return (int)sizeof(float) * T * mv_tile_units<TYPE, T>(cols) * (UT::VPU + 4 + UT::NRUN);
 }
 
+constexpr long long HEAD_LPR8_ROWS = 32768; /* the rows (times slots) from which LILAC_CUDA_HEAD_LPR8 applies */
+static bool head_lpr8()
+{
+    static std::atomic<int> on{-1};
+    if (on.load(std::memory_order_relaxed) < 0)
+        on.store(lilac_env_switch("LILAC_CUDA_HEAD_LPR8", false), std::memory_order_relaxed);
+    return on.load(std::memory_order_relaxed) != 0;
+}
+
 /* launch_fast's shape of the product over a grid of cap blocks (lanes a row, column tiles, row tiles, items);
  * the shared memory a block needs for it. lpr_force >= 0: 2^lpr_force lanes a row, whatever the shape
  * (lilac_cuda_matvec_like: a row's dot in the order another product's lanes take). */
@@ -1554,6 +1610,11 @@ template <int TYPE, int T> int mv_shape(MV &p, int slots, long long cap, int lpr
     };
     while (lpr_force < 0 && lpr < 32 && 2 * lpr * cfg_lane_units(T) <= U && tiles(lpr) < 2 * cap)
         lpr *= 2;
+    /* LILAC_CUDA_HEAD_LPR8=1 (session 30, not yet measured): a big one-token Q6_K product (the LM head) at 8 lanes
+     * a row instead of 4, so that k_mv_ring's 8-row slots hold 2 rows a lane group and a lane's x loads serve both.
+     * Here, so that every product that takes this one's lanes (the batched step's, matvec_like) takes them too. */
+    if (T == 1 && TYPE == LILAC_Q6_K && lpr == 4 && U >= 32 && p.rows * slots >= HEAD_LPR8_ROWS && head_lpr8())
+        lpr = 8;
     if (lpr_force >= 0)
         lpr = 1 << lpr_force;
     p.lpr_log2 = floor_log2(lpr);
@@ -1725,6 +1786,8 @@ template <int TYPE> bool launch_ring(const MV &p, long long grid, int smem, cuda
         if (!c || p.n_tok != 1 || p.idx || p.rlog || p.n_ct != 1 || p.items <= grid || p.row_bytes % 16 ||
             reinterpret_cast<uintptr_t>(p.w) % 16 || !mv_pipe_enabled())
             return false;
+        if (p.lpr_log2 == 3 && c == 1) /* 8 lanes a row (LILAC_CUDA_HEAD_LPR8): 2 rows a lane group, 8-row slots */
+            return launch_ring_c<TYPE, RingCfg<2, 8, 2, true, 8>>(p, smem, st);
         switch (c) {
         case 1: return launch_ring_c<TYPE, RingCfg<1, 8, 2>>(p, smem, st);
         case 2: return launch_ring_c<TYPE, RingCfg<1, 16, 1>>(p, smem, st);
