@@ -162,32 +162,24 @@ template <int N, int A, int I = 0> __device__ __forceinline__ void ld_words(cons
     }
 }
 
-/* ldw's words (the same bytes) from shared memory at p, p = S mod 16 (S even, known when compiled). */
-template <int NW, int S> __device__ __forceinline__ void ldw_sh(const uint8_t *p, uint32_t (&w)[NW])
+/* ldw's words (the same bytes) from shared memory at p, p = S mod 16 (S even, known when compiled). HS: p = S +
+ * 2 hs mod 16 instead, S a multiple of 4 and hs 0 or 1 known only at run time (k_mv_ring's Q6_K rows at 8 lanes
+ * a row, whose lanes' blocks differ by one in a pair): nine words at p - 2 hs either way, shifted by 16 hs. */
+template <int NW, int S, bool HS = false>
+__device__ __forceinline__ void ldw_sh(const uint8_t *p, uint32_t (&w)[NW], int hs = 0)
 {
-    static_assert(S % 2 == 0 && S >= 0 && S < 16, "2-aligned");
-    if constexpr (S % 4 == 0) {
+    static_assert(S % 2 == 0 && S >= 0 && S < 16 && (!HS || S % 4 == 0), "2-aligned, or a word class");
+    if constexpr (S % 4 == 0 && !HS) {
         ld_words<NW, S>(reinterpret_cast<const uint32_t *>(p), w);
     } else {
+        constexpr int A = HS ? S : S - 2;
+        const int h = HS ? hs : 1;
         uint32_t X[NW + 1];
-        ld_words<NW + 1, S - 2>(reinterpret_cast<const uint32_t *>(p - 2), X);
+        ld_words<NW + 1, A>(reinterpret_cast<const uint32_t *>(p - 2 * h), X);
 #pragma unroll
         for (int i = 0; i < NW; i++)
-            w[i] = __funnelshift_r(X[i], X[i + 1], 16);
+            w[i] = __funnelshift_r(X[i], X[i + 1], 16 * h);
     }
-}
-
-/* ldw's words from shared memory at p = A + 2 hs mod 16 (A a multiple of 4 known when compiled, hs 0 or 1 known
- * only at run time: k_mv_ring's Q6_K rows at 8 lanes a row, whose lanes' blocks differ by one in a pair). Nine
- * words at p - 2 hs either way, shifted by 16 hs. */
-template <int NW, int A> __device__ __forceinline__ void ldw_sh_hs(const uint8_t *p, int hs, uint32_t (&w)[NW])
-{
-    static_assert(A % 4 == 0 && A >= 0 && A < 16, "a word class");
-    uint32_t X[NW + 1];
-    ld_words<NW + 1, A>(reinterpret_cast<const uint32_t *>(p - 2 * hs), X);
-#pragma unroll
-    for (int i = 0; i < NW; i++)
-        w[i] = __funnelshift_r(X[i], X[i + 1], 16 * hs);
 }
 
 /* ------------------------------------------------------------------ */
@@ -415,23 +407,13 @@ template <> struct Unit<LILAC_Q6_K> {
         p.sc = ldu16<SH>(b + 192 + 8 * h + 2 * pp) | (ldu16<SH>(b + 196 + 8 * h + 2 * pp) << 16);
         p.d = ldu16<SH>(b + 208);
     }
-    /* load's Pay from a staged row whose block u / 4 starts at S mod 16 (k_mv_ring) */
-    template <int S> __device__ static void load_sh(const uint8_t *row, int u, Pay &p)
+    /* load's Pay from a staged row whose block u / 4 starts at S mod 16 (HS: at S + 2 hs; ldw_sh) */
+    template <int S, bool HS = false> __device__ static void load_sh(const uint8_t *row, int u, Pay &p, int hs = 0)
     {
         const uint8_t *b = row + (size_t)(u >> 2) * Q6_K_BYTES;
         const int h = (u >> 1) & 1, pp = u & 1;
-        ldw_sh<8, S>(b + 64 * h + 32 * pp, p.ql); /* offsets of 32: the same S */
-        ldw_sh<8, S>(b + 128 + 32 * h, p.qh);
-        p.sc = ldu16<true>(b + 192 + 8 * h + 2 * pp) | (ldu16<true>(b + 196 + 8 * h + 2 * pp) << 16);
-        p.d = ldu16<true>(b + 208);
-    }
-    /* the same whose block starts at A + 2 hs mod 16 (ldw_sh_hs) */
-    template <int A> __device__ static void load_sh_hs(const uint8_t *row, int u, int hs, Pay &p)
-    {
-        const uint8_t *b = row + (size_t)(u >> 2) * Q6_K_BYTES;
-        const int h = (u >> 1) & 1, pp = u & 1;
-        ldw_sh_hs<8, A>(b + 64 * h + 32 * pp, hs, p.ql);
-        ldw_sh_hs<8, A>(b + 128 + 32 * h, hs, p.qh);
+        ldw_sh<8, S, HS>(b + 64 * h + 32 * pp, p.ql, hs); /* offsets of 32: the same S */
+        ldw_sh<8, S, HS>(b + 128 + 32 * h, p.qh, hs);
         p.sc = ldu16<true>(b + 192 + 8 * h + 2 * pp) | (ldu16<true>(b + 196 + 8 * h + 2 * pp) << 16);
         p.d = ldu16<true>(b + 208);
     }
@@ -1158,43 +1140,27 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_mv_pipe(const MV p)
 template <int R_, int NWP_, int NSW_, bool Q6F_ = true, int LPR_ = 4> struct RingCfg {
     static constexpr int R = R_, NWP = NWP_, NSW = NSW_;
     static constexpr bool Q6F = Q6F_; /* Q6_K through q6_units where it can */
-    static constexpr int LPR = LPR_;  /* ... at these lanes a row (4: q6_units; 8: q6_units8) */
+    static constexpr int LPR = LPR_;  /* ... at these lanes a row (4 or 8) */
 };
 /* Q6_K at 4 lanes a row: lane sub's i-th unit is sub + 4 i, in block i, which starts at 210 i = 2 i mod 16 in a
- * 16-aligned row: its loads' alignment known when compiled (ldw_sh) over blocks I .. 7 of a run of 8, all
- * unrolled (runtime selects and shifts instead: 156-158 us against 126-128). */
-template <int R, int I = 0>
-__device__ __forceinline__ void q6_units(const uint8_t *const (&rowp)[R], int u, const float *xs, int XS,
+ * 16-aligned row: its loads' alignment known when compiled (ldw_sh) over the units I .. 7 of a run of 8 blocks,
+ * all unrolled (runtime selects and shifts instead: 156-158 us against 126-128). At 8 lanes a row
+ * (LILAC_CUDA_HEAD_LPR8) unit sub + 8 i is in block 2 i + sub / 4, at 4 i + 2 (sub / 4) mod 16: the word class
+ * known when compiled over units I .. 3, the half word (hs = sub / 4) not. */
+template <int R, int LPR, int I = 0>
+__device__ __forceinline__ void q6_units(const uint8_t *const (&rowp)[R], int u, int hs, const float *xs, int XS,
                                          const float *ss, int SS, float (&tot)[R][1])
 {
-    if constexpr (I < 8) {
+    static_assert(LPR == 4 || LPR == 8, "4 or 8 lanes a row");
+    if constexpr (I < 32 / LPR) {
         using UT = Unit<LILAC_Q6_K>;
         constexpr int US = UT::VPU + 4;
         typename UT::Pay a[R];
 #pragma unroll
         for (int r = 0; r < R; r++)
-            UT::template load_sh<(2 * I) & 15>(rowp[r], u, a[r]);
+            UT::template load_sh<(LPR == 4 ? 2 * I : 4 * I) & 15, LPR == 8>(rowp[r], u, a[r], hs);
         UT::template dot<R, 1>(a, xs + u * US, XS, ss + u * UT::NRUN, SS, u, 1, tot);
-        q6_units<R, I + 1>(rowp, u + 4, xs, XS, ss, SS, tot);
-    }
-}
-
-/* The same at 8 lanes a row (LILAC_CUDA_HEAD_LPR8): lane sub's i-th unit sub + 8 i is in block 2 i + sub / 4,
- * which starts at 4 i + 2 (sub / 4) mod 16: the word class known when compiled over 4 units (I .. 3), the half
- * word (hs = sub / 4) not. */
-template <int R, int I = 0>
-__device__ __forceinline__ void q6_units8(const uint8_t *const (&rowp)[R], int u, int hs, const float *xs, int XS,
-                                          const float *ss, int SS, float (&tot)[R][1])
-{
-    if constexpr (I < 4) {
-        using UT = Unit<LILAC_Q6_K>;
-        constexpr int US = UT::VPU + 4;
-        typename UT::Pay a[R];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            UT::template load_sh_hs<(4 * I) & 15>(rowp[r], u, hs, a[r]);
-        UT::template dot<R, 1>(a, xs + u * US, XS, ss + u * UT::NRUN, SS, u, 1, tot);
-        q6_units8<R, I + 1>(rowp, u + 8, hs, xs, XS, ss, SS, tot);
+        q6_units<R, LPR, I + 1>(rowp, u + LPR, hs, xs, XS, ss, SS, tot);
     }
 }
 
@@ -1258,12 +1224,8 @@ __global__ void __launch_bounds__(C::NWP * 32, 1) k_mv_ring(const MV p)
         dev_stage_wait(dev_smem_addr(&wb[s]), (uint32_t)((k / NSW) & 1));
         if constexpr (TYPE == LILAC_Q6_K) {
             if (q6) {
-                for (int u = sub; u < U; u += 32) { /* 8 blocks (4 lanes x 8 units, or 8 x 4) a pass */
-                    if constexpr (C::LPR == 4)
-                        q6_units<R>(rowp, u, xs, XS, ss, SS, tot);
-                    else
-                        q6_units8<R>(rowp, u, sub >> 2, xs, XS, ss, SS, tot);
-                }
+                for (int u = sub; u < U; u += 32) /* 8 blocks (4 lanes x 8 units, or 8 x 4) a pass */
+                    q6_units<R, C::LPR>(rowp, u, sub >> 2, xs, XS, ss, SS, tot);
             } else {
                 typename UT::Pay a[R], b[R];
                 mv_units<TYPE, A16, R, 1, true>(rowp, ok, sub, 0, U, lpr, a, b, xs, XS, ss, SS, 1, tot);
