@@ -1137,10 +1137,9 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_mv_pipe(const MV p)
  * slot 131-133; 8 warps of one slot 150; without q6_units 156-158; 2 rows a lane group 193-223 (16-row slots,
  * 8 at most); rows in 2 or 4 parts of a bulk copy a row each (2 or 4 rows a lane group in 16 slots) 181-579.
  * tg128 389.4/390.2 against 382.4/384.5 (ring 0), alternated in one call. Code of the parts at 13436be. */
-template <int R_, int NWP_, int NSW_, bool Q6F_ = true, int LPR_ = 4> struct RingCfg {
+template <int R_, int NWP_, int NSW_, int LPR_ = 4> struct RingCfg {
     static constexpr int R = R_, NWP = NWP_, NSW = NSW_;
-    static constexpr bool Q6F = Q6F_; /* Q6_K through q6_units where it can */
-    static constexpr int LPR = LPR_;  /* ... at these lanes a row (4 or 8) */
+    static constexpr int LPR = LPR_; /* the lanes a row (4 or 8) that Q6_K's rows take q6_units at */
 };
 /* Q6_K at 4 lanes a row: lane sub's i-th unit is sub + 4 i, in block i, which starts at 210 i = 2 i mod 16 in a
  * 16-aligned row: its loads' alignment known when compiled (ldw_sh) over the units I .. 7 of a run of 8 blocks,
@@ -1206,7 +1205,7 @@ __global__ void __launch_bounds__(C::NWP * 32, 1) k_mv_ring(const MV p)
     TRACE_WAITED(LILAC_TK_MV);
     load_x<UT, 1, NTH>(p.x, p.x2, p.x_tok, 1, 0, U, xs, XS, ss, SS, p.xvec); /* ends with a barrier */
     /* Q6_K's unrolled walk: 4 or 8 lanes a row, whole runs of 8 blocks, rows 16-aligned in shared memory */
-    const bool q6 = C::Q6F && TYPE == LILAC_Q6_K && lpr == C::LPR && U % 32 == 0 && (dev_smem_addr(st0) & 15) == 0;
+    const bool q6 = TYPE == LILAC_Q6_K && lpr == C::LPR && U % 32 == 0 && (dev_smem_addr(st0) & 15) == 0;
     for (long long k = 0; k < nw; k++) {
         const int s = (int)(k % NSW);
         const long long row0 = (g0 + warp + k * NWP) * sr + grp * R;
@@ -1222,14 +1221,9 @@ __global__ void __launch_bounds__(C::NWP * 32, 1) k_mv_ring(const MV p)
         for (int r = 0; r < R; r++)
             tot[r][0] = 0.f;
         dev_stage_wait(dev_smem_addr(&wb[s]), (uint32_t)((k / NSW) & 1));
-        if constexpr (TYPE == LILAC_Q6_K) {
-            if (q6) {
-                for (int u = sub; u < U; u += 32) /* 8 blocks (4 lanes x 8 units, or 8 x 4) a pass */
-                    q6_units<R, C::LPR>(rowp, u, sub >> 2, xs, XS, ss, SS, tot);
-            } else {
-                typename UT::Pay a[R], b[R];
-                mv_units<TYPE, A16, R, 1, true>(rowp, ok, sub, 0, U, lpr, a, b, xs, XS, ss, SS, 1, tot);
-            }
+        if (q6) {
+            for (int u = sub; u < U; u += 32) /* 8 blocks (4 lanes x 8 units, or 8 x 4) a pass */
+                q6_units<R, C::LPR>(rowp, u, sub >> 2, xs, XS, ss, SS, tot);
         } else {
             typename UT::Pay a[R], b[R];
             mv_units<TYPE, A16, R, 1, true>(rowp, ok, sub, 0, U, lpr, a, b, xs, XS, ss, SS, 1, tot);
@@ -1537,13 +1531,8 @@ template <int TYPE, int T> int mv_smem(long long cols)
 }
 
 constexpr long long HEAD_LPR8_ROWS = 32768; /* the rows (times slots) from which LILAC_CUDA_HEAD_LPR8 applies */
-static bool head_lpr8()
-{
-    static std::atomic<int> on{-1};
-    if (on.load(std::memory_order_relaxed) < 0)
-        on.store(lilac_env_switch("LILAC_CUDA_HEAD_LPR8", false), std::memory_order_relaxed);
-    return on.load(std::memory_order_relaxed) != 0;
-}
+static std::atomic<int> g_head_lpr8{-1};
+static bool head_lpr8() { return env_switch_once(g_head_lpr8, "LILAC_CUDA_HEAD_LPR8", false); }
 
 /* launch_fast's shape of the product over a grid of cap blocks (lanes a row, column tiles, row tiles, items);
  * the shared memory a block needs for it. lpr_force >= 0: 2^lpr_force lanes a row, whatever the shape
@@ -1662,6 +1651,30 @@ bool mv_pipe_enabled()
     return env_switch_once(g_pipe, "LILAC_CUDA_MV_PIPE", true) && mv_stage_enabled();
 }
 
+/* Whether p (one token, its k_mv grid `grid`) streams through shared memory: dense, one column tile, more items
+ * than blocks, rows 16-aligned (launch_pipe, launch_ring). */
+static bool pipe_takes(const MV &p, long long grid)
+{
+    return p.n_tok == 1 && !p.idx && !p.rlog && p.n_ct == 1 && p.items > grid && p.row_bytes % 16 == 0 &&
+           reinterpret_cast<uintptr_t>(p.w) % 16 == 0 && mv_pipe_enabled();
+}
+
+/* The blocks of KERN (threads a block, need bytes of dynamic shared memory) a multiprocessor holds; 0 where need
+ * is more than a block of it may have (the device's opt-in most, every H100/H200: 227 KB, less the kernel's
+ * static; the attribute set to it) or the query failed. */
+template <auto KERN> int staged_blocks(int threads, long long need)
+{
+    const int most = dev_smem_most<KERN>();
+    int per_sm = 0;
+    if (!most || need > most)
+        return 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, KERN, threads, (size_t)need) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return per_sm;
+}
+
 /* p (shaped, its grid `grid`) through KERN_PIPE (k_mv_pipe) where it takes it: one token, dense, one column
  * tile, more items than blocks, rows 16-aligned, x and two buffers of a tile's rows within the device's shared
  * memory for a block (the LM head's 64-row Q6_K tiles: 2 x 105 KB; the tile, i.e. the lanes a row, stays
@@ -1669,27 +1682,16 @@ bool mv_pipe_enabled()
  * fits at that shared memory). false: nothing launched. */
 template <auto KERN_PIPE> bool launch_pipe(MV p, long long grid, int smem, cudaStream_t st)
 {
-    if (p.n_tok != 1 || p.idx || p.rlog || p.n_ct != 1 || p.items <= grid || p.row_bytes % 16 ||
-        reinterpret_cast<uintptr_t>(p.w) % 16 || !mv_pipe_enabled())
-        return false;
-    /* the dynamic shared memory a block of it may have: the device's opt-in most (every H100/H200: 227 KB) less
-     * the kernel's static (its two mbarriers), the attribute set to it */
-    const int most = dev_smem_most<KERN_PIPE>();
-    if (!most)
+    if (!pipe_takes(p, grid))
         return false;
     const long long rpt = mv_tile_rows(cfg_rows_t(1), p.lpr_log2);
     const long long buf = (rpt * (long long)p.row_bytes + 127) & ~127LL; /* k_mv_pipe's */
     const int off = (smem + 127) & ~127;
-    if (off + 2 * buf > most)
+    const int total = off + (int)(2 * buf);
+    const int per_sm = staged_blocks<KERN_PIPE>(NTHREADS, off + 2 * buf);
+    if (per_sm < 1)
         return false;
     p.stage_off = off;
-    const int total = off + (int)(2 * buf);
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, KERN_PIPE, NTHREADS, (size_t)total) != cudaSuccess ||
-        per_sm < 1) {
-        (void)cudaGetLastError();
-        return false;
-    }
     const long long cap = (long long)per_sm * dev_sm_count();
     launch_dependent(KERN_PIPE, dim3((unsigned)(p.items < cap ? p.items : cap)), dim3(NTHREADS), (size_t)total, st, p);
     g_pipe_n.fetch_add(1, std::memory_order_relaxed);
@@ -1714,22 +1716,14 @@ static int ring_cfg()
 template <int TYPE, class C> bool launch_ring_c(MV p, int smem, cudaStream_t st)
 {
     constexpr auto KERN = k_mv_ring<TYPE, false, C>;
-    const int most = dev_smem_most<KERN>();
-    if (!most)
-        return false;
     const long long sr = (long long)C::R << (5 - p.lpr_log2);
     const long long sb = (sr * (long long)p.row_bytes + 127) & ~127LL; /* k_mv_ring's */
     const int off = (smem + 127) & ~127;
     const long long need = off + (long long)C::NWP * C::NSW * sb;
-    if (need > most)
+    const int per_sm = staged_blocks<KERN>(C::NWP * 32, need);
+    if (per_sm < 1)
         return false;
     p.stage_off = off;
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, KERN, C::NWP * 32, (size_t)need) != cudaSuccess ||
-        per_sm < 1) {
-        (void)cudaGetLastError();
-        return false;
-    }
     const long long groups = (p.rows + sr - 1) / sr, cap = (long long)per_sm * dev_sm_count() * C::NWP;
     const long long nb = (groups < cap ? groups : cap) / C::NWP; /* blocks: a group a warp at least */
     launch_dependent(KERN, dim3((unsigned)(nb > 0 ? nb : 1)), dim3(C::NWP * 32), (size_t)need, st, p);
@@ -1745,11 +1739,10 @@ template <int TYPE> bool launch_ring(const MV &p, long long grid, int smem, cuda
         return false;
     } else {
         const int c = ring_cfg();
-        if (!c || p.n_tok != 1 || p.idx || p.rlog || p.n_ct != 1 || p.items <= grid || p.row_bytes % 16 ||
-            reinterpret_cast<uintptr_t>(p.w) % 16 || !mv_pipe_enabled())
+        if (!c || !pipe_takes(p, grid))
             return false;
         if (p.lpr_log2 == 3 && c == 1) /* 8 lanes a row (LILAC_CUDA_HEAD_LPR8): 2 rows a lane group, 8-row slots */
-            return launch_ring_c<TYPE, RingCfg<2, 8, 2, true, 8>>(p, smem, st);
+            return launch_ring_c<TYPE, RingCfg<2, 8, 2, 8>>(p, smem, st);
         switch (c) {
         case 1: return launch_ring_c<TYPE, RingCfg<1, 8, 2>>(p, smem, st);
         case 2: return launch_ring_c<TYPE, RingCfg<1, 16, 1>>(p, smem, st);
