@@ -53,8 +53,6 @@ do_test() {
     run_test kernels-no-stage test_cuda_kernels LILAC_CUDA_MV_STAGE=0 LILAC_CUDA_NO_BENCH=1
     run_test kernels-no-ds-stage test_cuda_kernels LILAC_CUDA_DS_STAGE=0 LILAC_CUDA_NO_BENCH=1
     run_test kernels-no-xvec test_cuda_kernels LILAC_CUDA_X_VEC=0 LILAC_CUDA_NO_BENCH=1
-    # the LM head at 8 lanes a row (opt-in, session 30): its bits checked by the pipe part, its bench lm_head lines
-    run_test kernels-head-lpr8 test_cuda_kernels LILAC_CUDA_HEAD_LPR8=1 LILAC_CUDA_TEST_PARTS=pipe
     run_test wgmma test_cuda_wgmma
     run_test sync test_cuda_sync
     run_test mma test_cuda_mma
@@ -384,13 +382,26 @@ do_sanitize() {
     # SAN_TOOLS, SAN_TESTS: a subset (racecheck needs minutes a test: split it over calls; racecheck of
     # test_cuda_kernels ran past 80 s: LILAC_CUDA_TEST_PARTS=down_sum (or matvec, norm, refusals, like) runs a part;
     # test_cuda_batch past 90 s: LILAC_CUDA_TEST_PARTS=exact (or fast, each with x64 for the 64-sequence runs))
+    # SAN_PAR=1: every (tool, test) pair at once, each its own process on the one GPU (racecheck's minutes a test
+    # overlap; 16 cores), the summaries printed once all have ended, in order.
+    local pids=() names=() tool t i
     for tool in ${SAN_TOOLS:-memcheck racecheck}; do
-        for t in ${SAN_TESTS:-test_cuda_kernels test_cuda_mma test_cuda_attn test_cuda_dn test_cuda_route test_cuda_sample test_cuda_model test_cuda_prefill test_cuda_batch}; do
-            LILAC_REQUIRE_CUDA=1 LILAC_CUDA_GRAPH=0 LILAC_CUDA_TEST_QUICK=1 LILAC_CUDA_NO_BENCH=1 timeout "${SAN_TIMEOUT:-60}" \
-                "$cs" --tool $tool --error-exitcode 3 \
-                "$build/tests/$t" >"$out/san-$tool-$t.txt" 2>&1
-            echo "$tool $t: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/san-$tool-$t.txt" | tail -1)"
+        for t in ${SAN_TESTS:-test_cuda_kernels test_cuda_mma test_cuda_attn test_cuda_dn test_cuda_route test_cuda_sample test_cuda_model test_cuda_prefill test_cuda_batch test_cuda_trace test_cuda_wgmma test_cuda_sync}; do
+            (
+                LILAC_REQUIRE_CUDA=1 LILAC_CUDA_GRAPH=0 LILAC_CUDA_TEST_QUICK=1 LILAC_CUDA_NO_BENCH=1 timeout "${SAN_TIMEOUT:-60}" \
+                    "$cs" --tool $tool --error-exitcode 3 \
+                    "$build/tests/$t" >"$out/san-$tool-$t.txt" 2>&1
+                echo "$tool $t: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/san-$tool-$t.txt" | tail -1)" \
+                    >"$out/san-$tool-$t.rc"
+            ) &
+            pids+=($!) names+=("$tool-$t")
+            [ "${SAN_PAR:-0}" = 1 ] || wait "${pids[-1]}"
         done
+    done
+    for i in "${!pids[@]}"; do
+        wait "${pids[$i]}"
+        cat "$out/san-${names[$i]}.rc"
+        rm -f "$out/san-${names[$i]}.rc"
     done
 }
 

@@ -162,23 +162,18 @@ template <int N, int A, int I = 0> __device__ __forceinline__ void ld_words(cons
     }
 }
 
-/* ldw's words (the same bytes) from shared memory at p, p = S mod 16 (S even, known when compiled). HS: p = S +
- * 2 hs mod 16 instead, S a multiple of 4 and hs 0 or 1 known only at run time (k_mv_ring's Q6_K rows at 8 lanes
- * a row, whose lanes' blocks differ by one in a pair): nine words at p - 2 hs either way, shifted by 16 hs. */
-template <int NW, int S, bool HS = false>
-__device__ __forceinline__ void ldw_sh(const uint8_t *p, uint32_t (&w)[NW], int hs = 0)
+/* ldw's words (the same bytes) from shared memory at p, p = S mod 16 (S even, known when compiled). */
+template <int NW, int S> __device__ __forceinline__ void ldw_sh(const uint8_t *p, uint32_t (&w)[NW])
 {
-    static_assert(S % 2 == 0 && S >= 0 && S < 16 && (!HS || S % 4 == 0), "2-aligned, or a word class");
-    if constexpr (S % 4 == 0 && !HS) {
+    static_assert(S % 2 == 0 && S >= 0 && S < 16, "2-aligned");
+    if constexpr (S % 4 == 0) {
         ld_words<NW, S>(reinterpret_cast<const uint32_t *>(p), w);
     } else {
-        constexpr int A = HS ? S : S - 2;
-        const int h = HS ? hs : 1;
         uint32_t X[NW + 1];
-        ld_words<NW + 1, A>(reinterpret_cast<const uint32_t *>(p - 2 * h), X);
+        ld_words<NW + 1, S - 2>(reinterpret_cast<const uint32_t *>(p - 2), X);
 #pragma unroll
         for (int i = 0; i < NW; i++)
-            w[i] = __funnelshift_r(X[i], X[i + 1], 16 * h);
+            w[i] = __funnelshift_r(X[i], X[i + 1], 16);
     }
 }
 
@@ -407,13 +402,13 @@ template <> struct Unit<LILAC_Q6_K> {
         p.sc = ldu16<SH>(b + 192 + 8 * h + 2 * pp) | (ldu16<SH>(b + 196 + 8 * h + 2 * pp) << 16);
         p.d = ldu16<SH>(b + 208);
     }
-    /* load's Pay from a staged row whose block u / 4 starts at S mod 16 (HS: at S + 2 hs; ldw_sh) */
-    template <int S, bool HS = false> __device__ static void load_sh(const uint8_t *row, int u, Pay &p, int hs = 0)
+    /* load's Pay from a staged row whose block u / 4 starts at S mod 16 (k_mv_ring) */
+    template <int S> __device__ static void load_sh(const uint8_t *row, int u, Pay &p)
     {
         const uint8_t *b = row + (size_t)(u >> 2) * Q6_K_BYTES;
         const int h = (u >> 1) & 1, pp = u & 1;
-        ldw_sh<8, S, HS>(b + 64 * h + 32 * pp, p.ql, hs); /* offsets of 32: the same S */
-        ldw_sh<8, S, HS>(b + 128 + 32 * h, p.qh, hs);
+        ldw_sh<8, S>(b + 64 * h + 32 * pp, p.ql); /* offsets of 32: the same S */
+        ldw_sh<8, S>(b + 128 + 32 * h, p.qh);
         p.sc = ldu16<true>(b + 192 + 8 * h + 2 * pp) | (ldu16<true>(b + 196 + 8 * h + 2 * pp) << 16);
         p.d = ldu16<true>(b + 208);
     }
@@ -1137,29 +1132,27 @@ __global__ void __launch_bounds__(NTHREADS, 1) k_mv_pipe(const MV p)
  * slot 131-133; 8 warps of one slot 150; without q6_units 156-158; 2 rows a lane group 193-223 (16-row slots,
  * 8 at most); rows in 2 or 4 parts of a bulk copy a row each (2 or 4 rows a lane group in 16 slots) 181-579.
  * tg128 389.4/390.2 against 382.4/384.5 (ring 0), alternated in one call. Code of the parts at 13436be. */
-template <int R_, int NWP_, int NSW_, int LPR_ = 4> struct RingCfg {
+template <int R_, int NWP_, int NSW_> struct RingCfg {
     static constexpr int R = R_, NWP = NWP_, NSW = NSW_;
-    static constexpr int LPR = LPR_; /* the lanes a row (4 or 8) that Q6_K's rows take q6_units at */
 };
 /* Q6_K at 4 lanes a row: lane sub's i-th unit is sub + 4 i, in block i, which starts at 210 i = 2 i mod 16 in a
  * 16-aligned row: its loads' alignment known when compiled (ldw_sh) over the units I .. 7 of a run of 8 blocks,
- * all unrolled (runtime selects and shifts instead: 156-158 us against 126-128). At 8 lanes a row
- * (LILAC_CUDA_HEAD_LPR8) unit sub + 8 i is in block 2 i + sub / 4, at 4 i + 2 (sub / 4) mod 16: the word class
- * known when compiled over units I .. 3, the half word (hs = sub / 4) not. */
-template <int R, int LPR, int I = 0>
-__device__ __forceinline__ void q6_units(const uint8_t *const (&rowp)[R], int u, int hs, const float *xs, int XS,
+ * all unrolled (runtime selects and shifts instead: 156-158 us against 126-128). 8 lanes a row (2 rows a lane
+ * group in the 8-row slots, halving the x loads; LILAC_CUDA_HEAD_LPR8, session 30-31) took 128.8 us against
+ * 125.3 alone and 158-163 against 152-153 in the step: removed (code at d389715). */
+template <int R, int I = 0>
+__device__ __forceinline__ void q6_units(const uint8_t *const (&rowp)[R], int u, const float *xs, int XS,
                                          const float *ss, int SS, float (&tot)[R][1])
 {
-    static_assert(LPR == 4 || LPR == 8, "4 or 8 lanes a row");
-    if constexpr (I < 32 / LPR) {
+    if constexpr (I < 8) {
         using UT = Unit<LILAC_Q6_K>;
         constexpr int US = UT::VPU + 4;
         typename UT::Pay a[R];
 #pragma unroll
         for (int r = 0; r < R; r++)
-            UT::template load_sh<(LPR == 4 ? 2 * I : 4 * I) & 15, LPR == 8>(rowp[r], u, a[r], hs);
+            UT::template load_sh<(2 * I) & 15>(rowp[r], u, a[r]);
         UT::template dot<R, 1>(a, xs + u * US, XS, ss + u * UT::NRUN, SS, u, 1, tot);
-        q6_units<R, LPR, I + 1>(rowp, u + LPR, hs, xs, XS, ss, SS, tot);
+        q6_units<R, I + 1>(rowp, u + 4, xs, XS, ss, SS, tot);
     }
 }
 
@@ -1204,8 +1197,8 @@ __global__ void __launch_bounds__(C::NWP * 32, 1) k_mv_ring(const MV p)
     griddep_wait(); /* x comes from the kernel before */
     TRACE_WAITED(LILAC_TK_MV);
     load_x<UT, 1, NTH>(p.x, p.x2, p.x_tok, 1, 0, U, xs, XS, ss, SS, p.xvec); /* ends with a barrier */
-    /* Q6_K's unrolled walk: 4 or 8 lanes a row, whole runs of 8 blocks, rows 16-aligned in shared memory */
-    const bool q6 = TYPE == LILAC_Q6_K && lpr == C::LPR && U % 32 == 0 && (dev_smem_addr(st0) & 15) == 0;
+    /* Q6_K's unrolled walk: 4 lanes a row, whole runs of 8 blocks, rows 16-aligned in shared memory */
+    const bool q6 = TYPE == LILAC_Q6_K && lpr == 4 && U % 32 == 0 && (dev_smem_addr(st0) & 15) == 0;
     for (long long k = 0; k < nw; k++) {
         const int s = (int)(k % NSW);
         const long long row0 = (g0 + warp + k * NWP) * sr + grp * R;
@@ -1222,8 +1215,8 @@ __global__ void __launch_bounds__(C::NWP * 32, 1) k_mv_ring(const MV p)
             tot[r][0] = 0.f;
         dev_stage_wait(dev_smem_addr(&wb[s]), (uint32_t)((k / NSW) & 1));
         if (q6) {
-            for (int u = sub; u < U; u += 32) /* 8 blocks (4 lanes x 8 units, or 8 x 4) a pass */
-                q6_units<R, C::LPR>(rowp, u, sub >> 2, xs, XS, ss, SS, tot);
+            for (int u = sub; u < U; u += 32) /* 8 blocks (4 lanes x 8 units) a pass */
+                q6_units<R>(rowp, u, xs, XS, ss, SS, tot);
         } else {
             typename UT::Pay a[R], b[R];
             mv_units<TYPE, A16, R, 1, true>(rowp, ok, sub, 0, U, lpr, a, b, xs, XS, ss, SS, 1, tot);
@@ -1276,6 +1269,7 @@ struct DS {
      * these many elements on; x, sh and xn W->rows, part LILAC_CUDA_PART_MAXB, count 1. 0 at one token. */
     long long r_idx, r_wt, r_gu;
     int xvec; /* load_x's vec (mv_xvec) */
+    int trigger; /* where a block lets the next kernel launch (ds_trigger): 0 at its start, 1 after its inputs, 2 after its dots */
 };
 
 /* k_moe_down_sum's end, from the rows' dots of its slots in tot: the dots meet in shared memory (vs), the weighted
@@ -1330,7 +1324,8 @@ __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
     using UT = Unit<TYPE>;
     constexpr int US = UT::VPU + 4, NRUN = UT::NRUN, DS_ROWS = ds_rows(R);
     TRACE_START(LILAC_TK_MOE_DOWN_SUM);
-    griddep_launch_dependents();
+    if (d.trigger == 0)
+        griddep_launch_dependents();
     extern __shared__ float4 smem4[];
     const int U = d.cols / UT::VPU, XS = U * US, SS = U * NRUN;
     float *const xs = reinterpret_cast<float *>(smem4); /* [DS_MAXK][XS] */
@@ -1379,6 +1374,8 @@ __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
         }
         load_x<UT, DS_MAXK>(g_in, u_in, d.x_slot, d.k, 0, U, xs, XS, ss, SS, d.xvec); /* its barrier: bar's init */
         TRACE_MARK1(LILAC_TK_MOE_DOWN_SUM);
+        if (d.trigger == 1)
+            griddep_launch_dependents();
         const uint8_t *srow[R];
 #pragma unroll
         for (int r = 0; r < R; r++)
@@ -1391,6 +1388,8 @@ __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
         if (has)
             mv_units<TYPE, A16, R, 1, true>(srow, ok, u, 0, U, DS_LPR, a, b, xs + warp * XS, XS, ss + warp * SS, SS, 1,
                                             tot);
+        if (d.trigger == 2)
+            griddep_launch_dependents();
         ds_tail<R, DS_ROWS>(d, tot, has, sub, grp, warp, row0, vs, wt, sh, x, xn, part, count);
         return;
     }
@@ -1398,12 +1397,16 @@ __global__ void __launch_bounds__(NTHREADS) k_moe_down_sum(const DS d)
         load_rows<TYPE, A16, R>(rowp, ok, u, a); /* in flight while x is loaded */
     load_x<UT, DS_MAXK>(g_in, u_in, d.x_slot, d.k, 0, U, xs, XS, ss, SS, d.xvec); /* slot s as token s; ends with a barrier */
     TRACE_MARK1(LILAC_TK_MOE_DOWN_SUM);
+    if (d.trigger == 1)
+        griddep_launch_dependents();
     float tot[R][1];
 #pragma unroll
     for (int r = 0; r < R; r++)
         tot[r][0] = 0.f;
     if (has)
         mv_units<TYPE, A16, R, 1>(rowp, ok, u, 0, U, DS_LPR, a, b, xs + warp * XS, XS, ss + warp * SS, SS, 1, tot);
+    if (d.trigger == 2)
+        griddep_launch_dependents();
     ds_tail<R, DS_ROWS>(d, tot, has, sub, grp, warp, row0, vs, wt, sh, x, xn, part, count);
 }
 
@@ -1530,10 +1533,6 @@ template <int TYPE, int T> int mv_smem(long long cols)
     return (int)sizeof(float) * T * mv_tile_units<TYPE, T>(cols) * (UT::VPU + 4 + UT::NRUN);
 }
 
-constexpr long long HEAD_LPR8_ROWS = 32768; /* the rows (times slots) from which LILAC_CUDA_HEAD_LPR8 applies */
-static std::atomic<int> g_head_lpr8{-1};
-static bool head_lpr8() { return env_switch_once(g_head_lpr8, "LILAC_CUDA_HEAD_LPR8", false); }
-
 /* launch_fast's shape of the product over a grid of cap blocks (lanes a row, column tiles, row tiles, items);
  * the shared memory a block needs for it. lpr_force >= 0: 2^lpr_force lanes a row, whatever the shape
  * (lilac_cuda_matvec_like: a row's dot in the order another product's lanes take). */
@@ -1561,11 +1560,6 @@ template <int TYPE, int T> int mv_shape(MV &p, int slots, long long cap, int lpr
     };
     while (lpr_force < 0 && lpr < 32 && 2 * lpr * cfg_lane_units(T) <= U && tiles(lpr) < 2 * cap)
         lpr *= 2;
-    /* LILAC_CUDA_HEAD_LPR8=1 (session 30, not yet measured): a big one-token Q6_K product (the LM head) at 8 lanes
-     * a row instead of 4, so that k_mv_ring's 8-row slots hold 2 rows a lane group and a lane's x loads serve both.
-     * Here, so that every product that takes this one's lanes (the batched step's, matvec_like) takes them too. */
-    if (T == 1 && TYPE == LILAC_Q6_K && lpr == 4 && U >= 32 && p.rows * slots >= HEAD_LPR8_ROWS && head_lpr8())
-        lpr = 8;
     if (lpr_force >= 0)
         lpr = 1 << lpr_force;
     p.lpr_log2 = floor_log2(lpr);
@@ -1703,15 +1697,7 @@ template <auto KERN_PIPE> bool launch_pipe(MV p, long long grid, int smem, cudaS
  * q6_units the ring was 156-158 us against the pipe's 162). Read once. */
 constexpr int RING_N = 2;
 static std::atomic<int> g_ring{-1};
-static int ring_cfg()
-{
-    int v = g_ring.load(std::memory_order_relaxed);
-    if (v < 0) {
-        v = lilac_env_int("LILAC_CUDA_MV_RING", 1, 0, RING_N);
-        g_ring.store(v, std::memory_order_relaxed);
-    }
-    return v;
-}
+static int ring_cfg() { return env_int_once(g_ring, "LILAC_CUDA_MV_RING", 1, 0, RING_N); }
 
 template <int TYPE, class C> bool launch_ring_c(MV p, int smem, cudaStream_t st)
 {
@@ -1741,8 +1727,6 @@ template <int TYPE> bool launch_ring(const MV &p, long long grid, int smem, cuda
         const int c = ring_cfg();
         if (!c || !pipe_takes(p, grid))
             return false;
-        if (p.lpr_log2 == 3 && c == 1) /* 8 lanes a row (LILAC_CUDA_HEAD_LPR8): 2 rows a lane group, 8-row slots */
-            return launch_ring_c<TYPE, RingCfg<2, 8, 2, 8>>(p, smem, st);
         switch (c) {
         case 1: return launch_ring_c<TYPE, RingCfg<1, 8, 2>>(p, smem, st);
         case 2: return launch_ring_c<TYPE, RingCfg<1, 16, 1>>(p, smem, st);
@@ -2038,6 +2022,13 @@ template <int R> int ds_launch(const lilac_cuda_mat *W, size_t expert_stride, co
 /* The fused kernels' launches so far, by kind (lilac_cuda_fused_launches). */
 std::atomic<long> g_fused_launches[LILAC_CUDA_FUSED_KINDS];
 
+/* LILAC_CUDA_DS_TRIGGER=t (session 31, for measuring): where the down+sum kernel's blocks let the kernel after them
+ * launch: 0 (the default) at their start, 1 once their inputs are loaded, 2 once their dots are done. The kernel
+ * after it is the next layer's first product, whose blocks copy its 14 MB of rows (qkv+z) before their wait: in
+ * the trace the down+sum's input loads (L2 hits) took ~5-6 us beside them. Read once. */
+static std::atomic<int> g_ds_trigger{-1};
+static int ds_trigger() { return env_int_once(g_ds_trigger, "LILAC_CUDA_DS_TRIGGER", 0, 0, 2); }
+
 /* The down+sum kernel's arguments every caller sets (one token's layout; the batched and routed callers add
  * theirs). */
 DS ds_params(const lilac_cuda_mat *W, size_t expert_stride, int k, const float *g, const float *u, const float *wt,
@@ -2050,6 +2041,7 @@ DS ds_params(const lilac_cuda_mat *W, size_t expert_stride, int k, const float *
     d.x = x, d.norm_w = norm_w, d.xn = xn, d.part = part, d.count = count;
     d.rows = (int)W->rows, d.cols = (int)W->cols, d.k = k, d.eps = eps;
     d.xvec = mv_xvec(g, u, d.x_slot, d.x_slot);
+    d.trigger = ds_trigger();
     return d;
 }
 
