@@ -993,12 +993,14 @@ static __device__ void dn_head(float (&sr)[DN_ROWS], float *S, const float *qs, 
 // the gated RMSNorm of its output (k_gated_norm).
 // Batched: blockIdx.y a row with its state Sp[row]; conv C floats on, a and
 // b nv, z and o nv * dv.
+// Measured and removed (session 31, LILAC_CUDA_DN_LATE=1): the kernel after it (the output product, which copies
+// its rows before its wait) let launch once q and k are normed, not at the start: tg128 388.2 against 387.9.
 // Measured and removed (LILAC_CUDA_DN_AB=1): warp 2 computing the head's alpha and beta dots from xn before
 // the wait, their product off the second branch: tg128 208.9 against 319.2/320.3 tok/s (H200, 2026-11-30),
 // one warp doing 64 dots of 2048 columns in series.
 __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, const float *b, const float *ssm_a,
                            const float *ssm_dt, const float *z, const float *norm_w, float *o_all, int nk, int nv,
-                           int dk, int dv, int tiled, float eps, float *const *Sp, int late)
+                           int dk, int dv, int tiled, float eps, float *const *Sp)
 {
     TRACE_START(LILAC_TK_DN_FUSED);
     {
@@ -1013,8 +1015,7 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
     extern __shared__ float sh[]; // q[dk], k[dk], red[DN_P][dv]
     float *qs = sh, *ks = sh + dk, *red = sh + 2 * dk;
     __shared__ float gate[2], opart[32];
-    if (!late)
-        griddep_launch_dependents();
+    griddep_launch_dependents();
     // the state is this kernel's alone: in flight before the conv that feeds q, k, v has finished
     float *S = S_all + (size_t)j * dk * dv;
     float sr[DN_ROWS];
@@ -1033,19 +1034,9 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
     if (threadIdx.x == 64) // warp 2: warps 0 and 1 take the norms
         dn_gates(a, b, ssm_a, ssm_dt, j, gate);
     dn_norm_qk(qs, ks, dk);
-    if (late)
-        griddep_launch_dependents();
     dn_head(sr, S, qs, ks, v, gate[0], gate[1], part, c, DN_P, dk, dv, red, opart, nw, zc, eps,
             o_all + (size_t)j * dv);
     TRACE_END(LILAC_TK_DN_FUSED);
-}
-
-/* LILAC_CUDA_DN_LATE=1 (session 31, for measuring): k_dn_fused lets the kernel after it (the output product, which
- * copies its 4.7 MB of rows before its wait) launch once its inputs are loaded, not at its start. Read once. */
-static bool dn_late()
-{
-    static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_DN_LATE", false);
 }
 
 extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, const float *b, const float *ssm_a,
@@ -1055,8 +1046,7 @@ extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, 
     if (!dn_fused_takes(dk, dv))
         return -1;
     launch_dependent(k_dn_fused, dim3(nv), dim3(dv * DN_P), (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s), S,
-                     conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL,
-                     dn_late() ? 1 : 0);
+                     conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL);
     return 0;
 }
 
@@ -1068,6 +1058,6 @@ extern "C" int lilac_cuda_deltanet_rows(const float *conv_out, const float *a, c
     if (!dn_fused_takes(dk, dv) || !Sp || n < 1 || n > 65535)
         return -1;
     k_dn_fused<<<dim3(nv, n), dv * DN_P, (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s)>>>(
-        (float *)NULL, conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, Sp, 0);
+        (float *)NULL, conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, Sp);
     return 0;
 }

@@ -2022,12 +2022,15 @@ template <int R> int ds_launch(const lilac_cuda_mat *W, size_t expert_stride, co
 /* The fused kernels' launches so far, by kind (lilac_cuda_fused_launches). */
 std::atomic<long> g_fused_launches[LILAC_CUDA_FUSED_KINDS];
 
-/* LILAC_CUDA_DS_TRIGGER=t (session 31, for measuring): where the down+sum kernel's blocks let the kernel after them
- * launch: 0 (the default) at their start, 1 once their inputs are loaded, 2 once their dots are done. The kernel
- * after it is the next layer's first product, whose blocks copy its 14 MB of rows (qkv+z) before their wait: in
- * the trace the down+sum's input loads (L2 hits) took ~5-6 us beside them. Read once. */
+/* LILAC_CUDA_DS_TRIGGER=t: where the down+sum kernel's blocks let the kernel after them launch: 0 at their start,
+ * 1 (the default since session 31) once their inputs are loaded, 2 once their dots are done. The kernel after it
+ * is the next layer's first product, whose blocks copy its rows (qkv+z: 14 MB) before their wait: launched at
+ * the down+sum's start, those copies went out beside the down+sum's input loads (L2 hits), which took 5.2 us
+ * from its wait in the trace (layer 4), 4.5 at 1. tg128 (H200, alternated in one call, three rounds) 393.1 /
+ * 390.1 / 389.7 at 1 and 390.6 / 391.3 / 387.1 at 2 against 386.2 / 388.4 / 389.2 at 0; the logits byte-equal
+ * (run.sh bits). Read once. */
 static std::atomic<int> g_ds_trigger{-1};
-static int ds_trigger() { return env_int_once(g_ds_trigger, "LILAC_CUDA_DS_TRIGGER", 0, 0, 2); }
+static int ds_trigger() { return env_int_once(g_ds_trigger, "LILAC_CUDA_DS_TRIGGER", 1, 0, 2); }
 
 /* The down+sum kernel's arguments every caller sets (one token's layout; the batched and routed callers add
  * theirs). */
