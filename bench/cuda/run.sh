@@ -385,17 +385,21 @@ do_sanitize() {
     # (test_cuda_trace makes no CUDA call: the sanitizer ends it with rc 255 before any.)
     # SAN_PAR=1: every (tool, test) pair at once, each its own process on the one GPU (racecheck's minutes a test
     # overlap; 16 cores), the summaries printed once all have ended, in order.
-    local pids=() names=() tool t i
+    # An entry TEST:PARTS runs those parts of the test alone (LILAC_CUDA_TEST_PARTS=PARTS), e.g. test_cuda_kernels:pipe.
+    local pids=() names=() tool e t parts n i
     for tool in ${SAN_TOOLS:-memcheck racecheck}; do
-        for t in ${SAN_TESTS:-test_cuda_kernels test_cuda_mma test_cuda_attn test_cuda_dn test_cuda_route test_cuda_sample test_cuda_model test_cuda_prefill test_cuda_batch test_cuda_wgmma test_cuda_sync}; do
+        for e in ${SAN_TESTS:-test_cuda_kernels test_cuda_mma test_cuda_attn test_cuda_dn test_cuda_route test_cuda_sample test_cuda_model test_cuda_prefill test_cuda_batch test_cuda_wgmma test_cuda_sync}; do
+            t=${e%%:*} parts= n=$tool-$t
+            [[ $e == *:* ]] && parts=${e#*:} n=$tool-$t-${parts//,/+}
             (
-                LILAC_REQUIRE_CUDA=1 LILAC_CUDA_GRAPH=0 LILAC_CUDA_TEST_QUICK=1 LILAC_CUDA_NO_BENCH=1 timeout "${SAN_TIMEOUT:-60}" \
+                env LILAC_REQUIRE_CUDA=1 LILAC_CUDA_GRAPH=0 LILAC_CUDA_TEST_QUICK=1 LILAC_CUDA_NO_BENCH=1 \
+                    ${parts:+LILAC_CUDA_TEST_PARTS=$parts} timeout "${SAN_TIMEOUT:-60}" \
                     "$cs" --tool $tool --error-exitcode 3 \
-                    "$build/tests/$t" >"$out/san-$tool-$t.txt" 2>&1
-                echo "$tool $t: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/san-$tool-$t.txt" | tail -1)" \
-                    >"$out/san-$tool-$t.rc"
+                    "$build/tests/$t" >"$out/san-$n.txt" 2>&1
+                echo "$tool $e: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/san-$n.txt" | tail -1)" \
+                    >"$out/san-$n.rc"
             ) &
-            pids+=($!) names+=("$tool-$t")
+            pids+=($!) names+=("$n")
             [ "${SAN_PAR:-0}" = 1 ] || wait "${pids[-1]}"
         done
     done
