@@ -107,12 +107,6 @@ static __device__ __forceinline__ void griddep_launch_dependents()
 #endif
 }
 
-/* The 128-byte line at p toward L2 (a hint: no result, no fault on a valid address). */
-static __device__ __forceinline__ void dev_prefetch_l2(const void *p)
-{
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
 /* Bulk copies of global memory into a block's shared memory (sm_90's TMA, cp.async.bulk), completed on an
  * mbarrier: dev_stage_init (one thread, then a barrier of the block before anyone waits), dev_stage_expect (that
  * thread: the phase's bytes in all, under 1 MiB), dev_stage_copy (that thread, after: the bytes a multiple of 16,

@@ -189,26 +189,18 @@ __global__ void k_attention_part(const float *q, int q_step, const float *K, con
                   * 329.3 against 332.9 and 331.0, depth 8192 316.6 and 314.1 against 315.6 and 313.0, H200) */
 // Batched (blockIdx.z a row of its own sequence): q, part advanced by the
 // row's strides, K and V from Kp, Vp when given, the position pos_dev[row].
+// Measured and removed (session 31, LILAC_CUDA_ATT_PF=1, code at 1cdce60): each block prefetching its K and V
+// rows toward L2 before its wait (prefetch.global.L2, a line a thread): tg128 at depth 8192 360.8/360.8 against
+// 360.9/362.3 (H200, alternated in one call).
 __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_step, long long q_tok, const float *K,
                                                       const float *V, float *const *Kp, float *const *Vp,
                                                       const int *pos_dev, int kvw, int hd, int G, float *part,
-                                                      long long part_tok, int nsplit, int min_keys, int pf)
+                                                      long long part_tok, int nsplit, int min_keys)
 {
     TRACE_START(LILAC_TK_ATT_GQA);
     griddep_launch_dependents();
-    const int kvh = blockIdx.x, sp = blockIdx.y, row = blockIdx.z;
-    if (pf) { /* att_pf(): the block's K and V rows toward L2 before the wait (the position, the pointers and every
-               * row but the newest are the step's inputs; a prefetch is a hint, L2 the point of coherence) */
-        const float *Kb = Kp ? Kp[row] : K, *Vb = Kp ? Vp[row] : V;
-        const int nk = pos_dev[row] + 1, nsp = att_splits(nk, nsplit, min_keys), ch = (nk + nsp - 1) / nsp;
-        const int a0 = sp * ch, a1 = min(nk, a0 + ch), lpr = hd / 32; /* a row's 128-byte lines (hd % 32 == 0) */
-        for (int i = threadIdx.x; sp < nsp && i < 2 * (a1 - a0) * lpr; i += blockDim.x) {
-            const int r = i / (2 * lpr), c = i - r * 2 * lpr;
-            const float *base = c < lpr ? Kb : Vb;
-            dev_prefetch_l2(base + (size_t)(a0 + r) * kvw + (size_t)kvh * hd + 32 * (c < lpr ? c : c - lpr));
-        }
-    }
     griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
+    const int kvh = blockIdx.x, sp = blockIdx.y, row = blockIdx.z;
     q += row * q_tok, part += row * part_tok;
     if (Kp)
         K = Kp[row], V = Vp[row];
@@ -383,16 +375,6 @@ __global__ void k_attention_combine(const float *q, int q_step, long long q_tok,
 
 extern "C" size_t lilac_cuda_attention_part_floats(int n_head, int hd) { return lilac_cuda_att_part_floats(n_head, hd); }
 
-/* LILAC_CUDA_ATT_PF=1 (session 31, written without a GPU run; off): k_attention_gqa's blocks prefetch their K and
- * V rows into L2 before their wait (while the kernels before them end) and so V's during the scores. At depth
- * 8192 a token's attention reads 33.5 MB of f32 K and V over the 10 layers' ~22 us more than at depth 0. Read
- * once. */
-static int att_pf()
-{
-    static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_ATT_PF", false) ? 1 : 0;
-}
-
 // Whether k_attention_gqa takes the shape (query heads a KV head, head size).
 static bool attention_gqa_takes(int n_head, int n_head_kv, int hd)
 {
@@ -424,7 +406,7 @@ extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K,
     if (attention_gqa_takes(n_head, n_head_kv, hd))
         launch_pdl(PDL_ATTN, k_attention_gqa, dim3(n_head_kv, nsplit), dim3(256), 0, CS(s), q, q_step, 0LL, K, V,
                    (float *const *)NULL, (float *const *)NULL, pos, n_head_kv * hd, hd, G, part, 0LL, nsplit,
-                   min_keys, att_pf());
+                   min_keys);
     else
         k_attention_part<<<dim3(n_head, nsplit), 256, (size_t)hd * sizeof(float), CS(s)>>>(
             q, q_step, K, V, pos, n_head_kv * hd, hd, G, scratch, scratch_stride, part, nsplit, min_keys);
@@ -450,7 +432,7 @@ extern "C" int lilac_cuda_attention_rows(const float *q, int q_step, long long q
     const long long part_tok = (long long)n_head * nsplit * (hd + 2);
     k_attention_gqa<<<dim3(n_head_kv, nsplit, n), 256, 0, CS(s)>>>(q, q_step, q_tok, NULL, NULL, Kp, Vp, pos,
                                                                    n_head_kv * hd, hd, n_head / n_head_kv, part,
-                                                                   part_tok, nsplit, min_keys, att_pf());
+                                                                   part_tok, nsplit, min_keys);
     k_attention_combine<<<dim3(n_head, n), 256, 0, CS(s)>>>(q, q_step, q_tok, hd, part, part_tok, out,
                                                            (long long)n_head * hd, gated, pos, nsplit, min_keys);
     return 0;
