@@ -996,8 +996,9 @@ static __device__ void dn_head(float (&sr)[DN_ROWS], float *S, const float *qs, 
 // the gated RMSNorm of its output (k_gated_norm).
 // Batched: blockIdx.y a row with its state Sp[row]; conv C floats on, a and
 // b nv, z and o nv * dv.
-// Measured and removed (session 31, LILAC_CUDA_DN_LATE=1): the kernel after it (the output product, which copies
-// its rows before its wait) let launch once q and k are normed, not at the start: tg128 388.2 against 387.9.
+// Measured and removed (session 31, LILAC_CUDA_DN_LATE=1, code at 8f5a43b): the kernel after it (the output
+// product, which copies its rows before its wait) let launch once q and k are normed, not at the start: tg128
+// 389.0/386.0/389.6 against 386.2/388.4/389.2 (H200, alternated in one call).
 // Measured and removed (LILAC_CUDA_DN_AB=1): warp 2 computing the head's alpha and beta dots from xn before
 // the wait, their product off the second branch: tg128 208.9 against 319.2/320.3 tok/s (H200, 2026-11-30),
 // one warp doing 64 dots of 2048 columns in series.
