@@ -57,6 +57,14 @@ static inline void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
 
 static inline const char *tname(int type) { return lilac_dtype_get(type)->name; }
 
+/* LILAC_CUDA_TEST_TYPES=Q4_K,Q6_K (racecheck: test_cuda_kernels' matvec part a type a process): the block types
+ * named there alone (tname's names); unset, every one. */
+static inline bool ct_type(int type)
+{
+    const char *e = getenv("LILAC_CUDA_TEST_TYPES");
+    return !e || !*e || lilac_env_list_has(e, tname(type));
+}
+
 /* rows x cols of `type`, rows row_bytes apart (any padding random). Mode 0:
  * random bytes with sane fp16 scales (every bit pattern of the quants and
  * the 6-bit scales); mode 1: gaussian-like floats through lilac's own

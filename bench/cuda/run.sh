@@ -386,15 +386,23 @@ do_sanitize() {
     # (test_cuda_trace makes no CUDA call: the sanitizer ends it with rc 255 before any.)
     # SAN_PAR=1: every (tool, test) pair at once, each its own process on the one GPU (racecheck's minutes a test
     # overlap; 16 cores), the summaries printed once all have ended, in order.
-    # An entry TEST:PARTS runs those parts of the test alone (LILAC_CUDA_TEST_PARTS=PARTS), e.g. test_cuda_kernels:pipe.
-    local pids=() names=() tool e t parts n i
+    # An entry TEST:PARTS runs those parts of the test alone (LILAC_CUDA_TEST_PARTS=PARTS), e.g. test_cuda_kernels:pipe;
+    # TEST:PARTS:TYPES those types too (LILAC_CUDA_TEST_TYPES; test_cuda_kernels), e.g. test_cuda_kernels:matvec:Q6_K.
+    # racecheck's runs of test_cuda_model take its first SAN_TOKENS tokens (default 8; LILAC_CUDA_TEST_TOKENS).
+    local pids=() names=() tool e t parts types n i tok
     for tool in ${SAN_TOOLS:-memcheck racecheck}; do
+        tok=
+        [ "$tool" = racecheck ] && tok=${SAN_TOKENS:-8}
         for e in ${SAN_TESTS:-test_cuda_kernels test_cuda_mma test_cuda_attn test_cuda_dn test_cuda_route test_cuda_sample test_cuda_model test_cuda_prefill test_cuda_batch test_cuda_wgmma test_cuda_sync}; do
-            t=${e%%:*} parts= n=$tool-$t
-            [[ $e == *:* ]] && parts=${e#*:} n=$tool-$t-${parts//,/+}
+            t=${e%%:*} parts= types= n=$tool-$t
+            [[ $e == *:* ]] && parts=${e#*:}
+            [[ $parts == *:* ]] && types=${parts#*:} parts=${parts%%:*}
+            [ -n "$parts" ] && n=$n-${parts//,/+}
+            [ -n "$types" ] && n=$n-${types//,/+}
             (
                 env LILAC_REQUIRE_CUDA=1 LILAC_CUDA_GRAPH=0 LILAC_CUDA_TEST_QUICK=1 LILAC_CUDA_NO_BENCH=1 \
-                    ${parts:+LILAC_CUDA_TEST_PARTS=$parts} timeout "${SAN_TIMEOUT:-60}" \
+                    ${parts:+LILAC_CUDA_TEST_PARTS=$parts} ${types:+LILAC_CUDA_TEST_TYPES=$types} \
+                    ${tok:+LILAC_CUDA_TEST_TOKENS=$tok} timeout "${SAN_TIMEOUT:-60}" \
                     "$cs" --tool $tool --error-exitcode 3 \
                     "$build/tests/$t" >"$out/san-$n.txt" 2>&1
                 echo "$tool $e: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/san-$n.txt" | tail -1)" \
