@@ -903,7 +903,8 @@ int main(void)
     }
     bool block_types = false; /* (the down+sum's cases are the block types') */
     for (int ti = 0; ti < N_TYPES; ti++)
-        block_types |= TYPES[ti] != LILAC_F32 && TYPES[ti] != LILAC_F16 && TYPES[ti] != LILAC_BF16 && ct_type(TYPES[ti]);
+        block_types |=
+            TYPES[ti] != LILAC_F32 && TYPES[ti] != LILAC_F16 && TYPES[ti] != LILAC_BF16 && ct_type(TYPES[ti]);
     if (!bench_only && ct_part("down_sum") && block_types) {
         printf("down product with the experts' sum and norm: %d cases, %d differ from the two kernels\n", ds_cases,
                ds_bad);

@@ -1269,7 +1269,7 @@ struct DS {
      * these many elements on; x, sh and xn W->rows, part LILAC_CUDA_PART_MAXB, count 1. 0 at one token. */
     long long r_idx, r_wt, r_gu;
     int xvec; /* load_x's vec (mv_xvec) */
-    int trigger; /* where a block lets the next kernel launch (ds_trigger): 0 at its start, 1 after its inputs, 2 after its dots */
+    int trigger; /* where a block lets the next kernel launch (ds_trigger): 0 its start, 1 its inputs, 2 its dots */
 };
 
 /* k_moe_down_sum's end, from the rows' dots of its slots in tot: the dots meet in shared memory (vs), the weighted
