@@ -80,6 +80,7 @@ do_test() {
     run_test model test_cuda_model
     run_test model-att-shape test_cuda_model LILAC_CUDA_ATT_RANGES=128 LILAC_CUDA_ATT_KEYS=16
     run_test model-ds-trigger0 test_cuda_model LILAC_CUDA_DS_TRIGGER=0
+    run_test model-att-spread test_cuda_model LILAC_CUDA_ATT_SPREAD=1
     run_test model-route-tail test_cuda_model LILAC_CUDA_ROUTE_TAIL=1
     run_test model-route-unfused test_cuda_model LILAC_CUDA_ROUTE_FUSED=0
     run_test model-no-stage test_cuda_model LILAC_CUDA_MV_STAGE=0
@@ -94,6 +95,7 @@ do_test() {
     run_test model-down-sum-r1 test_cuda_model LILAC_CUDA_DOWN_SUM=1 LILAC_CUDA_DOWN_SUM_R=1
     run_test batch test_cuda_batch
     run_test batch-graph test_cuda_batch LILAC_CUDA_BATCH_GRAPH=1
+    run_test batch-att-spread test_cuda_batch LILAC_CUDA_ATT_SPREAD=1
     run_test batch-grouped test_cuda_batch LILAC_CUDA_PAIRS=0
     run_test batch-t8 test_cuda_batch LILAC_CUDA_MV_T8=1
     run_test batch-no-down-sum test_cuda_batch LILAC_CUDA_DOWN_SUM=0

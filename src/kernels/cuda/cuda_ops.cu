@@ -195,7 +195,7 @@ __global__ void k_attention_part(const float *q, int q_step, const float *K, con
 __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_step, long long q_tok, const float *K,
                                                       const float *V, float *const *Kp, float *const *Vp,
                                                       const int *pos_dev, int kvw, int hd, int G, float *part,
-                                                      long long part_tok, int nsplit, int min_keys)
+                                                      long long part_tok, int nsplit, int min_keys, int spread)
 {
     TRACE_START(LILAC_TK_ATT_GQA);
     griddep_launch_dependents();
@@ -239,7 +239,16 @@ __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_ste
     const size_t koff = (size_t)kvh * hd;
     for (int t0 = p0; t0 < p1; t0 += ATT_TILE) {
         const int nt = min(ATT_TILE, p1 - t0);
-        for (int kb = wid * (ATT_TILE / 8); kb < (wid + 1) * (ATT_TILE / 8); kb += 4) {
+        for (int it = 0; it < ATT_TILE / 32; it++) {
+            /* warp w's keys: 8 w .. 8 w + 7 of the tile, or (spread, att_spread()) 4 w .. 4 w + 3 and 32 on, so
+             * that a range of 32 keys or fewer takes one step of every warp it needs, not two of a quarter of them;
+             * a step without a live key writes its scores' -inf alone. Each key's dot is the same either way. */
+            const int kb = spread ? 4 * wid + 32 * it : wid * (ATT_TILE / 8) + 4 * it;
+            if (spread && kb >= nt) {
+                if (lane < 4 * G)
+                    sc[lane >> 2][kb + (lane & 3)] = -INFINITY;
+                continue;
+            }
             float part_d[4][ATT_GMAX];
 #pragma unroll
             for (int j = 0; j < 4; j++) {
@@ -375,6 +384,16 @@ __global__ void k_attention_combine(const float *q, int q_step, long long q_tok,
 
 extern "C" size_t lilac_cuda_attention_part_floats(int n_head, int hd) { return lilac_cuda_att_part_floats(n_head, hd); }
 
+/* LILAC_CUDA_ATT_SPREAD=1 (session 31, written without a GPU run; off): k_attention_gqa's warps take a tile's keys
+ * four apiece across all eight warps (see there) instead of eight apiece: at tg128's ranges of 16 keys or fewer,
+ * four warps score them in one step where two took two steps, each a memory round trip and 32 warp sums. The
+ * same bits. Read once. */
+static int att_spread()
+{
+    static std::atomic<int> on{-1};
+    return env_switch_once(on, "LILAC_CUDA_ATT_SPREAD", false) ? 1 : 0;
+}
+
 // Whether k_attention_gqa takes the shape (query heads a KV head, head size).
 static bool attention_gqa_takes(int n_head, int n_head_kv, int hd)
 {
@@ -406,7 +425,7 @@ extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K,
     if (attention_gqa_takes(n_head, n_head_kv, hd))
         launch_pdl(PDL_ATTN, k_attention_gqa, dim3(n_head_kv, nsplit), dim3(256), 0, CS(s), q, q_step, 0LL, K, V,
                    (float *const *)NULL, (float *const *)NULL, pos, n_head_kv * hd, hd, G, part, 0LL, nsplit,
-                   min_keys);
+                   min_keys, att_spread());
     else
         k_attention_part<<<dim3(n_head, nsplit), 256, (size_t)hd * sizeof(float), CS(s)>>>(
             q, q_step, K, V, pos, n_head_kv * hd, hd, G, scratch, scratch_stride, part, nsplit, min_keys);
@@ -432,7 +451,7 @@ extern "C" int lilac_cuda_attention_rows(const float *q, int q_step, long long q
     const long long part_tok = (long long)n_head * nsplit * (hd + 2);
     k_attention_gqa<<<dim3(n_head_kv, nsplit, n), 256, 0, CS(s)>>>(q, q_step, q_tok, NULL, NULL, Kp, Vp, pos,
                                                                    n_head_kv * hd, hd, n_head / n_head_kv, part,
-                                                                   part_tok, nsplit, min_keys);
+                                                                   part_tok, nsplit, min_keys, att_spread());
     k_attention_combine<<<dim3(n_head, n), 256, 0, CS(s)>>>(q, q_step, q_tok, hd, part, part_tok, out,
                                                            (long long)n_head * hd, gated, pos, nsplit, min_keys);
     return 0;
