@@ -14,6 +14,10 @@
 #include "util/env.h"
 
 enum { MAXSEQ = 64, STEPS = 8 };
+/* The decode steps a sequence takes: STEPS, or fewer under LILAC_CUDA_TEST_TOKENS=N (run.sh sanitize's racecheck:
+ * every kernel launch of a step is instrumented, and the quick mode's 5 sequences alone and together ran past
+ * 280 s); the arrays keep STEPS. */
+static int g_steps = STEPS;
 
 /* Sequence i's prompt: the first 3 + (2i mod 40) golden tokens. */
 static int prompt_len(int i) { return 3 + (2 * i) % 40; }
@@ -29,9 +33,9 @@ static int run_alone(lilac_model *m, const int32_t *toks, int np, int32_t *out, 
         return 0;
     lilac_eval_opts o = {.logits_mode = LILAC_LOGITS_LAST, .logits = lg};
     int ok = !lilac_seq_eval(s, toks, np, &o, &err);
-    for (int st = 0; ok && st < STEPS; st++) {
+    for (int st = 0; ok && st < g_steps; st++) {
         out[st] = tm_argmax(lg + (size_t)st * V, V);
-        if (st + 1 < STEPS) {
+        if (st + 1 < g_steps) {
             o.logits = lg + (size_t)(st + 1) * V;
             ok = !lilac_seq_eval(s, &out[st], 1, &o, &err);
         }
@@ -78,13 +82,13 @@ static void run(const char *fx, const char *model, const char *file, const int N
      * beside the others' first decode tokens (the mixed path) */
     double worst = 0;
     int bad_tok = 0, bad_top = 0;
-    for (int st = 0; ok && st <= STEPS; st++) {
+    for (int st = 0; ok && st <= g_steps; st++) {
         lilac_batch_item it[MAXSEQ];
         int ni = 0, who[MAXSEQ];
         for (int i = 0; i < NSEQ; i++) {
             int first = i == NSEQ - 1 ? 1 : 0; /* the step its prompt goes in */
             int k = st - first;                /* its decode steps done before this one */
-            if (k < 0 || k >= STEPS)
+            if (k < 0 || k >= g_steps)
                 continue;
             /* odd sequences ask for the sampler's top 40 instead of the logits (the prompt's through the host's
              * reduction, the batched step's on the device) */
@@ -159,6 +163,7 @@ int main(void)
     unsetenv("LILAC_CUDA_BATCH"); /* the default: batched */
     /* LILAC_CUDA_TEST_QUICK=1 (the sanitizers' slow runs): 5 and 64 sequences of the Q4_K_M file only */
     const bool quick = lilac_env_switch("LILAC_CUDA_TEST_QUICK", false);
+    g_steps = lilac_env_int("LILAC_CUDA_TEST_TOKENS", STEPS, 1, STEPS);
     /* LILAC_CUDA_TEST_PARTS (racecheck: a part at a time): exact, fast (the two steps), x64 (the 64-sequence runs) */
     int ran = 0;
     for (int exact = 1; exact >= 0; exact--) { /* the exact step (the default), then the faster one */

@@ -390,11 +390,12 @@ do_sanitize() {
     # overlap; 16 cores), the summaries printed once all have ended, in order.
     # An entry TEST:PARTS runs those parts of the test alone (LILAC_CUDA_TEST_PARTS=PARTS), e.g. test_cuda_kernels:pipe;
     # TEST:PARTS:TYPES those types too (LILAC_CUDA_TEST_TYPES; test_cuda_kernels), e.g. test_cuda_kernels:matvec:Q6_K.
-    # racecheck's runs of test_cuda_model take its first SAN_TOKENS tokens (default 8; LILAC_CUDA_TEST_TOKENS).
+    # racecheck's runs of test_cuda_model and test_cuda_batch take SAN_TOKENS tokens (default 3; LILAC_CUDA_TEST_TOKENS:
+    # the model's first ones, the batch's decode steps a sequence).
     local pids=() names=() tool e t parts types n i tok
     for tool in ${SAN_TOOLS:-memcheck racecheck}; do
         tok=
-        [ "$tool" = racecheck ] && tok=${SAN_TOKENS:-8}
+        [ "$tool" = racecheck ] && tok=${SAN_TOKENS:-3}
         for e in ${SAN_TESTS:-test_cuda_kernels test_cuda_mma test_cuda_attn test_cuda_dn test_cuda_route test_cuda_sample test_cuda_model test_cuda_prefill test_cuda_batch test_cuda_wgmma test_cuda_sync}; do
             t=${e%%:*} parts= types= n=$tool-$t
             [[ $e == *:* ]] && parts=${e#*:}
