@@ -204,6 +204,15 @@ __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_ste
     q += row * q_tok, part += row * part_tok;
     if (Kp)
         K = Kp[row], V = Vp[row];
+    /* spread: a block that can work at a short context (sp < ATT_SHORT) loads its first DEV_NR q values a thread
+     * beside the position, not one round trip after it (at most ATT_SHORT idle blocks a head load them) */
+    const bool early = spread && sp < ATT_SHORT;
+    float q0[DEV_NR];
+#pragma unroll
+    for (int j = 0; j < DEV_NR; j++) {
+        const int i = j * blockDim.x + threadIdx.x;
+        q0[j] = early && i < G * hd ? q[(size_t)(kvh * G + i / hd) * q_step + i % hd] : 0.0f;
+    }
     const int n_keys = pos_dev[row] + 1, ns = att_splits(n_keys, nsplit, min_keys), chunk = (n_keys + ns - 1) / ns;
     if (sp >= ns) {
         TRACE_END(LILAC_TK_ATT_GQA);
@@ -220,7 +229,7 @@ __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_ste
 #pragma unroll
         for (int j = 0; j < DEV_NR; j++) {
             const int i = i0 + j * blockDim.x + threadIdx.x;
-            qv[j] = i < G * hd ? q[(size_t)(kvh * G + i / hd) * q_step + i % hd] : 0.0f;
+            qv[j] = early && i0 == 0 ? q0[j] : i < G * hd ? q[(size_t)(kvh * G + i / hd) * q_step + i % hd] : 0.0f;
         }
 #pragma unroll
         for (int j = 0; j < DEV_NR; j++) {
@@ -386,8 +395,8 @@ extern "C" size_t lilac_cuda_attention_part_floats(int n_head, int hd) { return 
 
 /* LILAC_CUDA_ATT_SPREAD=1 (session 31, written without a GPU run; off): k_attention_gqa's warps take a tile's keys
  * four apiece across all eight warps (see there) instead of eight apiece: at tg128's ranges of 16 keys or fewer,
- * four warps score them in one step where two took two steps, each a memory round trip and 32 warp sums. The
- * same bits. Read once. */
+ * four warps score them in one step where two took two steps, each a memory round trip and 32 warp sums; and the
+ * blocks that can work at a short context load q beside the position. The same bits. Read once. */
 static int att_spread()
 {
     static std::atomic<int> on{-1};
