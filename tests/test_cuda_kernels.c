@@ -368,6 +368,9 @@ static void test_type_matvec(int ti)
 /* LILAC_CUDA_TEST_PARTS (cudatest.h): matvec (the products, experts and get_row), down_sum, norm, refusals */
 static void test_like(int type);
 
+/* The float types (no block structure: no down+sum case). */
+static bool float_type(int type) { return type == LILAC_F32 || type == LILAC_F16 || type == LILAC_BF16; }
+
 static void test_type(int ti)
 {
     const int type = TYPES[ti];
@@ -375,7 +378,7 @@ static void test_type(int ti)
         test_type_matvec(ti);
     if (ct_part("like"))
         test_like(type);
-    if (type != LILAC_F32 && type != LILAC_F16 && type != LILAC_BF16 && ct_part("down_sum")) {
+    if (!float_type(type) && ct_part("down_sum")) {
         /* the 35B-A3B's shape: bit for bit at either rows a lane group (LILAC_CUDA_DOWN_SUM_R=1: k_mv's one) */
         test_down_sum(type, 2048, 512, 8, 1, 1, 1);
         test_down_sum(type, 200, 256, 3, 0, 1, 0);
@@ -903,8 +906,7 @@ int main(void)
     }
     bool block_types = false; /* (the down+sum's cases are the block types') */
     for (int ti = 0; ti < N_TYPES; ti++)
-        block_types |=
-            TYPES[ti] != LILAC_F32 && TYPES[ti] != LILAC_F16 && TYPES[ti] != LILAC_BF16 && ct_type(TYPES[ti]);
+        block_types |= !float_type(TYPES[ti]) && ct_type(TYPES[ti]);
     if (!bench_only && ct_part("down_sum") && block_types) {
         printf("down product with the experts' sum and norm: %d cases, %d differ from the two kernels\n", ds_cases,
                ds_bad);

@@ -378,6 +378,12 @@ do_pdl() {
 # compute-sanitizer memcheck and racecheck over the CUDA tests (the issue's
 # bar), each bounded so that a slow tool cannot eat the session's device
 # time.
+# A sanitizer job's summary line, once the job (pid) has ended; printed once (its .rc file then removed).
+san_summary() { # PID NAME
+    wait "$1"
+    [ -f "$out/san-$2.rc" ] && cat "$out/san-$2.rc" && rm -f "$out/san-$2.rc"
+}
+
 do_sanitize() {
     local cs
     cs=$(cuda_tool compute-sanitizer)
@@ -412,13 +418,11 @@ do_sanitize() {
                     >"$out/san-$n.rc"
             ) &
             pids+=($!) names+=("$n")
-            [ "${SAN_PAR:-0}" = 1 ] || wait "${pids[-1]}"
+            [ "${SAN_PAR:-0}" = 1 ] || san_summary "${pids[-1]}" "$n" # one at a time: each summary as it ends
         done
     done
     for i in "${!pids[@]}"; do
-        wait "${pids[$i]}"
-        cat "$out/san-${names[$i]}.rc"
-        rm -f "$out/san-${names[$i]}.rc"
+        san_summary "${pids[$i]}" "${names[$i]}"
     done
 }
 

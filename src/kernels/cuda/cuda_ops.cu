@@ -207,12 +207,11 @@ __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_ste
     /* spread: a block that can work at a short context (sp < ATT_SHORT) loads its first DEV_NR q values a thread
      * beside the position, not one round trip after it (at most ATT_SHORT idle blocks a head load them) */
     const bool early = spread && sp < ATT_SHORT;
+    auto q_at = [&](int i) { return i < G * hd ? q[(size_t)(kvh * G + i / hd) * q_step + i % hd] : 0.0f; };
     float q0[DEV_NR];
 #pragma unroll
-    for (int j = 0; j < DEV_NR; j++) {
-        const int i = j * blockDim.x + threadIdx.x;
-        q0[j] = early && i < G * hd ? q[(size_t)(kvh * G + i / hd) * q_step + i % hd] : 0.0f;
-    }
+    for (int j = 0; j < DEV_NR; j++)
+        q0[j] = early ? q_at(j * blockDim.x + threadIdx.x) : 0.0f;
     const int n_keys = pos_dev[row] + 1, ns = att_splits(n_keys, nsplit, min_keys), chunk = (n_keys + ns - 1) / ns;
     if (sp >= ns) {
         TRACE_END(LILAC_TK_ATT_GQA);
@@ -229,7 +228,7 @@ __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_ste
 #pragma unroll
         for (int j = 0; j < DEV_NR; j++) {
             const int i = i0 + j * blockDim.x + threadIdx.x;
-            qv[j] = early && i0 == 0 ? q0[j] : i < G * hd ? q[(size_t)(kvh * G + i / hd) * q_step + i % hd] : 0.0f;
+            qv[j] = early && i0 == 0 ? q0[j] : q_at(i);
         }
 #pragma unroll
         for (int j = 0; j < DEV_NR; j++) {
