@@ -81,8 +81,6 @@ do_test() {
     run_test model-att-shape test_cuda_model LILAC_CUDA_ATT_RANGES=128 LILAC_CUDA_ATT_KEYS=16
     run_test model-ds-trigger0 test_cuda_model LILAC_CUDA_DS_TRIGGER=0
     run_test model-att-spread0 test_cuda_model LILAC_CUDA_ATT_SPREAD=0
-    run_test model-dn-conv test_cuda_model LILAC_CUDA_DN_CONV=1
-    run_test model-dn-conv-pdl test_cuda_model LILAC_CUDA_DN_CONV=1 LILAC_CUDA_PDL_SET=dn
     run_test model-route-tail test_cuda_model LILAC_CUDA_ROUTE_TAIL=1
     run_test model-route-unfused test_cuda_model LILAC_CUDA_ROUTE_FUSED=0
     run_test model-no-stage test_cuda_model LILAC_CUDA_MV_STAGE=0
@@ -98,7 +96,6 @@ do_test() {
     run_test batch test_cuda_batch
     run_test batch-graph test_cuda_batch LILAC_CUDA_BATCH_GRAPH=1
     run_test batch-att-spread0 test_cuda_batch LILAC_CUDA_ATT_SPREAD=0
-    run_test batch-dn-conv test_cuda_batch LILAC_CUDA_DN_CONV=1
     run_test batch-grouped test_cuda_batch LILAC_CUDA_PAIRS=0
     run_test batch-t8 test_cuda_batch LILAC_CUDA_MV_T8=1
     run_test batch-no-down-sum test_cuda_batch LILAC_CUDA_DOWN_SUM=0
@@ -115,7 +112,6 @@ do_test() {
     run_test batch-mv-tc-min test_cuda_batch LILAC_CUDA_MV_TC=1 LILAC_CUDA_MV_TC_MIN_ROWS=1000
     run_test prefill test_cuda_prefill
     run_test prefill-dn-recurrent test_cuda_prefill LILAC_CUDA_DN_CHUNK=0
-    run_test prefill-dn-conv test_cuda_prefill LILAC_CUDA_DN_CONV=1
     run_test prefill-grouped test_cuda_prefill LILAC_CUDA_PAIRS=0
     run_test prefill-block-norm test_cuda_prefill LILAC_CUDA_PF_WARP_NORM=0
     run_test prefill-dn-narrow test_cuda_prefill LILAC_CUDA_DN_WIDE=0 LILAC_CUDA_DN_TC=0

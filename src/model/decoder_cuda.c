@@ -563,7 +563,6 @@ const lilac_cuda_step_sw *lilac_cuda_step_switches(void)
             .sum_grid = lilac_env_switch("LILAC_CUDA_SUM_GRID", true),
             .down_sum = lilac_env_switch("LILAC_CUDA_DOWN_SUM", true),
             .route_fused = lilac_env_switch("LILAC_CUDA_ROUTE_FUSED", true),
-            .dn_conv = lilac_env_switch("LILAC_CUDA_DN_CONV", false),
         };
         read = true;
     }
@@ -630,18 +629,9 @@ static void step(lilac_model *m, lilac_cuda_seq *cs)
             }
             OP("matvec", lilac_cuda_matvec(qkvz ? &cl->ssm_qkvz : &cl->ssm_qkv, cm->xn, cm->qkv, 1, s));
             lilac_cuda_fork(aux, s, cm->ev[1]);
-            /* the conv in the DeltaNet kernel: one kernel boundary less on the chain */
-            const bool dn_conv = sw->dn_conv && !lilac_cuda_deltanet_conv(cm->qkv, cs->conv[il], cl->ssm_conv, K,
-                                                                          cm->a, cm->b, cl->ssm_a, cl->ssm_dt,
-                                                                          cs->ssm[il], cm->o, cm->z, cl->ssm_norm, nk,
-                                                                          nv, dk, dv, tiled, eps, s);
-            if (!dn_conv)
-                OP("conv_step", lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, K, s));
-            if (dn_conv) {
-                if (g_trace == 1)
-                    trace_name("deltanet", "");
-            } else if (lilac_cuda_deltanet_fused(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o,
-                                                 cm->z, cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s)) { /* others: */
+            OP("conv_step", lilac_cuda_conv_step(cm->qkv, cs->conv[il], cl->ssm_conv, cm->conv, C, K, s));
+            if (lilac_cuda_deltanet_fused(cm->conv, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,
+                                          cl->ssm_norm, nk, nv, dk, dv, tiled, eps, s)) { /* other shapes: */
                 if (g_trace == 1)
                     trace_name("pf_deltanet", "");
                 lilac_cuda_pf_deltanet(cm->conv, C, cm->a, cm->b, cl->ssm_a, cl->ssm_dt, cs->ssm[il], cm->o, cm->z,

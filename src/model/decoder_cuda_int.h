@@ -85,7 +85,6 @@ typedef struct lilac_cuda_step_sw {
      * (lilac_cuda_matvec_experts_routed) where the norm+router kernel gives the logits (and the shared gate's)
      * and gate and up are one product: the route kernel off the chain */
     bool route_fused;
-    bool dn_conv; /* the conv inside the DeltaNet kernel (lilac_cuda_deltanet_conv) */
 } lilac_cuda_step_sw;
 const lilac_cuda_step_sw *lilac_cuda_step_switches(void);
 

@@ -62,8 +62,6 @@ void lilac_cuda_stream_free(lilac_cuda_stream *s);
  * as major * 10 + minor (cudaFuncAttributes' ptxVersion: 90 for an sm_90a
  * build, 80 for an sm_80 build run on an H100 from its PTX); 0 if unknown. */
 int lilac_cuda_code_arch(void);
-/* Whether the device and the code that runs on it are sm_90 or later (clusters, griddepcontrol, bulk copies). */
-int lilac_cuda_code_sm90(void);
 
 /* Whether kernels are launched dependent (programmatic dependent launch:
  * a kernel starts, and fetches its weights, while the one before it ends):

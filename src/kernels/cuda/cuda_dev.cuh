@@ -745,11 +745,10 @@ enum {
     PDL_ROUTE = 16,
     PDL_SUM = 32,
     PDL_ROPE = 64,
-    PDL_DN = 128, /* the DeltaNet step with its conv (lilac_cuda_deltanet_conv), after the qkv product */
 };
 
 /* Which of them launch dependent: LILAC_CUDA_PDL_ALL=1 all; LILAC_CUDA_PDL_SET=names (rmsnorm, attention,
- * combine, conv, route, sum, rope, dn, comma-separated) those. None by default: measured on the H200, tg128 234
+ * combine, conv, route, sum, rope, comma-separated) those. None by default: measured on the H200, tg128 234
  * tok/s with all against 258 without (one run, 2026-11-30): the early-launched blocks hold SMs the products
  * before them want. The set is for finding the ones that pay alone (a kernel after a small one, not after a
  * product, holds nothing a product wants). */
@@ -762,8 +761,8 @@ static unsigned pdl_set()
             int bit;
         } names[] = {{"rmsnorm", PDL_RMSNORM}, {"attention", PDL_ATTN}, {"combine", PDL_COMBINE},
                      {"conv", PDL_CONV},       {"route", PDL_ROUTE},    {"sum", PDL_SUM},
-                     {"rope", PDL_ROPE},       {"dn", PDL_DN}};
-        int v = lilac_env_switch("LILAC_CUDA_PDL_ALL", false) ? 0xff : 0;
+                     {"rope", PDL_ROPE}};
+        int v = lilac_env_switch("LILAC_CUDA_PDL_ALL", false) ? 0x7f : 0;
         const char *e = getenv("LILAC_CUDA_PDL_SET");
         for (const auto &n : names)
             if (lilac_env_list_has(e, n.name))

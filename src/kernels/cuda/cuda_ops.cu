@@ -469,31 +469,6 @@ extern "C" int lilac_cuda_attention_rows(const float *q, int q_step, long long q
 // ---- Gated DeltaNet, one token ----
 
 #define CONV_KR 8 /* taps k_conv_step keeps in registers */
-/* A channel's conv sum with its K <= KR taps wv and K - 1 past inputs sv in registers, x the new input: the
- * plain loop's sums in its order (k_conv_step and k_dn_fused's conv give the same bits). */
-template <int KR> static __device__ __forceinline__ float conv_taps(const float (&wv)[KR], const float (&sv)[KR], float x,
-                                                                    int K)
-{
-    float s = 0;
-#pragma unroll
-    for (int i = 0; i < KR; i++)
-        if (i < K - 1)
-            s += wv[i] * sv[i];
-        else if (i == K - 1)
-            s += wv[i] * x;
-    return s;
-}
-/* The channel's state shifted by one input: st[i * C] = sv[i + 1], the last x. */
-template <int KR> static __device__ __forceinline__ void conv_shift(const float (&sv)[KR], float x, int K, float *st,
-                                                                    int C)
-{
-#pragma unroll
-    for (int i = 0; i < KR - 1; i++)
-        if (i + 1 < K - 1)
-            st[(size_t)i * C] = sv[i + 1];
-        else if (i + 1 == K - 1)
-            st[(size_t)i * C] = x;
-}
 // Causal depthwise conv over time, one thread per channel: the state holds
 // the last K-1 inputs; SiLU after.
 // Batched: blockIdx.y a row, in and out C floats on, its state statep[row].
@@ -511,6 +486,7 @@ __global__ void k_conv_step(const float *in, float *state, const float *w, float
     if (c >= C)
         return;
     const float *wc = w + (size_t)c * K;
+    float s = 0;
     if (K <= CONV_KR) { /* taps and state in registers, every load at once (the loop below: one after another) */
         float wv[CONV_KR], sv[CONV_KR];
 #pragma unroll
@@ -519,12 +495,22 @@ __global__ void k_conv_step(const float *in, float *state, const float *w, float
             sv[i] = i < K - 1 ? state[(size_t)i * C + c] : 0.0f;
         }
         const float x = in[c];
-        out[c] = silu(conv_taps<CONV_KR>(wv, sv, x, K));
-        conv_shift<CONV_KR>(sv, x, K, state + c, C);
+#pragma unroll
+        for (int i = 0; i < CONV_KR; i++) /* the loop's sums in its order */
+            if (i < K - 1)
+                s += wv[i] * sv[i];
+            else if (i == K - 1)
+                s += wv[i] * x;
+#pragma unroll
+        for (int i = 0; i < CONV_KR - 1; i++)
+            if (i + 1 < K - 1)
+                state[(size_t)i * C + c] = sv[i + 1];
+            else if (i + 1 == K - 1)
+                state[(size_t)i * C + c] = x;
+        out[c] = silu(s);
         TRACE_END(LILAC_TK_CONV_STEP);
         return;
     }
-    float s = 0;
     for (int i = 0; i < K - 1; i++)
         s += wc[i] * state[(size_t)i * C + c];
     s += wc[K - 1] * in[c];
@@ -1041,63 +1027,31 @@ static __device__ void dn_head(float (&sr)[DN_ROWS], float *S, const float *qs, 
 // Measured and removed (session 31, LILAC_CUDA_DN_LATE=1, code at 8f5a43b): the kernel after it (the output
 // product, which copies its rows before its wait) let launch once q and k are normed, not at the start: tg128
 // 389.0/386.0/389.6 against 386.2/388.4/389.2 (H200, alternated in one call).
+// Measured and removed (session 32, LILAC_CUDA_DN_CONV=1, code at 1a92678): the conv before it inside this kernel,
+// the two value heads of a key head one cluster of two blocks (each rank convolving half the key head's q and k
+// channels, reading the other half from its peer's shared memory after a cluster barrier): the same bits, tg128
+// 391.9/386.9/388.6 (390.1/389.6/386.3 launched dependent on the qkv product) against 398.7/396.1/397.8, at depth
+// 8192 355.5 against 362.4 (H200, alternated in one call): this kernel's state loads then wait for the product's
+// end rather than run under the conv kernel, and the cluster barrier sits on the chain.
 // Measured and removed (LILAC_CUDA_DN_AB=1): warp 2 computing the head's alpha and beta dots from xn before
 // the wait, their product off the second branch: tg128 208.9 against 319.2/320.3 tok/s (H200, 2026-11-30),
 // one warp doing 64 dots of 2048 columns in series.
-/* CONV (lilac_cuda_deltanet_conv): the conv before it in the kernel too, the r = nv / nk value heads of a key head
- * one cluster of r blocks. Rank rho convolves its share 2 dk / r of the key head's q and k channels and its own
- * head's dv v channels, so that each channel's state is read and shifted by one block alone (two blocks reading
- * a shared key head's state while one shifts it would race), and reads the other ranks' q and k from their
- * shared memory after a cluster barrier. The conv's taps and state are the kernel's alone: in registers before
- * the wait. conv is then the raw qkv product. */
-#define DN_CONV_KR 4 /* taps the fused conv keeps in registers */
-/* (Below sm_90 no-ops: the host launches the cluster kernel only where lilac_cuda_code_sm90().) */
-static __device__ __forceinline__ void cluster_arrive()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.aligned;" ::: "memory");
-#endif
-}
-static __device__ __forceinline__ void cluster_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
-#endif
-}
-/* The shared memory at p of block rank of the cluster (a generic address). */
-static __device__ __forceinline__ const float *cluster_peer(const float *p, int rank)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    uint64_t out;
-    asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"((uint64_t)p), "r"(rank));
-    return (const float *)out;
-#else
-    (void)rank;
-    return p;
-#endif
-}
-
-template <bool CONV>
 __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, const float *b, const float *ssm_a,
                            const float *ssm_dt, const float *z, const float *norm_w, float *o_all, int nk, int nv,
-                           int dk, int dv, int tiled, float eps, float *const *Sp, float *cstate, const float *cw,
-                           int K)
+                           int dk, int dv, int tiled, float eps, float *const *Sp)
 {
     TRACE_START(LILAC_TK_DN_FUSED);
-    const int C = 2 * nk * dk + nv * dv;
     {
         const int row = blockIdx.y;
-        conv += (size_t)row * C, a += (size_t)row * nv, b += (size_t)row * nv;
+        conv += (size_t)row * (2 * nk * dk + nv * dv), a += (size_t)row * nv, b += (size_t)row * nv;
         z += (size_t)row * nv * dv, o_all += (size_t)row * nv * dv;
         if (Sp)
             S_all = Sp[row];
     }
-    /* CONV: the cluster blockIdx.x / r is key head kh's, its rank blockIdx.x % r value head j */
-    const int r = nv / nk, cb = blockIdx.x / r, rank = blockIdx.x % r;
-    const int j = CONV && tiled ? rank * nk + cb : blockIdx.x, c = threadIdx.x % dv, part = threadIdx.x / dv;
-    const int kh = tiled ? j % nk : j / r;
-    extern __shared__ float sh[]; // q[dk], k[dk], red[DN_P][dv]; CONV: cq[2 dk / r] (this rank's share), vs[dv]
-    float *qs = sh, *ks = sh + dk, *red = sh + 2 * dk, *cq = red + DN_P * dv, *vs = cq + 2 * dk / r;
+    const int j = blockIdx.x, c = threadIdx.x % dv, part = threadIdx.x / dv;
+    const int kh = tiled ? j % nk : j / (nv / nk);
+    extern __shared__ float sh[]; // q[dk], k[dk], red[DN_P][dv]
+    float *qs = sh, *ks = sh + dk, *red = sh + 2 * dk;
     __shared__ float gate[2], opart[32];
     griddep_launch_dependents();
     // the state is this kernel's alone: in flight before the conv that feeds q, k, v has finished
@@ -1107,66 +1061,21 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
     for (int i = part; i < dk; i += DN_P, n++)
         sr[n] = S[(size_t)i * dv + c];
     const float nw = norm_w[c];
-    /* CONV: thread t < nqk convolves share channel rank nqk + t (q below dk, k after), the next dv threads v */
-    const int nqk = 2 * dk / r;
-    int ch = -1;
-    float wv[DN_CONV_KR], sv[DN_CONV_KR];
-    if (CONV) {
-        const int t = threadIdx.x, u = rank * nqk + t;
-        if (t < nqk)
-            ch = u < dk ? kh * dk + u : (nk + kh) * dk + u - dk;
-        else if (t < nqk + dv)
-            ch = 2 * nk * dk + j * dv + t - nqk;
-#pragma unroll
-        for (int i = 0; i < DN_CONV_KR; i++) {
-            wv[i] = ch >= 0 && i < K ? cw[(size_t)ch * K + i] : 0.0f;
-            sv[i] = ch >= 0 && i < K - 1 ? cstate[(size_t)i * C + ch] : 0.0f;
-        }
-    }
     griddep_wait();
     TRACE_WAITED(LILAC_TK_DN_FUSED);
     /* v and z with q and k: one L2 round trip (loaded where they are used, they were two more after the norms) */
-    float v;
-    const float zc = z[(size_t)j * dv + c];
-    if (CONV) {
-        if (ch >= 0) {
-            const float x = conv[ch], y = silu(conv_taps<DN_CONV_KR>(wv, sv, x, K));
-            conv_shift<DN_CONV_KR>(sv, x, K, cstate + ch, C);
-            if (threadIdx.x < nqk)
-                cq[threadIdx.x] = y;
-            else
-                vs[threadIdx.x - nqk] = y;
-        }
-        cluster_arrive(); /* (release: the shares written) */
-        cluster_wait();
-        for (int i = threadIdx.x; i < 2 * dk; i += blockDim.x) {
-            const int owner = i / nqk;
-            const float y = cluster_peer(cq, owner)[i - owner * nqk];
-            if (i < dk)
-                qs[i] = y;
-            else
-                ks[i - dk] = y;
-        }
-        v = vs[c];
-        cluster_arrive(); /* this block's reads of the others' shares done: they may exit once all have arrived */
-    } else {
-        v = conv[(size_t)2 * nk * dk + (size_t)j * dv + c];
-        for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-            qs[i] = conv[(size_t)kh * dk + i];
-            ks[i] = conv[(size_t)(nk + kh) * dk + i];
-        }
+    const float v = conv[(size_t)2 * nk * dk + (size_t)j * dv + c], zc = z[(size_t)j * dv + c];
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+        qs[i] = conv[(size_t)kh * dk + i];
+        ks[i] = conv[(size_t)(nk + kh) * dk + i];
     }
     if (threadIdx.x == 64) // warp 2: warps 0 and 1 take the norms
         dn_gates(a, b, ssm_a, ssm_dt, j, gate);
     dn_norm_qk(qs, ks, dk);
     dn_head(sr, S, qs, ks, v, gate[0], gate[1], part, c, DN_P, dk, dv, red, opart, nw, zc, eps,
             o_all + (size_t)j * dv);
-    if (CONV)
-        cluster_wait(); /* no block leaves while another may still read its share */
     TRACE_END(LILAC_TK_DN_FUSED);
 }
-
-static size_t dn_fused_smem(int dk, int dv) { return (size_t)(2 * dk + DN_P * dv) * sizeof(float); }
 
 extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, const float *b, const float *ssm_a,
                                          const float *ssm_dt, float *S, float *o, const float *z, const float *norm_w,
@@ -1174,39 +1083,8 @@ extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, 
 {
     if (!dn_fused_takes(dk, dv))
         return -1;
-    launch_dependent(k_dn_fused<false>, dim3(nv), dim3(dv * DN_P), dn_fused_smem(dk, dv), CS(s), S, conv_out, a, b,
-                     ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL, (float *)NULL,
-                     (const float *)NULL, 0);
-    return 0;
-}
-
-extern "C" int lilac_cuda_deltanet_conv(const float *qkv, float *conv_state, const float *conv_w, int K,
-                                        const float *a, const float *b, const float *ssm_a, const float *ssm_dt,
-                                        float *S, float *o, const float *z, const float *norm_w, int nk, int nv,
-                                        int dk, int dv, int tiled, float eps, lilac_cuda_stream *s)
-{
-    const int r = nk > 0 ? nv / nk : 0;
-    if (!dn_fused_takes(dk, dv) || r < 1 || r > 8 || nv % nk || (2 * dk) % r || 2 * dk / r + dv > dv * DN_P ||
-        K < 1 || K > DN_CONV_KR || !lilac_cuda_code_sm90())
-        return -1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(nv);
-    cfg.blockDim = dim3(dv * DN_P);
-    cfg.dynamicSmemBytes = dn_fused_smem(dk, dv) + (size_t)(2 * dk / r + dv) * sizeof(float);
-    cfg.stream = CS(s);
-    cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = (unsigned)r, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = (pdl_set() & PDL_DN) && lilac_cuda_pdl() ? 2 : 1;
-    lilac_cuda_launch_note(nv);
-    if (cudaLaunchKernelEx(&cfg, k_dn_fused<true>, S, qkv, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled,
-                           eps, (float *const *)NULL, conv_state, conv_w, K) != cudaSuccess) {
-        (void)cudaGetLastError(); /* the caller takes the two kernels */
-        return -1;
-    }
+    launch_dependent(k_dn_fused, dim3(nv), dim3(dv * DN_P), (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s), S,
+                     conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL);
     return 0;
 }
 
@@ -1217,8 +1095,7 @@ extern "C" int lilac_cuda_deltanet_rows(const float *conv_out, const float *a, c
 {
     if (!dn_fused_takes(dk, dv) || !Sp || n < 1 || n > 65535)
         return -1;
-    k_dn_fused<false><<<dim3(nv, n), dv * DN_P, dn_fused_smem(dk, dv), CS(s)>>>(
-        (float *)NULL, conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, Sp, (float *)NULL,
-        (const float *)NULL, 0);
+    k_dn_fused<<<dim3(nv, n), dv * DN_P, (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s)>>>(
+        (float *)NULL, conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, Sp);
     return 0;
 }

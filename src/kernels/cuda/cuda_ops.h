@@ -91,14 +91,6 @@ void lilac_cuda_norm_rope_kv(float *q, const float *q_norm, int q_step, int nh, 
 int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, const float *b, const float *ssm_a,
                               const float *ssm_dt, float *S, float *o, const float *z, const float *norm_w, int nk,
                               int nv, int dk, int dv, int tiled, float eps, lilac_cuda_stream *s);
-/* lilac_cuda_conv_step and lilac_cuda_deltanet_fused in one kernel (qkv the product before the conv, conv_state
- * and conv_w lilac_cuda_conv_step's, the same bits), the nv / nk value heads of a key head one cluster of
- * blocks; launched dependent where LILAC_CUDA_PDL_SET has dn. -1 (nothing launched) where it does not take the
- * shape (dn_fused's, nv / nk above 8, K above 4) or the device (below sm_90). */
-int lilac_cuda_deltanet_conv(const float *qkv, float *conv_state, const float *conv_w, int K, const float *a,
-                             const float *b, const float *ssm_a, const float *ssm_dt, float *S, float *o,
-                             const float *z, const float *norm_w, int nk, int nv, int dk, int dv, int tiled, float eps,
-                             lilac_cuda_stream *s);
 /* Batched decode: row t (of n) is one token of its own sequence, at position pos[t] (dev), with that sequence's
  * state from the pointer arrays (dev, n entries); activations [n][width] as lilac_cuda_pf_*. */
 void lilac_cuda_norm_rope_kv_rows(float *q, const float *q_norm, int q_step, long long q_tok, int nh, float *k,

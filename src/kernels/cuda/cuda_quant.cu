@@ -1602,7 +1602,6 @@ template <int TYPE, int T, auto KERN> long long mv_grid_cap(long long cols)
  * compute capability is not enough, since a build for an older architecture runs on an H100 from its PTX
  * (JIT), compiled with __CUDA_ARCH__ < 900, where griddep_wait() is a no-op and the bulk copies plain loads. */
 static bool code_sm90() { return dev_cc_major() >= 9 && lilac_cuda_code_arch() >= 90; }
-extern "C" int lilac_cuda_code_sm90(void) { return code_sm90() ? 1 : 0; }
 
 /* One-token products whose grid has a block an item stage the item's rows in shared memory (mv_stage) on sm_90
  * devices; LILAC_CUDA_MV_STAGE=0: they read them from global memory as they go. tg128 366.0/365.6/366.2 against
