@@ -17,7 +17,9 @@
  * chunked form with T and P first (its kernel on twice the threads, unless
  * LILAC_CUDA_DN_WIDE=0) where it runs on the CUDA cores (LILAC_CUDA_DN_TC=0,
  * or dk over 128); on the tensor cores, the bound; then a timing line
- * of both forms at 128 x 128, 32 heads, 512 tokens (informative).
+ * of both forms at 128 x 128, 32 heads, 512 tokens (informative). And the
+ * decode step's kernel (lilac_cuda_deltanet_fused) a token at a time
+ * against the recurrent kernel over the same tokens, the same bound.
  *
  * Without a usable CUDA device it skips (exit 77), unless
  * LILAC_REQUIRE_CUDA=1. LILAC_CUDA_TEST_QUICK=1 (the sanitizer runs') runs a
@@ -263,6 +265,37 @@ static void test_case(int dk, int dv, int nk, int nv, int tiled, int n, int expe
     case_free(&c);
 }
 
+/* The decode step's DeltaNet kernel (lilac_cuda_deltanet_fused, a token a call, the gated norm on) over n tokens
+ * in order against the recurrent prefill kernel over the same n tokens: o and the final state within the bound
+ * (its state's rows in registers under LILAC_CUDA_DN_REG=1 where dk is 128: run.sh's dn-reg). */
+static void test_decode(int dk, int dv, int nk, int nv, int tiled, int n)
+{
+    dcase c;
+    case_new(&c, dk, dv, nk, nv, tiled, n);
+    const size_t no = (size_t)n * nv * dv, ns = (size_t)nv * dk * dv;
+    float *o1 = malloc(no * sizeof(float)), *o2 = malloc(no * sizeof(float)), *S1 = malloc(ns * sizeof(float)),
+          *S2 = malloc(ns * sizeof(float));
+    CHECK(run_form(&c, 0, 1, o1, S1) == 0);
+    reset(&c);
+    for (int t = 0; t < n; t++)
+        CHECKF(lilac_cuda_deltanet_fused(c.dconv + (size_t)t * c.C, c.da + (size_t)t * nv, c.db + (size_t)t * nv,
+                                         c.dssm_a, c.dssm_dt, c.dS, c.do_ + (size_t)t * nv * dv,
+                                         c.dz + (size_t)t * nv * dv, c.dw, nk, nv, dk, dv, tiled, 1e-6f, NULL) == 0,
+               "dk %d dv %d: lilac_cuda_deltanet_fused refused the shape", dk, dv);
+    const char *m = check_msg();
+    CHECKF(m == NULL, "decode dk %d dv %d: %s", dk, dv, m ? m : "");
+    ct_down(o2, c.do_, no * sizeof(float));
+    ct_down(S2, c.dS, ns * sizeof(float));
+    const double r = fmax(compare("o, decode kernel vs recurrent", &c, o2, o1, no),
+                          compare("S, decode kernel vs recurrent", &c, S2, S1, ns));
+    printf("decode kernel dk %3d dv %3d nk %2d nv %2d %-7s %d tokens: error/bound %.3f\n", dk, dv, nk, nv,
+           tiled ? "tiled" : "grouped", n, r);
+    worst = fmax(worst, r);
+    n_cases++;
+    free(o1), free(o2), free(S1), free(S2);
+    case_free(&c);
+}
+
 /* lilac_cuda_pf_deltanet under LILAC_CUDA_DN_CHUNK=1 (read at its first call: this is the first) against the
  * chunked form, the gated norm on: the same kernels, the same bits. */
 static void test_env(void)
@@ -339,6 +372,9 @@ int main(void)
         {48, 32, 1, 2, 0, 0},     {256, 64, 1, 2, 1, 0},
     };
     test_env();
+    test_decode(128, 128, 16, 32, 1, 5);
+    test_decode(128, 128, 16, 32, 0, 5);
+    test_decode(64, 64, 2, 4, 0, 5);
     for (size_t s = 0; s < sizeof SH / sizeof SH[0]; s++)
         for (int i = 0; i < 6; i++) {
             if (quick && !((s == 0 || s == 3) && (N[i] == 7 || N[i] == 65)))

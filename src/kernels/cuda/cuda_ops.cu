@@ -974,13 +974,20 @@ static __device__ void dn_gates(const float *a, const float *b, const float *ssm
 // then o = RMSNorm(S^T q) * nw * silu(zc) into o_h[c] (nw, zc: column c of
 // the norm's weights and of z, loaded by the caller with v). rd holds P * dv
 // floats, opart dv / 32 (the head's own). Called by the whole block.
-static __device__ void dn_head(float (&sr)[DN_ROWS], float *S, const float *qs, const float *ks, float v, float g,
-                               float beta, int part, int c, int P, int dk, int dv, float *rd, float *opart, float nw,
-                               float zc, float eps, float *o_h)
+// NR > 0: dk = NR * P exactly, the loops over a thread's rows unrolled and sr in
+// registers (NR 0: loops to dk, sr on the stack); the same sums either way.
+template <int NR>
+static __device__ void dn_head(float (&sr)[NR > 0 ? NR : DN_ROWS], float *S, const float *qs, const float *ks,
+                               float v, float g, float beta, int part, int c, int P, int dk, int dv, float *rd,
+                               float *opart, float nw, float zc, float eps, float *o_h)
 {
+    constexpr int NL = NR > 0 ? NR : DN_ROWS; /* the rows' loops' bound (NR 0: the loop ends at dk) */
     float decay = expf(g), kv = 0;
-    int n = 0;
-    for (int i = part; i < dk; i += P, n++) {
+#pragma unroll(NR > 0 ? NR : 1)
+    for (int n = 0; n < NL; n++) {
+        const int i = part + n * P;
+        if (NR == 0 && i >= dk)
+            break;
         sr[n] *= decay;
         kv += sr[n] * ks[i];
     }
@@ -990,8 +997,11 @@ static __device__ void dn_head(float (&sr)[DN_ROWS], float *S, const float *qs, 
     for (int q = 0; q < P; q++)
         kv += rd[q * dv + c];
     float delta = (v - kv) * beta, o = 0;
-    n = 0;
-    for (int i = part; i < dk; i += P, n++) {
+#pragma unroll(NR > 0 ? NR : 1)
+    for (int n = 0; n < NL; n++) {
+        const int i = part + n * P;
+        if (NR == 0 && i >= dk)
+            break;
         sr[n] += ks[i] * delta;
         S[(size_t)i * dv + c] = sr[n];
         o += sr[n] * qs[i];
@@ -1036,6 +1046,8 @@ static __device__ void dn_head(float (&sr)[DN_ROWS], float *S, const float *qs, 
 // Measured and removed (LILAC_CUDA_DN_AB=1): warp 2 computing the head's alpha and beta dots from xn before
 // the wait, their product off the second branch: tg128 208.9 against 319.2/320.3 tok/s (H200, 2026-11-30),
 // one warp doing 64 dots of 2048 columns in series.
+// NR: dn_head's (16: dk = 16 DN_P, the state's rows in registers; 0: any dk).
+template <int NR>
 __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, const float *b, const float *ssm_a,
                            const float *ssm_dt, const float *z, const float *norm_w, float *o_all, int nk, int nv,
                            int dk, int dv, int tiled, float eps, float *const *Sp)
@@ -1056,10 +1068,15 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
     griddep_launch_dependents();
     // the state is this kernel's alone: in flight before the conv that feeds q, k, v has finished
     float *S = S_all + (size_t)j * dk * dv;
-    float sr[DN_ROWS];
-    int n = 0;
-    for (int i = part; i < dk; i += DN_P, n++)
+    constexpr int NL = NR > 0 ? NR : DN_ROWS;
+    float sr[NL];
+#pragma unroll(NR > 0 ? NR : 1)
+    for (int n = 0; n < NL; n++) {
+        const int i = part + n * DN_P;
+        if (NR == 0 && i >= dk)
+            break;
         sr[n] = S[(size_t)i * dv + c];
+    }
     const float nw = norm_w[c];
     griddep_wait();
     TRACE_WAITED(LILAC_TK_DN_FUSED);
@@ -1072,9 +1089,20 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
     if (threadIdx.x == 64) // warp 2: warps 0 and 1 take the norms
         dn_gates(a, b, ssm_a, ssm_dt, j, gate);
     dn_norm_qk(qs, ks, dk);
-    dn_head(sr, S, qs, ks, v, gate[0], gate[1], part, c, DN_P, dk, dv, red, opart, nw, zc, eps,
-            o_all + (size_t)j * dv);
+    dn_head<NR>(sr, S, qs, ks, v, gate[0], gate[1], part, c, DN_P, dk, dv, red, opart, nw, zc, eps,
+                o_all + (size_t)j * dv);
     TRACE_END(LILAC_TK_DN_FUSED);
+}
+
+/* LILAC_CUDA_DN_REG=1 (session 32, off): where dk = 16 DN_P (the target model's 128), the kernel with the state's
+ * 16 rows a thread in registers, its loops unrolled (a loop to dk keeps them on the stack: a local load and store a
+ * row in each of dn_head's two passes); the same sums, the same bits. Read once. */
+static std::atomic<int> g_dn_reg{-1};
+typedef void (*dn_fused_fn)(float *, const float *, const float *, const float *, const float *, const float *,
+                            const float *, const float *, float *, int, int, int, int, int, float, float *const *);
+static dn_fused_fn dn_fused_kernel(int dk)
+{
+    return dk == 16 * DN_P && env_switch_once(g_dn_reg, "LILAC_CUDA_DN_REG", false) ? k_dn_fused<16> : k_dn_fused<0>;
 }
 
 extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, const float *b, const float *ssm_a,
@@ -1083,7 +1111,7 @@ extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, 
 {
     if (!dn_fused_takes(dk, dv))
         return -1;
-    launch_dependent(k_dn_fused, dim3(nv), dim3(dv * DN_P), (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s), S,
+    launch_dependent(dn_fused_kernel(dk), dim3(nv), dim3(dv * DN_P), (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s), S,
                      conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL);
     return 0;
 }
@@ -1095,7 +1123,7 @@ extern "C" int lilac_cuda_deltanet_rows(const float *conv_out, const float *a, c
 {
     if (!dn_fused_takes(dk, dv) || !Sp || n < 1 || n > 65535)
         return -1;
-    k_dn_fused<<<dim3(nv, n), dv * DN_P, (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s)>>>(
+    dn_fused_kernel(dk)<<<dim3(nv, n), dv * DN_P, (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s)>>>(
         (float *)NULL, conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, Sp);
     return 0;
 }
