@@ -267,7 +267,7 @@ static void test_case(int dk, int dv, int nk, int nv, int tiled, int n, int expe
 
 /* The decode step's DeltaNet kernel (lilac_cuda_deltanet_fused, a token a call, the gated norm on) over n tokens
  * in order against the recurrent prefill kernel over the same n tokens: o and the final state within the bound
- * (its state's rows in registers under LILAC_CUDA_DN_REG=1 where dk is 128: run.sh's dn-reg). */
+ * (its state's rows in registers where dk is 128 unless LILAC_CUDA_DN_REG=0: run.sh's dn-reg0). */
 static void test_decode(int dk, int dv, int nk, int nv, int tiled, int n)
 {
     dcase c;
@@ -277,11 +277,17 @@ static void test_decode(int dk, int dv, int nk, int nv, int tiled, int n)
           *S2 = malloc(ns * sizeof(float));
     CHECK(run_form(&c, 0, 1, o1, S1) == 0);
     reset(&c);
-    for (int t = 0; t < n; t++)
+    for (int t = 0; t < n; t++) {
+        /* each call after the last has ended: the kernel loads its state before its wait (launched dependent),
+         * which the decode step's other kernels between two of a layer's calls allow, and two calls back to back
+         * do not (session 32: the second read the state before the first wrote it) */
+        const char *m = check_msg();
+        CHECKF(m == NULL, "decode dk %d dv %d: %s", dk, dv, m ? m : "");
         CHECKF(lilac_cuda_deltanet_fused(c.dconv + (size_t)t * c.C, c.da + (size_t)t * nv, c.db + (size_t)t * nv,
                                          c.dssm_a, c.dssm_dt, c.dS, c.do_ + (size_t)t * nv * dv,
                                          c.dz + (size_t)t * nv * dv, c.dw, nk, nv, dk, dv, tiled, 1e-6f, NULL) == 0,
                "dk %d dv %d: lilac_cuda_deltanet_fused refused the shape", dk, dv);
+    }
     const char *m = check_msg();
     CHECKF(m == NULL, "decode dk %d dv %d: %s", dk, dv, m ? m : "");
     ct_down(o2, c.do_, no * sizeof(float));

@@ -75,14 +75,14 @@ do_test() {
     run_test dn-no-tc test_cuda_dn LILAC_CUDA_DN_TC=0
     run_test dn-no-pf test_cuda_dn LILAC_CUDA_DN_PF=0
     run_test dn-dk-generic test_cuda_dn LILAC_CUDA_DN_DK=0
-    run_test dn-reg test_cuda_dn LILAC_CUDA_DN_REG=1
+    run_test dn-reg0 test_cuda_dn LILAC_CUDA_DN_REG=0
     run_test route test_cuda_route
     run_test sample test_cuda_sample
     run_test model test_cuda_model
     run_test model-att-shape test_cuda_model LILAC_CUDA_ATT_RANGES=128 LILAC_CUDA_ATT_KEYS=16
     run_test model-ds-trigger0 test_cuda_model LILAC_CUDA_DS_TRIGGER=0
     run_test model-att-spread0 test_cuda_model LILAC_CUDA_ATT_SPREAD=0
-    run_test model-dn-reg test_cuda_model LILAC_CUDA_DN_REG=1
+    run_test model-dn-reg0 test_cuda_model LILAC_CUDA_DN_REG=0
     run_test model-route-tail test_cuda_model LILAC_CUDA_ROUTE_TAIL=1
     run_test model-route-unfused test_cuda_model LILAC_CUDA_ROUTE_FUSED=0
     run_test model-no-stage test_cuda_model LILAC_CUDA_MV_STAGE=0
@@ -98,7 +98,7 @@ do_test() {
     run_test batch test_cuda_batch
     run_test batch-graph test_cuda_batch LILAC_CUDA_BATCH_GRAPH=1
     run_test batch-att-spread0 test_cuda_batch LILAC_CUDA_ATT_SPREAD=0
-    run_test batch-dn-reg test_cuda_batch LILAC_CUDA_DN_REG=1
+    run_test batch-dn-reg0 test_cuda_batch LILAC_CUDA_DN_REG=0
     run_test batch-grouped test_cuda_batch LILAC_CUDA_PAIRS=0
     run_test batch-t8 test_cuda_batch LILAC_CUDA_MV_T8=1
     run_test batch-no-down-sum test_cuda_batch LILAC_CUDA_DOWN_SUM=0
@@ -362,6 +362,9 @@ tg128_each() {
 do_suite() {
     local t
     for t in ${SUITE_TESTS:-test_golden test_quant_models}; do
+        [ "$t" = test_golden ] && ! compgen -G "${LILAC_FIXTURES:-$root/../shared/fixtures}/*/hf" >/dev/null &&
+            echo "test_golden: no HF checkpoint under ${LILAC_FIXTURES:-../shared/fixtures} (carry a suite pack:" \
+                "bench/cuda/pack-fixtures.sh --suite golden-35, LILAC_FIXTURES=\$PWD/.devfix-golden-35)"
         LILAC_BACKEND=cuda timeout "${TEST_TIMEOUT:-300}" "$build/tests/$t" >"$out/suite-$t.txt" 2>&1
         echo "$t (backend cuda, ${LILAC_TEST_MODELS:-every model}): rc=$? $(grep -E 'checks, [0-9]+ failed|SKIP' \
             "$out/suite-$t.txt" | tail -1)"

@@ -981,15 +981,20 @@ static __device__ void dn_head(float (&sr)[NR > 0 ? NR : DN_ROWS], float *S, con
                                float v, float g, float beta, int part, int c, int P, int dk, int dv, float *rd,
                                float *opart, float nw, float zc, float eps, float *o_h)
 {
-    constexpr int NL = NR > 0 ? NR : DN_ROWS; /* the rows' loops' bound (NR 0: the loop ends at dk) */
     float decay = expf(g), kv = 0;
-#pragma unroll(NR > 0 ? NR : 1)
-    for (int n = 0; n < NL; n++) {
-        const int i = part + n * P;
-        if (NR == 0 && i >= dk)
-            break;
-        sr[n] *= decay;
-        kv += sr[n] * ks[i];
+    if constexpr (NR > 0) {
+#pragma unroll
+        for (int n = 0; n < NR; n++) {
+            const int i = part + n * P;
+            sr[n] *= decay;
+            kv += sr[n] * ks[i];
+        }
+    } else {
+        int n = 0;
+        for (int i = part; i < dk; i += P, n++) {
+            sr[n] *= decay;
+            kv += sr[n] * ks[i];
+        }
     }
     rd[part * dv + c] = kv;
     __syncthreads();
@@ -997,14 +1002,21 @@ static __device__ void dn_head(float (&sr)[NR > 0 ? NR : DN_ROWS], float *S, con
     for (int q = 0; q < P; q++)
         kv += rd[q * dv + c];
     float delta = (v - kv) * beta, o = 0;
-#pragma unroll(NR > 0 ? NR : 1)
-    for (int n = 0; n < NL; n++) {
-        const int i = part + n * P;
-        if (NR == 0 && i >= dk)
-            break;
-        sr[n] += ks[i] * delta;
-        S[(size_t)i * dv + c] = sr[n];
-        o += sr[n] * qs[i];
+    if constexpr (NR > 0) {
+#pragma unroll
+        for (int n = 0; n < NR; n++) {
+            const int i = part + n * P;
+            sr[n] += ks[i] * delta;
+            S[(size_t)i * dv + c] = sr[n];
+            o += sr[n] * qs[i];
+        }
+    } else {
+        int n = 0;
+        for (int i = part; i < dk; i += P, n++) {
+            sr[n] += ks[i] * delta;
+            S[(size_t)i * dv + c] = sr[n];
+            o += sr[n] * qs[i];
+        }
     }
     __syncthreads();
     rd[part * dv + c] = o;
@@ -1068,14 +1080,15 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
     griddep_launch_dependents();
     // the state is this kernel's alone: in flight before the conv that feeds q, k, v has finished
     float *S = S_all + (size_t)j * dk * dv;
-    constexpr int NL = NR > 0 ? NR : DN_ROWS;
-    float sr[NL];
-#pragma unroll(NR > 0 ? NR : 1)
-    for (int n = 0; n < NL; n++) {
-        const int i = part + n * DN_P;
-        if (NR == 0 && i >= dk)
-            break;
-        sr[n] = S[(size_t)i * dv + c];
+    float sr[NR > 0 ? NR : DN_ROWS];
+    if constexpr (NR > 0) {
+#pragma unroll
+        for (int n = 0; n < NR; n++)
+            sr[n] = S[(size_t)(part + n * DN_P) * dv + c];
+    } else {
+        int n = 0;
+        for (int i = part; i < dk; i += DN_P, n++)
+            sr[n] = S[(size_t)i * dv + c];
     }
     const float nw = norm_w[c];
     griddep_wait();
@@ -1094,15 +1107,18 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
     TRACE_END(LILAC_TK_DN_FUSED);
 }
 
-/* LILAC_CUDA_DN_REG=1 (session 32, off): where dk = 16 DN_P (the target model's 128), the kernel with the state's
- * 16 rows a thread in registers, its loops unrolled (a loop to dk keeps them on the stack: a local load and store a
- * row in each of dn_head's two passes); the same sums, the same bits. Read once. */
+/* LILAC_CUDA_DN_REG (on; =0 the loop to dk): where dk = 16 DN_P (the target model's 128), the kernel with the
+ * state's 16 rows a thread in registers, its loops unrolled (a loop to dk keeps them on the stack: a local load and
+ * store a row in each of dn_head's two passes); the same sums, the same bits (the 35B file's decode logits
+ * byte-equal). tg128 414.7/415.3/415.0 against 358.5/358.3/357.8, depth 8192 375.9 against 330.9 (H200, alternated
+ * in one call, session 32; that machine's default ran below the 396-398 of the day's others). 64 registers a
+ * thread at 1024 threads: the whole register file, no spill (ptxas -v). Read once. */
 static std::atomic<int> g_dn_reg{-1};
 typedef void (*dn_fused_fn)(float *, const float *, const float *, const float *, const float *, const float *,
                             const float *, const float *, float *, int, int, int, int, int, float, float *const *);
 static dn_fused_fn dn_fused_kernel(int dk)
 {
-    return dk == 16 * DN_P && env_switch_once(g_dn_reg, "LILAC_CUDA_DN_REG", false) ? k_dn_fused<16> : k_dn_fused<0>;
+    return dk == 16 * DN_P && env_switch_once(g_dn_reg, "LILAC_CUDA_DN_REG", true) ? k_dn_fused<16> : k_dn_fused<0>;
 }
 
 extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, const float *b, const float *ssm_a,
