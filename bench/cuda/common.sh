@@ -16,6 +16,11 @@ if [ -d "$root/.deps/usr" ] && ! pkg-config --exists jansson libpcre2-8 libutf8p
     export PKG_CONFIG_PATH=$d/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$d/lib/x86_64-linux-gnu
 fi
 
+# a prebuilt tree (bench/cuda/prebuilt.sh) brings the libraries its binaries load
+if [ -d "$build/lib" ]; then
+    export LD_LIBRARY_PATH=$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+
 # A CUDA tool's path (ncu, nsys, compute-sanitizer): on PATH, else under /usr/local/cuda*/bin or the other
 # places given (globs); empty where the machine has none.
 cuda_tool() { # NAME [GLOB...]
