@@ -1116,9 +1116,20 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
 static std::atomic<int> g_dn_reg{-1};
 typedef void (*dn_fused_fn)(float *, const float *, const float *, const float *, const float *, const float *,
                             const float *, const float *, float *, int, int, int, int, int, float, float *const *);
-static dn_fused_fn dn_fused_kernel(int dk)
+/* (k_dn_fused<16> also where its registers allow the block: 64 a thread at 1,024 threads, which another compiler
+ * might exceed; its attributes say, read once.) */
+static dn_fused_fn dn_fused_kernel(int dk, int threads)
 {
-    return dk == 16 * DN_P && env_switch_once(g_dn_reg, "LILAC_CUDA_DN_REG", true) ? k_dn_fused<16> : k_dn_fused<0>;
+    static std::atomic<int> max_threads{-1};
+    int mt = max_threads.load(std::memory_order_relaxed);
+    if (mt < 0) {
+        cudaFuncAttributes fa;
+        mt = cudaFuncGetAttributes(&fa, k_dn_fused<16>) == cudaSuccess ? fa.maxThreadsPerBlock : 0;
+        (void)cudaGetLastError();
+        max_threads.store(mt, std::memory_order_relaxed);
+    }
+    return dk == 16 * DN_P && threads <= mt && env_switch_once(g_dn_reg, "LILAC_CUDA_DN_REG", true) ? k_dn_fused<16>
+                                                                                                  : k_dn_fused<0>;
 }
 
 extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, const float *b, const float *ssm_a,
@@ -1127,7 +1138,7 @@ extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, 
 {
     if (!dn_fused_takes(dk, dv))
         return -1;
-    launch_dependent(dn_fused_kernel(dk), dim3(nv), dim3(dv * DN_P), (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s), S,
+    launch_dependent(dn_fused_kernel(dk, dv * DN_P), dim3(nv), dim3(dv * DN_P), (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s), S,
                      conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL);
     return 0;
 }
@@ -1139,7 +1150,7 @@ extern "C" int lilac_cuda_deltanet_rows(const float *conv_out, const float *a, c
 {
     if (!dn_fused_takes(dk, dv) || !Sp || n < 1 || n > 65535)
         return -1;
-    dn_fused_kernel(dk)<<<dim3(nv, n), dv * DN_P, (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s)>>>(
+    dn_fused_kernel(dk, dv * DN_P)<<<dim3(nv, n), dv * DN_P, (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s)>>>(
         (float *)NULL, conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, Sp);
     return 0;
 }
