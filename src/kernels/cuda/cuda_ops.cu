@@ -1111,8 +1111,9 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
  * state's 16 rows a thread in registers, its loops unrolled (a loop to dk keeps them on the stack: a local load and
  * store a row in each of dn_head's two passes); the same sums, the same bits (the 35B file's decode logits
  * byte-equal). tg128 414.7/415.3/415.0 against 358.5/358.3/357.8, depth 8192 375.9 against 330.9 (H200, alternated
- * in one call, session 32; that machine's default ran below the 396-398 of the day's others). 64 registers a
- * thread at 1024 threads: the whole register file, no spill (ptxas -v). Read once. */
+ * in one call, session 32; the other form there looped to DN_ROWS with a break at dk, now this loop again, which
+ * ran 395.8-398.7 that day on three other machines). 64 registers a thread at 1024 threads: the whole register
+ * file, no spill (ptxas -v). Read once. */
 static std::atomic<int> g_dn_reg{-1};
 typedef void (*dn_fused_fn)(float *, const float *, const float *, const float *, const float *, const float *,
                             const float *, const float *, float *, int, int, int, int, int, float, float *const *);
@@ -1138,8 +1139,9 @@ extern "C" int lilac_cuda_deltanet_fused(const float *conv_out, const float *a, 
 {
     if (!dn_fused_takes(dk, dv))
         return -1;
-    launch_dependent(dn_fused_kernel(dk, dv * DN_P), dim3(nv), dim3(dv * DN_P), (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s), S,
-                     conv_out, a, b, ssm_a, ssm_dt, z, norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL);
+    launch_dependent(dn_fused_kernel(dk, dv * DN_P), dim3(nv), dim3(dv * DN_P),
+                     (size_t)(2 * dk + DN_P * dv) * sizeof(float), CS(s), S, conv_out, a, b, ssm_a, ssm_dt, z,
+                     norm_w, o, nk, nv, dk, dv, tiled, eps, (float *const *)NULL);
     return 0;
 }
 
