@@ -974,50 +974,43 @@ static __device__ void dn_gates(const float *a, const float *b, const float *ssm
 // then o = RMSNorm(S^T q) * nw * silu(zc) into o_h[c] (nw, zc: column c of
 // the norm's weights and of z, loaded by the caller with v). rd holds P * dv
 // floats, opart dv / 32 (the head's own). Called by the whole block.
-// NR > 0: dk = NR * P exactly, the loops over a thread's rows unrolled and sr in
-// registers (NR 0: loops to dk, sr on the stack); the same sums either way.
+// f(n, i) over a thread's rows i = part, part + P, ... below dk (n: its index in sr). NR > 0: dk = NR * P
+// exactly, the loop unrolled, so that sr stays in registers (NR 0: a loop to dk, sr on the stack).
+template <int NR, class F> static __device__ __forceinline__ void dn_rows(int part, int P, int dk, F &&f)
+{
+    if constexpr (NR > 0) {
+#pragma unroll
+        for (int n = 0; n < NR; n++)
+            f(n, part + n * P);
+    } else {
+        int n = 0;
+        for (int i = part; i < dk; i += P, n++)
+            f(n, i);
+    }
+}
+
+// NR: dn_rows's; the same sums either way.
 template <int NR>
 static __device__ void dn_head(float (&sr)[NR > 0 ? NR : DN_ROWS], float *S, const float *qs, const float *ks,
                                float v, float g, float beta, int part, int c, int P, int dk, int dv, float *rd,
                                float *opart, float nw, float zc, float eps, float *o_h)
 {
     float decay = expf(g), kv = 0;
-    if constexpr (NR > 0) {
-#pragma unroll
-        for (int n = 0; n < NR; n++) {
-            const int i = part + n * P;
-            sr[n] *= decay;
-            kv += sr[n] * ks[i];
-        }
-    } else {
-        int n = 0;
-        for (int i = part; i < dk; i += P, n++) {
-            sr[n] *= decay;
-            kv += sr[n] * ks[i];
-        }
-    }
+    dn_rows<NR>(part, P, dk, [&](int n, int i) {
+        sr[n] *= decay;
+        kv += sr[n] * ks[i];
+    });
     rd[part * dv + c] = kv;
     __syncthreads();
     kv = 0;
     for (int q = 0; q < P; q++)
         kv += rd[q * dv + c];
     float delta = (v - kv) * beta, o = 0;
-    if constexpr (NR > 0) {
-#pragma unroll
-        for (int n = 0; n < NR; n++) {
-            const int i = part + n * P;
-            sr[n] += ks[i] * delta;
-            S[(size_t)i * dv + c] = sr[n];
-            o += sr[n] * qs[i];
-        }
-    } else {
-        int n = 0;
-        for (int i = part; i < dk; i += P, n++) {
-            sr[n] += ks[i] * delta;
-            S[(size_t)i * dv + c] = sr[n];
-            o += sr[n] * qs[i];
-        }
-    }
+    dn_rows<NR>(part, P, dk, [&](int n, int i) {
+        sr[n] += ks[i] * delta;
+        S[(size_t)i * dv + c] = sr[n];
+        o += sr[n] * qs[i];
+    });
     __syncthreads();
     rd[part * dv + c] = o;
     __syncthreads();
@@ -1058,7 +1051,7 @@ static __device__ void dn_head(float (&sr)[NR > 0 ? NR : DN_ROWS], float *S, con
 // Measured and removed (LILAC_CUDA_DN_AB=1): warp 2 computing the head's alpha and beta dots from xn before
 // the wait, their product off the second branch: tg128 208.9 against 319.2/320.3 tok/s (H200, 2026-11-30),
 // one warp doing 64 dots of 2048 columns in series.
-// NR: dn_head's (16: dk = 16 DN_P, the state's rows in registers; 0: any dk).
+// NR: dn_rows's (16: dk = 16 DN_P, the state's rows in registers; 0: any dk).
 template <int NR>
 __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, const float *b, const float *ssm_a,
                            const float *ssm_dt, const float *z, const float *norm_w, float *o_all, int nk, int nv,
@@ -1081,15 +1074,7 @@ __global__ void k_dn_fused(float *S_all, const float *conv, const float *a, cons
     // the state is this kernel's alone: in flight before the conv that feeds q, k, v has finished
     float *S = S_all + (size_t)j * dk * dv;
     float sr[NR > 0 ? NR : DN_ROWS];
-    if constexpr (NR > 0) {
-#pragma unroll
-        for (int n = 0; n < NR; n++)
-            sr[n] = S[(size_t)(part + n * DN_P) * dv + c];
-    } else {
-        int n = 0;
-        for (int i = part; i < dk; i += DN_P, n++)
-            sr[n] = S[(size_t)i * dv + c];
-    }
+    dn_rows<NR>(part, DN_P, dk, [&](int n, int i) { sr[n] = S[(size_t)i * dv + c]; });
     const float nw = norm_w[c];
     griddep_wait();
     TRACE_WAITED(LILAC_TK_DN_FUSED);
