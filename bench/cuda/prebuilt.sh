@@ -5,7 +5,7 @@
 # build-cuda/carry, git-ignored). Carry DEST: with the tree it must stay under the device tool's 64 MiB (lilac
 # and one CUDA test fit; each is ~19 MB).
 #
-#   cmake --build build-cuda -j && bench/cuda/prebuilt.sh [TEST...]          (here)
+#   cmake --build build-cuda -j && [DEST=...] bench/cuda/prebuilt.sh [TEST...]  (here)
 #   BUILD=$PWD/build-cuda/carry bash bench/cuda/run.sh synth tg bits         (there: no build step)
 #
 # (Written in session 32 after the device time was spent: not yet run there. The binaries need the GPU
@@ -13,7 +13,7 @@
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 src=${BUILD:-$root/build-cuda}
-dest=$root/build-cuda/carry
+dest=${DEST:-$root/build-cuda/carry}
 [ -x "$src/lilac" ] || { echo "no $src/lilac: build it first (cmake --build build-cuda)" >&2; exit 1; }
 rm -rf "$dest"
 mkdir -p "$dest/lib" "$dest/tests"
