@@ -3,6 +3,7 @@
 # switch sets, for comparing a fusion with the chain it replaces: per set, the
 # step's summary and the rows of layer 4 (a DeltaNet layer past the first
 # attention one). Whole tables in OUT/trace-N.txt. Needs run.sh build, synth.
+# TRACE_DEPTH=N: the steps after N tokens of context (default 0).
 #
 #   bench/cuda/trace-variants.sh "LILAC_NONE=1" "LILAC_CUDA_DOWN_SUM=0" ...
 set -u
@@ -15,7 +16,7 @@ for v in "$@"; do
     echo "== $v"
     # shellcheck disable=SC2086 # v is one or more VAR=VALUE words
     env $v LILAC_CUDA_TRACE=1 LILAC_CUDA_TRACE_FILE="$f" timeout "${TRACE_TIMEOUT:-90}" \
-        "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 16 -r 1 >"$out/trace-$i.log" 2>&1 ||
+        "$build/lilac" bench -m "$synth" --backend cuda -p 0 -n 16 -d "${TRACE_DEPTH:-0}" -r 1 >"$out/trace-$i.log" 2>&1 ||
         { echo "run failed:"; tail -5 "$out/trace-$i.log"; }
     grep -h '^cuda:' "$out/trace-$i.log" | head -3
     if [ -s "$f" ]; then
