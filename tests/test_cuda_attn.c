@@ -386,9 +386,10 @@ int main(void)
                         continue;
                     test_case(HD[a], HEADS[b][0], HEADS[b][1], N[c], POS0[d], ci & 1);
                 }
-    /* the decode step's attention: key counts around the ranges' edges (64 a range, 128 x 64 = 8192), every
-     * range shape the switches give */
-    static const int KEYS[] = {1, 63, 65, 200, 8193, 8320};
+    /* the decode step's attention: key counts around the ranges' edges (32 a range, 512 x 32 = 16384; for
+     * LILAC_CUDA_ATT_V2=0 64 a range, 128 x 64 = 8192), every range shape the switches give; 20000 keys take a
+     * block more than one step at the most ranges */
+    static const int KEYS[] = {1, 31, 33, 63, 65, 200, 8193, 8320, 20000};
     static const char *SHAPES[][2] = {{NULL, NULL}, {"256", NULL}, {"128", "16"}, {"256", "16"}, {"7", "1"}};
     for (size_t a = 0; a < sizeof KEYS / sizeof KEYS[0]; a++)
         for (size_t b = 0; b < sizeof SHAPES / sizeof SHAPES[0]; b++) {

@@ -104,7 +104,8 @@ extern "C" void lilac_cuda_graph_free(void *exec)
 // Split-K attention for one query position (flash decoding): block (h, sp)
 // takes keys [sp * chunk, (sp + 1) * chunk) of head h: scores into scratch,
 // its max m, sum l of exp(score - m) and o = sum exp(score - m) v into part.
-#define ATT_SPLIT LILAC_CUDA_ATT_SPLIT /* the most ranges: 256 (cuda_sizes.h: the plan counts their parts) */
+#define ATT_SPLIT LILAC_CUDA_ATT_SPLIT /* the most ranges: 512 (cuda_sizes.h: the plan counts their parts) */
+#define ATT_SPLIT_V1 256              /* the most ranges of k_attention_gqa / k_attention_part (their combine's) */
 #define ATT_TILE 64
 // The key ranges in use at n_keys keys: at most nsplit, of at least min_keys
 // keys each, so that a short context does not pay for nsplit mostly empty
@@ -120,9 +121,11 @@ static __host__ __device__ __forceinline__ int att_splits(int n_keys, int nsplit
     return min(nsplit, max(by_min, short_ctx));
 }
 
+static bool att_v2();
+static __host__ __device__ __forceinline__ int att2_splits(int n_keys, int nsplit, int min_keys);
 extern "C" int lilac_cuda_attention_ranges_used(int n_keys, int nsplit, int min_keys)
 {
-    return att_splits(n_keys, nsplit, min_keys);
+    return att_v2() ? att2_splits(n_keys, nsplit, min_keys) : att_splits(n_keys, min(nsplit, ATT_SPLIT_V1), min_keys);
 }
 __global__ void k_attention_part(const float *q, int q_step, const float *K, const float *V, const int *pos_dev, int kvw,
                                  int hd, int group, float *scratch, int scratch_stride, float *part, int nsplit,
@@ -351,8 +354,8 @@ __global__ void k_attention_combine(const float *q, int q_step, long long q_tok,
     q += row * q_tok, part += row * part_tok, out += row * out_tok;
     int h = blockIdx.x, ns = att_splits(pos_dev[row] + 1, nsplit, min_keys);
     const float *ph = part + (size_t)h * nsplit * (hd + 2);
-    static_assert(ATT_SPLIT <= 256, "a thread of the 256 a range's weight");
-    __shared__ float wsp[ATT_SPLIT];
+    static_assert(ATT_SPLIT_V1 <= 256, "a thread of the 256 a range's weight");
+    __shared__ float wsp[ATT_SPLIT_V1];
     /* a range's m and l loaded together */
     float m = threadIdx.x < ns ? ph[(size_t)threadIdx.x * (hd + 2)] : -INFINITY;
     const float lr = threadIdx.x < ns ? ph[(size_t)threadIdx.x * (hd + 2) + 1] : 0.0f;
@@ -390,6 +393,221 @@ __global__ void k_attention_combine(const float *q, int q_step, long long q_tok,
     TRACE_END(LILAC_TK_ATT_COMBINE);
 }
 
+/* LILAC_CUDA_ATT_V2 (see lilac_cuda_attention): the decode attention with every load of a step issued at once.
+ * k_attention_gqa's block walks its keys as q, then K (a round trip a step of 32 keys), its softmax, then V
+ * (pipelined, about a round trip each two steps of 8 rows), each phase one memory round trip after the last; the
+ * trace put it at 12.3 us for ranges of 16 keys and 31.7 us at 8192 keys (H200). Here a block takes steps of
+ * ATT2_KEYS = 32 keys (8 warps x ATT2_KW = 4): each thread loads its 32 V values (dim threadIdx.x of the 32
+ * rows) beside its warp's 4 K rows, so a step waits one round trip; ranges are of 32 keys (a block's latency
+ * is one step's, so shorter ranges buy nothing), up to ATT_SPLIT of them. The parts are laid out for vector
+ * loads: the ranges' o rows [n_head][nsplit][hd], then their (m, l) pairs [n_head][nsplit][2]. */
+#define ATT2_KW 4
+#define ATT2_KEYS (8 * ATT2_KW)
+static __host__ __device__ __forceinline__ int att2_splits(int n_keys, int nsplit, int min_keys)
+{
+    return min(nsplit, (n_keys + min_keys - 1) / min_keys);
+}
+
+__global__ void __launch_bounds__(256, 2) k_attention_gqa2(const float *q, int q_step, long long q_tok,
+                                                           const float *K, const float *V, float *const *Kp,
+                                                           float *const *Vp, const int *pos_dev, int kvw, int hd,
+                                                           int G, float *part, long long part_tok, int nsplit,
+                                                           int min_keys)
+{
+    TRACE_START(LILAC_TK_ATT_GQA);
+    griddep_launch_dependents();
+    griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
+    const int kvh = blockIdx.x, sp = blockIdx.y, row = blockIdx.z, n_head = gridDim.x * G;
+    q += row * q_tok, part += row * part_tok;
+    if (Kp)
+        K = Kp[row], V = Vp[row];
+    /* the first ATT_SHORT blocks of a head, those a short context uses, load q beside the position */
+    const bool early = sp < ATT_SHORT;
+    auto q_at = [&](int i) { return i < G * hd ? q[(size_t)(kvh * G + i / hd) * q_step + i % hd] : 0.0f; };
+    float q0[DEV_NR];
+#pragma unroll
+    for (int j = 0; j < DEV_NR; j++)
+        q0[j] = early ? q_at(j * blockDim.x + threadIdx.x) : 0.0f;
+    const int n_keys = pos_dev[row] + 1, ns = att2_splits(n_keys, nsplit, min_keys), chunk = (n_keys + ns - 1) / ns;
+    if (sp >= ns) {
+        TRACE_END(LILAC_TK_ATT_GQA);
+        return;
+    }
+    const int p0 = sp * chunk, p1 = min(n_keys, p0 + chunk);
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, dpl = hd / 32, d = threadIdx.x;
+    __shared__ float qs[ATT_GMAX][ATT_DPL * 32], sc[ATT_GMAX][ATT2_KEYS], m_run[ATT_GMAX], l_run[ATT_GMAX],
+        alpha[ATT_GMAX];
+    const float scale = rsqrtf((float)hd);
+    for (int i0 = 0; i0 < G * hd; i0 += DEV_NR * (int)blockDim.x) {
+        float qv[DEV_NR];
+#pragma unroll
+        for (int j = 0; j < DEV_NR; j++) {
+            const int i = i0 + j * blockDim.x + threadIdx.x;
+            qv[j] = early && i0 == 0 ? q0[j] : q_at(i);
+        }
+#pragma unroll
+        for (int j = 0; j < DEV_NR; j++) {
+            const int i = i0 + j * blockDim.x + threadIdx.x;
+            if (i < G * hd)
+                qs[i / hd][i % hd] = qv[j] * scale;
+        }
+    }
+    if (threadIdx.x < G)
+        m_run[threadIdx.x] = -INFINITY, l_run[threadIdx.x] = 0.0f;
+    float o[ATT_GMAX];
+#pragma unroll
+    for (int g = 0; g < ATT_GMAX; g++)
+        o[g] = 0.0f;
+    const size_t koff = (size_t)kvh * hd;
+    const int kb = ATT2_KW * wid; // this warp's keys of a step
+    for (int t0 = p0; t0 < p1; t0 += ATT2_KEYS) {
+        const int nt = min(ATT2_KEYS, p1 - t0);
+        /* every load of the step before any use: V (dim d of the step's rows), then the warp's K rows */
+        float vr[ATT2_KEYS];
+        const float *vp = V + (size_t)t0 * kvw + koff + min(d, hd - 1);
+        /* rows past the step's read as its last (unconditional loads: no branch between them), unused */
+#pragma unroll
+        for (int k = 0; k < ATT2_KEYS; k++)
+            vr[k] = vp[(size_t)min(k, nt - 1) * kvw];
+        float kr[ATT2_KW][ATT_DPL];
+#pragma unroll
+        for (int j = 0; j < ATT2_KW; j++) {
+            const float *kp = K + (size_t)(t0 + min(kb + j, nt - 1)) * kvw + koff + lane;
+#pragma unroll
+            for (int i = 0; i < ATT_DPL; i++)
+                kr[j][i] = kp[32 * min(i, dpl - 1)];
+        }
+        __syncthreads(); // qs written (the first step), sc free (the step before has read it)
+#pragma unroll
+        for (int j = 0; j < ATT2_KW; j++)
+#pragma unroll
+            for (int g = 0; g < ATT_GMAX; g++) {
+                if (g >= G)
+                    continue;
+                float dot = 0;
+#pragma unroll
+                for (int i = 0; i < ATT_DPL; i++)
+                    dot += i < dpl ? kr[j][i] * qs[g][lane + 32 * i] : 0.0f;
+                dot = warp_sum(dot);
+                if (lane == 0)
+                    sc[g][kb + j] = kb + j < nt ? dot : -INFINITY;
+            }
+        __syncthreads();
+        if (wid < G) { // warp g: the running softmax of head g over this step's 32 keys
+            const float s = sc[wid][lane];
+            const float mt = warp_max(s), mo = m_run[wid], mn = fmaxf(mo, mt);
+            const float e = lane < nt ? expf(s - mn) : 0.0f;
+            sc[wid][lane] = e;
+            const float sum = warp_sum(e);
+            __syncwarp(); // every lane has read m_run[wid] (a shuffle orders no memory: racecheck)
+            if (lane == 0) {
+                const float a = mo == -INFINITY ? 0.0f : expf(mo - mn);
+                alpha[wid] = a;
+                l_run[wid] = l_run[wid] * a + sum;
+                m_run[wid] = mn;
+            }
+        }
+        __syncthreads();
+        if (d < hd)
+#pragma unroll
+            for (int g = 0; g < ATT_GMAX; g++) {
+                if (g >= G)
+                    continue;
+                float acc = o[g] * alpha[g];
+#pragma unroll
+                for (int k = 0; k < ATT2_KEYS; k++)
+                    if (k < nt)
+                        acc += sc[g][k] * vr[k];
+                o[g] = acc;
+            }
+    }
+    float *po = part + (size_t)kvh * G * nsplit * hd, *pml = part + (size_t)n_head * nsplit * hd;
+#pragma unroll
+    for (int g = 0; g < ATT_GMAX; g++) { // to ATT_GMAX: o[] indexed when compiled stays in registers
+        if (g >= G)
+            break;
+        if (d < hd)
+            po[((size_t)g * nsplit + sp) * hd + d] = o[g];
+        if (d == 0) {
+            const size_t r = (size_t)(kvh * G + g) * nsplit + sp;
+            pml[2 * r] = p1 > p0 ? m_run[g] : -INFINITY, pml[2 * r + 1] = l_run[g];
+        }
+    }
+    TRACE_END(LILAC_TK_ATT_GQA);
+}
+
+/* The parts of k_attention_gqa2 combined: block (head, 16 dims, row); its 256 threads load every range's (m, l)
+ * beside the position (the buffer holds nsplit ranges; those past the row's are masked), then 64 groups of 4
+ * threads each sum a 64th of the ranges over 4 dims a thread (float4 loads, 8 ranges in flight: all of them
+ * up to 512 ranges), the groups' sums added in order. A (head, dim)'s sum is the same whatever the grid. */
+#define ATT2_CD 16 /* dims a block */
+#define ATT2_CG (256 / (ATT2_CD / 4)) /* groups of ranges: 64 */
+__global__ void __launch_bounds__(256) k_attention_combine2(const float *q, int q_step, long long q_tok, int hd,
+                                                            const float *part, long long part_tok, float *out,
+                                                            long long out_tok, int gated, const int *pos_dev,
+                                                            int nsplit, int min_keys)
+{
+    TRACE_START(LILAC_TK_ATT_COMBINE);
+    griddep_launch_dependents();
+    griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
+    static_assert(ATT_SPLIT <= 512, "two ranges' weights a thread");
+    const int h = blockIdx.x, n_head = gridDim.x, d0 = blockIdx.y * ATT2_CD, row = blockIdx.z, t = threadIdx.x;
+    q += row * q_tok, part += row * part_tok, out += row * out_tok;
+    const float *po = part + (size_t)h * nsplit * hd, *pml = part + (size_t)n_head * nsplit * hd + 2 * (size_t)h * nsplit;
+    __shared__ float wsp[2 * 256];
+    __shared__ float4 red[ATT2_CG][ATT2_CD / 4];
+    const int c = t % (ATT2_CD / 4), rg = t / (ATT2_CD / 4), dd = d0 + 4 * c; // this thread's 4 dims, its group of ranges
+    float4 gq = make_float4(0, 0, 0, 0);
+    if (gated && rg == 0 && dd < hd)
+        gq = *(const float4 *)(q + (size_t)h * q_step + hd + dd);
+    float2 ml0 = make_float2(-INFINITY, 0.0f), ml1 = ml0;
+    if (t < nsplit)
+        ml0 = *(const float2 *)(pml + 2 * t);
+    if (t + 256 < nsplit)
+        ml1 = *(const float2 *)(pml + 2 * (t + 256));
+    const int ns = att2_splits(pos_dev[row] + 1, nsplit, min_keys);
+    const float m0 = t < ns ? ml0.x : -INFINITY, m1 = t + 256 < ns ? ml1.x : -INFINITY;
+    const float M = block_max(fmaxf(m0, m1));
+    const float w0 = m0 > -INFINITY ? expf(m0 - M) : 0.0f, w1 = m1 > -INFINITY ? expf(m1 - M) : 0.0f;
+    wsp[t] = w0, wsp[t + 256] = w1;
+    const float L = block_sum((w0 > 0 ? ml0.y * w0 : 0.0f) + (w1 > 0 ? ml1.y * w1 : 0.0f)); // syncs: wsp written
+    float4 acc = make_float4(0, 0, 0, 0);
+    if (dd < hd) {
+        const int nr = ns > rg ? (ns - rg + ATT2_CG - 1) / ATT2_CG : 0; // ranges rg, rg + ATT2_CG, ...
+#define ATT2_CN 8
+        for (int i0 = 0; i0 < nr; i0 += ATT2_CN) {
+            float4 v[ATT2_CN];
+#pragma unroll
+            for (int j = 0; j < ATT2_CN; j++) { // loads from a range in use, unconditional (no branch between)
+                const int r = rg + ATT2_CG * min(i0 + j, nr - 1);
+                v[j] = *(const float4 *)(po + (size_t)r * hd + dd);
+            }
+#pragma unroll
+            for (int j = 0; j < ATT2_CN; j++) {
+                /* past nr: w = 0 and v a range in use (finite), acc + 0: no branch, which ptxas would sink the
+                 * loads into (34 registers: a round trip each) */
+                const float wr = wsp[rg + ATT2_CG * min(i0 + j, nr - 1)], w = i0 + j < nr ? wr : 0.0f;
+                acc.x += w * v[j].x, acc.y += w * v[j].y, acc.z += w * v[j].z, acc.w += w * v[j].w;
+            }
+        }
+#undef ATT2_CN
+    }
+    red[rg][c] = acc;
+    __syncthreads();
+    if (rg == 0 && dd < hd) {
+        float4 s = red[0][c];
+        for (int g = 1; g < ATT2_CG; g++) {
+            const float4 r = red[g][c];
+            s.x += r.x, s.y += r.y, s.z += r.z, s.w += r.w;
+        }
+        s.x /= L, s.y /= L, s.z /= L, s.w /= L;
+        if (gated)
+            s.x *= sigmoidf_(gq.x), s.y *= sigmoidf_(gq.y), s.z *= sigmoidf_(gq.z), s.w *= sigmoidf_(gq.w);
+        *(float4 *)(out + (size_t)h * hd + dd) = s;
+    }
+    TRACE_END(LILAC_TK_ATT_COMBINE);
+}
+
 extern "C" size_t lilac_cuda_attention_part_floats(int n_head, int hd) { return lilac_cuda_att_part_floats(n_head, hd); }
 
 /* LILAC_CUDA_ATT_SPREAD (on; =0 the old split): k_attention_gqa's warps take a tile's keys four apiece across all
@@ -401,6 +619,15 @@ static int att_spread()
 {
     static std::atomic<int> on{-1};
     return env_switch_once(on, "LILAC_CUDA_ATT_SPREAD", true) ? 1 : 0;
+}
+
+/* LILAC_CUDA_ATT_V2 (on; =0 k_attention_gqa and k_attention_combine): the decode attention as
+ * k_attention_gqa2 and k_attention_combine2 (see there), in the one-token step and the batched rows alike (the
+ * same bits a row). Read once. */
+static bool att_v2()
+{
+    static std::atomic<int> on{-1};
+    return env_switch_once(on, "LILAC_CUDA_ATT_V2", true);
 }
 
 // Whether k_attention_gqa takes the shape (query heads a KV head, head size).
@@ -420,8 +647,9 @@ static bool attention_gqa_takes(int n_head, int n_head_kv, int hd)
  * Read at each call: the host calls this only while capturing the step's graph or without one. */
 extern "C" void lilac_cuda_attention_ranges(int *nsplit, int *min_keys)
 {
-    *nsplit = lilac_env_int("LILAC_CUDA_ATT_RANGES", ATT_SPLIT, 1, ATT_SPLIT);
-    *min_keys = lilac_env_int("LILAC_CUDA_ATT_KEYS", ATT_TILE, 1, 4096);
+    const bool v2 = att_v2();
+    *nsplit = lilac_env_int("LILAC_CUDA_ATT_RANGES", v2 ? ATT_SPLIT : ATT_SPLIT_V1, 1, v2 ? ATT_SPLIT : ATT_SPLIT_V1);
+    *min_keys = lilac_env_int("LILAC_CUDA_ATT_KEYS", v2 ? ATT2_KEYS : ATT_TILE, 1, 4096);
 }
 
 extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K, const float *V, const int *pos,
@@ -431,6 +659,15 @@ extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K,
     const int G = n_head / n_head_kv;
     int nsplit, min_keys;
     lilac_cuda_attention_ranges(&nsplit, &min_keys);
+    if (att_v2() && attention_gqa_takes(n_head, n_head_kv, hd)) {
+        launch_pdl(PDL_ATTN, k_attention_gqa2, dim3(n_head_kv, nsplit), dim3(256), 0, CS(s), q, q_step, 0LL, K, V,
+                   (float *const *)NULL, (float *const *)NULL, pos, n_head_kv * hd, hd, G, part, 0LL, nsplit,
+                   min_keys);
+        launch_pdl(PDL_COMBINE, k_attention_combine2, dim3(n_head, (hd + ATT2_CD - 1) / ATT2_CD), dim3(256), 0,
+                   CS(s), q, q_step, 0LL, hd, (const float *)part, 0LL, out, 0LL, gated, pos, nsplit, min_keys);
+        return;
+    }
+    nsplit = min(nsplit, ATT_SPLIT_V1);
     if (attention_gqa_takes(n_head, n_head_kv, hd))
         launch_pdl(PDL_ATTN, k_attention_gqa, dim3(n_head_kv, nsplit), dim3(256), 0, CS(s), q, q_step, 0LL, K, V,
                    (float *const *)NULL, (float *const *)NULL, pos, n_head_kv * hd, hd, G, part, 0LL, nsplit,
@@ -458,6 +695,16 @@ extern "C" int lilac_cuda_attention_rows(const float *q, int q_step, long long q
         min_keys < 1)
         return -1;
     const long long part_tok = (long long)n_head * nsplit * (hd + 2);
+    if (att_v2()) {
+        k_attention_gqa2<<<dim3(n_head_kv, nsplit, n), 256, 0, CS(s)>>>(q, q_step, q_tok, NULL, NULL, Kp, Vp, pos,
+                                                                        n_head_kv * hd, hd, n_head / n_head_kv, part,
+                                                                        part_tok, nsplit, min_keys);
+        k_attention_combine2<<<dim3(n_head, (hd + ATT2_CD - 1) / ATT2_CD, n), 256, 0, CS(s)>>>(
+            q, q_step, q_tok, hd, part, part_tok, out, (long long)n_head * hd, gated, pos, nsplit, min_keys);
+        return 0;
+    }
+    if (nsplit > ATT_SPLIT_V1)
+        return -1;
     k_attention_gqa<<<dim3(n_head_kv, nsplit, n), 256, 0, CS(s)>>>(q, q_step, q_tok, NULL, NULL, Kp, Vp, pos,
                                                                    n_head_kv * hd, hd, n_head / n_head_kv, part,
                                                                    part_tok, nsplit, min_keys, att_spread());
