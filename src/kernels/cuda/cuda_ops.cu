@@ -433,7 +433,6 @@ __global__ void __launch_bounds__(256, 2) k_attention_gqa2(const float *q, int q
         TRACE_END(LILAC_TK_ATT_GQA);
         return;
     }
-    const int p0 = sp * chunk, p1 = min(n_keys, p0 + chunk);
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, dpl = hd / 32, d = threadIdx.x;
     __shared__ float qs[ATT_GMAX][ATT_DPL * 32], sc[ATT_GMAX][ATT2_KEYS], m_run[ATT_GMAX], l_run[ATT_GMAX],
         alpha[ATT_GMAX];
@@ -452,85 +451,90 @@ __global__ void __launch_bounds__(256, 2) k_attention_gqa2(const float *q, int q
                 qs[i / hd][i % hd] = qv[j] * scale;
         }
     }
-    if (threadIdx.x < G)
-        m_run[threadIdx.x] = -INFINITY, l_run[threadIdx.x] = 0.0f;
-    float o[ATT_GMAX];
-#pragma unroll
-    for (int g = 0; g < ATT_GMAX; g++)
-        o[g] = 0.0f;
     const size_t koff = (size_t)kvh * hd;
     const int kb = ATT2_KW * wid; // this warp's keys of a step
-    for (int t0 = p0; t0 < p1; t0 += ATT2_KEYS) {
-        const int nt = min(ATT2_KEYS, p1 - t0);
-        /* every load of the step before any use: V (dim d of the step's rows), then the warp's K rows */
-        float vr[ATT2_KEYS];
-        const float *vp = V + (size_t)t0 * kvw + koff + min(d, hd - 1);
-        /* rows past the step's read as its last (unconditional loads: no branch between them), unused */
+    float *po = part + (size_t)kvh * G * nsplit * hd, *pml = part + (size_t)n_head * nsplit * hd;
+    /* ranges sp, sp + gridDim.y, ...: the grid is what fits at once (ranges past it would wait for a block) */
+    for (int r = sp; r < ns; r += gridDim.y) {
+        const int p0 = r * chunk, p1 = min(n_keys, p0 + chunk);
+        __syncthreads(); // the range before has read m_run, l_run (and the first: qs written)
+        if (threadIdx.x < G)
+            m_run[threadIdx.x] = -INFINITY, l_run[threadIdx.x] = 0.0f;
+        float o[ATT_GMAX];
 #pragma unroll
-        for (int k = 0; k < ATT2_KEYS; k++)
-            vr[k] = vp[(size_t)min(k, nt - 1) * kvw];
-        float kr[ATT2_KW][ATT_DPL];
+        for (int g = 0; g < ATT_GMAX; g++)
+            o[g] = 0.0f;
+        for (int t0 = p0; t0 < p1; t0 += ATT2_KEYS) {
+            const int nt = min(ATT2_KEYS, p1 - t0);
+            /* every load of the step before any use: V (dim d of the step's rows), then the warp's K rows */
+            float vr[ATT2_KEYS];
+            const float *vp = V + (size_t)t0 * kvw + koff + min(d, hd - 1);
+            /* rows past the step's read as its last (unconditional loads: no branch between them), unused */
 #pragma unroll
-        for (int j = 0; j < ATT2_KW; j++) {
-            const float *kp = K + (size_t)(t0 + min(kb + j, nt - 1)) * kvw + koff + lane;
+            for (int k = 0; k < ATT2_KEYS; k++)
+                vr[k] = vp[(size_t)min(k, nt - 1) * kvw];
+            float kr[ATT2_KW][ATT_DPL];
 #pragma unroll
-            for (int i = 0; i < ATT_DPL; i++)
-                kr[j][i] = kp[32 * min(i, dpl - 1)];
-        }
-        __syncthreads(); // qs written (the first step), sc free (the step before has read it)
-#pragma unroll
-        for (int j = 0; j < ATT2_KW; j++)
-#pragma unroll
-            for (int g = 0; g < ATT_GMAX; g++) {
-                if (g >= G)
-                    continue;
-                float dot = 0;
+            for (int j = 0; j < ATT2_KW; j++) {
+                const float *kp = K + (size_t)(t0 + min(kb + j, nt - 1)) * kvw + koff + lane;
 #pragma unroll
                 for (int i = 0; i < ATT_DPL; i++)
-                    dot += i < dpl ? kr[j][i] * qs[g][lane + 32 * i] : 0.0f;
-                dot = warp_sum(dot);
-                if (lane == 0)
-                    sc[g][kb + j] = kb + j < nt ? dot : -INFINITY;
+                    kr[j][i] = kp[32 * min(i, dpl - 1)];
             }
-        __syncthreads();
-        if (wid < G) { // warp g: the running softmax of head g over this step's 32 keys
-            const float s = sc[wid][lane];
-            const float mt = warp_max(s), mo = m_run[wid], mn = fmaxf(mo, mt);
-            const float e = lane < nt ? expf(s - mn) : 0.0f;
-            sc[wid][lane] = e;
-            const float sum = warp_sum(e);
-            __syncwarp(); // every lane has read m_run[wid] (a shuffle orders no memory: racecheck)
-            if (lane == 0) {
-                const float a = mo == -INFINITY ? 0.0f : expf(mo - mn);
-                alpha[wid] = a;
-                l_run[wid] = l_run[wid] * a + sum;
-                m_run[wid] = mn;
+            __syncthreads(); // qs written (the first step), sc free (the step before has read it)
+#pragma unroll
+            for (int j = 0; j < ATT2_KW; j++)
+#pragma unroll
+                for (int g = 0; g < ATT_GMAX; g++) {
+                    if (g >= G)
+                        continue;
+                    float dot = 0;
+#pragma unroll
+                    for (int i = 0; i < ATT_DPL; i++)
+                        dot += i < dpl ? kr[j][i] * qs[g][lane + 32 * i] : 0.0f;
+                    dot = warp_sum(dot);
+                    if (lane == 0)
+                        sc[g][kb + j] = kb + j < nt ? dot : -INFINITY;
+                }
+            __syncthreads();
+            if (wid < G) { // warp g: the running softmax of head g over this step's 32 keys
+                const float s = sc[wid][lane];
+                const float mt = warp_max(s), mo = m_run[wid], mn = fmaxf(mo, mt);
+                const float e = lane < nt ? expf(s - mn) : 0.0f;
+                sc[wid][lane] = e;
+                const float sum = warp_sum(e);
+                __syncwarp(); // every lane has read m_run[wid] (a shuffle orders no memory: racecheck)
+                if (lane == 0) {
+                    const float a = mo == -INFINITY ? 0.0f : expf(mo - mn);
+                    alpha[wid] = a;
+                    l_run[wid] = l_run[wid] * a + sum;
+                    m_run[wid] = mn;
+                }
             }
+            __syncthreads();
+            if (d < hd)
+#pragma unroll
+                for (int g = 0; g < ATT_GMAX; g++) {
+                    if (g >= G)
+                        continue;
+                    float acc = o[g] * alpha[g];
+#pragma unroll
+                    for (int k = 0; k < ATT2_KEYS; k++)
+                        if (k < nt)
+                            acc += sc[g][k] * vr[k];
+                    o[g] = acc;
+                }
         }
-        __syncthreads();
-        if (d < hd)
 #pragma unroll
-            for (int g = 0; g < ATT_GMAX; g++) {
-                if (g >= G)
-                    continue;
-                float acc = o[g] * alpha[g];
-#pragma unroll
-                for (int k = 0; k < ATT2_KEYS; k++)
-                    if (k < nt)
-                        acc += sc[g][k] * vr[k];
-                o[g] = acc;
+        for (int g = 0; g < ATT_GMAX; g++) { // to ATT_GMAX: o[] indexed when compiled stays in registers
+            if (g >= G)
+                break;
+            if (d < hd)
+                po[((size_t)g * nsplit + r) * hd + d] = o[g];
+            if (d == 0) {
+                const size_t i = (size_t)(kvh * G + g) * nsplit + r;
+                pml[2 * i] = p1 > p0 ? m_run[g] : -INFINITY, pml[2 * i + 1] = l_run[g];
             }
-    }
-    float *po = part + (size_t)kvh * G * nsplit * hd, *pml = part + (size_t)n_head * nsplit * hd;
-#pragma unroll
-    for (int g = 0; g < ATT_GMAX; g++) { // to ATT_GMAX: o[] indexed when compiled stays in registers
-        if (g >= G)
-            break;
-        if (d < hd)
-            po[((size_t)g * nsplit + sp) * hd + d] = o[g];
-        if (d == 0) {
-            const size_t r = (size_t)(kvh * G + g) * nsplit + sp;
-            pml[2 * r] = p1 > p0 ? m_run[g] : -INFINITY, pml[2 * r + 1] = l_run[g];
         }
     }
     TRACE_END(LILAC_TK_ATT_GQA);
@@ -630,6 +634,21 @@ static bool att_v2()
     return env_switch_once(on, "LILAC_CUDA_ATT_V2", true);
 }
 
+/* k_attention_gqa2's blocks a (KV head, row) for the ranges of nsplit: those that fit the device at once with
+ * n of those pairs (at least one; each block walks every gridDim.y-th range). The bits do not depend on it. */
+static int att2_grid(int nsplit, int n)
+{
+    static std::atomic<int> fit{0};
+    int per = fit.load();
+    if (per == 0) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_attention_gqa2, 256, 0) != cudaSuccess || per < 1)
+            per = 1;
+        per *= dev_sm_count();
+        fit.store(per);
+    }
+    return max(1, min(nsplit, per / max(1, n)));
+}
+
 // Whether k_attention_gqa takes the shape (query heads a KV head, head size).
 static bool attention_gqa_takes(int n_head, int n_head_kv, int hd)
 {
@@ -660,7 +679,7 @@ extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K,
     int nsplit, min_keys;
     lilac_cuda_attention_ranges(&nsplit, &min_keys);
     if (att_v2() && attention_gqa_takes(n_head, n_head_kv, hd)) {
-        launch_pdl(PDL_ATTN, k_attention_gqa2, dim3(n_head_kv, nsplit), dim3(256), 0, CS(s), q, q_step, 0LL, K, V,
+        launch_pdl(PDL_ATTN, k_attention_gqa2, dim3(n_head_kv, att2_grid(nsplit, n_head_kv)), dim3(256), 0, CS(s), q, q_step, 0LL, K, V,
                    (float *const *)NULL, (float *const *)NULL, pos, n_head_kv * hd, hd, G, part, 0LL, nsplit,
                    min_keys);
         launch_pdl(PDL_COMBINE, k_attention_combine2, dim3(n_head, (hd + ATT2_CD - 1) / ATT2_CD), dim3(256), 0,
@@ -696,7 +715,7 @@ extern "C" int lilac_cuda_attention_rows(const float *q, int q_step, long long q
         return -1;
     const long long part_tok = (long long)n_head * nsplit * (hd + 2);
     if (att_v2()) {
-        k_attention_gqa2<<<dim3(n_head_kv, nsplit, n), 256, 0, CS(s)>>>(q, q_step, q_tok, NULL, NULL, Kp, Vp, pos,
+        k_attention_gqa2<<<dim3(n_head_kv, att2_grid(nsplit, n_head_kv * n), n), 256, 0, CS(s)>>>(q, q_step, q_tok, NULL, NULL, Kp, Vp, pos,
                                                                         n_head_kv * hd, hd, n_head / n_head_kv, part,
                                                                         part_tok, nsplit, min_keys);
         k_attention_combine2<<<dim3(n_head, (hd + ATT2_CD - 1) / ATT2_CD, n), 256, 0, CS(s)>>>(
