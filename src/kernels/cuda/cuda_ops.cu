@@ -122,6 +122,7 @@ static __host__ __device__ __forceinline__ int att_splits(int n_keys, int nsplit
 }
 
 static bool att_v2();
+static int att_mode();
 static __host__ __device__ __forceinline__ int att2_splits(int n_keys, int nsplit, int min_keys);
 extern "C" int lilac_cuda_attention_ranges_used(int n_keys, int nsplit, int min_keys)
 {
@@ -195,11 +196,14 @@ __global__ void k_attention_part(const float *q, int q_step, const float *K, con
 // Measured and removed (session 31, LILAC_CUDA_ATT_PF=1, code at 1cdce60): each block prefetching its K and V
 // rows toward L2 before its wait (prefetch.global.L2, a line a thread): tg128 at depth 8192 360.8/360.8 against
 // 360.9/362.3 (H200, alternated in one call).
+#define ATT_F_SPREAD 1  /* att_spread() */
+#define ATT_F_LAYOUT2 2 /* the parts as k_attention_combine2 reads them (LILAC_CUDA_ATT_V2=1) */
 __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_step, long long q_tok, const float *K,
                                                       const float *V, float *const *Kp, float *const *Vp,
                                                       const int *pos_dev, int kvw, int hd, int G, float *part,
-                                                      long long part_tok, int nsplit, int min_keys, int spread)
+                                                      long long part_tok, int nsplit, int min_keys, int flags)
 {
+    const bool spread = flags & ATT_F_SPREAD;
     TRACE_START(LILAC_TK_ATT_GQA);
     griddep_launch_dependents();
     griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
@@ -331,11 +335,22 @@ __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_ste
     }
     const int d = threadIdx.x;
     for (int g = 0; g < G; g++) {
-        float *pt = part + ((size_t)(kvh * G + g) * nsplit + sp) * (hd + 2);
+        const size_t r = (size_t)(kvh * G + g) * nsplit + sp;
+        const float m = p1 > p0 ? m_run[g] : -INFINITY;
+        if (flags & ATT_F_LAYOUT2) { // k_attention_combine2's: the o rows, then the (m, l) pairs
+            if (d < hd)
+                part[r * hd + d] = o[g];
+            if (d == 0) {
+                float *pml = part + (size_t)gridDim.x * G * nsplit * hd;
+                pml[2 * r] = m, pml[2 * r + 1] = l_run[g];
+            }
+            continue;
+        }
+        float *pt = part + r * (hd + 2);
         if (d < hd)
             pt[2 + d] = o[g];
         if (d == 0)
-            pt[0] = p1 > p0 ? m_run[g] : -INFINITY, pt[1] = l_run[g];
+            pt[0] = m, pt[1] = l_run[g];
     }
     TRACE_END(LILAC_TK_ATT_GQA);
 }
@@ -497,6 +512,7 @@ __global__ void __launch_bounds__(256, 2) k_attention_gqa2(const float *q, int q
                         sc[g][kb + j] = kb + j < nt ? dot : -INFINITY;
                 }
             __syncthreads();
+            TRACE_MARK1(LILAC_TK_ATT_GQA); // the loads are in, the dots done
             if (wid < G) { // warp g: the running softmax of head g over this step's 32 keys
                 const float s = sc[wid][lane];
                 const float mt = warp_max(s), mo = m_run[wid], mn = fmaxf(mo, mt);
@@ -512,6 +528,7 @@ __global__ void __launch_bounds__(256, 2) k_attention_gqa2(const float *q, int q
                 }
             }
             __syncthreads();
+            TRACE_MARK2(LILAC_TK_ATT_GQA);
             if (d < hd)
 #pragma unroll
                 for (int g = 0; g < ATT_GMAX; g++) {
@@ -549,7 +566,7 @@ __global__ void __launch_bounds__(256, 2) k_attention_gqa2(const float *q, int q
 __global__ void __launch_bounds__(256) k_attention_combine2(const float *q, int q_step, long long q_tok, int hd,
                                                             const float *part, long long part_tok, float *out,
                                                             long long out_tok, int gated, const int *pos_dev,
-                                                            int nsplit, int min_keys)
+                                                            int nsplit, int min_keys, int splits1)
 {
     TRACE_START(LILAC_TK_ATT_COMBINE);
     griddep_launch_dependents();
@@ -569,7 +586,8 @@ __global__ void __launch_bounds__(256) k_attention_combine2(const float *q, int 
         ml0 = *(const float2 *)(pml + 2 * t);
     if (t + 256 < nsplit)
         ml1 = *(const float2 *)(pml + 2 * (t + 256));
-    const int ns = att2_splits(pos_dev[row] + 1, nsplit, min_keys);
+    const int n_keys = pos_dev[row] + 1; // splits1: k_attention_gqa's ranges, else k_attention_gqa2's
+    const int ns = splits1 ? att_splits(n_keys, nsplit, min_keys) : att2_splits(n_keys, nsplit, min_keys);
     const float m0 = t < ns ? ml0.x : -INFINITY, m1 = t + 256 < ns ? ml1.x : -INFINITY;
     const float M = block_max(fmaxf(m0, m1));
     const float w0 = m0 > -INFINITY ? expf(m0 - M) : 0.0f, w1 = m1 > -INFINITY ? expf(m1 - M) : 0.0f;
@@ -628,11 +646,15 @@ static int att_spread()
 /* LILAC_CUDA_ATT_V2 (on; =0 k_attention_gqa and k_attention_combine): the decode attention as
  * k_attention_gqa2 and k_attention_combine2 (see there), in the one-token step and the batched rows alike (the
  * same bits a row). Read once. */
-static bool att_v2()
+static int att_mode()
 {
-    static std::atomic<int> on{-1};
-    return env_switch_once(on, "LILAC_CUDA_ATT_V2", true);
+    static std::atomic<int> mode{-1};
+    int m = mode.load();
+    if (m < 0)
+        mode.store(m = lilac_env_int("LILAC_CUDA_ATT_V2", 1, 0, 2));
+    return m;
 }
+static bool att_v2() { return att_mode() == 2; }
 
 /* k_attention_gqa2's blocks a (KV head, row) for the ranges of nsplit: those that fit the device at once with
  * n of those pairs (at least one; each block walks every gridDim.y-th range). The bits do not depend on it. */
@@ -671,29 +693,59 @@ extern "C" void lilac_cuda_attention_ranges(int *nsplit, int *min_keys)
     *min_keys = lilac_env_int("LILAC_CUDA_ATT_KEYS", v2 ? ATT2_KEYS : ATT_TILE, 1, 4096);
 }
 
+/* launch_pdl (the one-token step's: its PDL set) or a plain launch (a batched call's, as before) */
+template <typename... Exp, typename... Act>
+static void att_launch(bool pdl, unsigned cls, void (*kern)(Exp...), dim3 grid, dim3 block, size_t smem,
+                       cudaStream_t st, Act &&...args)
+{
+    if (pdl)
+        launch_pdl(cls, kern, grid, block, smem, st, static_cast<Act &&>(args)...);
+    else
+        kern<<<grid, block, smem, st>>>(static_cast<Act &&>(args)...);
+}
+/* The decode attention's two kernels (LILAC_CUDA_ATT_V2: 0 k_attention_gqa and k_attention_combine; 1 the same
+ * attention kernel into k_attention_combine2's part layout; 2 k_attention_gqa2 and k_attention_combine2), grid
+ * z a row of n; the one-token step's launches dependent (pdl). Both calls go through here: the same kernels and
+ * ranges give a row of a batched call the one-token call's bits. */
+static void attention_launch(const float *q, int q_step, long long q_tok, const float *K, const float *V,
+                             float *const *Kp, float *const *Vp, const int *pos, int n_head, int n_head_kv, int hd,
+                             float *out, float *part, long long part_tok, int gated, int n, int nsplit, int min_keys,
+                             bool pdl, cudaStream_t st)
+{
+    const int G = n_head / n_head_kv, mode = att_mode();
+    const long long out_tok = (long long)n_head * hd;
+    const dim3 c2(n_head, (hd + ATT2_CD - 1) / ATT2_CD, n);
+    if (mode == 2)
+        att_launch(pdl, PDL_ATTN, k_attention_gqa2, dim3(n_head_kv, att2_grid(nsplit, n_head_kv * n), n),
+                   dim3(256), 0, st, q, q_step, q_tok, K, V, Kp, Vp, pos, n_head_kv * hd, hd, G, part, part_tok,
+                   nsplit, min_keys);
+    else
+        att_launch(pdl, PDL_ATTN, k_attention_gqa, dim3(n_head_kv, nsplit, n), dim3(256), 0, st, q, q_step,
+                   q_tok, K, V, Kp, Vp, pos, n_head_kv * hd, hd, G, part, part_tok, nsplit, min_keys,
+                   att_spread() | (mode == 1 ? ATT_F_LAYOUT2 : 0));
+    if (mode >= 1)
+        att_launch(pdl, PDL_COMBINE, k_attention_combine2, c2, dim3(256), 0, st, q, q_step, q_tok, hd,
+                   (const float *)part, part_tok, out, out_tok, gated, pos, nsplit, min_keys, mode == 1 ? 1 : 0);
+    else
+        att_launch(pdl, PDL_COMBINE, k_attention_combine, dim3(n_head, n), dim3(256), 0, st, q, q_step, q_tok,
+                   hd, (const float *)part, part_tok, out, out_tok, gated, pos, nsplit, min_keys);
+}
+
 extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K, const float *V, const int *pos,
                                      int n_head, int n_head_kv, int hd, float *out, float *scratch, int scratch_stride,
                                      float *part, int gated, lilac_cuda_stream *s)
 {
-    const int G = n_head / n_head_kv;
     int nsplit, min_keys;
     lilac_cuda_attention_ranges(&nsplit, &min_keys);
-    if (att_v2() && attention_gqa_takes(n_head, n_head_kv, hd)) {
-        launch_pdl(PDL_ATTN, k_attention_gqa2, dim3(n_head_kv, att2_grid(nsplit, n_head_kv)), dim3(256), 0, CS(s), q, q_step, 0LL, K, V,
-                   (float *const *)NULL, (float *const *)NULL, pos, n_head_kv * hd, hd, G, part, 0LL, nsplit,
-                   min_keys);
-        launch_pdl(PDL_COMBINE, k_attention_combine2, dim3(n_head, (hd + ATT2_CD - 1) / ATT2_CD), dim3(256), 0,
-                   CS(s), q, q_step, 0LL, hd, (const float *)part, 0LL, out, 0LL, gated, pos, nsplit, min_keys);
+    if (attention_gqa_takes(n_head, n_head_kv, hd)) {
+        attention_launch(q, q_step, 0LL, K, V, NULL, NULL, pos, n_head, n_head_kv, hd, out, part, 0LL, gated, 1,
+                         nsplit, min_keys, true, CS(s));
         return;
     }
     nsplit = min(nsplit, ATT_SPLIT_V1);
-    if (attention_gqa_takes(n_head, n_head_kv, hd))
-        launch_pdl(PDL_ATTN, k_attention_gqa, dim3(n_head_kv, nsplit), dim3(256), 0, CS(s), q, q_step, 0LL, K, V,
-                   (float *const *)NULL, (float *const *)NULL, pos, n_head_kv * hd, hd, G, part, 0LL, nsplit,
-                   min_keys, att_spread());
-    else
-        k_attention_part<<<dim3(n_head, nsplit), 256, (size_t)hd * sizeof(float), CS(s)>>>(
-            q, q_step, K, V, pos, n_head_kv * hd, hd, G, scratch, scratch_stride, part, nsplit, min_keys);
+    k_attention_part<<<dim3(n_head, nsplit), 256, (size_t)hd * sizeof(float), CS(s)>>>(
+        q, q_step, K, V, pos, n_head_kv * hd, hd, n_head / n_head_kv, scratch, scratch_stride, part, nsplit,
+        min_keys);
     launch_pdl(PDL_COMBINE, k_attention_combine, dim3(n_head), dim3(256), 0, CS(s), q, q_step, 0LL, hd,
                (const float *)part, 0LL, out, 0LL, gated, pos, nsplit, min_keys);
 }
@@ -710,25 +762,11 @@ extern "C" int lilac_cuda_attention_rows(const float *q, int q_step, long long q
 {
     if (!nsplit)
         nsplit = ATT_SPLIT_ROWS, min_keys = ATT_TILE;
-    if (!attention_gqa_takes(n_head, n_head_kv, hd) || n < 1 || n > 65535 || nsplit < 1 || nsplit > ATT_SPLIT ||
-        min_keys < 1)
+    if (!attention_gqa_takes(n_head, n_head_kv, hd) || n < 1 || n > 65535 || nsplit < 1 ||
+        nsplit > (att_v2() ? ATT_SPLIT : ATT_SPLIT_V1) || min_keys < 1)
         return -1;
-    const long long part_tok = (long long)n_head * nsplit * (hd + 2);
-    if (att_v2()) {
-        k_attention_gqa2<<<dim3(n_head_kv, att2_grid(nsplit, n_head_kv * n), n), 256, 0, CS(s)>>>(q, q_step, q_tok, NULL, NULL, Kp, Vp, pos,
-                                                                        n_head_kv * hd, hd, n_head / n_head_kv, part,
-                                                                        part_tok, nsplit, min_keys);
-        k_attention_combine2<<<dim3(n_head, (hd + ATT2_CD - 1) / ATT2_CD, n), 256, 0, CS(s)>>>(
-            q, q_step, q_tok, hd, part, part_tok, out, (long long)n_head * hd, gated, pos, nsplit, min_keys);
-        return 0;
-    }
-    if (nsplit > ATT_SPLIT_V1)
-        return -1;
-    k_attention_gqa<<<dim3(n_head_kv, nsplit, n), 256, 0, CS(s)>>>(q, q_step, q_tok, NULL, NULL, Kp, Vp, pos,
-                                                                   n_head_kv * hd, hd, n_head / n_head_kv, part,
-                                                                   part_tok, nsplit, min_keys, att_spread());
-    k_attention_combine<<<dim3(n_head, n), 256, 0, CS(s)>>>(q, q_step, q_tok, hd, part, part_tok, out,
-                                                           (long long)n_head * hd, gated, pos, nsplit, min_keys);
+    attention_launch(q, q_step, q_tok, NULL, NULL, Kp, Vp, pos, n_head, n_head_kv, hd, out, part,
+                     (long long)n_head * nsplit * (hd + 2), gated, n, nsplit, min_keys, false, CS(s));
     return 0;
 }
 
