@@ -436,35 +436,29 @@ __global__ void __launch_bounds__(256, 2) k_attention_gqa2(const float *q, int q
     q += row * q_tok, part += row * part_tok;
     if (Kp)
         K = Kp[row], V = Vp[row];
-    /* the first ATT_SHORT blocks of a head, those a short context uses, load q beside the position */
-    const bool early = sp < ATT_SHORT;
-    auto q_at = [&](int i) { return i < G * hd ? q[(size_t)(kvh * G + i / hd) * q_step + i % hd] : 0.0f; };
-    float q0[DEV_NR];
-#pragma unroll
-    for (int j = 0; j < DEV_NR; j++)
-        q0[j] = early ? q_at(j * blockDim.x + threadIdx.x) : 0.0f;
     const int n_keys = pos_dev[row] + 1, ns = att2_splits(n_keys, nsplit, min_keys), chunk = (n_keys + ns - 1) / ns;
     if (sp >= ns) {
         TRACE_END(LILAC_TK_ATT_GQA);
         return;
     }
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, dpl = hd / 32, d = threadIdx.x;
-    __shared__ float qs[ATT_GMAX][ATT_DPL * 32], sc[ATT_GMAX][ATT2_KEYS], m_run[ATT_GMAX], l_run[ATT_GMAX],
-        alpha[ATT_GMAX];
-    const float scale = rsqrtf((float)hd);
-    for (int i0 = 0; i0 < G * hd; i0 += DEV_NR * (int)blockDim.x) {
-        float qv[DEV_NR];
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, dpl = hd / 32, d = threadIdx.x, nq = G * hd;
+    /* q flat as [G][hd]; os: thread d's outputs of the G heads (in shared memory, so that the loops over the
+     * heads need not be unrolled to keep them in registers: the code stays small) */
+    __shared__ __align__(16) float qs[ATT_GMAX * ATT_DPL * 32], sc[ATT_GMAX][ATT2_KEYS],
+        os[ATT_GMAX][ATT_DPL * 32];
+    __shared__ float m_run[ATT_GMAX], l_run[ATT_GMAX], alpha[ATT_GMAX];
+    {
+        const float scale = rsqrtf((float)hd), rhd = 1.0f / (float)hd;
+        float qv[DEV_NR]; // nq <= DEV_NR x 256: one pass; index clamped, not branched around
 #pragma unroll
         for (int j = 0; j < DEV_NR; j++) {
-            const int i = i0 + j * blockDim.x + threadIdx.x;
-            qv[j] = early && i0 == 0 ? q0[j] : q_at(i);
+            const int i = min(j * (int)blockDim.x + d, nq - 1), g = (int)(((float)i + 0.5f) * rhd); // i / hd
+            qv[j] = q[(size_t)(kvh * G + g) * q_step + (i - g * hd)];
         }
 #pragma unroll
-        for (int j = 0; j < DEV_NR; j++) {
-            const int i = i0 + j * blockDim.x + threadIdx.x;
-            if (i < G * hd)
-                qs[i / hd][i % hd] = qv[j] * scale;
-        }
+        for (int j = 0; j < DEV_NR; j++)
+            if (j * (int)blockDim.x + d < nq)
+                qs[j * blockDim.x + d] = qv[j] * scale;
     }
     const size_t koff = (size_t)kvh * hd;
     const int kb = ATT2_KW * wid; // this warp's keys of a step
@@ -475,16 +469,12 @@ __global__ void __launch_bounds__(256, 2) k_attention_gqa2(const float *q, int q
         __syncthreads(); // the range before has read m_run, l_run (and the first: qs written)
         if (threadIdx.x < G)
             m_run[threadIdx.x] = -INFINITY, l_run[threadIdx.x] = 0.0f;
-        float o[ATT_GMAX];
-#pragma unroll
-        for (int g = 0; g < ATT_GMAX; g++)
-            o[g] = 0.0f;
         for (int t0 = p0; t0 < p1; t0 += ATT2_KEYS) {
             const int nt = min(ATT2_KEYS, p1 - t0);
-            /* every load of the step before any use: V (dim d of the step's rows), then the warp's K rows */
+            /* every load of the step before any use: V (dim d of the step's rows), then the warp's K rows; rows
+             * past the step's read as its last (unconditional loads: no branch between them), unused */
             float vr[ATT2_KEYS];
             const float *vp = V + (size_t)t0 * kvw + koff + min(d, hd - 1);
-            /* rows past the step's read as its last (unconditional loads: no branch between them), unused */
 #pragma unroll
             for (int k = 0; k < ATT2_KEYS; k++)
                 vr[k] = vp[(size_t)min(k, nt - 1) * kvw];
@@ -496,27 +486,34 @@ __global__ void __launch_bounds__(256, 2) k_attention_gqa2(const float *q, int q
                 for (int i = 0; i < ATT_DPL; i++)
                     kr[j][i] = kp[32 * min(i, dpl - 1)];
             }
-            __syncthreads(); // qs written (the first step), sc free (the step before has read it)
+            __syncthreads(); // sc free (the step before has read it)
+#pragma unroll 1
+            for (int g = 0; g < G; g++) { // head g's scores of the warp's keys: its q values read once
+                float dot[ATT2_KW] = {};
 #pragma unroll
-            for (int j = 0; j < ATT2_KW; j++)
+                for (int i = 0; i < ATT_DPL; i++) {
+                    const float qv = qs[g * hd + lane + 32 * min(i, dpl - 1)];
 #pragma unroll
-                for (int g = 0; g < ATT_GMAX; g++) {
-                    if (g >= G)
-                        continue;
-                    float dot = 0;
-#pragma unroll
-                    for (int i = 0; i < ATT_DPL; i++)
-                        dot += i < dpl ? kr[j][i] * qs[g][lane + 32 * i] : 0.0f;
-                    dot = warp_sum(dot);
-                    if (lane == 0)
-                        sc[g][kb + j] = kb + j < nt ? dot : -INFINITY;
+                    for (int j = 0; j < ATT2_KW; j++)
+                        dot[j] += i < dpl ? kr[j][i] * qv : 0.0f;
                 }
+#pragma unroll
+                for (int j = 0; j < ATT2_KW; j++)
+                    dot[j] = warp_sum(dot[j]);
+                if (lane < ATT2_KW) {
+                    float v = dot[0];
+#pragma unroll
+                    for (int j = 1; j < ATT2_KW; j++)
+                        v = lane == j ? dot[j] : v;
+                    sc[g][kb + lane] = kb + lane < nt ? v : -INFINITY;
+                }
+            }
             __syncthreads();
             TRACE_MARK1(LILAC_TK_ATT_GQA); // the loads are in, the dots done
             if (wid < G) { // warp g: the running softmax of head g over this step's 32 keys
                 const float s = sc[wid][lane];
                 const float mt = warp_max(s), mo = m_run[wid], mn = fmaxf(mo, mt);
-                const float e = lane < nt ? expf(s - mn) : 0.0f;
+                const float e = lane < nt ? expf(s - mn) : 0.0f; // 0 past nt: the sums below need no test
                 sc[wid][lane] = e;
                 const float sum = warp_sum(e);
                 __syncwarp(); // every lane has read m_run[wid] (a shuffle orders no memory: racecheck)
@@ -529,29 +526,30 @@ __global__ void __launch_bounds__(256, 2) k_attention_gqa2(const float *q, int q
             }
             __syncthreads();
             TRACE_MARK2(LILAC_TK_ATT_GQA);
-            if (d < hd)
+            if (d < hd) {
+                const bool first = t0 == p0;
+#pragma unroll 1
+                for (int g = 0; g < G; g++) {
+                    const float o0 = os[g][d];
+                    float acc = first ? 0.0f : o0 * alpha[g]; // a select: the first step reads no stale value
+                    const float4 *e4 = (const float4 *)sc[g];
 #pragma unroll
-                for (int g = 0; g < ATT_GMAX; g++) {
-                    if (g >= G)
-                        continue;
-                    float acc = o[g] * alpha[g];
-#pragma unroll
-                    for (int k = 0; k < ATT2_KEYS; k++)
-                        if (k < nt)
-                            acc += sc[g][k] * vr[k];
-                    o[g] = acc;
+                    for (int k = 0; k < ATT2_KEYS / 4; k++) {
+                        const float4 e = e4[k];
+                        acc += e.x * vr[4 * k], acc += e.y * vr[4 * k + 1];
+                        acc += e.z * vr[4 * k + 2], acc += e.w * vr[4 * k + 3];
+                    }
+                    os[g][d] = acc;
                 }
-        }
-#pragma unroll
-        for (int g = 0; g < ATT_GMAX; g++) { // to ATT_GMAX: o[] indexed when compiled stays in registers
-            if (g >= G)
-                break;
-            if (d < hd)
-                po[((size_t)g * nsplit + r) * hd + d] = o[g];
-            if (d == 0) {
-                const size_t i = (size_t)(kvh * G + g) * nsplit + r;
-                pml[2 * i] = p1 > p0 ? m_run[g] : -INFINITY, pml[2 * i + 1] = l_run[g];
             }
+        }
+        if (d < hd)
+#pragma unroll 1
+            for (int g = 0; g < G; g++)
+                po[((size_t)g * nsplit + r) * hd + d] = os[g][d];
+        if (d < G) {
+            const size_t i = (size_t)(kvh * G + d) * nsplit + r;
+            pml[2 * i] = p1 > p0 ? m_run[d] : -INFINITY, pml[2 * i + 1] = l_run[d];
         }
     }
     TRACE_END(LILAC_TK_ATT_GQA);
