@@ -408,14 +408,18 @@ __global__ void k_attention_combine(const float *q, int q_step, long long q_tok,
     TRACE_END(LILAC_TK_ATT_COMBINE);
 }
 
-/* LILAC_CUDA_ATT_V2 (see lilac_cuda_attention): the decode attention with every load of a step issued at once.
- * k_attention_gqa's block walks its keys as q, then K (a round trip a step of 32 keys), its softmax, then V
- * (pipelined, about a round trip each two steps of 8 rows), each phase one memory round trip after the last; the
- * trace put it at 12.3 us for ranges of 16 keys and 31.7 us at 8192 keys (H200). Here a block takes steps of
- * ATT2_KEYS = 32 keys (8 warps x ATT2_KW = 4): each thread loads its 32 V values (dim threadIdx.x of the 32
- * rows) beside its warp's 4 K rows, so a step waits one round trip; ranges are of 32 keys (a block's latency
- * is one step's, so shorter ranges buy nothing), up to ATT_SPLIT of them. The parts are laid out for vector
- * loads: the ranges' o rows [n_head][nsplit][hd], then their (m, l) pairs [n_head][nsplit][2]. */
+/* LILAC_CUDA_ATT_V2=2 (the default; see att_mode): the decode attention in small code, every load of a step
+ * issued at once. k_attention_gqa is 6,941 PTX instructions of straight-line code (its loops over 8 heads, 4
+ * keys and 8 dims unrolled), run once by each working block: the per-block trace put one block of 16 keys at
+ * 11-26 us (H200), its phases microseconds each whatever their work. The decode step streams ~48 MB of weights a
+ * layer through the 50 MB L2, so a kernel's code is fetched from memory again each layer, one instruction-cache
+ * miss after another: code size, not the arithmetic, bounded it. Here the loops over the heads are not unrolled
+ * (a thread's outputs in shared memory, os) and the kernel is 1,419 PTX instructions: one block of 16 keys 8.6 us,
+ * tg128 418.8 against 388.3, at depth 8192 387.9 against 359.2 (one H200, alternated in one call, session 33).
+ * A block takes steps of ATT2_KEYS = 32 keys (8 warps x ATT2_KW = 4): each thread loads its 32 V values (dim
+ * threadIdx.x of the 32 rows) beside its warp's 4 K rows, so a step waits one round trip; ranges are of 32 keys
+ * (a block's latency is one step's, so shorter ranges buy nothing), up to ATT_SPLIT of them. The parts are laid
+ * out for vector loads: the ranges' o rows [n_head][nsplit][hd], then their (m, l) pairs [n_head][nsplit][2]. */
 #define ATT2_KW 4
 #define ATT2_KEYS (8 * ATT2_KW)
 static __host__ __device__ __forceinline__ int att2_splits(int n_keys, int nsplit, int min_keys)
@@ -641,15 +645,17 @@ static int att_spread()
     return env_switch_once(on, "LILAC_CUDA_ATT_SPREAD", true) ? 1 : 0;
 }
 
-/* LILAC_CUDA_ATT_V2 (on; =0 k_attention_gqa and k_attention_combine): the decode attention as
- * k_attention_gqa2 and k_attention_combine2 (see there), in the one-token step and the batched rows alike (the
- * same bits a row). Read once. */
+/* LILAC_CUDA_ATT_V2: the decode attention's kernels, in the one-token step and the batched rows alike (the same
+ * bits a row): 2 (the default) k_attention_gqa2 and k_attention_combine2; 1 k_attention_gqa into
+ * k_attention_combine2's layout; 0 k_attention_gqa and k_attention_combine. tg128 (one H200, one call): 2 418.8,
+ * 0 388.3, 1 387.2 (on another machine 1 was 1 % under 0 at depth 0 and 1.3 % over it at depth 8192: the 16-block
+ * combine's serial loads at 256 ranges, 11 us, against 6). Read once. */
 static int att_mode()
 {
     static std::atomic<int> mode{-1};
     int m = mode.load();
     if (m < 0)
-        mode.store(m = lilac_env_int("LILAC_CUDA_ATT_V2", 1, 0, 2));
+        mode.store(m = lilac_env_int("LILAC_CUDA_ATT_V2", 2, 0, 2));
     return m;
 }
 static bool att_v2() { return att_mode() == 2; }
@@ -678,8 +684,9 @@ static bool attention_gqa_takes(int n_head, int n_head_kv, int hd)
 /* Key ranges a row of a batched call: the batch's rows fill the device, and each holds its parts. */
 #define ATT_SPLIT_ROWS LILAC_CUDA_ATT_SPLIT_ROWS /* 16 */
 
-/* The ranges: at most LILAC_CUDA_ATT_RANGES (1..ATT_SPLIT, default 256), of at least LILAC_CUDA_ATT_KEYS keys
- * (1..4096, default a tile, 64). tg128 at depth 8192 (8193..8320 keys, H200, one call, 2026-11-30): 256
+/* The ranges: at most LILAC_CUDA_ATT_RANGES (1..ATT_SPLIT, default 512), of at least LILAC_CUDA_ATT_KEYS keys
+ * (1..4096, default k_attention_gqa2's step, 32). With LILAC_CUDA_ATT_V2 0 or 1: at most 256, default a
+ * tile, 64 (for k_attention_gqa, whose figures follow). tg128 at depth 8192 (8193..8320 keys, H200, one call, 2026-11-30): 256
  * ranges (one tile each) 302.9 and 300.5 against 291.9 and 290.7 with 128 (65 keys a range, the second tile
  * nearly empty); with 16 or 32 keys a range at 256 ranges 295.1 and 293.3 against 316.1 at 64. At depth 0,
  * 16 keys a range 325.0 against 319.2/320.3 (within the machine's spread on a rerun: 338.8 against 335.9).
