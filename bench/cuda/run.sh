@@ -70,7 +70,6 @@ do_test() {
     run_test attn-no-f16 test_cuda_attn LILAC_CUDA_ATTN_F16=0
     run_test attn-no-qsplit test_cuda_attn LILAC_CUDA_ATTN_F16=0 LILAC_CUDA_ATTN_QSPLIT=0
     run_test attn-v0 test_cuda_attn LILAC_CUDA_ATT_V2=0
-    run_test attn-v1 test_cuda_attn LILAC_CUDA_ATT_V2=1
     run_test dn test_cuda_dn
     run_test dn-block-norm test_cuda_dn LILAC_CUDA_PF_WARP_NORM=0
     run_test dn-narrow test_cuda_dn LILAC_CUDA_DN_WIDE=0 LILAC_CUDA_DN_TC=0
@@ -85,7 +84,6 @@ do_test() {
     run_test model-ds-trigger0 test_cuda_model LILAC_CUDA_DS_TRIGGER=0
     run_test model-att-spread0 test_cuda_model LILAC_CUDA_ATT_SPREAD=0
     run_test model-att-v0 test_cuda_model LILAC_CUDA_ATT_V2=0
-    run_test model-att-v1 test_cuda_model LILAC_CUDA_ATT_V2=1
     run_test model-dn-reg0 test_cuda_model LILAC_CUDA_DN_REG=0
     run_test model-route-tail test_cuda_model LILAC_CUDA_ROUTE_TAIL=1
     run_test model-route-unfused test_cuda_model LILAC_CUDA_ROUTE_FUSED=0
@@ -103,7 +101,6 @@ do_test() {
     run_test batch-graph test_cuda_batch LILAC_CUDA_BATCH_GRAPH=1
     run_test batch-att-spread0 test_cuda_batch LILAC_CUDA_ATT_SPREAD=0
     run_test batch-att-v0 test_cuda_batch LILAC_CUDA_ATT_V2=0
-    run_test batch-att-v1 test_cuda_batch LILAC_CUDA_ATT_V2=1
     run_test batch-dn-reg0 test_cuda_batch LILAC_CUDA_DN_REG=0
     run_test batch-grouped test_cuda_batch LILAC_CUDA_PAIRS=0
     run_test batch-t8 test_cuda_batch LILAC_CUDA_MV_T8=1

@@ -122,7 +122,6 @@ static __host__ __device__ __forceinline__ int att_splits(int n_keys, int nsplit
 }
 
 static bool att_v2();
-static int att_mode();
 static __host__ __device__ __forceinline__ int att2_splits(int n_keys, int nsplit, int min_keys);
 extern "C" int lilac_cuda_attention_ranges_used(int n_keys, int nsplit, int min_keys)
 {
@@ -196,14 +195,11 @@ __global__ void k_attention_part(const float *q, int q_step, const float *K, con
 // Measured and removed (session 31, LILAC_CUDA_ATT_PF=1, code at 1cdce60): each block prefetching its K and V
 // rows toward L2 before its wait (prefetch.global.L2, a line a thread): tg128 at depth 8192 360.8/360.8 against
 // 360.9/362.3 (H200, alternated in one call).
-#define ATT_F_SPREAD 1  /* att_spread() */
-#define ATT_F_LAYOUT2 2 /* the parts as k_attention_combine2 reads them (LILAC_CUDA_ATT_V2=1) */
 __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_step, long long q_tok, const float *K,
                                                       const float *V, float *const *Kp, float *const *Vp,
                                                       const int *pos_dev, int kvw, int hd, int G, float *part,
-                                                      long long part_tok, int nsplit, int min_keys, int flags)
+                                                      long long part_tok, int nsplit, int min_keys, int spread)
 {
-    const bool spread = flags & ATT_F_SPREAD;
     TRACE_START(LILAC_TK_ATT_GQA);
     griddep_launch_dependents();
     griddep_wait(); // launched dependent (launch_pdl): everything below reads what came before
@@ -335,22 +331,11 @@ __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_ste
     }
     const int d = threadIdx.x;
     for (int g = 0; g < G; g++) {
-        const size_t r = (size_t)(kvh * G + g) * nsplit + sp;
-        const float m = p1 > p0 ? m_run[g] : -INFINITY;
-        if (flags & ATT_F_LAYOUT2) { // k_attention_combine2's: the o rows, then the (m, l) pairs
-            if (d < hd)
-                part[r * hd + d] = o[g];
-            if (d == 0) {
-                float *pml = part + (size_t)gridDim.x * G * nsplit * hd;
-                pml[2 * r] = m, pml[2 * r + 1] = l_run[g];
-            }
-            continue;
-        }
-        float *pt = part + r * (hd + 2);
+        float *pt = part + ((size_t)(kvh * G + g) * nsplit + sp) * (hd + 2);
         if (d < hd)
             pt[2 + d] = o[g];
         if (d == 0)
-            pt[0] = m, pt[1] = l_run[g];
+            pt[0] = p1 > p0 ? m_run[g] : -INFINITY, pt[1] = l_run[g];
     }
     TRACE_END(LILAC_TK_ATT_GQA);
 }
@@ -408,8 +393,8 @@ __global__ void k_attention_combine(const float *q, int q_step, long long q_tok,
     TRACE_END(LILAC_TK_ATT_COMBINE);
 }
 
-/* LILAC_CUDA_ATT_V2=2 (the default; see att_mode): the decode attention in small code, every load of a step
- * issued at once. k_attention_gqa is 6,941 PTX instructions of straight-line code (its loops over 8 heads, 4
+/* LILAC_CUDA_ATT_V2 (on; see att_v2): the decode attention in small code, every load of a step
+ * issued at once. k_attention_gqa is 4,064 PTX instructions of straight-line code (its loops over 8 heads, 4
  * keys and 8 dims unrolled), run once by each working block: the per-block trace put one block of 16 keys at
  * 11-26 us (H200), its phases microseconds each whatever their work. The decode step streams ~48 MB of weights a
  * layer through the 50 MB L2, so a kernel's code is fetched from memory again each layer, one instruction-cache
@@ -568,7 +553,7 @@ __global__ void __launch_bounds__(256, 2) k_attention_gqa2(const float *q, int q
 __global__ void __launch_bounds__(256) k_attention_combine2(const float *q, int q_step, long long q_tok, int hd,
                                                             const float *part, long long part_tok, float *out,
                                                             long long out_tok, int gated, const int *pos_dev,
-                                                            int nsplit, int min_keys, int splits1)
+                                                            int nsplit, int min_keys)
 {
     TRACE_START(LILAC_TK_ATT_COMBINE);
     griddep_launch_dependents();
@@ -588,8 +573,7 @@ __global__ void __launch_bounds__(256) k_attention_combine2(const float *q, int 
         ml0 = *(const float2 *)(pml + 2 * t);
     if (t + 256 < nsplit)
         ml1 = *(const float2 *)(pml + 2 * (t + 256));
-    const int n_keys = pos_dev[row] + 1; // splits1: k_attention_gqa's ranges, else k_attention_gqa2's
-    const int ns = splits1 ? att_splits(n_keys, nsplit, min_keys) : att2_splits(n_keys, nsplit, min_keys);
+    const int ns = att2_splits(pos_dev[row] + 1, nsplit, min_keys);
     const float m0 = t < ns ? ml0.x : -INFINITY, m1 = t + 256 < ns ? ml1.x : -INFINITY;
     const float M = block_max(fmaxf(m0, m1));
     const float w0 = m0 > -INFINITY ? expf(m0 - M) : 0.0f, w1 = m1 > -INFINITY ? expf(m1 - M) : 0.0f;
@@ -645,20 +629,16 @@ static int att_spread()
     return env_switch_once(on, "LILAC_CUDA_ATT_SPREAD", true) ? 1 : 0;
 }
 
-/* LILAC_CUDA_ATT_V2: the decode attention's kernels, in the one-token step and the batched rows alike (the same
- * bits a row): 2 (the default) k_attention_gqa2 and k_attention_combine2; 1 k_attention_gqa into
- * k_attention_combine2's layout; 0 k_attention_gqa and k_attention_combine. tg128 (one H200, one call): 2 418.8,
- * 0 388.3, 1 387.2 (on another machine 1 was 1 % under 0 at depth 0 and 1.3 % over it at depth 8192: the 16-block
- * combine's serial loads at 256 ranges, 11 us, against 6). Read once. */
-static int att_mode()
+/* LILAC_CUDA_ATT_V2 (on; =0 k_attention_gqa and k_attention_combine): the decode attention as k_attention_gqa2
+ * and k_attention_combine2, in the one-token step and the batched rows alike (the same bits a row). Measured
+ * and removed (session 33): k_attention_gqa into k_attention_combine2's layout, tg128 387.2 against 388.3 for
+ * the old pair and 418.8 for the new (one H200, one call; on another machine 1 % under the old pair at depth 0,
+ * 1.3 % over it at depth 8192, where the old combine's 16 blocks took 11 us against 6). Read once. */
+static bool att_v2()
 {
-    static std::atomic<int> mode{-1};
-    int m = mode.load();
-    if (m < 0)
-        mode.store(m = lilac_env_int("LILAC_CUDA_ATT_V2", 2, 0, 2));
-    return m;
+    static std::atomic<int> on{-1};
+    return env_switch_once(on, "LILAC_CUDA_ATT_V2", true);
 }
-static bool att_v2() { return att_mode() == 2; }
 
 /* k_attention_gqa2's blocks a (KV head, row) for the ranges of nsplit: those that fit the device at once with
  * n of those pairs (at least one; each block walks every gridDim.y-th range). The bits do not depend on it. */
@@ -685,7 +665,7 @@ static bool attention_gqa_takes(int n_head, int n_head_kv, int hd)
 #define ATT_SPLIT_ROWS LILAC_CUDA_ATT_SPLIT_ROWS /* 16 */
 
 /* The ranges: at most LILAC_CUDA_ATT_RANGES (1..ATT_SPLIT, default 512), of at least LILAC_CUDA_ATT_KEYS keys
- * (1..4096, default k_attention_gqa2's step, 32). With LILAC_CUDA_ATT_V2 0 or 1: at most 256, default a
+ * (1..4096, default k_attention_gqa2's step, 32). With LILAC_CUDA_ATT_V2=0: at most 256, default a
  * tile, 64 (for k_attention_gqa, whose figures follow). tg128 at depth 8192 (8193..8320 keys, H200, one call, 2026-11-30): 256
  * ranges (one tile each) 302.9 and 300.5 against 291.9 and 290.7 with 128 (65 keys a range, the second tile
  * nearly empty); with 16 or 32 keys a range at 256 ranges 295.1 and 293.3 against 316.1 at 64. At depth 0,
@@ -708,32 +688,29 @@ static void att_launch(bool pdl, unsigned cls, void (*kern)(Exp...), dim3 grid, 
     else
         kern<<<grid, block, smem, st>>>(static_cast<Act &&>(args)...);
 }
-/* The decode attention's two kernels (LILAC_CUDA_ATT_V2: 0 k_attention_gqa and k_attention_combine; 1 the same
- * attention kernel into k_attention_combine2's part layout; 2 k_attention_gqa2 and k_attention_combine2), grid
- * z a row of n; the one-token step's launches dependent (pdl). Both calls go through here: the same kernels and
- * ranges give a row of a batched call the one-token call's bits. */
+/* The decode attention's two kernels (att_v2: k_attention_gqa2 and k_attention_combine2, else k_attention_gqa
+ * and k_attention_combine), grid z a row of n; the one-token step's by launch_pdl. Both calls go through here:
+ * the same kernels and ranges give a row of a batched call the one-token call's bits. */
 static void attention_launch(const float *q, int q_step, long long q_tok, const float *K, const float *V,
                              float *const *Kp, float *const *Vp, const int *pos, int n_head, int n_head_kv, int hd,
                              float *out, float *part, long long part_tok, int gated, int n, int nsplit, int min_keys,
                              bool pdl, cudaStream_t st)
 {
-    const int G = n_head / n_head_kv, mode = att_mode();
+    const int G = n_head / n_head_kv;
     const long long out_tok = (long long)n_head * hd;
-    const dim3 c2(n_head, (hd + ATT2_CD - 1) / ATT2_CD, n);
-    if (mode == 2)
+    if (att_v2()) {
         att_launch(pdl, PDL_ATTN, k_attention_gqa2, dim3(n_head_kv, att2_grid(nsplit, n_head_kv * n), n),
                    dim3(256), 0, st, q, q_step, q_tok, K, V, Kp, Vp, pos, n_head_kv * hd, hd, G, part, part_tok,
                    nsplit, min_keys);
-    else
-        att_launch(pdl, PDL_ATTN, k_attention_gqa, dim3(n_head_kv, nsplit, n), dim3(256), 0, st, q, q_step,
-                   q_tok, K, V, Kp, Vp, pos, n_head_kv * hd, hd, G, part, part_tok, nsplit, min_keys,
-                   att_spread() | (mode == 1 ? ATT_F_LAYOUT2 : 0));
-    if (mode >= 1)
-        att_launch(pdl, PDL_COMBINE, k_attention_combine2, c2, dim3(256), 0, st, q, q_step, q_tok, hd,
-                   (const float *)part, part_tok, out, out_tok, gated, pos, nsplit, min_keys, mode == 1 ? 1 : 0);
-    else
-        att_launch(pdl, PDL_COMBINE, k_attention_combine, dim3(n_head, n), dim3(256), 0, st, q, q_step, q_tok,
-                   hd, (const float *)part, part_tok, out, out_tok, gated, pos, nsplit, min_keys);
+        att_launch(pdl, PDL_COMBINE, k_attention_combine2, dim3(n_head, (hd + ATT2_CD - 1) / ATT2_CD, n),
+                   dim3(256), 0, st, q, q_step, q_tok, hd, (const float *)part, part_tok, out, out_tok, gated, pos,
+                   nsplit, min_keys);
+        return;
+    }
+    att_launch(pdl, PDL_ATTN, k_attention_gqa, dim3(n_head_kv, nsplit, n), dim3(256), 0, st, q, q_step, q_tok, K,
+               V, Kp, Vp, pos, n_head_kv * hd, hd, G, part, part_tok, nsplit, min_keys, att_spread());
+    att_launch(pdl, PDL_COMBINE, k_attention_combine, dim3(n_head, n), dim3(256), 0, st, q, q_step, q_tok, hd,
+               (const float *)part, part_tok, out, out_tok, gated, pos, nsplit, min_keys);
 }
 
 extern "C" void lilac_cuda_attention(const float *q, int q_step, const float *K, const float *V, const int *pos,
