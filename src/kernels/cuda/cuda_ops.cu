@@ -393,19 +393,19 @@ __global__ void k_attention_combine(const float *q, int q_step, long long q_tok,
     TRACE_END(LILAC_TK_ATT_COMBINE);
 }
 
-/* LILAC_CUDA_ATT_V2 (on; see att_v2): the decode attention in small code, every load of a step
- * issued at once. k_attention_gqa is 5,856 instructions (94 KB of sm_90a code) of straight-line code (its loops over 8 heads, 4
- * keys and 8 dims unrolled), run once by each working block: the per-block trace put one block of 16 keys at
- * 11-26 us (H200), its phases microseconds each whatever their work. The likely cause (not yet confirmed by
- * ncu's instruction-fetch stalls): the decode step streams ~48 MB of weights a layer through the 50 MB L2, so a
- * kernel's code comes from memory again each layer, one instruction-cache miss after another, and code run once
- * costs its size. Here the loops over the heads are not unrolled
- * (a thread's outputs in shared memory, os) and the kernel is 1,688 instructions (27 KB): one block of 16 keys 8.6 us,
- * tg128 418.8 against 388.3, at depth 8192 387.9 against 359.2 (one H200, alternated in one call, session 33).
- * A block takes steps of ATT2_KEYS = 32 keys (8 warps x ATT2_KW = 4): each thread loads its 32 V values (dim
- * threadIdx.x of the 32 rows) beside its warp's 4 K rows, so a step waits one round trip; ranges are of 32 keys
- * (a block's latency is one step's, so shorter ranges buy nothing), up to ATT_SPLIT of them. The parts are laid
- * out for vector loads: the ranges' o rows [n_head][nsplit][hd], then their (m, l) pairs [n_head][nsplit][2]. */
+/* LILAC_CUDA_ATT_V2 (on; see att_v2): the decode attention in small code, every load of a step issued at once.
+ * k_attention_gqa is 5,856 instructions (94 KB of sm_90a code) of straight-line code (its loops over 8 heads, 4
+ * keys and 8 dims unrolled), run once by each working block: the per-block trace put one block of 16 keys at 11-26
+ * us (H200), its phases microseconds each whatever their work. The likely cause (not yet confirmed by ncu's
+ * instruction-fetch stalls): the decode step streams ~48 MB of weights a layer through the 50 MB L2, so a kernel's
+ * code comes from memory again each layer, one instruction-cache miss after another, and code run once costs its
+ * size. Here the loops over the heads are not unrolled (a thread's outputs in shared memory, os) and the kernel is
+ * 1,688 instructions (27 KB): one block of 16 keys 8.6 us, tg128 418.8 against 388.3, at depth 8192 387.9 against
+ * 359.2 (one H200, alternated in one call, session 33). A block takes steps of ATT2_KEYS = 32 keys (8 warps x
+ * ATT2_KW = 4): each thread loads its 32 V values (dim threadIdx.x of the 32 rows) beside its warp's 4 K rows, so a
+ * step waits one round trip; ranges are of 32 keys (a block's latency is one step's, so shorter ranges buy
+ * nothing), up to ATT_SPLIT of them. The parts are laid out for vector loads: the ranges' o rows
+ * [n_head][nsplit][hd], then their (m, l) pairs [n_head][nsplit][2]. */
 #define ATT2_KW 4
 #define ATT2_KEYS (8 * ATT2_KW)
 static __host__ __device__ __forceinline__ int att2_splits(int n_keys, int nsplit, int min_keys)
