@@ -562,10 +562,11 @@ __global__ void __launch_bounds__(256) k_attention_combine2(const float *q, int 
     static_assert(ATT_SPLIT <= 512, "two ranges' weights a thread");
     const int h = blockIdx.x, n_head = gridDim.x, d0 = blockIdx.y * ATT2_CD, row = blockIdx.z, t = threadIdx.x;
     q += row * q_tok, part += row * part_tok, out += row * out_tok;
-    const float *po = part + (size_t)h * nsplit * hd, *pml = part + (size_t)n_head * nsplit * hd + 2 * (size_t)h * nsplit;
+    const float *po = part + (size_t)h * nsplit * hd;
+    const float *pml = part + (size_t)n_head * nsplit * hd + 2 * (size_t)h * nsplit;
     __shared__ float wsp[2 * 256];
     __shared__ float4 red[ATT2_CG][ATT2_CD / 4];
-    const int c = t % (ATT2_CD / 4), rg = t / (ATT2_CD / 4), dd = d0 + 4 * c; // this thread's 4 dims, its group of ranges
+    const int c = t % (ATT2_CD / 4), rg = t / (ATT2_CD / 4), dd = d0 + 4 * c; // its 4 dims, its group of ranges
     float4 gq = make_float4(0, 0, 0, 0);
     if (gated && rg == 0 && dd < hd)
         gq = *(const float4 *)(q + (size_t)h * q_step + hd + dd);
@@ -666,12 +667,12 @@ static bool attention_gqa_takes(int n_head, int n_head_kv, int hd)
 #define ATT_SPLIT_ROWS LILAC_CUDA_ATT_SPLIT_ROWS /* 16 */
 
 /* The ranges: at most LILAC_CUDA_ATT_RANGES (1..ATT_SPLIT, default 512), of at least LILAC_CUDA_ATT_KEYS keys
- * (1..4096, default k_attention_gqa2's step, 32). With LILAC_CUDA_ATT_V2=0: at most 256, default a
- * tile, 64 (for k_attention_gqa, whose figures follow). tg128 at depth 8192 (8193..8320 keys, H200, one call, 2026-11-30): 256
- * ranges (one tile each) 302.9 and 300.5 against 291.9 and 290.7 with 128 (65 keys a range, the second tile
- * nearly empty); with 16 or 32 keys a range at 256 ranges 295.1 and 293.3 against 316.1 at 64. At depth 0,
- * 16 keys a range 325.0 against 319.2/320.3 (within the machine's spread on a rerun: 338.8 against 335.9).
- * Read at each call: the host calls this only while capturing the step's graph or without one. */
+ * (1..4096, default k_attention_gqa2's step, 32). With LILAC_CUDA_ATT_V2=0: at most 256, default a tile, 64 (for
+ * k_attention_gqa, whose figures follow). tg128 at depth 8192 (8193..8320 keys, H200, one call, 2026-11-30): 256
+ * ranges (one tile each) 302.9 and 300.5 against 291.9 and 290.7 with 128 (65 keys a range, the second tile nearly
+ * empty); with 16 or 32 keys a range at 256 ranges 295.1 and 293.3 against 316.1 at 64. At depth 0, 16 keys a range
+ * 325.0 against 319.2/320.3 (within the machine's spread on a rerun: 338.8 against 335.9). Read at each call: the
+ * host calls this only while capturing the step's graph or without one. */
 extern "C" void lilac_cuda_attention_ranges(int *nsplit, int *min_keys)
 {
     const bool v2 = att_v2();
