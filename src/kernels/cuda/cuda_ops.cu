@@ -186,6 +186,19 @@ __global__ void k_attention_part(const float *q, int q_step, const float *K, con
 // scores ATT_TILE / 8 keys, 4 at a time, a lane holding hd / 32 dims of
 // each; a thread then owns output dim d of the G heads. The part written
 // per query head is k_attention_part's (m, l, o), merged the same way.
+/* Head w's online softmax after a tile, by its warp: the tile's sum of exp(s - mn) (mn the new running max, mo
+ * the old) merged into l_run[w], m_run[w] = mn, and alpha[w] the factor the outputs so far take. */
+static __device__ __forceinline__ void att_merge_tile(int w, int lane, float mo, float mn, float sum, float *alpha,
+                                                      float *l_run, float *m_run)
+{
+    __syncwarp(); // every lane has read m_run[w] (a shuffle orders no memory: racecheck)
+    if (lane == 0) {
+        const float a = mo == -INFINITY ? 0.0f : expf(mo - mn);
+        alpha[w] = a;
+        l_run[w] = l_run[w] * a + sum;
+        m_run[w] = mn;
+    }
+}
 #define ATT_GMAX 8
 #define ATT_DPL 8 /* dims a lane: hd <= 256 */
 #define ATT_VL 8 /* V rows (the combine: ranges) a thread loads at once; 16 measured the same (tg128 331.8 and
@@ -293,14 +306,7 @@ __global__ void __launch_bounds__(256) k_attention_gqa(const float *q, int q_ste
             const float mt = warp_max(fmaxf(s0, s1)), mo = m_run[wid], mn = fmaxf(mo, mt);
             const float e0 = lane < nt ? expf(s0 - mn) : 0.0f, e1 = lane + 32 < nt ? expf(s1 - mn) : 0.0f;
             sc[wid][lane] = e0, sc[wid][lane + 32] = e1;
-            const float sum = warp_sum(e0 + e1);
-            __syncwarp(); // every lane has read m_run[wid] (a shuffle orders no memory: racecheck)
-            if (lane == 0) {
-                const float a = mo == -INFINITY ? 0.0f : expf(mo - mn);
-                alpha[wid] = a;
-                l_run[wid] = l_run[wid] * a + sum;
-                m_run[wid] = mn;
-            }
+            att_merge_tile(wid, lane, mo, mn, warp_sum(e0 + e1), alpha, l_run, m_run);
         }
         __syncthreads();
         const int d = threadIdx.x;
@@ -505,14 +511,7 @@ __global__ void __launch_bounds__(256, 2) k_attention_gqa2(const float *q, int q
                 const float mt = warp_max(s), mo = m_run[wid], mn = fmaxf(mo, mt);
                 const float e = lane < nt ? expf(s - mn) : 0.0f; // 0 past nt: the sums below need no test
                 sc[wid][lane] = e;
-                const float sum = warp_sum(e);
-                __syncwarp(); // every lane has read m_run[wid] (a shuffle orders no memory: racecheck)
-                if (lane == 0) {
-                    const float a = mo == -INFINITY ? 0.0f : expf(mo - mn);
-                    alpha[wid] = a;
-                    l_run[wid] = l_run[wid] * a + sum;
-                    m_run[wid] = mn;
-                }
+                att_merge_tile(wid, lane, mo, mn, warp_sum(e), alpha, l_run, m_run);
             }
             __syncthreads();
             TRACE_MARK2(LILAC_TK_ATT_GQA);
