@@ -8,8 +8,9 @@
 #   cmake --build build-cuda -j && [DEST=...] bench/cuda/prebuilt.sh [TEST...]  (here)
 #   BUILD=$PWD/build-cuda/carry bash bench/cuda/run.sh synth tg bits         (there: no build step)
 #
-# (Written in session 32 after the device time was spent: not yet run there. The binaries need the GPU
-# machine's glibc to be 2.34 or later and its driver to take CUDA 13.)
+# (Session 33: ran there as is, lilac and test_cuda_attn from build-cuda/carry, the call 172 s with no build.
+# The binaries need the GPU machine's glibc to be 2.34 or later and its driver to take CUDA 13. Tests that read
+# fixtures do not fit beside them: .devfix is 45 MB.)
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 src=${BUILD:-$root/build-cuda}
