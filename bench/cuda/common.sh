@@ -5,6 +5,24 @@
 #   synth  the 35B-A3B synthetic file (SYNTH; run.sh synth makes it)
 # and the libraries carried in .deps (bench/cuda/deps.sh) where the machine lacks them.
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# The hash of the sources a build reads (carry-pack.sh records it beside its binaries).
+source_hash() {
+    (cd "$root" && find src include tests CMakeLists.txt -type f -not -path '*/node_modules/*' | LC_ALL=C sort |
+        xargs sha256sum | sha256sum | cut -c1-16)
+}
+if [ "${BASH_SOURCE[0]}" = "$0" ] && [ "${1:-}" = "--source-hash" ]; then # run, not sourced
+    source_hash
+    exit 0
+fi
+# what bench/cuda/carry-pack.sh packed here, unpacked the first time on the GPU machine
+if [ -f "$root/.carry/prebuilt.tar.xz" ] && [ ! -x "$root/build-cuda/carry/lilac" ]; then
+    mkdir -p "$root/build-cuda/carry" && xz -dc "$root/.carry/prebuilt.tar.xz" | tar -xf - -C "$root/build-cuda/carry"
+    [ "$(cat "$root/.carry/source.sha" 2>/dev/null)" = "$(source_hash)" ] ||
+        echo "WARNING: .carry/prebuilt.tar.xz was built from other sources than this tree's (rerun carry-pack.sh)"
+fi
+if [ -f "$root/.carry/devfix.tar.xz" ] && [ ! -d "$root/.devfix" ]; then
+    xz -dc "$root/.carry/devfix.tar.xz" | tar -xf - -C "$root"
+fi
 out=${OUT:-$root/cuda-out}
 build=${BUILD:-$root/build-cuda}
 synth=${SYNTH:-/tmp/qwen3.6-35b-a3b-Q4_K_M.gguf}
