@@ -640,6 +640,8 @@ static bool att_v2()
     static std::atomic<int> on{-1};
     return env_switch_once(on, "LILAC_CUDA_ATT_V2", true);
 }
+/* The most key ranges the decode attention's kernels take (their combine's bound). */
+static int att_max_ranges() { return att_v2() ? ATT_SPLIT : ATT_SPLIT_V1; }
 
 /* k_attention_gqa2's blocks a (KV head, row) for the ranges of nsplit: those that fit the device at once with
  * n of those pairs (at least one; each block walks every gridDim.y-th range). The bits do not depend on it. */
@@ -674,9 +676,8 @@ static bool attention_gqa_takes(int n_head, int n_head_kv, int hd)
  * host calls this only while capturing the step's graph or without one. */
 extern "C" void lilac_cuda_attention_ranges(int *nsplit, int *min_keys)
 {
-    const bool v2 = att_v2();
-    *nsplit = lilac_env_int("LILAC_CUDA_ATT_RANGES", v2 ? ATT_SPLIT : ATT_SPLIT_V1, 1, v2 ? ATT_SPLIT : ATT_SPLIT_V1);
-    *min_keys = lilac_env_int("LILAC_CUDA_ATT_KEYS", v2 ? ATT2_KEYS : ATT_TILE, 1, 4096);
+    *nsplit = lilac_env_int("LILAC_CUDA_ATT_RANGES", att_max_ranges(), 1, att_max_ranges());
+    *min_keys = lilac_env_int("LILAC_CUDA_ATT_KEYS", att_v2() ? ATT2_KEYS : ATT_TILE, 1, 4096);
 }
 
 /* launch_pdl (the one-token step's: its PDL set) or a plain launch (a batched call's, as before) */
@@ -746,7 +747,7 @@ extern "C" int lilac_cuda_attention_rows(const float *q, int q_step, long long q
     if (!nsplit)
         nsplit = ATT_SPLIT_ROWS, min_keys = ATT_TILE;
     if (!attention_gqa_takes(n_head, n_head_kv, hd) || n < 1 || n > 65535 || nsplit < 1 ||
-        nsplit > (att_v2() ? ATT_SPLIT : ATT_SPLIT_V1) || min_keys < 1)
+        nsplit > att_max_ranges() || min_keys < 1)
         return -1;
     attention_launch(q, q_step, q_tok, NULL, NULL, Kp, Vp, pos, n_head, n_head_kv, hd, out, part,
                      (long long)n_head * nsplit * (hd + 2), gated, n, nsplit, min_keys, false, CS(s));
