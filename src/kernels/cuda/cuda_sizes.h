@@ -8,8 +8,8 @@
 #include <stddef.h>
 
 /* The most key ranges of one token's attention (lilac_cuda_attention takes LILAC_CUDA_ATT_RANGES=N of them,
- * default all 512; 256 with LILAC_CUDA_ATT_V2=0), and the ranges of a row of a batched call (lilac_cuda_attention_rows): each range leaves
- * hd + 2 floats of parts per head. */
+ * default all 512; 256 with LILAC_CUDA_ATT_V2=0), and the ranges of a row of a batched call
+ * (lilac_cuda_attention_rows): each range leaves hd + 2 floats of parts per head. */
 #define LILAC_CUDA_ATT_SPLIT 512
 #define LILAC_CUDA_ATT_SPLIT_ROWS 16
 
