@@ -7,6 +7,11 @@
 #
 #   bench/cuda/carry-pack.sh [TEST...]      (here, after cmake -B build-cuda -DLILAC_CUDA=ON; default: every CUDA test)
 #   run(..., carry=[".carry"]): BUILD=$PWD/build-cuda/carry LILAC_FIXTURES=$PWD/.devfix bash bench/cuda/run.sh test synth tg
+# CARRY_BINS="NAME=BUILDDIR ...": lilac of other builds beside it as NAME (run.sh's switch word LILAC_BIN=NAME runs
+# it), e.g. CARRY_BINS=lilac-ef=build-cuda-ef for a build configured with -DCMAKE_CUDA_FLAGS=-DLILAC_CUDA_L2_EF=1
+# (brought up to date here, its lilac target). CARRY_NO_FIXTURES=1: no .devfix (room for more binaries);
+# CARRY_FIX=DIR: that fixture folder instead (e.g. .devfix-golden-35 with the tests test_golden test_quant_models,
+# for run.sh suite; unpacked there under its own name).
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 src=${BUILD:-$root/build-cuda}
@@ -24,10 +29,21 @@ mkdir -p "$root/.carry"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 DEST=$tmp/carry PREBUILT_NOCHECK=1 bash "$root/bench/cuda/prebuilt.sh" "${tests[@]}" >/dev/null
+for nb in ${CARRY_BINS:-}; do
+    name=${nb%%=*} dir=${nb#*=}
+    [[ $dir = /* ]] || dir=$root/$dir
+    cmake --build "$dir" -j"$(nproc)" --target lilac >/dev/null || { echo "the build in $dir failed" >&2; exit 1; }
+    cp "$dir/lilac" "$tmp/carry/$name" && strip "$tmp/carry/$name"
+done
 tar -cf - -C "$tmp/carry" . | xz -T1 --lzma2=preset=6,dict=192MiB >"$root/.carry/prebuilt.tar.xz"
-[ -d "$root/.devfix" ] || bash "$root/bench/cuda/pack-fixtures.sh" >/dev/null
-tar -cf - -C "$root" .devfix | xz -T0 -6 >"$root/.carry/devfix.tar.xz"
+rm -f "$root/.carry/devfix.tar.xz" "$root/.carry/devfix.unpacked"
+fix=${CARRY_FIX:-.devfix}
+if [ -z "${CARRY_NO_FIXTURES:-}" ]; then
+    [ -d "$root/$fix" ] || [ "$fix" != .devfix ] || bash "$root/bench/cuda/pack-fixtures.sh" >/dev/null
+    [ -d "$root/$fix" ] || { echo "no $fix (bench/cuda/pack-fixtures.sh --suite PACK makes .devfix-PACK)" >&2; exit 1; }
+    tar -cf - -C "$root" "$fix" | xz -T0 -6 >"$root/.carry/devfix.tar.xz"
+fi
 tree=$(git -C "$root" ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
 size=$(du -cb "$root/.carry"/*.tar.xz | tail -1 | cut -f1)
-echo ".carry: ${#tests[@]} tests and lilac, .devfix: $((size / 1048576)) MiB, with the tree $(((size + tree) / 1048576)) MiB of the 64 the device tool carries"
+echo ".carry: ${#tests[@]} tests, lilac ${CARRY_BINS:+and $CARRY_BINS }and ${CARRY_NO_FIXTURES:+no }$fix: $((size / 1048576)) MiB, with the tree $(((size + tree) / 1048576)) MiB of the 64 the device tool carries"
 [ $((size + tree)) -le $((64 * 1048576)) ] || { echo "too large: name fewer tests" >&2; exit 1; }

@@ -20,8 +20,9 @@ if [ -f "$root/.carry/prebuilt.tar.xz" ] && [ ! -x "$root/build-cuda/carry/lilac
     [ "$(cat "$root/.carry/source.sha" 2>/dev/null)" = "$(source_hash)" ] ||
         echo "WARNING: .carry/prebuilt.tar.xz was built from other sources than this tree's (rerun carry-pack.sh)"
 fi
-if [ -f "$root/.carry/devfix.tar.xz" ] && [ ! -d "$root/.devfix" ]; then
-    xz -dc "$root/.carry/devfix.tar.xz" | tar -xf - -C "$root"
+# (.devfix, or the folder CARRY_FIX named: a mark says it is done)
+if [ -f "$root/.carry/devfix.tar.xz" ] && [ ! -f "$root/.carry/devfix.unpacked" ]; then
+    xz -dc "$root/.carry/devfix.tar.xz" | tar -xf - -C "$root" && touch "$root/.carry/devfix.unpacked"
 fi
 out=${OUT:-$root/cuda-out}
 build=${BUILD:-$root/build-cuda}

@@ -319,7 +319,7 @@ do_bits() {
     $T "$build/lilac" logits -m "$synth" --backend cuda --tokens "$toks" --step -o "$out/bits-default.f32" \
         >"$out/bits-default.log" 2>&1 || { echo "bits: the default run failed"; tail -3 "$out/bits-default.log"; return 1; }
     for v in "${vs[@]}"; do
-        bin=$build/lilac
+        bin=$(bin_of "$v")
         [ "$v" = OLD ] && bin=$old/b/lilac v=LILAC_NONE=1
         # shellcheck disable=SC2086 # v is one or more VAR=VALUE words
         env $v $T "$bin" logits -m "$synth" --backend cuda --tokens "$toks" --step -o "$out/bits-v.f32" \
@@ -347,11 +347,19 @@ do_blocks() {
 }
 
 # tg128 with each set of VAR=VALUE words given, one run each (needs build and synth): tokens/s or the error.
+# The binary a switch set runs: LILAC_BIN=NAME in it, $build/NAME (another build packed beside lilac:
+# CARRY_BINS in carry-pack.sh, e.g. lilac-ef from a build with -DLILAC_CUDA_L2_EF=1); else $build/lilac.
+bin_of() { # VARIANT
+    local b=$build/lilac
+    [[ " $1 " =~ \ LILAC_BIN=([^ ]+)\  ]] && b=$build/${BASH_REMATCH[1]}
+    echo "$b"
+}
+
 tg128_each() {
     local T="timeout ${BENCH_TIMEOUT:-120}" v
     for v in "$@"; do
         # shellcheck disable=SC2086 # v is one or more VAR=VALUE words
-        echo "tg128 $v${AB_DEPTH:+ at depth $AB_DEPTH}: $(env $v $T "$build/lilac" bench -m "$synth" --backend cuda \
+        echo "tg128 $v${AB_DEPTH:+ at depth $AB_DEPTH}: $(env $v $T "$(bin_of "$v")" bench -m "$synth" --backend cuda \
             -p 0 -n 128 -d "${AB_DEPTH:-0}" -r 2 --json 2>&1 |
             grep -o '"tokens_per_s": [0-9.]*\|"weights_gb_s": [0-9.]*\|rror.*' | paste -sd' ')" # GB/s: of 4,800 on an H200
     done
