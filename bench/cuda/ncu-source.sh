@@ -9,7 +9,9 @@
 # NCU_PROG: another program to profile instead of the bench (e.g. a test, "$PWD/build-cuda/tests/test_cuda_mma"
 # with LILAC_CUDA_BENCH_ONLY=1 for its decode-product bench alone: no synth needed). NCU_GZIP=1: the CSV gzipped
 # (the device tool returns files of limited size). Each kernel's instruction mix by opcode (sass_mix.py) is
-# printed, and a few lines of ncu's details page (duration, occupancy, cycles a warp per issued instruction).
+# printed, and a few lines of ncu's details page (grid, duration, occupancy, cycles a warp per issued instruction).
+# NCU_COUNT=N: N launches from SKIP on (one table each: e.g. a layer's six k_mv, told apart by their grids);
+# NCU_CACHE=none: the caches left as the step left them (default all: flushed before the launch).
 set -u
 # shellcheck source=bench/cuda/common.sh
 . "$(dirname "$0")/common.sh"
@@ -25,7 +27,8 @@ for ks in "${kernels[@]}"; do
     [ "${NCU_DEMANGLED:-0}" = 1 ] && sel=(--kernel-name-base demangled --kernel-name "regex:$k")
     # shellcheck disable=SC2086 # NCU_BENCH is several words
     LILAC_CUDA_GRAPH=0 timeout "${NCU_TIMEOUT:-150}" "$ncu" -f -o "$rep" "${sel[@]}" --launch-skip "$skip" \
-        --launch-count 1 --warp-sampling-interval 0 --section SourceCounters --section WarpStateStats --section SpeedOfLight \
+        --launch-count "${NCU_COUNT:-1}" --cache-control "${NCU_CACHE:-all}" --warp-sampling-interval 0 \
+        --section SourceCounters --section WarpStateStats --section SpeedOfLight \
         --section Occupancy ${NCU_PROG:-"$build/lilac" bench -m "$synth" --backend cuda ${NCU_BENCH:--p 0 -n 16} -r 1} \
         >"$rep.log" 2>&1
     echo "== $k, launch $skip (rc=$?)"
@@ -33,7 +36,8 @@ for ks in "${kernels[@]}"; do
     "$ncu" -i "$rep.ncu-rep" --page source --csv --print-source sass >"$csv" 2>&1 ||
         { echo "no source page:"; head -3 "$csv"; }
     "$ncu" -i "$rep.ncu-rep" --page details 2>&1 |
-        grep -E "Duration|Registers Per|Achieved Occupancy|Executed Ipc A|Warp Cycles Per Issued" | head -8
+        grep -E "Grid Size|Duration|Registers Per|Achieved Occupancy|Executed Ipc A|Warp Cycles Per Issued" |
+        head -$((8 * ${NCU_COUNT:-1}))
     python3 "$(dirname "$0")/sass_mix.py" "$csv" "${MIX_TOP:-14}"
     [ "${NCU_GZIP:-0}" = 1 ] && gzip -f "$csv"
     rm -f "$rep.ncu-rep"
